@@ -1,0 +1,69 @@
+// Scheduler: a single-threaded run loop owned by the caller. Work that is
+// ready runs until none is left (one "tick"); then tick listeners run (the
+// network flushes everything sent during the tick as one write per peer), and
+// I/O sources are polled. When every task waits and nothing is in flight, the
+// loop reports a deadlock naming what is being waited for instead of hanging.
+module;
+#include "prelude.hpp"
+export module mpcache.async:scheduler;
+
+export namespace mpcache {
+
+// Something that wants to act at the end of every tick (e.g. flush sends).
+class TickListener {
+ public:
+  virtual ~TickListener() = default;
+  virtual void on_tick_end() = 0;
+  // What this listener's tasks are blocked on, for deadlock reports ("" if none).
+  virtual std::string describe_waiting() const { return {}; }
+};
+
+// Something that completes work from outside the loop (sockets, timers).
+class IoSource {
+ public:
+  virtual ~IoSource() = default;
+  virtual bool has_pending() const = 0;
+  // Wait (if `block`) for at least one completion and post the woken tasks.
+  virtual void poll(bool block) = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler() = default;
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queue a suspended coroutine to run in this tick.
+  void post(std::coroutine_handle<> h) { ready_.push_back(h); }
+
+  // `co_await scheduler.schedule()` re-queues the caller behind current work.
+  auto schedule() noexcept {
+    struct Awaiter {
+      Scheduler* self;
+      bool await_ready() const noexcept { return false; }
+      void await_suspend(std::coroutine_handle<> h) const { self->post(h); }
+      void await_resume() const noexcept {}
+    };
+    return Awaiter{this};
+  }
+
+  void add_listener(TickListener* l) { listeners_.push_back(l); }
+  void remove_listener(TickListener* l);
+  void add_io_source(IoSource* s) { io_sources_.push_back(s); }
+  void remove_io_source(IoSource* s);
+
+  // Runs ticks until `done()` holds. Throws Error(deadlock) when nothing can
+  // make progress.
+  void run_until(const std::function<bool()>& done);
+
+  std::size_t ticks() const noexcept { return ticks_; }
+
+ private:
+  void run_ready();
+  std::deque<std::coroutine_handle<>> ready_;
+  std::vector<TickListener*> listeners_;
+  std::vector<IoSource*> io_sources_;
+  std::size_t ticks_ = 0;
+};
+
+}  // namespace mpcache

@@ -1,0 +1,8 @@
+// mpcache.core: the ring Z_2^64, fixed-point encoding, errors, cost counters.
+module;
+#include "prelude.hpp"
+export module mpcache.core;
+export import :error;
+export import :ring;
+export import :fixed_point;
+export import :cost;

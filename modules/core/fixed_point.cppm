@@ -1,0 +1,29 @@
+// Fixed-point encoding of reals in Z_2^64: x -> round(x * 2^f) mod 2^64.
+module;
+#include "prelude.hpp"
+export module mpcache.core:fixed_point;
+import :ring;
+
+export namespace mpcache {
+
+inline constexpr int default_frac_bits = 18;
+
+class FixedPoint {
+ public:
+  explicit FixedPoint(int frac_bits = default_frac_bits);
+  int frac_bits() const noexcept { return frac_bits_; }
+  double scale() const noexcept { return scale_; }
+
+  // Round to nearest; throws Error(invalid_argument) for NaN/inf or a value
+  // whose encoding does not fit in the signed 64-bit range.
+  Ring encode(double x) const;
+  double decode(Ring v) const noexcept;
+  RingTensor encode(const xt::xarray<double>& x) const;
+  xt::xarray<double> decode(const RingTensor& v) const;
+
+ private:
+  int frac_bits_;
+  double scale_;
+};
+
+}  // namespace mpcache

@@ -1,0 +1,44 @@
+// The ring Z_2^64 on xtensor tensors. Every share and every clear-text
+// fixed-point value is a RingTensor; arithmetic wraps modulo 2^64 by design
+// (unsigned overflow is defined), signed views are two's complement.
+module;
+#include "prelude.hpp"
+export module mpcache.core:ring;
+
+export namespace mpcache {
+
+using Ring = std::uint64_t;
+inline constexpr int ring_bits = 64;
+using RingTensor = xt::xarray<Ring>;
+using Shape = std::vector<std::size_t>;
+
+Shape shape_of(const RingTensor& t);
+std::string shape_string(const Shape& shape);
+std::size_t element_count(const Shape& shape);
+
+// Throws Error(invalid_argument) naming `what` when the shapes differ.
+void require_same_shape(const RingTensor& a, const RingTensor& b, const char* what);
+
+RingTensor ring_zeros(const Shape& shape);
+RingTensor ring_add(const RingTensor& a, const RingTensor& b);
+RingTensor ring_sub(const RingTensor& a, const RingTensor& b);
+RingTensor ring_neg(const RingTensor& a);
+RingTensor ring_mul(const RingTensor& a, const RingTensor& b);  // elementwise
+void ring_add_inplace(RingTensor& acc, const RingTensor& b);
+void ring_sub_inplace(RingTensor& acc, const RingTensor& b);
+
+// (m,k) x (k,n) -> (m,n), wrapping. Both operands must be 2-D.
+RingTensor ring_matmul(const RingTensor& a, const RingTensor& b);
+// acc += a x b, shapes as above.
+void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTensor& b);
+
+// Arithmetic (sign-extending) shift: floor(x / 2^bits) on the signed view.
+RingTensor ring_shift_floor(const RingTensor& a, int bits);
+// ceil(x / 2^bits) on the signed view, computed as -floor(-x / 2^bits).
+RingTensor ring_shift_ceil(const RingTensor& a, int bits);
+
+// Raw bytes of a tensor (little-endian host order) and back, for messages.
+std::span<const std::byte> ring_bytes(const RingTensor& t);
+RingTensor ring_from_bytes(std::span<const std::byte> bytes, const Shape& shape);
+
+}  // namespace mpcache

@@ -1,0 +1,8 @@
+// The whole public API in one import.
+module;
+#include "prelude.hpp"
+export module mpcache;
+export import mpcache.core;
+export import mpcache.async;
+export import mpcache.net;
+export import mpcache.proto;

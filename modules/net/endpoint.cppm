@@ -1,0 +1,101 @@
+// Endpoint: one party's view of the network, independent of the transport.
+// Protocols send to (peer, stream) and await receives from (peer, stream).
+// Sends are held in a per-peer outbox until the end of the scheduler tick and
+// then handed to the transport as one batch, so concurrent sub-protocols that
+// send in the same tick share one write and one round trip.
+//
+// Rounds are a Lamport clock: each frame carries the sender's clock; taking a
+// frame sets clock = max(clock, frame clock + 1). The clock is thus the length
+// of the longest chain of dependent messages that reached this party, i.e.
+// the rounds along its critical path, however many sub-protocols ran at once.
+module;
+#include "prelude.hpp"
+export module mpcache.net:endpoint;
+import mpcache.core;
+import mpcache.async;
+import :frame;
+
+export namespace mpcache {
+
+// Moves batches of frames between parties. Implementations: in-process (this
+// module), TCP over io_uring or asio (later).
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual void write(PartyId from, PartyId to, std::vector<Frame>&& batch) = 0;
+  virtual std::string name() const = 0;
+};
+
+class Endpoint final : public TickListener {
+ public:
+  Endpoint(Scheduler& scheduler, PartyId self, std::size_t parties);
+  ~Endpoint() override;
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  void attach(Transport* transport) { transport_ = transport; }
+
+  PartyId id() const noexcept { return self_; }
+  std::size_t parties() const noexcept { return parties_; }
+  Scheduler& scheduler() noexcept { return scheduler_; }
+  const Transport* transport() const noexcept { return transport_; }
+
+  // Queue a message; it leaves at the end of the current tick.
+  void send(PartyId to, StreamId stream, std::vector<std::byte>&& payload);
+  void send(PartyId to, StreamId stream, std::span<const std::byte> payload);
+
+  struct RecvAwaiter {
+    Endpoint* endpoint;
+    PartyId from;
+    StreamId stream;
+    Frame frame;
+    bool link_failed = false;  // set instead of a frame when the peer is gone
+    bool await_ready();
+    void await_suspend(std::coroutine_handle<> h);
+    std::vector<std::byte> await_resume();
+  };
+  // `co_await endpoint.recv(peer, stream)` yields the next payload in order.
+  RecvAwaiter recv(PartyId from, StreamId stream);
+
+  // Transport side: frames that arrived from `from`, in order.
+  void deliver(PartyId from, std::vector<Frame>&& frames);
+  // Transport side: the link to `peer` is gone; waiters get Error(network).
+  void fail(PartyId peer, const std::string& why);
+
+  const CostCounters& costs() const noexcept { return costs_; }
+  std::uint64_t rounds() const noexcept { return costs_.rounds; }
+
+  void on_tick_end() override;
+  std::string describe_waiting() const override;
+
+ private:
+  struct Key {
+    PartyId peer;
+    StreamId stream;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const noexcept {
+      return std::hash<std::uint64_t>{}(k.stream * 0x9E3779B97F4A7C15ull ^ k.peer);
+    }
+  };
+  struct Waiter {
+    std::coroutine_handle<> handle;
+    RecvAwaiter* awaiter;
+  };
+
+  void check_peer(PartyId peer, const char* what) const;
+  void take(Frame& frame, PartyId from);
+
+  Scheduler& scheduler_;
+  PartyId self_;
+  std::size_t parties_;
+  Transport* transport_ = nullptr;
+  std::vector<std::vector<Frame>> outbox_;
+  std::unordered_map<Key, std::deque<Frame>, KeyHash> mailbox_;
+  std::unordered_map<Key, Waiter, KeyHash> waiters_;
+  std::vector<std::string> failed_;  // per peer: why the link is gone ("" = fine)
+  CostCounters costs_;
+};
+
+}  // namespace mpcache

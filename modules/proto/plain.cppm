@@ -1,0 +1,51 @@
+// plain: the Protocol interface on clear-text fixed-point values in one
+// process. No messages, no rounds. Truncation is exact floor(x / 2^d), so
+// rss3 results equal plain results up to truncation's last-bit error.
+module;
+#include "prelude.hpp"
+export module mpcache.proto:plain;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+
+export namespace mpcache {
+
+struct PlainShare {
+  RingTensor value;
+};
+
+class Plain {
+ public:
+  using Share = PlainShare;
+
+  explicit Plain(int frac_bits = default_frac_bits);
+
+  PartyId party_id() const noexcept { return 0; }
+  bool holds_input(PartyId) const noexcept { return true; }  // one process holds everything
+  int frac_bits() const noexcept { return frac_bits_; }
+  Plain fork() const { return Plain(frac_bits_); }
+
+  static Shape shape(const Share& a) { return shape_of(a.value); }
+
+  Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
+  Task<RingTensor> reveal(const Share& a);
+  Task<std::optional<RingTensor>> reveal_to(PartyId receiver, const Share& a);
+
+  Share add(const Share& a, const Share& b) const;
+  Share sub(const Share& a, const Share& b) const;
+  Share neg(const Share& a) const;
+  Share add_public(const Share& a, const RingTensor& c) const;
+  Share mul_public(const Share& a, const RingTensor& c) const;
+  Share matmul_public(const Share& a, const RingTensor& c) const;
+
+  Task<Share> mul(const Share& a, const Share& b);
+  Task<Share> matmul(const Share& a, const Share& b);
+  Task<Share> truncate(const Share& a, int bits);
+  Task<Share> mul_trunc(const Share& a, const Share& b);
+  Task<Share> matmul_trunc(const Share& a, const Share& b);
+
+ private:
+  int frac_bits_;
+};
+
+}  // namespace mpcache

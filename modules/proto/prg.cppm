@@ -1,0 +1,38 @@
+// Pseudo-random generator for correlated randomness: AES-128 in counter mode
+// (OpenSSL EVP, AES-NI where the CPU has it). The 128-bit counter block is
+// (stream id, block index), so every stream has its own key stream and
+// concurrent sub-protocols draw the same values at every party whatever
+// order their messages arrive in.
+module;
+#include "prelude.hpp"
+export module mpcache.proto:prg;
+import mpcache.core;
+import mpcache.net;
+
+export namespace mpcache {
+
+using PrgKey = std::array<std::uint8_t, 16>;
+
+// 16 bytes from the operating system's RNG (getrandom).
+PrgKey random_prg_key();
+// Deterministic key for tests and reproducible benches only: NOT secret.
+PrgKey insecure_prg_key(std::uint64_t seed, std::uint64_t index);
+
+class Prg {
+ public:
+  explicit Prg(const PrgKey& key);
+  ~Prg();
+  Prg(Prg&&) noexcept;
+  Prg& operator=(Prg&&) noexcept;
+
+  // Fills `out` with key stream for `stream` starting at AES block `block`;
+  // advances `block` past the blocks used (two ring elements per block).
+  void fill(StreamId stream, std::uint64_t& block, std::span<Ring> out) const;
+  RingTensor draw(StreamId stream, std::uint64_t& block, const Shape& shape) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mpcache

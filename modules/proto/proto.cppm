@@ -1,0 +1,8 @@
+// mpcache.proto: the Protocol concept, the PRG, and the rss3 and plain backends.
+module;
+#include "prelude.hpp"
+export module mpcache.proto;
+export import :protocol;
+export import :prg;
+export import :rss3;
+export import :plain;

@@ -1,0 +1,51 @@
+// The Protocol concept: what algorithm code (ops, kv, model) may use. A
+// protocol object is one party's handle on one stream of a secure
+// computation; fork() gives a sub-protocol its own stream (and randomness)
+// so that independent work can run concurrently under when_all.
+//
+// Values are RingTensors in Z_2^64 (fixed-point encoded by the caller);
+// `Share` is whatever the backend keeps per party. Linear operations are
+// local; mul/matmul/truncate/reveal are coroutines that may talk to peers.
+// A 2-party additive backend with dealer-made correlations fits the same
+// shape: Share = one additive component, mul = Beaver multiplication.
+module;
+#include "prelude.hpp"
+export module mpcache.proto:protocol;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+
+export namespace mpcache {
+
+template <class P>
+concept Protocol =
+    std::movable<P> &&
+    requires(P& p, const P& cp, const typename P::Share& a, const typename P::Share& b,
+             const RingTensor& c, PartyId id, int bits, std::optional<RingTensor> v,
+             const Shape& s) {
+      typename P::Share;
+      { cp.party_id() } -> std::convertible_to<PartyId>;
+      { cp.holds_input(id) } -> std::convertible_to<bool>;
+      { cp.frac_bits() } -> std::convertible_to<int>;
+      { p.fork() } -> std::same_as<P>;
+      { P::shape(a) } -> std::same_as<Shape>;
+      // Secret input from `owner` (value given only there), public shape.
+      { p.input(id, std::move(v), s) } -> std::same_as<Task<typename P::Share>>;
+      { p.reveal(a) } -> std::same_as<Task<RingTensor>>;
+      { p.reveal_to(id, a) } -> std::same_as<Task<std::optional<RingTensor>>>;
+      // Local, linear.
+      { cp.add(a, b) } -> std::same_as<typename P::Share>;
+      { cp.sub(a, b) } -> std::same_as<typename P::Share>;
+      { cp.neg(a) } -> std::same_as<typename P::Share>;
+      { cp.add_public(a, c) } -> std::same_as<typename P::Share>;
+      { cp.mul_public(a, c) } -> std::same_as<typename P::Share>;
+      { cp.matmul_public(a, c) } -> std::same_as<typename P::Share>;
+      // Interactive.
+      { p.mul(a, b) } -> std::same_as<Task<typename P::Share>>;
+      { p.matmul(a, b) } -> std::same_as<Task<typename P::Share>>;
+      { p.truncate(a, bits) } -> std::same_as<Task<typename P::Share>>;
+      { p.mul_trunc(a, b) } -> std::same_as<Task<typename P::Share>>;
+      { p.matmul_trunc(a, b) } -> std::same_as<Task<typename P::Share>>;
+    };
+
+}  // namespace mpcache

@@ -1,0 +1,125 @@
+// rss3: 2-out-of-3 replicated secret sharing over Z_2^64 (ABY3 / PUMA),
+// semi-honest, honest majority. Party i holds (s_i, s_{i+1}) of x = s0+s1+s2.
+//
+// Cost per party (n = output elements, 8 bytes each):
+//   input          owner sends n to each of the 2 others        1 round
+//   reveal         every party sends n to the next one           1 round
+//   reveal_to(j)   party j-1 sends n to j                        1 round
+//   mul, matmul    every party sends n to the previous one      1 round
+//   truncate       party 0 sends n to party 2                    1 round
+//   mul_trunc, matmul_trunc (fused)  every party sends n         1 round
+// Zero-sharings come from pairwise AES-CTR keys: party i shares k_i with
+// party i+1, agreed at setup (one round, keys from the OS RNG).
+//
+// Truncation (SecureML-style, on a 2-out-of-2 view: party 0 holds a, parties
+// 1 and 2 hold b, x = a + b): floor(a/2^d) + ceil(b/2^d). For |x| < 2^l the
+// result is floor(x/2^d) or floor(x/2^d) + 1, except with probability at most
+// (|x|+1)/2^64 <= 2^(l-64) per element, when the result is off by ~2^(64-d).
+// With 18 fraction bits and fixed-point products whose real value stays
+// below 2^10 (|x| < 2^46), that is <= 2^-18 per element.
+module;
+#include "prelude.hpp"
+export module mpcache.proto:rss3;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import :prg;
+
+export namespace mpcache {
+
+struct Rss3Share {
+  RingTensor own;   // s_i
+  RingTensor next;  // s_{i+1}
+};
+
+struct Rss3Options {
+  int frac_bits = default_frac_bits;
+  // Derive the pairwise keys from this seed instead of the OS RNG. For tests
+  // and reproducible benches only: anyone who knows the seed sees everything.
+  std::optional<std::uint64_t> insecure_seed;
+};
+
+class Rss3;
+
+// Long-lived state of one party: its endpoint and its two pairwise keys.
+class Rss3Party {
+ public:
+  // Agrees on keys with the two peers (one round unless insecure_seed).
+  static Task<std::unique_ptr<Rss3Party>> setup(Endpoint& endpoint, Rss3Options options = {});
+
+  PartyId id() const noexcept { return id_; }
+  Endpoint& endpoint() noexcept { return *endpoint_; }
+  int frac_bits() const noexcept { return options_.frac_bits; }
+
+  // A protocol handle on a fresh root stream. Parties must open sessions in
+  // the same order so that their stream ids agree.
+  Rss3 session();
+
+  Rss3Party(Endpoint& endpoint, Rss3Options options, const PrgKey& next, const PrgKey& prev);
+
+ private:
+  friend class Rss3;
+  Endpoint* endpoint_;
+  PartyId id_;
+  Rss3Options options_;
+  Prg prg_next_;  // k_i, shared with party i+1
+  Prg prg_prev_;  // k_{i-1}, shared with party i-1
+  std::uint64_t sessions_ = 0;
+};
+
+class Rss3 {
+ public:
+  using Share = Rss3Share;
+
+  Rss3(Rss3Party& party, StreamId stream) : party_(&party), stream_(stream) {}
+  Rss3(Rss3&&) noexcept = default;
+  Rss3& operator=(Rss3&&) noexcept = default;
+  // Copies would reuse the stream's randomness: forbidden, use fork().
+  Rss3(const Rss3&) = delete;
+  Rss3& operator=(const Rss3&) = delete;
+
+  PartyId party_id() const noexcept { return party_->id_; }
+  bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
+  int frac_bits() const noexcept { return party_->options_.frac_bits; }
+  StreamId stream() const noexcept { return stream_; }
+  Rss3 fork();
+
+  static Shape shape(const Share& a) { return shape_of(a.own); }
+
+  Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
+  Task<RingTensor> reveal(const Share& a);
+  Task<std::optional<RingTensor>> reveal_to(PartyId receiver, const Share& a);
+
+  Share add(const Share& a, const Share& b) const;
+  Share sub(const Share& a, const Share& b) const;
+  Share neg(const Share& a) const;
+  Share add_public(const Share& a, const RingTensor& c) const;
+  Share mul_public(const Share& a, const RingTensor& c) const;     // elementwise, no truncation
+  Share matmul_public(const Share& a, const RingTensor& c) const;  // (m,k) x public (k,n)
+
+  Task<Share> mul(const Share& a, const Share& b);
+  Task<Share> matmul(const Share& a, const Share& b);
+  Task<Share> truncate(const Share& a, int bits);
+  // Fixed-point products: one round, truncated by frac_bits().
+  Task<Share> mul_trunc(const Share& a, const Share& b);
+  Task<Share> matmul_trunc(const Share& a, const Share& b);
+
+ private:
+  PartyId next_id() const noexcept { return (party_->id_ + 1) % 3; }
+  PartyId prev_id() const noexcept { return (party_->id_ + 2) % 3; }
+  RingTensor draw_next(const Shape& s);  // from k_i
+  RingTensor draw_prev(const Shape& s);  // from k_{i-1}
+  RingTensor zero_share(const Shape& s);
+  void send(PartyId to, const RingTensor& t);
+  Task<RingTensor> recv(PartyId from, Shape shape);
+  Task<Share> reshare(RingTensor z);
+  Task<Share> reshare_truncated(RingTensor z, int bits);
+
+  Rss3Party* party_;
+  StreamId stream_;
+  std::uint64_t block_next_ = 0;
+  std::uint64_t block_prev_ = 0;
+  std::uint64_t forks_ = 0;
+};
+
+}  // namespace mpcache

@@ -1,0 +1,160 @@
+module;
+#include "prelude.hpp"
+module mpcache.net;
+import mpcache.core;
+import mpcache.async;
+
+namespace mpcache {
+
+std::array<std::byte, frame_header_bytes> FrameHeader::encode() const {
+  std::array<std::byte, frame_header_bytes> out{};
+  for (int i = 0; i < 8; ++i) out[i] = std::byte((stream >> (8 * i)) & 0xFF);
+  for (int i = 0; i < 4; ++i) out[8 + i] = std::byte((length >> (8 * i)) & 0xFF);
+  for (int i = 0; i < 4; ++i) out[12 + i] = std::byte((clock >> (8 * i)) & 0xFF);
+  return out;
+}
+
+FrameHeader FrameHeader::decode(const std::byte* bytes) {
+  FrameHeader h;
+  for (int i = 0; i < 8; ++i) h.stream |= std::uint64_t(bytes[i]) << (8 * i);
+  for (int i = 0; i < 4; ++i) h.length |= std::uint32_t(bytes[8 + i]) << (8 * i);
+  for (int i = 0; i < 4; ++i) h.clock |= std::uint32_t(bytes[12 + i]) << (8 * i);
+  return h;
+}
+
+Endpoint::Endpoint(Scheduler& scheduler, PartyId self, std::size_t parties)
+    : scheduler_(scheduler), self_(self), parties_(parties), outbox_(parties), failed_(parties) {
+  if (parties < 2 || self >= parties)
+    throw Error(ErrorCode::bad_party, "party id " + std::to_string(self) + " with " +
+                                          std::to_string(parties) + " parties");
+  costs_.per_peer.resize(parties);
+  scheduler_.add_listener(this);
+}
+
+Endpoint::~Endpoint() { scheduler_.remove_listener(this); }
+
+void Endpoint::check_peer(PartyId peer, const char* what) const {
+  if (peer >= parties_ || peer == self_)
+    throw Error(ErrorCode::bad_party, std::string(what) + ": party " + std::to_string(self_) +
+                                          " cannot talk to party " + std::to_string(peer) +
+                                          " (parties are 0.." + std::to_string(parties_ - 1) +
+                                          ")");
+}
+
+void Endpoint::send(PartyId to, StreamId stream, std::vector<std::byte>&& payload) {
+  check_peer(to, "send");
+  if (payload.size() > max_frame_payload)
+    throw Error(ErrorCode::invalid_argument,
+                "message of " + std::to_string(payload.size()) + " bytes exceeds the frame limit");
+  outbox_[to].push_back(
+      Frame{stream, static_cast<std::uint32_t>(costs_.rounds), std::move(payload)});
+}
+
+void Endpoint::send(PartyId to, StreamId stream, std::span<const std::byte> payload) {
+  send(to, stream, std::vector<std::byte>(payload.begin(), payload.end()));
+}
+
+Endpoint::RecvAwaiter Endpoint::recv(PartyId from, StreamId stream) {
+  check_peer(from, "recv");
+  return RecvAwaiter{this, from, stream, {}};
+}
+
+bool Endpoint::RecvAwaiter::await_ready() {
+  auto it = endpoint->mailbox_.find(Key{from, stream});
+  if (it != endpoint->mailbox_.end() && !it->second.empty()) {
+    frame = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) endpoint->mailbox_.erase(it);
+    endpoint->take(frame, from);
+    return true;
+  }
+  if (!endpoint->failed_[from].empty())
+    throw Error(ErrorCode::network, "party " + std::to_string(endpoint->self_) +
+                                        ": link to party " + std::to_string(from) +
+                                        " failed: " + endpoint->failed_[from]);
+  return false;
+}
+
+void Endpoint::RecvAwaiter::await_suspend(std::coroutine_handle<> h) {
+  auto [it, inserted] = endpoint->waiters_.try_emplace(Key{from, stream}, Waiter{h, this});
+  if (!inserted)
+    throw Error(ErrorCode::protocol,
+                "party " + std::to_string(endpoint->self_) + ": two receivers on stream " +
+                    std::to_string(stream) + " from party " + std::to_string(from) +
+                    "; concurrent sub-protocols need their own stream (fork())");
+}
+
+std::vector<std::byte> Endpoint::RecvAwaiter::await_resume() {
+  if (link_failed)
+    throw Error(ErrorCode::network, "party " + std::to_string(endpoint->self_) +
+                                        ": link to party " + std::to_string(from) +
+                                        " failed: " + endpoint->failed_[from]);
+  return std::move(frame.payload);
+}
+
+void Endpoint::take(Frame& frame, PartyId from) {
+  costs_.rounds = std::max<std::uint64_t>(costs_.rounds, std::uint64_t(frame.clock) + 1);
+  costs_.per_peer[from].payload_bytes_received += frame.payload.size();
+  costs_.per_peer[from].messages_received += 1;
+}
+
+void Endpoint::deliver(PartyId from, std::vector<Frame>&& frames) {
+  check_peer(from, "deliver");
+  for (auto& f : frames) {
+    auto w = waiters_.find(Key{from, f.stream});
+    if (w != waiters_.end()) {
+      RecvAwaiter* a = w->second.awaiter;
+      auto h = w->second.handle;
+      waiters_.erase(w);
+      a->frame = std::move(f);
+      take(a->frame, from);
+      scheduler_.post(h);
+    } else {
+      mailbox_[Key{from, f.stream}].push_back(std::move(f));
+    }
+  }
+}
+
+void Endpoint::fail(PartyId peer, const std::string& why) {
+  check_peer(peer, "fail");
+  failed_[peer] = why.empty() ? "link closed" : why;
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->first.peer == peer) {
+      it->second.awaiter->link_failed = true;
+      scheduler_.post(it->second.handle);
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Endpoint::on_tick_end() {
+  for (PartyId to = 0; to < parties_; ++to) {
+    auto& box = outbox_[to];
+    if (box.empty()) continue;
+    auto& t = costs_.per_peer[to];
+    t.writes += 1;
+    t.messages_sent += box.size();
+    t.frame_bytes_sent += box.size() * frame_header_bytes;
+    for (const auto& f : box) t.payload_bytes_sent += f.payload.size();
+    std::vector<Frame> batch = std::move(box);
+    box.clear();
+    if (!transport_)
+      throw Error(ErrorCode::network,
+                  "party " + std::to_string(self_) + " has no transport attached");
+    transport_->write(self_, to, std::move(batch));
+  }
+}
+
+std::string Endpoint::describe_waiting() const {
+  std::string s;
+  for (const auto& [key, w] : waiters_) {
+    if (!s.empty()) s += ", ";
+    s += "party " + std::to_string(self_) + " <- party " + std::to_string(key.peer) +
+         " on stream " + std::to_string(key.stream);
+  }
+  return s;
+}
+
+}  // namespace mpcache

