@@ -34,7 +34,7 @@ void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTens
 
 // Arithmetic (sign-extending) shift: floor(x / 2^bits) on the signed view.
 RingTensor ring_shift_floor(const RingTensor& a, int bits);
-// ceil(x / 2^bits) on the signed view, computed as -floor(-x / 2^bits).
+// ceil(x / 2^bits) on the signed view.
 RingTensor ring_shift_ceil(const RingTensor& a, int bits);
 
 // Raw bytes of a tensor (little-endian host order) and back, for messages.

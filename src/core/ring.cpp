@@ -129,10 +129,13 @@ RingTensor ring_shift_floor(const RingTensor& a, int bits) {
 
 RingTensor ring_shift_ceil(const RingTensor& a, int bits) {
   check_shift(bits);
+  // floor plus one when any dropped bit is set: exact for every value, unlike
+  // -floor(-x) which overflows at -2^63.
+  const Ring low_mask = (Ring{1} << bits) - 1;
   RingTensor out = RingTensor::from_shape(a.shape());
   for (std::size_t i = 0; i < a.size(); ++i) {
-    const Ring negated = Ring{0} - a.data()[i];
-    out.data()[i] = Ring{0} - static_cast<Ring>(static_cast<std::int64_t>(negated) >> bits);
+    const Ring x = a.data()[i];
+    out.data()[i] = static_cast<Ring>(static_cast<std::int64_t>(x) >> bits) + ((x & low_mask) != 0);
   }
   return out;
 }
