@@ -46,6 +46,12 @@ void Endpoint::send(PartyId to, StreamId stream, std::vector<std::byte>&& payloa
   if (payload.size() > max_frame_payload)
     throw Error(ErrorCode::invalid_argument,
                 "message of " + std::to_string(payload.size()) + " bytes exceeds the frame limit");
+  // Counted when the protocol sends, so counters read right after an
+  // operation include everything it sent; writes are counted at the flush.
+  auto& t = costs_.per_peer[to];
+  t.messages_sent += 1;
+  t.frame_bytes_sent += frame_header_bytes;
+  t.payload_bytes_sent += payload.size();
   outbox_[to].push_back(
       Frame{stream, static_cast<std::uint32_t>(costs_.rounds), std::move(payload)});
 }
@@ -133,11 +139,7 @@ void Endpoint::on_tick_end() {
   for (PartyId to = 0; to < parties_; ++to) {
     auto& box = outbox_[to];
     if (box.empty()) continue;
-    auto& t = costs_.per_peer[to];
-    t.writes += 1;
-    t.messages_sent += box.size();
-    t.frame_bytes_sent += box.size() * frame_header_bytes;
-    for (const auto& f : box) t.payload_bytes_sent += f.payload.size();
+    costs_.per_peer[to].writes += 1;
     std::vector<Frame> batch = std::move(box);
     box.clear();
     if (!transport_)

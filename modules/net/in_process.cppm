@@ -28,4 +28,44 @@ class InProcessNetwork final : public Transport {
   std::vector<std::vector<bool>> cut_;
 };
 
+namespace detail {
+template <class R>
+using PartyResult = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
+}
+
+// Runs party_main(id) -> Task<R> for every party of `network` concurrently.
+// A party whose task throws behaves like a process that died: its links are
+// cut, so the others fail fast with a network error instead of waiting. The
+// error rethrown is the first one in time (the root cause).
+template <class Fn>
+auto run_parties(Scheduler& scheduler, InProcessNetwork& network, Fn party_main) {
+  using R = typename decltype(party_main(PartyId{0}))::value_type;
+  std::exception_ptr first_error;
+  auto guarded = [&](PartyId id) -> Task<R> {
+    std::exception_ptr error;
+    try {
+      if constexpr (std::is_void_v<R>) {
+        co_await party_main(id);
+        co_return;
+      } else {
+        co_return co_await party_main(id);
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (!first_error) first_error = error;
+    for (PartyId peer = 0; peer < network.parties(); ++peer)
+      if (peer != id) network.cut(id, peer);
+    std::rethrow_exception(error);
+  };
+  std::vector<Task<R>> tasks;
+  for (PartyId id = 0; id < network.parties(); ++id) tasks.push_back(guarded(id));
+  try {
+    return sync_wait(scheduler, when_all(std::move(tasks)));
+  } catch (...) {
+    if (first_error) std::rethrow_exception(first_error);
+    throw;
+  }
+}
+
 }  // namespace mpcache

@@ -1,2 +1,41 @@
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <doctest/doctest.h>
+import mpcache.core;
+import mpcache.net;
+import mpcache.proto;
+
+using namespace mpcache;
+
+TEST_CASE("the PRG is a function of key, stream and block") {
+  const PrgKey key = insecure_prg_key(1, 2);
+  Prg a(key), b(key);
+  std::uint64_t block_a = 0, block_b = 0;
+  RingTensor x = a.draw(7, block_a, {10});
+  RingTensor y = b.draw(7, block_b, {10});
+  CHECK(x == y);
+  CHECK(block_a == 5);  // two ring elements per AES block
+  // Drawing 4 then 6 continues the same key stream as drawing 10 at once.
+  std::uint64_t block_c = 0;
+  RingTensor first = a.draw(7, block_c, {4}), second = a.draw(7, block_c, {6});
+  for (std::size_t i = 0; i < 4; ++i) CHECK(first(i) == x(i));
+  for (std::size_t i = 0; i < 6; ++i) CHECK(second(i) == x(i + 4));
+  // Another stream or key gives another stream of values.
+  std::uint64_t block_d = 0, block_e = 0;
+  CHECK(a.draw(8, block_d, {10}) != x);
+  CHECK(Prg(insecure_prg_key(1, 3)).draw(7, block_e, {10}) != x);
+}
+
+TEST_CASE("odd draws consume whole blocks and the output looks uniform") {
+  Prg prg(random_prg_key());
+  std::uint64_t block = 0;
+  RingTensor t = prg.draw(0, block, {100001});
+  CHECK(block == 50001);
+  // Each bit position is set in about half of the values (6 sigma bounds).
+  for (int bit = 0; bit < 64; bit += 9) {
+    std::size_t ones = 0;
+    for (auto v : t) ones += (v >> bit) & 1;
+    CHECK(ones > 50000 - 950);
+    CHECK(ones < 50000 + 950);
+  }
+  CHECK(random_prg_key() != random_prg_key());
+}

@@ -31,8 +31,8 @@ auto run_rss3(Fn fn, Rss3Options options = {}) {
     run.costs[id] = network.endpoint(id).costs() - before;
     co_return result;
   };
-  auto [r0, r1, r2] = sync_wait(scheduler, when_all(party_main(0), party_main(1), party_main(2)));
-  run.results = {std::move(r0), std::move(r1), std::move(r2)};
+  auto results = run_parties(scheduler, network, party_main);
+  for (std::size_t i = 0; i < 3; ++i) run.results[i] = std::move(results[i]);
   return run;
 }
 
