@@ -1,0 +1,71 @@
+// mpcache-bench --preset NAME [--json] [--repeat N]
+// Prints one row per case: latency, payload bytes (busiest party and total),
+// message headers, rounds on the critical path. With --json, one JSON object
+// per line on stdout.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <iostream>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+import mpcache;
+#include "bench_case.hpp"
+
+namespace mpcache::bench {
+std::vector<CaseResult> micro_preset(const Options& options);
+}
+
+namespace {
+using mpcache::bench::CaseResult;
+
+nlohmann::json to_json(const CaseResult& c) {
+  return {{"case", c.name},
+          {"protocol", c.protocol},
+          {"transport", c.transport},
+          {"elements", c.elements},
+          {"latency_s", c.latency_s},
+          {"bytes_max_party", c.bytes_max_party},
+          {"bytes_total", c.bytes_total},
+          {"frame_bytes_total", c.frame_bytes_total},
+          {"messages_max_party", c.messages_max_party},
+          {"rounds", c.rounds},
+          {"repeat", c.repeat}};
+}
+
+void print_table(const std::vector<CaseResult>& rows) {
+  std::printf("%-22s %-6s %-11s %12s %16s %16s %14s %7s\n", "case", "proto", "transport",
+              "latency_s", "bytes_max_party", "bytes_total", "frame_bytes", "rounds");
+  for (const auto& c : rows)
+    std::printf("%-22s %-6s %-11s %12.6f %16llu %16llu %14llu %7llu\n", c.name.c_str(),
+                c.protocol.c_str(), c.transport.c_str(), c.latency_s,
+                static_cast<unsigned long long>(c.bytes_max_party),
+                static_cast<unsigned long long>(c.bytes_total),
+                static_cast<unsigned long long>(c.frame_bytes_total),
+                static_cast<unsigned long long>(c.rounds));
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mpcache benchmarks: latency, bytes and rounds per party"};
+  std::string preset;
+  bool json = false;
+  mpcache::bench::Options options;
+  app.add_option("--preset", preset, "benchmark preset")
+      ->required()
+      ->check(CLI::IsMember({"micro"}));
+  app.add_flag("--json", json, "one JSON object per case on stdout");
+  app.add_option("--repeat", options.repeat, "runs per case; the median latency is reported")
+      ->check(CLI::Range(1, 1000));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    std::vector<CaseResult> rows;
+    if (preset == "micro") rows = mpcache::bench::micro_preset(options);
+    if (json) {
+      for (const auto& r : rows) std::cout << to_json(r).dump() << "\n";
+    } else {
+      print_table(rows);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mpcache-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,20 @@
+# ctest driver: install the built tree into a staging prefix, configure and
+# build tests/consumer against it with find_package(mpcache), run it.
+foreach(var BUILD_DIR SOURCE_DIR WORK_DIR CXX_COMPILER SCAN_DEPS)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "run.cmake needs -D${var}=...")
+  endif()
+endforeach()
+file(REMOVE_RECURSE "${WORK_DIR}")
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}")
+  endif()
+endfunction()
+step(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/stage")
+step(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G Ninja
+     -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=${SCAN_DEPS}
+     -DCMAKE_PREFIX_PATH=${WORK_DIR}/stage -DCMAKE_BUILD_TYPE=Release)
+step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+step("${WORK_DIR}/build/consumer")
