@@ -11,14 +11,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 RingTensor random_values(const Shape& shape, std::uint64_t seed, int magnitude_bits) {
-  RingTensor t = RingTensor::from_shape(shape);
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& v : t) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v = static_cast<Ring>(static_cast<std::int64_t>(x) >> (64 - magnitude_bits));
-  }
+  RingTensor t = ring_sample(shape, seed);
+  for (auto& v : t) v = static_cast<Ring>(static_cast<std::int64_t>(v) >> (64 - magnitude_bits));
   return t;
 }
 

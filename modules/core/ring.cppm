@@ -37,6 +37,11 @@ RingTensor ring_shift_floor(const RingTensor& a, int bits);
 // ceil(x / 2^bits) on the signed view.
 RingTensor ring_shift_ceil(const RingTensor& a, int bits);
 
+// Deterministic pseudo-random ring elements (xorshift64) for test data,
+// benchmark inputs and random weights. Not cryptographic: secrets come from
+// the PRG in mpcache.proto.
+RingTensor ring_sample(const Shape& shape, std::uint64_t seed);
+
 // Raw bytes of a tensor (little-endian host order) and back, for messages.
 std::span<const std::byte> ring_bytes(const RingTensor& t);
 RingTensor ring_from_bytes(std::span<const std::byte> bytes, const Shape& shape);

@@ -140,6 +140,18 @@ RingTensor ring_shift_ceil(const RingTensor& a, int bits) {
   return out;
 }
 
+RingTensor ring_sample(const Shape& shape, std::uint64_t seed) {
+  RingTensor t = RingTensor::from_shape(shape);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;  // never zero
+  for (auto& v : t) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v = x;
+  }
+  return t;
+}
+
 std::span<const std::byte> ring_bytes(const RingTensor& t) {
   return {reinterpret_cast<const std::byte*>(t.data()), t.size() * sizeof(Ring)};
 }

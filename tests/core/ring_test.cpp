@@ -85,3 +85,13 @@ TEST_CASE("tensors round-trip through bytes; a wrong byte count is refused") {
   CHECK_THROWS_AS(ring_from_bytes(bytes.first(159), {4, 5}), Error);
   CHECK_THROWS_AS(ring_from_bytes(bytes, {4, 6}), Error);
 }
+
+TEST_CASE("ring_sample is deterministic per seed and spreads over the ring") {
+  RingTensor a = ring_sample({1000}, 5), b = ring_sample({1000}, 5), c = ring_sample({1000}, 6);
+  CHECK(a == b);
+  CHECK(a != c);
+  std::size_t high = 0;
+  for (auto v : a) high += v >> 63;
+  CHECK(high > 400);
+  CHECK(high < 600);
+}

@@ -45,15 +45,7 @@ auto run_plain(Fn fn) {
 }
 
 inline RingTensor random_ring(const Shape& shape, std::uint64_t seed) {
-  RingTensor t = RingTensor::from_shape(shape);
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& v : t) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v = x;
-  }
-  return t;
+  return ring_sample(shape, seed);
 }
 
 // Uniform reals in [lo, hi), deterministic.
