@@ -27,6 +27,13 @@ RingTensor ring_mul(const RingTensor& a, const RingTensor& b);  // elementwise
 void ring_add_inplace(RingTensor& acc, const RingTensor& b);
 void ring_sub_inplace(RingTensor& acc, const RingTensor& b);
 
+// Bitwise word operations (boolean sharing, bit-parallel over 64 positions).
+RingTensor ring_xor(const RingTensor& a, const RingTensor& b);
+RingTensor ring_and(const RingTensor& a, const RingTensor& b);
+void ring_xor_inplace(RingTensor& acc, const RingTensor& b);
+RingTensor ring_shift_left(const RingTensor& a, int bits);
+RingTensor ring_shift_right_logical(const RingTensor& a, int bits);
+
 // (m,k) x (k,n) -> (m,n), wrapping. Both operands must be 2-D.
 RingTensor ring_matmul(const RingTensor& a, const RingTensor& b);
 // acc += a x b, shapes as above.

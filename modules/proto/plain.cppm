@@ -14,9 +14,14 @@ struct PlainShare {
   RingTensor value;
 };
 
+struct PlainBits {
+  RingTensor value;
+};
+
 class Plain {
  public:
   using Share = PlainShare;
+  using Bits = PlainBits;
 
   explicit Plain(int frac_bits = default_frac_bits);
 
@@ -26,6 +31,7 @@ class Plain {
   Plain fork() const { return Plain(frac_bits_); }
 
   static Shape shape(const Share& a) { return shape_of(a.value); }
+  static Shape shape(const Bits& a) { return shape_of(a.value); }
 
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
   Task<RingTensor> reveal(const Share& a);
@@ -43,6 +49,16 @@ class Plain {
   Task<Share> truncate(const Share& a, int bits);
   Task<Share> mul_trunc(const Share& a, const Share& b);
   Task<Share> matmul_trunc(const Share& a, const Share& b);
+
+  Task<Bits> to_bits(const Share& a, int width = ring_bits);
+  Task<Bits> bits_and(const Bits& x, const Bits& y);
+  Bits bits_xor(const Bits& x, const Bits& y) const;
+  Bits bits_xor_public(const Bits& x, const RingTensor& c) const;
+  Bits bits_and_public(const Bits& x, const RingTensor& c) const;
+  Bits bits_shift_left(const Bits& x, int n) const;
+  Bits bits_shift_right(const Bits& x, int n) const;
+  Task<Share> bit_to_arith(const Bits& x);
+  Task<RingTensor> reveal_bits(const Bits& x);
 
  private:
   int frac_bits_;

@@ -46,6 +46,21 @@ concept Protocol =
       { p.truncate(a, bits) } -> std::same_as<Task<typename P::Share>>;
       { p.mul_trunc(a, b) } -> std::same_as<Task<typename P::Share>>;
       { p.matmul_trunc(a, b) } -> std::same_as<Task<typename P::Share>>;
+    } &&
+    // Boolean layer: XOR-shared 64-bit words, for comparisons and equality.
+    requires(P& p, const P& cp, const typename P::Share& a, const typename P::Bits& x,
+             const typename P::Bits& y, const RingTensor& c, int n) {
+      typename P::Bits;
+      { P::shape(x) } -> std::same_as<Shape>;
+      { p.to_bits(a, n) } -> std::same_as<Task<typename P::Bits>>;
+      { p.bits_and(x, y) } -> std::same_as<Task<typename P::Bits>>;
+      { cp.bits_xor(x, y) } -> std::same_as<typename P::Bits>;
+      { cp.bits_xor_public(x, c) } -> std::same_as<typename P::Bits>;
+      { cp.bits_and_public(x, c) } -> std::same_as<typename P::Bits>;
+      { cp.bits_shift_left(x, n) } -> std::same_as<typename P::Bits>;
+      { cp.bits_shift_right(x, n) } -> std::same_as<typename P::Bits>;
+      { p.bit_to_arith(x) } -> std::same_as<Task<typename P::Share>>;
+      { p.reveal_bits(x) } -> std::same_as<Task<RingTensor>>;
     };
 
 }  // namespace mpcache

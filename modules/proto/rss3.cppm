@@ -8,6 +8,9 @@
 //   mul, matmul    every party sends n to the previous one      1 round
 //   truncate       party 0 sends n to party 2                    1 round
 //   mul_trunc, matmul_trunc (fused)  every party sends n         1 round
+//   bits_and       every party sends n words                     1 round
+//   to_bits(w)     (A2B) 1 + (2 + ceil(log2 w)) words, 2+ceil(log2 w) rounds (w >= 2)
+//   bit_to_arith   (B2A of bit 0) every party sends 2n           2 rounds
 // Zero-sharings come from pairwise AES-CTR keys: party i shares k_i with
 // party i+1, agreed at setup (one round, keys from the OS RNG).
 //
@@ -30,6 +33,13 @@ export namespace mpcache {
 struct Rss3Share {
   RingTensor own;   // s_i
   RingTensor next;  // s_{i+1}
+};
+
+// Boolean (XOR) replicated sharing of 64-bit words: x = b0 ^ b1 ^ b2, party i
+// holds (b_i, b_{i+1}). All 64 bit positions of a word are processed at once.
+struct Rss3Bits {
+  RingTensor own;
+  RingTensor next;
 };
 
 struct Rss3Options {
@@ -70,6 +80,7 @@ class Rss3Party {
 class Rss3 {
  public:
   using Share = Rss3Share;
+  using Bits = Rss3Bits;
 
   Rss3(Rss3Party& party, StreamId stream) : party_(&party), stream_(stream) {}
   Rss3(Rss3&&) noexcept = default;
@@ -85,6 +96,7 @@ class Rss3 {
   Rss3 fork();
 
   static Shape shape(const Share& a) { return shape_of(a.own); }
+  static Shape shape(const Bits& a) { return shape_of(a.own); }
 
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
   Task<RingTensor> reveal(const Share& a);
@@ -104,6 +116,20 @@ class Rss3 {
   Task<Share> mul_trunc(const Share& a, const Share& b);
   Task<Share> matmul_trunc(const Share& a, const Share& b);
 
+  // Boolean layer.
+  // A2B: XOR-sharing of a mod 2^width (bits at and above `width` are zero).
+  // Carry-save of the three components, then a Kogge-Stone adder.
+  Task<Bits> to_bits(const Share& a, int width = ring_bits);
+  Task<Bits> bits_and(const Bits& x, const Bits& y);
+  Bits bits_xor(const Bits& x, const Bits& y) const;
+  Bits bits_xor_public(const Bits& x, const RingTensor& c) const;
+  Bits bits_and_public(const Bits& x, const RingTensor& c) const;
+  Bits bits_shift_left(const Bits& x, int n) const;
+  Bits bits_shift_right(const Bits& x, int n) const;  // logical
+  // B2A of bit 0 of every word (other bits are ignored): arithmetic 0 or 1.
+  Task<Share> bit_to_arith(const Bits& x);
+  Task<RingTensor> reveal_bits(const Bits& x);
+
  private:
   PartyId next_id() const noexcept { return (party_->id_ + 1) % 3; }
   PartyId prev_id() const noexcept { return (party_->id_ + 2) % 3; }
@@ -113,6 +139,8 @@ class Rss3 {
   void send(PartyId to, const RingTensor& t);
   Task<RingTensor> recv(PartyId from, Shape shape);
   Task<Share> reshare(RingTensor z);
+  Bits component_bits(const Share& a, PartyId j) const;  // XOR-sharing of s_j
+  Share component_arith(const Share& a, PartyId j) const;  // arithmetic sharing of s_j
   Task<Share> reshare_truncated(RingTensor z, int bits);
 
   Rss3Party* party_;

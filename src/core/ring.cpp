@@ -65,6 +65,17 @@ RingTensor ring_neg(const RingTensor& a) {
   for (std::size_t i = 0; i < a.size(); ++i) out.data()[i] = Ring{0} - a.data()[i];
   return out;
 }
+RingTensor ring_xor(const RingTensor& a, const RingTensor& b) {
+  return zip(a, b, "ring_xor", [](Ring x, Ring y) { return x ^ y; });
+}
+RingTensor ring_and(const RingTensor& a, const RingTensor& b) {
+  return zip(a, b, "ring_and", [](Ring x, Ring y) { return x & y; });
+}
+void ring_xor_inplace(RingTensor& acc, const RingTensor& b) {
+  require_same_shape(acc, b, "ring_xor_inplace");
+  for (std::size_t i = 0; i < acc.size(); ++i) acc.data()[i] ^= b.data()[i];
+}
+
 void ring_add_inplace(RingTensor& acc, const RingTensor& b) {
   require_same_shape(acc, b, "ring_add_inplace");
   for (std::size_t i = 0; i < acc.size(); ++i) acc.data()[i] += b.data()[i];
@@ -118,6 +129,20 @@ void check_shift(int bits) {
                 "shift by " + std::to_string(bits) + " bits is outside [0, 63]");
 }
 }  // namespace
+
+RingTensor ring_shift_left(const RingTensor& a, int bits) {
+  check_shift(bits);
+  RingTensor out = RingTensor::from_shape(a.shape());
+  for (std::size_t i = 0; i < a.size(); ++i) out.data()[i] = a.data()[i] << bits;
+  return out;
+}
+
+RingTensor ring_shift_right_logical(const RingTensor& a, int bits) {
+  check_shift(bits);
+  RingTensor out = RingTensor::from_shape(a.shape());
+  for (std::size_t i = 0; i < a.size(); ++i) out.data()[i] = a.data()[i] >> bits;
+  return out;
+}
 
 RingTensor ring_shift_floor(const RingTensor& a, int bits) {
   check_shift(bits);

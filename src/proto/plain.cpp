@@ -54,3 +54,37 @@ Task<PlainShare> Plain::matmul_trunc(const Share& a, const Share& b) {
 }
 
 }  // namespace mpcache
+
+namespace mpcache {
+
+Task<PlainBits> Plain::to_bits(const Share& a, int width) {
+  if (width < 1 || width > ring_bits)
+    throw Error(ErrorCode::invalid_argument,
+                "to_bits: width " + std::to_string(width) + " is outside [1, 64]");
+  const Ring mask = width >= ring_bits ? ~Ring{0} : (Ring{1} << width) - 1;
+  PlainBits out{a.value};
+  for (auto& v : out.value) v &= mask;
+  co_return out;
+}
+Task<PlainBits> Plain::bits_and(const Bits& x, const Bits& y) {
+  co_return PlainBits{ring_and(x.value, y.value)};
+}
+PlainBits Plain::bits_xor(const Bits& x, const Bits& y) const { return {ring_xor(x.value, y.value)}; }
+PlainBits Plain::bits_xor_public(const Bits& x, const RingTensor& c) const {
+  return {ring_xor(x.value, c)};
+}
+PlainBits Plain::bits_and_public(const Bits& x, const RingTensor& c) const {
+  return {ring_and(x.value, c)};
+}
+PlainBits Plain::bits_shift_left(const Bits& x, int n) const { return {ring_shift_left(x.value, n)}; }
+PlainBits Plain::bits_shift_right(const Bits& x, int n) const {
+  return {ring_shift_right_logical(x.value, n)};
+}
+Task<PlainShare> Plain::bit_to_arith(const Bits& x) {
+  PlainShare out{x.value};
+  for (auto& v : out.value) v &= 1;
+  co_return out;
+}
+Task<RingTensor> Plain::reveal_bits(const Bits& x) { co_return x.value; }
+
+}  // namespace mpcache

@@ -36,6 +36,18 @@ auto run_rss3(Fn fn, Rss3Options options = {}) {
   return run;
 }
 
+// Rounds an operation added to the critical path: parties' clocks differ
+// (a party that only sends does not advance), so compare the highest ones.
+inline std::uint64_t critical_rounds(const std::array<CostCounters, 3>& before,
+                                     const std::array<CostCounters, 3>& after) {
+  std::uint64_t b = 0, a = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    b = std::max(b, before[i].rounds);
+    a = std::max(a, after[i].rounds);
+  }
+  return a - b;
+}
+
 // fn(Plain&) -> Task<R>.
 template <class Fn>
 auto run_plain(Fn fn) {

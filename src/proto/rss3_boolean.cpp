@@ -1,0 +1,148 @@
+// rss3 boolean layer: XOR-shared words, AND gates, A2B (carry-save +
+// Kogge-Stone) and B2A of single bits.
+module;
+#include "prelude.hpp"
+module mpcache.proto;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+
+namespace mpcache {
+
+namespace {
+RingTensor low_mask(const Shape& shape, int width) {
+  RingTensor m = RingTensor::from_shape(shape);
+  const Ring mask = width >= ring_bits ? ~Ring{0} : (Ring{1} << width) - 1;
+  std::fill(m.begin(), m.end(), mask);
+  return m;
+}
+
+// Two tensors of one shape as one flat tensor, so that two gates share a message.
+RingTensor concat(const RingTensor& a, const RingTensor& b) {
+  RingTensor out = RingTensor::from_shape({a.size() + b.size()});
+  std::copy(a.begin(), a.end(), out.begin());
+  std::copy(b.begin(), b.end(), out.begin() + static_cast<std::ptrdiff_t>(a.size()));
+  return out;
+}
+
+RingTensor half(const RingTensor& flat, std::size_t which, const Shape& shape) {
+  RingTensor out = RingTensor::from_shape(shape);
+  const std::size_t n = out.size();
+  std::copy(flat.begin() + static_cast<std::ptrdiff_t>(which * n),
+            flat.begin() + static_cast<std::ptrdiff_t>((which + 1) * n), out.begin());
+  return out;
+}
+
+Rss3Bits join(const Rss3Bits& a, const Rss3Bits& b) {
+  return {concat(a.own, b.own), concat(a.next, b.next)};
+}
+Rss3Bits part(const Rss3Bits& flat, std::size_t which, const Shape& shape) {
+  return {half(flat.own, which, shape), half(flat.next, which, shape)};
+}
+}  // namespace
+
+Rss3Bits Rss3::bits_xor(const Bits& x, const Bits& y) const {
+  return {ring_xor(x.own, y.own), ring_xor(x.next, y.next)};
+}
+
+Rss3Bits Rss3::bits_xor_public(const Bits& x, const RingTensor& c) const {
+  require_same_shape(x.own, c, "rss3 bits_xor_public");
+  Bits out = x;
+  if (party_->id_ == 0) ring_xor_inplace(out.own, c);   // b_0 is held by parties 0 and 2
+  if (party_->id_ == 2) ring_xor_inplace(out.next, c);
+  return out;
+}
+
+Rss3Bits Rss3::bits_and_public(const Bits& x, const RingTensor& c) const {
+  return {ring_and(x.own, c), ring_and(x.next, c)};
+}
+
+Rss3Bits Rss3::bits_shift_left(const Bits& x, int n) const {
+  return {ring_shift_left(x.own, n), ring_shift_left(x.next, n)};
+}
+
+Rss3Bits Rss3::bits_shift_right(const Bits& x, int n) const {
+  return {ring_shift_right_logical(x.own, n), ring_shift_right_logical(x.next, n)};
+}
+
+// z_i = x_i y_i ^ x_i y_{i+1} ^ x_{i+1} y_i ^ (F(k_i) ^ F(k_{i-1})), then resharing.
+Task<Rss3Bits> Rss3::bits_and(const Bits& x, const Bits& y) {
+  require_same_shape(x.own, y.own, "rss3 bits_and");
+  const Shape s = shape(x);
+  RingTensor z = RingTensor::from_shape(s);
+  const Ring *x0 = x.own.data(), *x1 = x.next.data(), *y0 = y.own.data(), *y1 = y.next.data();
+  RingTensor r_next = draw_next(s), r_prev = draw_prev(s);
+  for (std::size_t i = 0; i < z.size(); ++i)
+    z.data()[i] = (x0[i] & (y0[i] ^ y1[i])) ^ (x1[i] & y0[i]) ^ r_next.data()[i] ^ r_prev.data()[i];
+  Share r = co_await reshare(std::move(z));
+  co_return Bits{std::move(r.own), std::move(r.next)};
+}
+
+Task<RingTensor> Rss3::reveal_bits(const Bits& x) {
+  send(next_id(), x.own);
+  RingTensor missing = co_await recv(prev_id(), shape(x));
+  ring_xor_inplace(missing, x.own);
+  ring_xor_inplace(missing, x.next);
+  co_return missing;
+}
+
+// Party i holds (s_i, s_{i+1}); component j as a sharing with b_j = s_j, others 0.
+Rss3Bits Rss3::component_bits(const Share& a, PartyId j) const {
+  const PartyId i = party_->id_;
+  const Shape s = shape(a);
+  return {i == j ? a.own : ring_zeros(s), (i + 1) % 3 == j ? a.next : ring_zeros(s)};
+}
+
+Rss3Share Rss3::component_arith(const Share& a, PartyId j) const {
+  const PartyId i = party_->id_;
+  const Shape s = shape(a);
+  return {i == j ? a.own : ring_zeros(s), (i + 1) % 3 == j ? a.next : ring_zeros(s)};
+}
+
+Task<Rss3Bits> Rss3::to_bits(const Share& a, int width) {
+  if (width < 1 || width > ring_bits)
+    throw Error(ErrorCode::invalid_argument,
+                "to_bits: width " + std::to_string(width) + " is outside [1, 64]");
+  const Shape s = shape(a);
+  // Carry-save: s0 + s1 + s2 = sum + 2 carry, sum = s0^s1^s2 (the shares
+  // themselves), carry = maj(s0, s1, s2) = ((s0^s2) & (s1^s2)) ^ s2.
+  const Bits sum{a.own, a.next};
+  const RingTensor mask = low_mask(s, width);
+  if (width == 1) co_return bits_and_public(sum, mask);
+  const Bits b2 = component_bits(a, 2);
+  Bits carry = co_await bits_and(bits_xor(component_bits(a, 0), b2),
+                                 bits_xor(component_bits(a, 1), b2));
+  carry = bits_shift_left(bits_xor(carry, b2), 1);
+  // Kogge-Stone on sum + carry: generate G, propagate P, prefix over 2^k spans.
+  const Bits propagate0 = bits_xor(sum, carry);
+  Bits g = co_await bits_and(sum, carry);
+  Bits p = propagate0;
+  for (int d = 1; d < width; d *= 2) {
+    const bool last = 2 * d >= width;
+    if (last) {
+      g = bits_xor(g, co_await bits_and(p, bits_shift_left(g, d)));
+    } else {  // both gates of the level in one message
+      Bits both = co_await bits_and(join(p, p), join(bits_shift_left(g, d), bits_shift_left(p, d)));
+      g = bits_xor(g, part(both, 0, s));
+      p = part(both, 1, s);
+    }
+  }
+  co_return bits_and_public(bits_xor(propagate0, bits_shift_left(g, 1)), mask);
+}
+
+// b = b0 ^ b1 ^ b2 with each b_j known to two parties, so each has a local
+// arithmetic sharing; x ^ y = x + y - 2xy, twice.
+Task<Rss3Share> Rss3::bit_to_arith(const Bits& x) {
+  const Shape s = shape(x);
+  RingTensor one = RingTensor::from_shape(s);
+  std::fill(one.begin(), one.end(), Ring{1});
+  const Share bits{ring_and(x.own, one), ring_and(x.next, one)};
+  const Share a0 = component_arith(bits, 0), a1 = component_arith(bits, 1),
+              a2 = component_arith(bits, 2);
+  RingTensor minus_two = RingTensor::from_shape(s);
+  std::fill(minus_two.begin(), minus_two.end(), Ring{0} - 2);
+  const Share t = add(add(a0, a1), mul_public(co_await mul(a0, a1), minus_two));
+  co_return add(add(t, a2), mul_public(co_await mul(t, a2), minus_two));
+}
+
+}  // namespace mpcache

@@ -1,0 +1,107 @@
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+#include "../support/parties.hpp"
+
+using namespace mpcache;
+using mpcache::testing::random_ring;
+using mpcache::testing::run_plain;
+using mpcache::testing::run_rss3;
+
+namespace {
+template <Protocol P>
+Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
+  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
+                 shape_of(v));
+}
+
+RingTensor masked(RingTensor v, int width) {
+  const Ring mask = width >= 64 ? ~Ring{0} : (Ring{1} << width) - 1;
+  for (auto& x : v) x &= mask;
+  return v;
+}
+
+std::uint64_t ceil_log2(int w) {
+  std::uint64_t l = 0;
+  while ((1 << l) < w) ++l;
+  return l;
+}
+}  // namespace
+
+TEST_CASE("A2B gives the value's bits for every width, on rss3 and plain") {
+  const RingTensor x = random_ring({2, 50}, 71);
+  for (int width : {1, 2, 3, 7, 8, 33, 63, 64}) {
+    auto run = run_rss3([&](Rss3& p) -> Task<RingTensor> {
+      auto a = co_await share_of(p, 1, x);
+      co_return co_await p.reveal_bits(co_await p.to_bits(a, width));
+    });
+    for (const auto& r : run.results) CHECK(r == masked(x, width));
+    RingTensor plain = run_plain([&](Plain& p) -> Task<RingTensor> {
+      auto a = co_await share_of(p, 1, x);
+      co_return co_await p.reveal_bits(co_await p.to_bits(a, width));
+    });
+    CHECK(plain == masked(x, width));
+  }
+}
+
+TEST_CASE("A2B and AND cost exactly what the adder needs") {
+  const std::size_t n = 100;
+  const RingTensor x = random_ring({n}, 72);
+  for (int width : {2, 7, 64}) {
+    Scheduler scheduler;
+    InProcessNetwork network(scheduler, 3);
+    std::array<CostCounters, 3> before, after;
+    auto party = [&](PartyId id) -> Task<void> {
+      auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 4});
+      Rss3 p = state->session();
+      auto a = co_await share_of(p, 0, x);
+      before[id] = network.endpoint(id).costs();
+      (void)co_await p.to_bits(a, width);
+      after[id] = network.endpoint(id).costs();
+    };
+    run_parties(scheduler, network, party);
+    const std::uint64_t levels = ceil_log2(width);
+    const std::uint64_t words = 2 + 2 * levels - 1;  // maj, G, two gates per level but the last
+    for (PartyId id = 0; id < 3; ++id)
+      CHECK((after[id] - before[id]).payload_bytes_sent() == words * n * 8);
+    CHECK(mpcache::testing::critical_rounds(before, after) == 2 + levels);
+  }
+}
+
+TEST_CASE("AND, XOR, shifts and public masks match clear-text bit operations") {
+  const RingTensor x = random_ring({64}, 73), y = random_ring({64}, 74), c = random_ring({64}, 75);
+  auto run = run_rss3([&](Rss3& p) -> Task<std::vector<RingTensor>> {
+    auto a = co_await p.to_bits(co_await share_of(p, 0, x), 64);
+    auto b = co_await p.to_bits(co_await share_of(p, 2, y), 64);
+    std::vector<RingTensor> out;
+    out.push_back(co_await p.reveal_bits(co_await p.bits_and(a, b)));
+    out.push_back(co_await p.reveal_bits(p.bits_xor(a, b)));
+    out.push_back(co_await p.reveal_bits(p.bits_xor_public(a, c)));
+    out.push_back(co_await p.reveal_bits(p.bits_and_public(a, c)));
+    out.push_back(co_await p.reveal_bits(p.bits_shift_left(a, 5)));
+    out.push_back(co_await p.reveal_bits(p.bits_shift_right(a, 63)));
+    co_return out;
+  });
+  for (const auto& r : run.results) {
+    CHECK(r[0] == ring_and(x, y));
+    CHECK(r[1] == ring_xor(x, y));
+    CHECK(r[2] == ring_xor(x, c));
+    CHECK(r[3] == ring_and(x, c));
+    CHECK(r[4] == ring_shift_left(x, 5));
+    CHECK(r[5] == ring_shift_right_logical(x, 63));
+  }
+}
+
+TEST_CASE("B2A turns bit 0 into an arithmetic 0 or 1 in two rounds") {
+  const RingTensor x = random_ring({200}, 76);
+  auto run = run_rss3([&](Rss3& p) -> Task<RingTensor> {
+    auto bits = co_await p.to_bits(co_await share_of(p, 1, x), 64);
+    co_return co_await p.reveal(co_await p.bit_to_arith(bits));
+  });
+  RingTensor want = x;
+  for (auto& v : want) v &= 1;
+  for (const auto& r : run.results) CHECK(r == want);
+}
