@@ -6,3 +6,4 @@ export import mpcache.core;
 export import mpcache.async;
 export import mpcache.net;
 export import mpcache.proto;
+export import mpcache.ops;

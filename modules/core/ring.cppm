@@ -49,6 +49,14 @@ RingTensor ring_shift_ceil(const RingTensor& a, int bits);
 // the PRG in mpcache.proto.
 RingTensor ring_sample(const Shape& shape, std::uint64_t seed);
 
+// Layout helpers on the last axis (shape (..., n)); results are contiguous.
+RingTensor ring_reshape(const RingTensor& a, const Shape& shape);
+RingTensor ring_slice_last(const RingTensor& a, std::size_t begin, std::size_t end);
+RingTensor ring_concat_last(const RingTensor& a, const RingTensor& b);
+// Every element repeated `times` along a new last axis: (..., n) -> (..., n, times).
+RingTensor ring_repeat_last(const RingTensor& a, std::size_t times);
+RingTensor ring_filled(const Shape& shape, Ring value);
+
 // Raw bytes of a tensor (little-endian host order) and back, for messages.
 std::span<const std::byte> ring_bytes(const RingTensor& t);
 RingTensor ring_from_bytes(std::span<const std::byte> bytes, const Shape& shape);

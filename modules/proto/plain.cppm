@@ -32,6 +32,12 @@ class Plain {
 
   static Shape shape(const Share& a) { return shape_of(a.value); }
   static Shape shape(const Bits& a) { return shape_of(a.value); }
+  template <class F>
+  static Share apply(const Share& a, F&& f) { return {f(a.value)}; }
+  template <class F>
+  static Bits apply(const Bits& a, F&& f) { return {f(a.value)}; }
+  template <class F>
+  static Share apply2(const Share& a, const Share& b, F&& f) { return {f(a.value, b.value)}; }
 
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
   Task<RingTensor> reveal(const Share& a);

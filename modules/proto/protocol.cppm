@@ -29,6 +29,11 @@ concept Protocol =
       { cp.frac_bits() } -> std::convertible_to<int>;
       { p.fork() } -> std::same_as<P>;
       { P::shape(a) } -> std::same_as<Shape>;
+      // Structural, component-wise transforms (reshape, slice, concat, public
+      // permutations): valid for any linear sharing, no communication.
+      { P::apply(a, [](const RingTensor& t) { return t; }) } -> std::same_as<typename P::Share>;
+      { P::apply2(a, b, [](const RingTensor& t, const RingTensor&) { return t; }) }
+          -> std::same_as<typename P::Share>;
       // Secret input from `owner` (value given only there), public shape.
       { p.input(id, std::move(v), s) } -> std::same_as<Task<typename P::Share>>;
       { p.reveal(a) } -> std::same_as<Task<RingTensor>>;
@@ -52,6 +57,7 @@ concept Protocol =
              const typename P::Bits& y, const RingTensor& c, int n) {
       typename P::Bits;
       { P::shape(x) } -> std::same_as<Shape>;
+      { P::apply(x, [](const RingTensor& t) { return t; }) } -> std::same_as<typename P::Bits>;
       { p.to_bits(a, n) } -> std::same_as<Task<typename P::Bits>>;
       { p.bits_and(x, y) } -> std::same_as<Task<typename P::Bits>>;
       { cp.bits_xor(x, y) } -> std::same_as<typename P::Bits>;

@@ -97,6 +97,14 @@ class Rss3 {
 
   static Shape shape(const Share& a) { return shape_of(a.own); }
   static Shape shape(const Bits& a) { return shape_of(a.own); }
+  template <class F>
+  static Share apply(const Share& a, F&& f) { return {f(a.own), f(a.next)}; }
+  template <class F>
+  static Bits apply(const Bits& a, F&& f) { return {f(a.own), f(a.next)}; }
+  template <class F>
+  static Share apply2(const Share& a, const Share& b, F&& f) {
+    return {f(a.own, b.own), f(a.next, b.next)};
+  }
 
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
   Task<RingTensor> reveal(const Share& a);

@@ -165,6 +165,72 @@ RingTensor ring_shift_ceil(const RingTensor& a, int bits) {
   return out;
 }
 
+RingTensor ring_filled(const Shape& shape, Ring value) {
+  RingTensor t = RingTensor::from_shape(shape);
+  std::fill(t.begin(), t.end(), value);
+  return t;
+}
+
+RingTensor ring_reshape(const RingTensor& a, const Shape& shape) {
+  if (element_count(shape) != a.size())
+    throw Error(ErrorCode::invalid_argument, "reshape " + shape_string(shape_of(a)) + " to " +
+                                                 shape_string(shape) + ": element counts differ");
+  RingTensor out = RingTensor::from_shape(shape);
+  std::copy(a.begin(), a.end(), out.begin());
+  return out;
+}
+
+namespace {
+std::size_t last_dim(const RingTensor& a, const char* what) {
+  if (a.dimension() == 0)
+    throw Error(ErrorCode::invalid_argument, std::string(what) + ": tensor has no axis");
+  return a.shape().back();
+}
+}  // namespace
+
+RingTensor ring_slice_last(const RingTensor& a, std::size_t begin, std::size_t end) {
+  const std::size_t n = last_dim(a, "ring_slice_last");
+  if (begin > end || end > n)
+    throw Error(ErrorCode::invalid_argument, "ring_slice_last: [" + std::to_string(begin) + ", " +
+                                                 std::to_string(end) + ") outside axis of " +
+                                                 std::to_string(n));
+  Shape shape = shape_of(a);
+  shape.back() = end - begin;
+  RingTensor out = RingTensor::from_shape(shape);
+  const std::size_t rows = n ? a.size() / n : 0, w = end - begin;
+  for (std::size_t r = 0; r < rows; ++r)
+    std::copy(a.data() + r * n + begin, a.data() + r * n + end, out.data() + r * w);
+  return out;
+}
+
+RingTensor ring_concat_last(const RingTensor& a, const RingTensor& b) {
+  const std::size_t na = last_dim(a, "ring_concat_last"), nb = last_dim(b, "ring_concat_last");
+  Shape sa = shape_of(a), sb = shape_of(b);
+  sa.back() = sb.back() = 0;
+  if (sa != sb)
+    throw Error(ErrorCode::invalid_argument, "ring_concat_last: leading shapes differ, " +
+                                                 shape_string(shape_of(a)) + " vs " +
+                                                 shape_string(shape_of(b)));
+  Shape shape = shape_of(a);
+  shape.back() = na + nb;
+  RingTensor out = RingTensor::from_shape(shape);
+  const std::size_t rows = element_count(shape) / std::max<std::size_t>(na + nb, 1);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::copy(a.data() + r * na, a.data() + (r + 1) * na, out.data() + r * (na + nb));
+    std::copy(b.data() + r * nb, b.data() + (r + 1) * nb, out.data() + r * (na + nb) + na);
+  }
+  return out;
+}
+
+RingTensor ring_repeat_last(const RingTensor& a, std::size_t times) {
+  Shape shape = shape_of(a);
+  shape.push_back(times);
+  RingTensor out = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    std::fill(out.data() + i * times, out.data() + (i + 1) * times, a.data()[i]);
+  return out;
+}
+
 RingTensor ring_sample(const Shape& shape, std::uint64_t seed) {
   RingTensor t = RingTensor::from_shape(shape);
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;  // never zero

@@ -56,6 +56,15 @@ auto run_plain(Fn fn) {
   return sync_wait(scheduler, fn(plain));
 }
 
+// fn is generic over the backend ([&]<class P>(P& p) -> Task<R>); returns the
+// rss3 run (all parties) and the plain result.
+template <class Fn>
+auto run_both(Fn fn, Rss3Options options = {}) {
+  auto secure = run_rss3([&](Rss3& p) { return fn(p); }, options);
+  auto clear = run_plain([&](Plain& p) { return fn(p); });
+  return std::pair{std::move(secure), std::move(clear)};
+}
+
 inline RingTensor random_ring(const Shape& shape, std::uint64_t seed) {
   return ring_sample(shape, seed);
 }

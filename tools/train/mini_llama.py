@@ -165,7 +165,10 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * hd, bias=False)
         self.o_proj = nn.Linear(c.num_attention_heads * hd, c.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, mask):
+    def forward(self, x, cos, sin, past=None, chunk=256):
+        """x: (B,T,D) for absolute positions P..P+T-1 where P = past length.
+        past: optional (k, v) of shape (B, KV, P, hd) (already rotated).
+        Returns (out, (k, v)) with k/v covering positions 0..P+T-1."""
         B, T, _ = x.shape
         c = self.c
         hd, H, KV = c.head_dim, c.num_attention_heads, c.num_key_value_heads
@@ -174,16 +177,32 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, KV, hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        cache = (k, v)
+        P = k.shape[2] - T
         if KV != H:
             rep = H // KV
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-        att = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
-        att = att + mask
-        att = torch.softmax(att, dim=-1)
-        y = torch.matmul(att, v)
+        scale = 1.0 / math.sqrt(hd)
+        # causal attention, computed in query chunks so that only the
+        # (block-)lower triangle is materialised; mathematically identical.
+        outs = []
+        for s in range(0, T, chunk):
+            e = min(T, s + chunk)
+            kk, vv = k[:, :, :P + e], v[:, :, :P + e]
+            att = torch.matmul(q[:, :, s:e], kk.transpose(-1, -2)) * scale
+            if e - s > 1:  # a single query at the newest position sees every key
+                qi = torch.arange(P + s, P + e).unsqueeze(1)
+                kj = torch.arange(0, P + e).unsqueeze(0)
+                att = att.masked_fill(kj > qi, float("-inf"))
+            att = torch.softmax(att, dim=-1)
+            outs.append(torch.matmul(att, vv))
+        y = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
         y = y.transpose(1, 2).reshape(B, T, H * hd)
-        return self.o_proj(y)
+        return self.o_proj(y), cache
 
 
 class MLP(nn.Module):
@@ -205,10 +224,11 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+    def forward(self, x, cos, sin, past=None):
+        a, cache = self.self_attn(self.input_layernorm(x), cos, sin, past)
+        x = x + a
         x = x + self.mlp(self.post_attention_layernorm(x))
-        return x
+        return x, cache
 
 
 class Inner(nn.Module):
@@ -240,19 +260,26 @@ class LlamaLM(nn.Module):
     def head_weight(self):
         return self.model.embed_tokens.weight if self.c.tie_word_embeddings else self.lm_head.weight
 
-    def forward(self, idx, return_hidden=False):
+    def forward(self, idx, return_hidden=False, past=None, return_cache=False):
+        """idx: (B,T) token ids at positions P..P+T-1 (P = cached length).
+        past: list of per-layer (k, v) from a previous call with return_cache."""
         B, T = idx.shape
+        P = 0 if past is None else past[0][0].shape[2]
         x = self.model.embed_tokens(idx)
-        dt = x.dtype
-        cos, sin = rope_cos_sin(T, self.c.head_dim, self.c.rope_theta, dt)
-        mask = torch.full((T, T), float("-inf"), dtype=dt).triu(1)
-        hidden = [x]
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, mask)
+        cos, sin = rope_cos_sin(T, self.c.head_dim, self.c.rope_theta, x.dtype, offset=P)
+        hidden, caches = [x], []
+        for i, layer in enumerate(self.model.layers):
+            x, kv = layer(x, cos, sin, None if past is None else past[i])
             hidden.append(x)
+            caches.append(kv)
         x = self.model.norm(x)
         logits = F.linear(x, self.head_weight())
-        return (logits, hidden) if return_hidden else logits
+        out = (logits,)
+        if return_hidden:
+            out += (hidden,)
+        if return_cache:
+            out += (caches,)
+        return out[0] if len(out) == 1 else out
 
     # --- HF-layout I/O -----------------------------------------------------
     def hf_state_dict(self):

@@ -135,11 +135,14 @@ def eval_passkey(model, text, total_len, n, seed, batch=10):
     correct, digit_correct = [], 0
     for i in range(0, n, batch):
         ref = torch.from_numpy(seqs[i:i + batch])
-        cur = ref[:, :-5]
-        for _ in range(5):
-            nxt = model(cur)[:, -1].argmax(-1, keepdim=True)
-            cur = torch.cat([cur, nxt], dim=1)
-        gen, ans = cur[:, -5:], ref[:, -5:]
+        logits, cache = model(ref[:, :-5], return_cache=True)  # prefill, then KV-cached greedy steps
+        gen = []
+        for j in range(5):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            gen.append(nxt)
+            if j < 4:
+                logits, cache = model(nxt, past=cache, return_cache=True)
+        gen, ans = torch.cat(gen, dim=1), ref[:, -5:]
         digit_correct += int((gen == ans).sum())
         correct += (gen == ans).all(dim=1).tolist()
     model.train()
@@ -235,7 +238,7 @@ def write_card(path, out_dir, args, cfg, nparams, state, ev=None):
                      f"{', '.join('%.2f' % a for a in p['accuracy_by_depth_quintile'])}) |")
         L.append("\nPasskey prompts: Persuasion filler + needle at stratified random depth, total length "
                  "(prompt + 5 answer bytes) exactly the stated number of tokens; keys uniform in 10000..99999; "
-                 f"eval seed {args.seed + 1}.\n")
+                 f"eval rng seed = seed + 1 + length ({args.seed} + 1 + L).\n")
     else:
         L.append("")
     with open(path + ".tmp", "w") as f:

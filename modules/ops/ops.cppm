@@ -1,0 +1,10 @@
+// mpcache.ops: fixed-point and selection functions written once, generic over
+// the Protocol concept (rss3, plain, ...).
+module;
+#include "prelude.hpp"
+export module mpcache.ops;
+export import :layout;
+export import :compare;
+export import :reduce;
+export import :one_hot;
+export import :gather;

@@ -1,0 +1,109 @@
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.ops;
+#include "../support/parties.hpp"
+
+using namespace mpcache;
+using mpcache::testing::random_ring;
+using mpcache::testing::run_both;
+
+namespace {
+template <Protocol P>
+Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
+  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
+                 shape_of(v));
+}
+
+// Values spread over the whole signed range, plus the edges.
+RingTensor edge_values() {
+  RingTensor x = random_ring({300}, 81);
+  const std::int64_t edges[] = {0, 1, -1, 2, -2, std::numeric_limits<std::int64_t>::max(),
+                                std::numeric_limits<std::int64_t>::min(), 1 << 18, -(1 << 18)};
+  for (std::size_t i = 0; i < std::size(edges); ++i) x(i) = static_cast<Ring>(edges[i]);
+  return x;
+}
+}  // namespace
+
+TEST_CASE("msb is the sign bit for every value, edges included") {
+  const RingTensor x = edge_values();
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
+    auto a = co_await share_of(p, 0, x);
+    co_return co_await p.reveal(co_await ops::msb(p, a));
+  });
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const Ring want = static_cast<std::int64_t>(x(i)) < 0 ? 1 : 0;
+    CHECK(secure.results[0](i) == want);
+    CHECK(clear(i) == want);
+  }
+  CHECK(secure.results[1] == secure.results[0]);
+}
+
+TEST_CASE("less_than and select on fixed-point values, ties included") {
+  FixedPoint fp;
+  xt::xarray<double> xr = mpcache::testing::random_real({200}, -1000, 1000, 82);
+  xt::xarray<double> yr = mpcache::testing::random_real({200}, -1000, 1000, 83);
+  for (std::size_t i = 0; i < 20; ++i) yr(i) = xr(i);  // ties
+  const RingTensor x = fp.encode(xr), y = fp.encode(yr);
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+    auto a = co_await share_of(p, 0, x);
+    auto b = co_await share_of(p, 1, y);
+    auto lt = co_await ops::less_than(p, a, b);
+    auto smaller = co_await ops::select(p, lt, a, b);
+    co_return std::array<RingTensor, 2>{co_await p.reveal(lt), co_await p.reveal(smaller)};
+  });
+  for (std::size_t i = 0; i < 200; ++i) {
+    CHECK(secure.results[2][0](i) == (xr(i) < yr(i) ? 1u : 0u));
+    CHECK(secure.results[2][1](i) == std::min(x(i), y(i), [](Ring u, Ring v) {
+            return static_cast<std::int64_t>(u) < static_cast<std::int64_t>(v);
+          }));
+  }
+  CHECK(secure.results[2] == clear);
+}
+
+TEST_CASE("short equality is exact for |a - b| below 2^width") {
+  const std::size_t n = 256;
+  RingTensor a = RingTensor::from_shape({n}), b = RingTensor::from_shape({n});
+  for (std::size_t i = 0; i < n; ++i) {
+    a(i) = i % 64;
+    b(i) = (i * 7 + (i % 3 == 0 ? 0 : 1)) % 64;
+    if (i % 5 == 0) b(i) = a(i);
+  }
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
+    auto x = co_await share_of(p, 0, a);
+    auto y = co_await share_of(p, 2, b);
+    co_return co_await p.reveal(co_await ops::equal(p, x, y, 7));
+  });
+  for (std::size_t i = 0; i < n; ++i) CHECK(secure.results[0](i) == (a(i) == b(i) ? 1u : 0u));
+  CHECK(clear == secure.results[0]);
+}
+
+TEST_CASE("comparison and equality costs: rounds and bytes are exact") {
+  const std::size_t n = 64;
+  const RingTensor x = random_ring({n}, 84);
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<CostCounters, 3> b0, a0, b1, a1;
+  auto party = [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 5});
+    Rss3 p = state->session();
+    auto a = co_await share_of(p, 0, x);
+    b0[id] = network.endpoint(id).costs();
+    (void)co_await ops::msb(p, a);
+    a0[id] = b1[id] = network.endpoint(id).costs();
+    (void)co_await ops::is_zero(p, a, 7);
+    a1[id] = network.endpoint(id).costs();
+  };
+  run_parties(scheduler, network, party);
+  // msb: A2B(64) = 2 + 6 rounds, 13 words; B2A = 2 rounds, 2 words.
+  CHECK(mpcache::testing::critical_rounds(b0, a0) == 10);
+  // is_zero(7): A2B(7) = 2 + 3 rounds, 1+1+2*3-1 = 7 words; AND tree 3 rounds, 3 words; B2A 2.
+  CHECK(mpcache::testing::critical_rounds(b1, a1) == 10);
+  for (PartyId id = 0; id < 3; ++id) {
+    CHECK((a0[id] - b0[id]).payload_bytes_sent() == 15 * n * 8);
+    CHECK((a1[id] - b1[id]).payload_bytes_sent() == 12 * n * 8);
+  }
+}

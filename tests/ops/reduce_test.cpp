@@ -1,0 +1,61 @@
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.ops;
+#include "../support/parties.hpp"
+
+using namespace mpcache;
+using mpcache::testing::run_both;
+
+namespace {
+template <Protocol P>
+Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
+  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
+                 shape_of(v));
+}
+}  // namespace
+
+TEST_CASE("argmax along the last axis: values, lowest index on ties, every length") {
+  FixedPoint fp;
+  for (std::size_t n : {1u, 2u, 3u, 5u, 8u, 13u}) {
+    xt::xarray<double> xr = mpcache::testing::random_real({4, n}, -50, 50, 90 + n);
+    // Row 1: all equal; row 2: two equal maxima.
+    for (std::size_t j = 0; j < n; ++j) xr(1, j) = 3.5;
+    if (n >= 3) xr(2, 0) = xr(2, n - 1) = 99.0;
+    const RingTensor x = fp.encode(xr);
+    auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+      auto a = co_await share_of(p, 1, x);
+      auto r = co_await ops::argmax_last(p, a);
+      co_return std::array<RingTensor, 2>{co_await p.reveal(r.value), co_await p.reveal(r.index)};
+    });
+    for (std::size_t i = 0; i < 4; ++i) {
+      std::size_t best = 0;
+      for (std::size_t j = 1; j < n; ++j)
+        if (xr(i, j) > xr(i, best)) best = j;
+      CHECK(secure.results[0][1](i, 0) == best);
+      CHECK(secure.results[0][0](i, 0) == x(i, best));
+    }
+    CHECK(clear == secure.results[0]);
+  }
+}
+
+TEST_CASE("argmax rounds follow the tournament depth") {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  const RingTensor x = mpcache::testing::random_ring({2, 16}, 91);
+  std::array<CostCounters, 3> before, after;
+  auto party = [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 6});
+    Rss3 p = state->session();
+    auto a = co_await share_of(p, 0, x);
+    before[id] = network.endpoint(id).costs();
+    (void)co_await ops::argmax_last(p, a);
+    after[id] = network.endpoint(id).costs();
+  };
+  run_parties(scheduler, network, party);
+  // log2(16) = 4 levels x (comparison 10 + select 1); value and index selects share a round.
+  CHECK(mpcache::testing::critical_rounds(before, after) == 44);
+}
