@@ -56,6 +56,10 @@ RingTensor ring_concat_last(const RingTensor& a, const RingTensor& b);
 // Every element repeated `times` along a new last axis: (..., n) -> (..., n, times).
 RingTensor ring_repeat_last(const RingTensor& a, std::size_t times);
 RingTensor ring_filled(const Shape& shape, Ring value);
+// out[..., t] = a[..., index[t]] (a public gather/permutation on the last axis).
+RingTensor ring_take_last(const RingTensor& a, const std::vector<std::size_t>& index);
+// Sum over the second-to-last axis: (..., n, k) -> (..., k).
+RingTensor ring_sum_second_last(const RingTensor& a);
 
 // Raw bytes of a tensor (little-endian host order) and back, for messages.
 std::span<const std::byte> ring_bytes(const RingTensor& t);

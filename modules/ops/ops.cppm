@@ -8,3 +8,4 @@ export import :compare;
 export import :reduce;
 export import :one_hot;
 export import :gather;
+export import :topk;

@@ -231,6 +231,36 @@ RingTensor ring_repeat_last(const RingTensor& a, std::size_t times) {
   return out;
 }
 
+RingTensor ring_take_last(const RingTensor& a, const std::vector<std::size_t>& index) {
+  const std::size_t n = last_dim(a, "ring_take_last");
+  for (auto i : index)
+    if (i >= n)
+      throw Error(ErrorCode::invalid_argument, "ring_take_last: index " + std::to_string(i) +
+                                                   " outside axis of " + std::to_string(n));
+  Shape shape = shape_of(a);
+  shape.back() = index.size();
+  RingTensor out = RingTensor::from_shape(shape);
+  const std::size_t rows = n ? a.size() / n : 0, m = index.size();
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t t = 0; t < m; ++t) out.data()[r * m + t] = a.data()[r * n + index[t]];
+  return out;
+}
+
+RingTensor ring_sum_second_last(const RingTensor& a) {
+  if (a.dimension() < 2)
+    throw Error(ErrorCode::invalid_argument, "ring_sum_second_last: need 2 axes, got " +
+                                                 shape_string(shape_of(a)));
+  Shape shape = shape_of(a);
+  const std::size_t k = shape.back(), n = shape[shape.size() - 2];
+  shape.erase(shape.end() - 2);
+  RingTensor out = ring_zeros(shape);
+  const std::size_t outer = out.size() / std::max<std::size_t>(k, 1);
+  for (std::size_t o = 0; o < outer; ++o)
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < k; ++j) out.data()[o * k + j] += a.data()[(o * n + i) * k + j];
+  return out;
+}
+
 RingTensor ring_sample(const Shape& shape, std::uint64_t seed) {
   RingTensor t = RingTensor::from_shape(shape);
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;  // never zero

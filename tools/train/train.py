@@ -14,7 +14,7 @@ every --ckpt-min minutes), OUT/train_log.csv, OUT/eval.json and the model card
 (--card).  Run tools/train/extract_austen.py first (or let this script do it).
 
 Example:
-  /usr/bin/python3 tools/train/train.py --steps 4000 --time-budget-min 80
+  /usr/bin/python3 tools/train/train.py --steps 4000 --time-budget-min 78
 """
 import argparse
 import csv
@@ -261,15 +261,15 @@ def main():
     ap.add_argument("--max-pos", type=int, default=4096)
     ap.add_argument("--tied", action="store_true", help="tie lm_head to embed_tokens")
     ap.add_argument("--steps", type=int, default=4000)
-    ap.add_argument("--phases", default="256:16:0.55,512:8:0.2,2048:2:0.25")
-    ap.add_argument("--time-budget-min", type=float, default=80.0, help="total wall budget incl. final eval")
-    ap.add_argument("--eval-reserve-min", type=float, default=10.0, help="part of the budget kept for final eval")
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--phases", default="256:16:0.45,512:8:0.25,1024:4:0.1,2048:2:0.2")
+    ap.add_argument("--time-budget-min", type=float, default=78.0, help="total wall budget incl. final eval")
+    ap.add_argument("--eval-reserve-min", type=float, default=9.0, help="part of the budget kept for final eval")
+    ap.add_argument("--lr", type=float, default=2.5e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
-    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--passkey-frac", type=float, default=0.25)
-    ap.add_argument("--answer-weight", type=float, default=1.0)
+    ap.add_argument("--passkey-frac", type=float, default=0.3)
+    ap.add_argument("--answer-weight", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--ckpt-min", type=float, default=5.0)

@@ -1,0 +1,199 @@
+// Top-k along the last axis, two ways, both ordering by (value descending,
+// index ascending) so that ties are broken by index and every backend agrees:
+//   * topk_network: bitonic sorting network on (value, index) pairs,
+//     log2(n)(log2(n)+1)/2 compare-exchange layers of one comparison and one
+//     round of selects each;
+//   * topk_rank: constant rounds: all n(n-1)/2 comparisons in one batch,
+//     ranks by local sums, one-hot of the ranks, one multiplication round;
+// and topk(), which picks the cheaper for n, k and a link model.
+// Comparisons use key = value * 2^b + (n - 1 - index), b = ceil(log2 n), so
+// values must satisfy |value| < 2^(62 - b).
+module;
+#include "prelude.hpp"
+export module mpcache.ops:topk;
+import mpcache.core;
+import mpcache.async;
+import mpcache.proto;
+import :layout;
+import :compare;
+import :one_hot;
+
+export namespace mpcache::ops {
+
+template <Protocol P>
+struct TopK {
+  typename P::Share values;   // (..., k), descending
+  typename P::Share indices;  // (..., k), integers
+};
+
+struct LinkModel {
+  double rtt_s = 0.3e-3;              // the paper's LAN
+  double bytes_per_s = 377e6;
+};
+
+enum class TopKMethod { automatic, network, rank };
+
+struct TopKCost {
+  std::uint64_t rounds = 0;
+  std::uint64_t bytes_per_party = 0;  // payload, rss3
+  double seconds(const LinkModel& link) const {
+    return static_cast<double>(rounds) * link.rtt_s +
+           static_cast<double>(bytes_per_party) / link.bytes_per_s;
+  }
+};
+
+namespace detail {
+inline std::size_t next_pow2(std::size_t n) {
+  std::size_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Local: key = value * 2^b + (n - 1 - index).
+template <Protocol P>
+typename P::Share sort_key(const P& p, const typename P::Share& value,
+                           const typename P::Share& index, std::size_t n) {
+  const int b = std::max(1, ceil_log2(n));
+  const Shape s = P::shape(value);
+  auto shifted = p.mul_public(value, ring_filled(s, Ring{1} << b));
+  return p.add_public(p.sub(shifted, index), ring_filled(s, Ring(n - 1)));
+}
+
+template <Protocol P>
+typename P::Share take(const typename P::Share& a, const std::vector<std::size_t>& idx) {
+  return P::apply(a, [&](const RingTensor& t) { return ring_take_last(t, idx); });
+}
+}  // namespace detail
+
+// Cost on rss3 per row (payload bytes per party): comparison = 15 words,
+// select = 1 word; see compare.cppm.
+inline TopKCost topk_network_cost(std::size_t n) {
+  const std::uint64_t L = static_cast<std::uint64_t>(ceil_log2(detail::next_pow2(n)));
+  const std::uint64_t layers = L * (L + 1) / 2;
+  const std::uint64_t pairs = detail::next_pow2(n) / 2;
+  return {layers * 11, layers * pairs * (15 + 2) * 8};
+}
+
+inline TopKCost topk_rank_cost(std::size_t n, std::size_t k) {
+  const std::uint64_t pairs = n * (n - 1) / 2;
+  const int w = std::max(1, ceil_log2(n));
+  const std::uint64_t a2b_rounds = w >= 2 ? 2 + ceil_log2(static_cast<std::size_t>(w)) : 0;
+  const std::uint64_t a2b_words = w >= 2 ? 2 * ceil_log2(static_cast<std::size_t>(w)) + 1 : 0;
+  const std::uint64_t and_rounds = ceil_log2(static_cast<std::size_t>(w));
+  return {10 + a2b_rounds + and_rounds + 2 + 1,
+          (pairs * 15 + n * a2b_words + n * n * (and_rounds + 2) + n * k) * 8};
+}
+
+template <Protocol P>
+Task<TopK<P>> topk_network(P& p, typename P::Share x, std::size_t k) {
+  const Shape shape = P::shape(x);
+  const std::size_t n = shape.at(shape.size() - 1);
+  if (k == 0 || k > n)
+    throw Error(ErrorCode::invalid_argument,
+                "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
+  const std::size_t m = detail::next_pow2(n);
+  RingTensor iota = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
+  typename P::Share idx = public_share(p, x, iota);
+  if (m > n) {  // pad with the smallest keys: minimal value, largest index
+    Shape pad = shape;
+    pad.back() = m - n;
+    const Ring low = static_cast<Ring>(-(std::int64_t{1} << (61 - ceil_log2(m))));
+    x = concat_last<P>(x, public_share(p, x, ring_filled(pad, low)));
+    RingTensor pad_idx = RingTensor::from_shape(pad);
+    for (std::size_t i = 0; i < pad_idx.size(); ++i) pad_idx.data()[i] = n + i % (m - n);
+    idx = concat_last<P>(idx, public_share(p, x, pad_idx));
+  }
+  for (std::size_t size = 2; size <= m; size *= 2) {
+    for (std::size_t j = size / 2; j >= 1; j /= 2) {
+      // Pairs (i, i|j) with bit j clear; blocks with bit `size` clear sort
+      // descending. u is the slot that must end up holding the larger key.
+      std::vector<std::size_t> u, v;
+      for (std::size_t i = 0; i < m; ++i) {
+        if (i & j) continue;
+        const bool descending = (i & size) == 0;
+        u.push_back(descending ? i : (i | j));
+        v.push_back(descending ? (i | j) : i);
+      }
+      auto xu = detail::take<P>(x, u), xv = detail::take<P>(x, v);
+      auto iu = detail::take<P>(idx, u), iv = detail::take<P>(idx, v);
+      auto swap = co_await less_than(p, detail::sort_key(p, xu, iu, m),
+                                     detail::sort_key(p, xv, iv, m));
+      P pv = p.fork(), pi = p.fork();
+      auto [new_xu, new_iu] = co_await when_all(select(pv, swap, xv, xu), select(pi, swap, iv, iu));
+      auto new_xv = p.sub(p.add(xu, xv), new_xu);
+      auto new_iv = p.sub(p.add(iu, iv), new_iu);
+      // Scatter back: position u[t] <- new_u[t], v[t] <- new_v[t].
+      std::vector<std::size_t> inverse(m);
+      for (std::size_t t = 0; t < u.size(); ++t) {
+        inverse[u[t]] = t;
+        inverse[v[t]] = u.size() + t;
+      }
+      x = detail::take<P>(concat_last<P>(new_xu, new_xv), inverse);
+      idx = detail::take<P>(concat_last<P>(new_iu, new_iv), inverse);
+      if (j == 1) break;
+    }
+  }
+  co_return TopK<P>{slice_last<P>(x, 0, k), slice_last<P>(idx, 0, k)};
+}
+
+template <Protocol P>
+Task<TopK<P>> topk_rank(P& p, typename P::Share x, std::size_t k) {
+  const Shape shape = P::shape(x);
+  const std::size_t n = shape.at(shape.size() - 1);
+  if (k == 0 || k > n)
+    throw Error(ErrorCode::invalid_argument,
+                "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
+  RingTensor iota = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
+  const auto key = detail::sort_key(p, x, public_share(p, x, iota), n);
+  // All pairs i < j at once: c = 1 when j beats i.
+  std::vector<std::size_t> first, second;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j) {
+      first.push_back(i);
+      second.push_back(j);
+    }
+  typename P::Share rank = public_share(p, x, iota);  // j is second in j pairs
+  if (n > 1) {
+    auto beaten = co_await less_than(p, detail::take<P>(key, first), detail::take<P>(key, second));
+    // rank_i += c for pairs (i, j); rank_j -= c for pairs (i, j) (it had +1 already).
+    auto spread = P::apply(beaten, [&](const RingTensor& c) {
+      Shape out_shape = shape_of(c);
+      out_shape.back() = n;
+      RingTensor out = ring_zeros(out_shape);
+      const std::size_t pairs = first.size(), rows = c.size() / pairs;
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t q = 0; q < pairs; ++q) {
+          out.data()[r * n + first[q]] += c.data()[r * pairs + q];
+          out.data()[r * n + second[q]] -= c.data()[r * pairs + q];
+        }
+      return out;
+    });
+    rank = p.add(rank, spread);
+  }
+  // sel[..., i, r] = [rank_i == r] for r < k.
+  auto sel = co_await one_hot(p, rank, n);
+  sel = P::apply(sel, [&](const RingTensor& t) { return ring_slice_last(t, 0, k); });
+  auto spread_x = P::apply(x, [&](const RingTensor& t) { return ring_repeat_last(t, k); });
+  auto picked = co_await p.mul(sel, spread_x);
+  auto values = P::apply(picked, [](const RingTensor& t) { return ring_sum_second_last(t); });
+  RingTensor weights = ring_repeat_last(iota, k);
+  auto indices = P::apply(p.mul_public(sel, weights),
+                          [](const RingTensor& t) { return ring_sum_second_last(t); });
+  co_return TopK<P>{std::move(values), std::move(indices)};
+}
+
+template <Protocol P>
+Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
+                   TopKMethod method = TopKMethod::automatic, LinkModel link = {}) {
+  const std::size_t n = P::shape(x).back();
+  if (method == TopKMethod::automatic)
+    method = topk_rank_cost(n, k).seconds(link) <= topk_network_cost(n).seconds(link)
+                 ? TopKMethod::rank
+                 : TopKMethod::network;
+  if (method == TopKMethod::rank) co_return co_await topk_rank(p, std::move(x), k);
+  co_return co_await topk_network(p, std::move(x), k);
+}
+
+}  // namespace mpcache::ops

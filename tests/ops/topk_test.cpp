@@ -1,0 +1,93 @@
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.ops;
+#include "../support/parties.hpp"
+
+using namespace mpcache;
+using mpcache::testing::run_both;
+
+namespace {
+template <Protocol P>
+Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
+  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
+                 shape_of(v));
+}
+
+// Reference: indices ordered by value descending, then index ascending.
+std::vector<std::size_t> reference_order(const xt::xarray<double>& x, std::size_t row) {
+  const std::size_t n = x.shape()[1];
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return x(row, a) > x(row, b); });
+  return order;
+}
+
+void check_topk(ops::TopKMethod method, std::size_t n, std::size_t k) {
+  FixedPoint fp;
+  xt::xarray<double> xr = mpcache::testing::random_real({3, n}, -100, 100, 300 + n);
+  for (std::size_t j = 0; j < n; j += 3) xr(1, j) = 7.25;  // many ties in row 1
+  const RingTensor x = fp.encode(xr);
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+    auto a = co_await share_of(p, 0, x);
+    auto r = co_await ops::topk(p, a, k, method);
+    co_return std::array<RingTensor, 2>{co_await p.reveal(r.values), co_await p.reveal(r.indices)};
+  });
+  const auto& [values, indices] = secure.results[0];
+  REQUIRE(shape_of(values) == Shape{3, k});
+  for (std::size_t row = 0; row < 3; ++row) {
+    const auto order = reference_order(xr, row);
+    for (std::size_t r = 0; r < k; ++r) {
+      CHECK(indices(row, r) == order[r]);
+      CHECK(values(row, r) == x(row, order[r]));
+    }
+  }
+  CHECK(clear == secure.results[0]);
+}
+}  // namespace
+
+TEST_CASE("top-k by sorting network: ordered, ties by index, any n") {
+  for (auto [n, k] : {std::pair<std::size_t, std::size_t>{1, 1}, {2, 1}, {8, 3}, {13, 13}, {16, 4}})
+    check_topk(ops::TopKMethod::network, n, k);
+}
+
+TEST_CASE("top-k by ranks: ordered, ties by index, any n") {
+  for (auto [n, k] : {std::pair<std::size_t, std::size_t>{1, 1}, {2, 2}, {8, 3}, {13, 5}, {16, 16}})
+    check_topk(ops::TopKMethod::rank, n, k);
+}
+
+TEST_CASE("rank-based top-k takes constant rounds; the network takes 11 per layer") {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  const RingTensor x = ring_shift_floor(mpcache::testing::random_ring({1, 16}, 92), 30);
+  std::array<CostCounters, 3> b0, a0, b1, a1;
+  auto party = [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 8});
+    Rss3 p = state->session();
+    auto a = co_await share_of(p, 0, x);
+    b0[id] = network.endpoint(id).costs();
+    (void)co_await ops::topk_rank(p, a, 4);
+    a0[id] = b1[id] = network.endpoint(id).costs();
+    (void)co_await ops::topk_network(p, a, 4);
+    a1[id] = network.endpoint(id).costs();
+  };
+  run_parties(scheduler, network, party);
+  const auto rank = ops::topk_rank_cost(16, 4), net = ops::topk_network_cost(16);
+  CHECK(mpcache::testing::critical_rounds(b0, a0) == rank.rounds);
+  CHECK(mpcache::testing::critical_rounds(b1, a1) == net.rounds);
+  CHECK(net.rounds == 10 * 11);
+  for (PartyId id = 0; id < 3; ++id) {
+    CHECK((a0[id] - b0[id]).payload_bytes_sent() == rank.bytes_per_party);
+    CHECK((a1[id] - b1[id]).payload_bytes_sent() == net.bytes_per_party);
+  }
+}
+
+TEST_CASE("the cost model picks ranks for small n on a LAN and the network for large n") {
+  const ops::LinkModel lan;
+  CHECK(ops::topk_rank_cost(64, 16).seconds(lan) < ops::topk_network_cost(64).seconds(lan));
+  CHECK(ops::topk_network_cost(4096).seconds(lan) < ops::topk_rank_cost(4096, 1024).seconds(lan));
+}
