@@ -58,6 +58,12 @@ RingTensor ring_repeat_last(const RingTensor& a, std::size_t times);
 RingTensor ring_filled(const Shape& shape, Ring value);
 // out[..., t] = a[..., index[t]] (a public gather/permutation on the last axis).
 RingTensor ring_take_last(const RingTensor& a, const std::vector<std::size_t>& index);
+// Bits 0..n-1 of every word spread on a new last axis (0 or 1 each).
+RingTensor ring_bits_to_axis(const RingTensor& a, int n);
+// Bits 0..n-1 of every word in reverse order (bit t -> bit n-1-t); higher bits cleared.
+RingTensor ring_reverse_low_bits(const RingTensor& a, int n);
+// out[...] = sum_t weights[t] * a[..., t] (wrapping).
+RingTensor ring_weighted_sum_last(const RingTensor& a, const std::vector<Ring>& weights);
 // Sum over the second-to-last axis: (..., n, k) -> (..., k).
 RingTensor ring_sum_second_last(const RingTensor& a);
 

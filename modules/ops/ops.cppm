@@ -9,3 +9,6 @@ export import :reduce;
 export import :one_hot;
 export import :gather;
 export import :topk;
+export import :exp;
+export import :reciprocal;
+export import :softmax;

@@ -261,6 +261,41 @@ RingTensor ring_sum_second_last(const RingTensor& a) {
   return out;
 }
 
+RingTensor ring_bits_to_axis(const RingTensor& a, int n) {
+  check_shift(n - 1);
+  Shape shape = shape_of(a);
+  shape.push_back(static_cast<std::size_t>(n));
+  RingTensor out = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (int t = 0; t < n; ++t) out.data()[i * n + t] = (a.data()[i] >> t) & 1;
+  return out;
+}
+
+RingTensor ring_reverse_low_bits(const RingTensor& a, int n) {
+  check_shift(n - 1);
+  RingTensor out = RingTensor::from_shape(a.shape());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    Ring r = 0;
+    for (int t = 0; t < n; ++t) r |= ((a.data()[i] >> t) & 1) << (n - 1 - t);
+    out.data()[i] = r;
+  }
+  return out;
+}
+
+RingTensor ring_weighted_sum_last(const RingTensor& a, const std::vector<Ring>& weights) {
+  const std::size_t n = last_dim(a, "ring_weighted_sum_last");
+  if (weights.size() != n)
+    throw Error(ErrorCode::invalid_argument, "ring_weighted_sum_last: " +
+                                                 std::to_string(weights.size()) +
+                                                 " weights for an axis of " + std::to_string(n));
+  Shape shape = shape_of(a);
+  shape.pop_back();
+  RingTensor out = ring_zeros(shape);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    for (std::size_t t = 0; t < n; ++t) out.data()[i] += weights[t] * a.data()[i * n + t];
+  return out;
+}
+
 RingTensor ring_sample(const Shape& shape, std::uint64_t seed) {
   RingTensor t = RingTensor::from_shape(shape);
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;  // never zero

@@ -1,0 +1,123 @@
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.ops;
+#include "../support/parties.hpp"
+
+using namespace mpcache;
+using mpcache::testing::run_both;
+
+namespace {
+template <Protocol P>
+Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
+  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
+                 shape_of(v));
+}
+
+xt::xarray<double> linspace(double lo, double hi, std::size_t n) {
+  xt::xarray<double> x = xt::xarray<double>::from_shape({n});
+  for (std::size_t i = 0; i < n; ++i) x(i) = lo + (hi - lo) * static_cast<double>(i) / (n - 1);
+  return x;
+}
+
+// Runs f on rss3 and plain; returns the decoded rss3 result and checks that
+// plain agrees within `backend_tolerance`.
+template <class F>
+xt::xarray<double> evaluate(const xt::xarray<double>& x, F f, double backend_tolerance) {
+  FixedPoint fp;
+  const RingTensor encoded = fp.encode(x);
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
+    auto a = co_await share_of(p, 0, encoded);
+    co_return co_await p.reveal(co_await f(p, a));
+  });
+  const xt::xarray<double> s = fp.decode(secure.results[0]), c = fp.decode(clear);
+  for (std::size_t i = 0; i < s.size(); ++i) CHECK(std::fabs(s.data()[i] - c.data()[i]) <= backend_tolerance);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("exp_neg: within 2.5e-3 of exp on [-14, 0] and within 1e-6 below") {
+  const xt::xarray<double> x = linspace(-20.0, 0.0, 4001);
+  auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::exp_neg(p, a); },
+                    2.5e-3);
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double err = std::fabs(y(i) - std::exp(x(i)));
+    if (x(i) >= -14.0) {
+      worst = std::max(worst, err);
+      CHECK(err <= 2.5e-3);
+    } else {
+      CHECK(err <= 1e-6);
+    }
+  }
+  MESSAGE("exp_neg max error on [-14, 0]: " << worst);
+}
+
+TEST_CASE("reciprocal: relative error within 2e-4 + 2^-18/x on [1/8, 2^22]") {
+  xt::xarray<double> x = xt::xarray<double>::from_shape({2000});
+  for (std::size_t i = 0; i < x.size(); ++i)  // log-uniform over the range, edges included
+    x(i) = std::exp2(-3.0 + 25.0 * static_cast<double>(i) / (x.size() - 1));
+  auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::reciprocal(p, a); },
+                    1e-3);
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = 1.0 / x(i);
+    const double rel = std::fabs(y(i) - want) / want;
+    const double bound = 2e-4 + 0x1p-18 / want + 0x1p-18 / x(i);
+    worst = std::max(worst, rel);
+    CHECK(std::fabs(y(i) - want) <= bound * want + 0x1p-17);
+  }
+  MESSAGE("reciprocal max relative error: " << worst);
+}
+
+TEST_CASE("softmax with and without a mask, against float64") {
+  const std::size_t rows = 4, n = 100;
+  xt::xarray<double> x = mpcache::testing::random_real({rows, n}, -8, 8, 401);
+  RingTensor mask = ring_filled({rows, n}, 1);
+  for (std::size_t j = 50; j < n; ++j) mask(3, j) = 0;  // last row: half masked
+  FixedPoint fp;
+  const RingTensor encoded = fp.encode(x);
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+    auto a = co_await share_of(p, 0, encoded);
+    auto plain_softmax = co_await ops::softmax_last(p, a);
+    auto masked = co_await ops::softmax_last(p, a, std::optional<RingTensor>(mask));
+    co_return std::array<RingTensor, 2>{co_await p.reveal(plain_softmax), co_await p.reveal(masked)};
+  });
+  for (int which = 0; which < 2; ++which) {
+    const xt::xarray<double> y = fp.decode(secure.results[0][which]);
+    for (std::size_t r = 0; r < rows; ++r) {
+      double mx = -1e300, sum = 0;
+      for (std::size_t j = 0; j < n; ++j)
+        if (which == 0 || mask(r, j)) mx = std::max(mx, x(r, j));
+      for (std::size_t j = 0; j < n; ++j)
+        if (which == 0 || mask(r, j)) sum += std::exp(x(r, j) - mx);
+      for (std::size_t j = 0; j < n; ++j) {
+        const double want = (which == 0 || mask(r, j)) ? std::exp(x(r, j) - mx) / sum : 0.0;
+        CHECK(std::fabs(y(r, j) - want) <= 4e-3);
+      }
+    }
+    const xt::xarray<double> c = fp.decode(clear[which]);
+    for (std::size_t i = 0; i < c.size(); ++i) CHECK(std::fabs(c.data()[i] - y.data()[i]) <= 4e-3);
+  }
+}
+
+TEST_CASE("exp_neg costs 11 rounds: the clipping comparison overlaps the squarings") {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  FixedPoint fp;
+  const RingTensor x = fp.encode(linspace(-10, 0, 32));
+  std::array<CostCounters, 3> before, after;
+  auto party = [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 9});
+    Rss3 p = state->session();
+    auto a = co_await share_of(p, 0, x);
+    before[id] = network.endpoint(id).costs();
+    (void)co_await ops::exp_neg(p, a);
+    after[id] = network.endpoint(id).costs();
+  };
+  run_parties(scheduler, network, party);
+  CHECK(mpcache::testing::critical_rounds(before, after) == 11);
+}
