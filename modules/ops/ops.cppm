@@ -12,3 +12,5 @@ export import :topk;
 export import :exp;
 export import :reciprocal;
 export import :softmax;
+export import :piecewise;
+export import :activations;
