@@ -64,6 +64,8 @@ RingTensor ring_bits_to_axis(const RingTensor& a, int n);
 RingTensor ring_reverse_low_bits(const RingTensor& a, int n);
 // out[...] = sum_t weights[t] * a[..., t] (wrapping).
 RingTensor ring_weighted_sum_last(const RingTensor& a, const std::vector<Ring>& weights);
+// a (n) repeated as rows: shape + (n).
+RingTensor ring_tile_rows(const RingTensor& a, const Shape& leading);
 // Sum over the second-to-last axis: (..., n, k) -> (..., k).
 RingTensor ring_sum_second_last(const RingTensor& a);
 

@@ -14,3 +14,5 @@ export import :reciprocal;
 export import :softmax;
 export import :piecewise;
 export import :activations;
+export import :rsqrt;
+export import :norm;

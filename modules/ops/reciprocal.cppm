@@ -1,7 +1,7 @@
 // 1/x for positive x by normalisation and Newton's method (as SPU/PUMA):
 //   1. A2B of x and a prefix-OR from the top give the highest set bit p;
-//   2. bit-reversing that one-hot word gives s = 2^(K-p) in boolean form,
-//      B2A bit by bit (K+1 bits, one batch);
+//   2. B2A of that one-hot word bit by bit (K+1 bits, one batch) gives
+//      s = 2^(K-p) as a local weighted sum;
 //   3. x' = x s / 2^(K-f+1) lies in [0.5, 1); y0 = 2.9142 - 2x';
 //   4. three Newton steps y <- y (2 - x' y); 1/x = y s / 2^(K-f+1).
 //   range: 1/8 <= x < 2^(K+1-f) with K = 40 (x < 2^23 at f = 18); below 1/8
@@ -23,9 +23,11 @@ inline constexpr int reciprocal_scale_bits = 40;  // K
 inline constexpr int reciprocal_newton_steps = 3;
 
 namespace detail {
-// s = 2^(K - p) where p is the highest set bit of x (x > 0, p <= K).
+// One-hot (arithmetic 0/1, shape (..., K+1)) of the highest set bit p of x > 0
+// (p <= K): A2B of K+1 bits, prefix-OR from the top, one B2A batch. Any
+// public function g(p) is then a local weighted sum of these bits.
 template <Protocol P>
-Task<typename P::Share> normaliser(P& p, const typename P::Share& x) {
+Task<typename P::Share> highest_bit_one_hot(P& p, const typename P::Share& x) {
   constexpr int K = reciprocal_scale_bits;
   auto bits = co_await p.to_bits(x, K + 1);
   // Prefix-OR from the top: afterwards every bit at or below p is set.
@@ -35,12 +37,23 @@ Task<typename P::Share> normaliser(P& p, const typename P::Share& x) {
     bits = p.bits_xor(p.bits_xor(bits, shifted), both);  // a | b
   }
   auto top = p.bits_xor(bits, p.bits_shift_right(bits, 1));  // only bit p
-  auto reversed = P::apply(top, [](const RingTensor& t) { return ring_reverse_low_bits(t, K + 1); });
-  auto spread = P::apply(reversed, [](const RingTensor& t) { return ring_bits_to_axis(t, K + 1); });
-  auto arith = co_await p.bit_to_arith(spread);
+  auto spread = P::apply(top, [](const RingTensor& t) { return ring_bits_to_axis(t, K + 1); });
+  co_return co_await p.bit_to_arith(spread);
+}
+
+template <Protocol P>
+typename P::Share weighted_bits(const typename P::Share& one_hot, const std::vector<Ring>& weights) {
+  return P::apply(one_hot, [&](const RingTensor& t) { return ring_weighted_sum_last(t, weights); });
+}
+
+// s = 2^(K - p) (integer).
+template <Protocol P>
+Task<typename P::Share> normaliser(P& p, const typename P::Share& x) {
+  constexpr int K = reciprocal_scale_bits;
+  auto one_hot = co_await highest_bit_one_hot(p, x);
   std::vector<Ring> weights(K + 1);
-  for (int t = 0; t <= K; ++t) weights[t] = Ring{1} << t;
-  co_return P::apply(arith, [&](const RingTensor& t) { return ring_weighted_sum_last(t, weights); });
+  for (int t = 0; t <= K; ++t) weights[t] = Ring{1} << (K - t);
+  co_return weighted_bits<P>(one_hot, weights);
 }
 }  // namespace detail
 

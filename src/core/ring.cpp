@@ -296,6 +296,15 @@ RingTensor ring_weighted_sum_last(const RingTensor& a, const std::vector<Ring>& 
   return out;
 }
 
+RingTensor ring_tile_rows(const RingTensor& a, const Shape& leading) {
+  Shape shape = leading;
+  shape.push_back(a.size());
+  RingTensor out = RingTensor::from_shape(shape);
+  const std::size_t rows = element_count(leading);
+  for (std::size_t r = 0; r < rows; ++r) std::copy(a.begin(), a.end(), out.data() + r * a.size());
+  return out;
+}
+
 RingTensor ring_sample(const Shape& shape, std::uint64_t seed) {
   RingTensor t = RingTensor::from_shape(shape);
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;  // never zero

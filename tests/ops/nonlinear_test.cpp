@@ -140,3 +140,56 @@ TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12]") {
   }
   MESSAGE("GeLU max error " << worst_g << ", SiLU max error " << worst_s);
 }
+
+TEST_CASE("rsqrt: relative error within 1e-3 on [2^-10, 2^14]") {
+  xt::xarray<double> x = xt::xarray<double>::from_shape({1500});
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x(i) = std::exp2(-10.0 + 24.0 * static_cast<double>(i) / (x.size() - 1));
+  auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::rsqrt(p, a); },
+                    1e-3);
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = 1.0 / std::sqrt(x(i));
+    worst = std::max(worst, std::fabs(y(i) - want) / want);
+    CHECK(std::fabs(y(i) - want) <= 1e-3 * want + 0x1p-17);
+  }
+  MESSAGE("rsqrt max relative error " << worst);
+}
+
+TEST_CASE("LayerNorm and RMSNorm against float64") {
+  const std::size_t rows = 6, d = 64;
+  xt::xarray<double> x = mpcache::testing::random_real({rows, d}, -3, 3, 501);
+  for (std::size_t j = 0; j < d; ++j) x(5, j) = 0.01 * x(5, j) + 2.0;  // tiny variance row
+  const xt::xarray<double> gamma = mpcache::testing::random_real({d}, 0.5, 1.5, 502);
+  const xt::xarray<double> beta = mpcache::testing::random_real({d}, -0.5, 0.5, 503);
+  FixedPoint fp;
+  const RingTensor xe = fp.encode(x), ge = fp.encode(gamma), be = fp.encode(beta);
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+    auto a = co_await share_of(p, 0, xe);
+    auto g = co_await share_of(p, 1, ge);
+    auto b = co_await share_of(p, 1, be);
+    auto ln = co_await ops::layer_norm(p, a, g, b);
+    auto rms = co_await ops::rms_norm(p, a, g);
+    co_return std::array<RingTensor, 2>{co_await p.reveal(ln), co_await p.reveal(rms)};
+  });
+  // Both backends against float64; the tiny-variance row (5) keeps only about
+  // 7 significant bits of variance in fixed point, hence its looser bound.
+  for (const auto* result : {&secure.results[0], &clear}) {
+    const xt::xarray<double> ln = fp.decode((*result)[0]), rms = fp.decode((*result)[1]);
+    for (std::size_t r = 0; r < rows; ++r) {
+      double mean = 0, ms = 0;
+      for (std::size_t j = 0; j < d; ++j) mean += x(r, j) / d;
+      double var = 0;
+      for (std::size_t j = 0; j < d; ++j) {
+        var += (x(r, j) - mean) * (x(r, j) - mean) / d;
+        ms += x(r, j) * x(r, j) / d;
+      }
+      for (std::size_t j = 0; j < d; ++j) {
+        const double want_ln = (x(r, j) - mean) / std::sqrt(var + 1e-5) * gamma(j) + beta(j);
+        const double want_rms = x(r, j) / std::sqrt(ms + 1e-5) * gamma(j);
+        CHECK(std::fabs(ln(r, j) - want_ln) <= 2e-3 * (1 + std::fabs(want_ln)) + 5e-3 * (r == 5));
+        CHECK(std::fabs(rms(r, j) - want_rms) <= 2e-3 * (1 + std::fabs(want_rms)));
+      }
+    }
+  }
+}
