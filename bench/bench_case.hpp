@@ -18,8 +18,30 @@ struct CaseResult {
   std::string note;
 };
 
+// A link for the model time: rounds x RTT + busiest party's bytes / bandwidth
+// + measured compute. Emulation of the link itself comes with the network
+// transport; until then `link_emulated` is false and only the model applies.
+struct Link {
+  std::string name = "none";
+  double rtt_s = 0;
+  double bytes_per_s = 0;  // 0: infinite
+};
+
+inline Link link_named(const std::string& name) {
+  if (name == "lan") return {"lan", 0.3e-3, 377e6};
+  if (name == "wan") return {"wan", 40e-3, 300e6 / 8};
+  return {"none", 0, 0};
+}
+
+inline double model_seconds(const CaseResult& c, const Link& link) {
+  return static_cast<double>(c.rounds) * link.rtt_s +
+         (link.bytes_per_s > 0 ? static_cast<double>(c.bytes_max_party) / link.bytes_per_s : 0) +
+         c.latency_s;
+}
+
 struct Options {
   int repeat = 3;
+  Link link;
 };
 
 }  // namespace mpcache::bench

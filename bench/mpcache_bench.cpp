@@ -11,13 +11,15 @@ import mpcache;
 
 namespace mpcache::bench {
 std::vector<CaseResult> micro_preset(const Options& options);
+std::vector<CaseResult> ops_preset(const Options& options);
+std::vector<CaseResult> table2_preset(const Options& options);
 }
 
 namespace {
 using mpcache::bench::CaseResult;
 
-nlohmann::json to_json(const CaseResult& c) {
-  return {{"case", c.name},
+nlohmann::json to_json(const CaseResult& c, const mpcache::bench::Link& link) {
+  nlohmann::json j = {{"case", c.name},
           {"protocol", c.protocol},
           {"transport", c.transport},
           {"elements", c.elements},
@@ -27,19 +29,25 @@ nlohmann::json to_json(const CaseResult& c) {
           {"frame_bytes_total", c.frame_bytes_total},
           {"messages_max_party", c.messages_max_party},
           {"rounds", c.rounds},
-          {"repeat", c.repeat}};
+          {"repeat", c.repeat},
+          {"link", link.name},
+          {"link_emulated", false},
+          {"model_s", mpcache::bench::model_seconds(c, link)}};
+  if (!c.note.empty()) j["note"] = c.note;
+  return j;
 }
 
-void print_table(const std::vector<CaseResult>& rows) {
-  std::printf("%-22s %-6s %-11s %12s %16s %16s %14s %7s\n", "case", "proto", "transport",
-              "latency_s", "bytes_max_party", "bytes_total", "frame_bytes", "rounds");
+void print_table(const std::vector<CaseResult>& rows, const mpcache::bench::Link& link) {
+  std::printf("%-28s %-6s %-11s %11s %11s %16s %16s %7s  %s\n", "case", "proto", "transport",
+              "latency_s", ("model_s:" + link.name).c_str(), "bytes_max_party", "bytes_total",
+              "rounds", "note");
   for (const auto& c : rows)
-    std::printf("%-22s %-6s %-11s %12.6f %16llu %16llu %14llu %7llu\n", c.name.c_str(),
+    std::printf("%-28s %-6s %-11s %11.6f %11.6f %16llu %16llu %7llu  %s\n", c.name.c_str(),
                 c.protocol.c_str(), c.transport.c_str(), c.latency_s,
+                mpcache::bench::model_seconds(c, link),
                 static_cast<unsigned long long>(c.bytes_max_party),
                 static_cast<unsigned long long>(c.bytes_total),
-                static_cast<unsigned long long>(c.frame_bytes_total),
-                static_cast<unsigned long long>(c.rounds));
+                static_cast<unsigned long long>(c.rounds), c.note.c_str());
 }
 }  // namespace
 
@@ -50,18 +58,25 @@ int main(int argc, char** argv) {
   mpcache::bench::Options options;
   app.add_option("--preset", preset, "benchmark preset")
       ->required()
-      ->check(CLI::IsMember({"micro"}));
+      ->check(CLI::IsMember({"micro", "ops", "paper-table2"}));
+  std::string link = "none";
+  app.add_option("--link", link,
+                 "link for model_s: lan (377 MB/s, 0.3 ms RTT), wan (300 Mbit/s, 40 ms), none")
+      ->check(CLI::IsMember({"lan", "wan", "none"}));
   app.add_flag("--json", json, "one JSON object per case on stdout");
   app.add_option("--repeat", options.repeat, "runs per case; the median latency is reported")
       ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
+  options.link = mpcache::bench::link_named(link);
   try {
     std::vector<CaseResult> rows;
     if (preset == "micro") rows = mpcache::bench::micro_preset(options);
+    if (preset == "ops") rows = mpcache::bench::ops_preset(options);
+    if (preset == "paper-table2") rows = mpcache::bench::table2_preset(options);
     if (json) {
-      for (const auto& r : rows) std::cout << to_json(r).dump() << "\n";
+      for (const auto& r : rows) std::cout << to_json(r, options.link).dump() << "\n";
     } else {
-      print_table(rows);
+      print_table(rows, options.link);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpcache-bench: %s\n", e.what());

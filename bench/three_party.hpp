@@ -1,0 +1,96 @@
+// Runs a 3-party rss3 case in this process and measures one marked section
+// per party: wall time from the first party entering it to the last leaving,
+// payload bytes per party, rounds on the critical path. Include after imports.
+#pragma once
+
+namespace mpcache::bench {
+
+struct Section {
+  std::array<CostCounters, 3> before, after;
+  std::array<std::chrono::steady_clock::time_point, 3> start, stop;
+  InProcessNetwork* network = nullptr;
+
+  void begin(PartyId id) {
+    before[id] = network->endpoint(id).costs();
+    start[id] = std::chrono::steady_clock::now();
+  }
+  void end(PartyId id) {
+    stop[id] = std::chrono::steady_clock::now();
+    after[id] = network->endpoint(id).costs();
+  }
+};
+
+struct Sample {
+  double seconds = 0;
+  std::array<CostCounters, 3> costs;
+  std::uint64_t rounds = 0;
+};
+
+// body(Rss3&, PartyId, Section&) -> Task<void>; calls section.begin/end once.
+template <class Body>
+Sample run_three_parties(Body body) {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  Section section;
+  section.network = &network;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id));
+    Rss3 p = state->session();
+    co_await body(p, id, section);
+  });
+  Sample s;
+  s.seconds = std::chrono::duration<double>(
+                  *std::max_element(section.stop.begin(), section.stop.end()) -
+                  *std::min_element(section.start.begin(), section.start.end()))
+                  .count();
+  std::uint64_t clock_before = 0, clock_after = 0;
+  for (int i = 0; i < 3; ++i) {
+    s.costs[i] = section.after[i] - section.before[i];
+    clock_before = std::max(clock_before, section.before[i].rounds);
+    clock_after = std::max(clock_after, section.after[i].rounds);
+  }
+  s.rounds = clock_after - clock_before;
+  return s;
+}
+
+// Repeats, reports the median latency and the (identical) costs.
+template <class Body>
+CaseResult measure_case(const std::string& name, std::uint64_t elements, const Options& options,
+                        Body body) {
+  std::vector<Sample> samples;
+  for (int r = 0; r < options.repeat; ++r) samples.push_back(run_three_parties(body));
+  std::vector<double> times;
+  for (const auto& s : samples) times.push_back(s.seconds);
+  std::sort(times.begin(), times.end());
+  const Sample& s = samples.front();
+  CaseResult c;
+  c.name = name;
+  c.protocol = "rss3";
+  c.transport = "in-process";
+  c.elements = elements;
+  c.latency_s = times[times.size() / 2];
+  for (const auto& k : s.costs) {
+    c.bytes_max_party = std::max(c.bytes_max_party, k.payload_bytes_sent());
+    c.messages_max_party = std::max(c.messages_max_party, k.messages_sent());
+    c.bytes_total += k.payload_bytes_sent();
+    c.frame_bytes_total += k.frame_bytes_sent();
+  }
+  c.rounds = s.rounds;
+  c.repeat = options.repeat;
+  return c;
+}
+
+inline RingTensor random_fixed(const Shape& shape, std::uint64_t seed, double lo, double hi) {
+  const FixedPoint fp;
+  RingTensor bits = ring_sample(shape, seed);
+  RingTensor out = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out.data()[i] = fp.encode(lo + (hi - lo) * static_cast<double>(bits.data()[i] >> 11) * 0x1p-53);
+  return out;
+}
+
+inline std::optional<RingTensor> owned_by(PartyId owner, PartyId id, const RingTensor& v) {
+  return owner == id ? std::optional<RingTensor>(v) : std::nullopt;
+}
+
+}  // namespace mpcache::bench
