@@ -4,7 +4,8 @@
 // y <- y (1.5 - (x'/2) y^2) from y0 = 1.828 - 0.828 x'; result y g.
 //   range: 2^-10 <= x <= 2^14 (variances and mean squares in LayerNorm/RMSNorm)
 //   error: relative <= 1e-3 + 2^-17 absolute (tested on dense samples)
-//   cost (rss3): 16 (highest bit) + 1 + 1 + 9 + 1 = 28 rounds
+//   cost (rss3): 27 rounds on the critical path (tested): 16 for the highest
+//   bit, 1 + 1 + Newton 9 + 1, less one where only party 0 sends (truncation)
 module;
 #include "prelude.hpp"
 export module mpcache.ops:rsqrt;
@@ -33,18 +34,18 @@ Task<typename P::Share> rsqrt(P& p, const typename P::Share& x) {
   }
   auto s = detail::weighted_bits<P>(one_hot, scale);
   auto g = detail::weighted_bits<P>(one_hot, correction);
-  auto xn = co_await p.truncate(co_await p.mul(x, s), K - f + 1);  // [0.5, 1)
-  auto half_xn = co_await p.truncate(xn, 1);
-  auto y = p.add_public(p.mul_public(xn, ring_filled(shape, fp.encode(-0.828))),
-                        ring_filled(shape, fp.encode(1.828) << f));
-  y = co_await p.truncate(y, f);
+  auto xn = co_await p.mul_trunc(x, s, K - f + 1);  // [0.5, 1)
+  const auto y0_wide = p.add_public(p.mul_public(xn, ring_filled(shape, fp.encode(-0.828))),
+                                    ring_filled(shape, fp.encode(1.828) << f));
+  P ph = p.fork(), py = p.fork();
+  auto [half_xn, y] = co_await when_all(ph.truncate(xn, 1), py.truncate(y0_wide, f));
   const RingTensor one_and_half = ring_filled(shape, fp.encode(1.5));
   for (int i = 0; i < 3; ++i) {
     auto y2 = co_await p.mul_trunc(y, y);
     auto z = co_await p.mul_trunc(half_xn, y2);
     y = co_await p.mul_trunc(y, p.add_public(p.neg(z), one_and_half));
   }
-  co_return co_await p.truncate(co_await p.mul(y, g), f + rsqrt_extra_bits);
+  co_return co_await p.mul_trunc(y, g, f + rsqrt_extra_bits);
 }
 
 }  // namespace mpcache::ops

@@ -53,7 +53,8 @@ class Plain {
   Task<Share> mul(const Share& a, const Share& b);
   Task<Share> matmul(const Share& a, const Share& b);
   Task<Share> truncate(const Share& a, int bits);
-  Task<Share> mul_trunc(const Share& a, const Share& b);
+  // bits < 0: frac_bits(). Other values truncate by `bits` in the same round.
+  Task<Share> mul_trunc(const Share& a, const Share& b, int bits = -1);
   Task<Share> matmul_trunc(const Share& a, const Share& b);
 
   Task<Bits> to_bits(const Share& a, int width = ring_bits);

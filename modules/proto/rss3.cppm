@@ -121,7 +121,8 @@ class Rss3 {
   Task<Share> matmul(const Share& a, const Share& b);
   Task<Share> truncate(const Share& a, int bits);
   // Fixed-point products: one round, truncated by frac_bits().
-  Task<Share> mul_trunc(const Share& a, const Share& b);
+  // bits < 0: frac_bits(). Other values truncate by `bits` in the same round.
+  Task<Share> mul_trunc(const Share& a, const Share& b, int bits = -1);
   Task<Share> matmul_trunc(const Share& a, const Share& b);
 
   // Boolean layer.

@@ -46,8 +46,8 @@ Task<PlainShare> Plain::matmul(const Share& a, const Share& b) {
 Task<PlainShare> Plain::truncate(const Share& a, int bits) {
   co_return PlainShare{ring_shift_floor(a.value, bits)};
 }
-Task<PlainShare> Plain::mul_trunc(const Share& a, const Share& b) {
-  co_return PlainShare{ring_shift_floor(ring_mul(a.value, b.value), frac_bits_)};
+Task<PlainShare> Plain::mul_trunc(const Share& a, const Share& b, int bits) {
+  co_return PlainShare{ring_shift_floor(ring_mul(a.value, b.value), bits < 0 ? frac_bits_ : bits)};
 }
 Task<PlainShare> Plain::matmul_trunc(const Share& a, const Share& b) {
   co_return PlainShare{ring_shift_floor(ring_matmul(a.value, b.value), frac_bits_)};

@@ -247,10 +247,12 @@ Task<Rss3Share> Rss3::matmul(const Share& a, const Share& b) {
   return reshare(std::move(z));
 }
 
-Task<Rss3Share> Rss3::mul_trunc(const Share& a, const Share& b) {
+Task<Rss3Share> Rss3::mul_trunc(const Share& a, const Share& b, int bits) {
+  if (bits < 0) bits = frac_bits();
+  check_bits(bits);
   RingTensor z = local_product(a, b);
   ring_add_inplace(z, zero_share(shape_of(z)));
-  return reshare_truncated(std::move(z), frac_bits());
+  return reshare_truncated(std::move(z), bits);
 }
 
 Task<Rss3Share> Rss3::matmul_trunc(const Share& a, const Share& b) {

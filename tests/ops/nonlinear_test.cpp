@@ -193,3 +193,31 @@ TEST_CASE("LayerNorm and RMSNorm against float64") {
     }
   }
 }
+
+TEST_CASE("round counts of the non-linear functions match the documented costs") {
+  FixedPoint fp;
+  const RingTensor x = fp.encode(linspace(0.5, 4.0, 8));
+  auto rounds_of = [&](auto op) {
+    Scheduler scheduler;
+    InProcessNetwork network(scheduler, 3);
+    std::array<CostCounters, 3> before, after;
+    run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+      auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 10});
+      Rss3 p = state->session();
+      auto a = co_await share_of(p, 0, x);
+      before[id] = network.endpoint(id).costs();
+      (void)co_await op(p, a);
+      after[id] = network.endpoint(id).costs();
+    });
+    return mpcache::testing::critical_rounds(before, after);
+  };
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a); }) == 24);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); }) == 27);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 11);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 11);
+  // softmax over 8: max 3 levels x 11, exp 11, reciprocal 24, product 1.
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+          const auto row = ops::reshape<Rss3>(a, {1, 8});
+          co_return co_await ops::softmax_last(p, row);
+        }) == 69);
+}
