@@ -8,16 +8,11 @@ import mpcache.ops;
 #include "../support/parties.hpp"
 
 using namespace mpcache;
+using mpcache::testing::share_of;
 using mpcache::testing::random_ring;
 using mpcache::testing::run_both;
 
 namespace {
-template <Protocol P>
-Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
-  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
-                 shape_of(v));
-}
-
 // Values spread over the whole signed range, plus the edges.
 RingTensor edge_values() {
   RingTensor x = random_ring({300}, 81);
@@ -84,26 +79,18 @@ TEST_CASE("short equality is exact for |a - b| below 2^width") {
 TEST_CASE("comparison and equality costs: rounds and bytes are exact") {
   const std::size_t n = 64;
   const RingTensor x = random_ring({n}, 84);
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
-  std::array<CostCounters, 3> b0, a0, b1, a1;
-  auto party = [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 5});
-    Rss3 p = state->session();
-    auto a = co_await share_of(p, 0, x);
-    b0[id] = network.endpoint(id).costs();
-    (void)co_await ops::msb(p, a);
-    a0[id] = b1[id] = network.endpoint(id).costs();
-    (void)co_await ops::is_zero(p, a, 7);
-    a1[id] = network.endpoint(id).costs();
-  };
-  run_parties(scheduler, network, party);
+  const auto msb = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
+    return ops::msb(p, a);
+  });
+  const auto zero = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
+    return ops::is_zero(p, a, 7);
+  });
   // msb: A2B(64) = 2 + 6 rounds, 13 words; B2A = 2 rounds, 2 words.
-  CHECK(mpcache::testing::critical_rounds(b0, a0) == 10);
+  CHECK(msb.rounds == 10);
   // is_zero(7): A2B(7) = 2 + 3 rounds, 1+1+2*3-1 = 7 words; AND tree 3 rounds, 3 words; B2A 2.
-  CHECK(mpcache::testing::critical_rounds(b1, a1) == 10);
+  CHECK(zero.rounds == 10);
   for (PartyId id = 0; id < 3; ++id) {
-    CHECK((a0[id] - b0[id]).payload_bytes_sent() == 15 * n * 8);
-    CHECK((a1[id] - b1[id]).payload_bytes_sent() == 12 * n * 8);
+    CHECK(msb.bytes[id] == 15 * n * 8);
+    CHECK(zero.bytes[id] == 12 * n * 8);
   }
 }

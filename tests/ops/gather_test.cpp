@@ -8,15 +8,8 @@ import mpcache.ops;
 #include "../support/parties.hpp"
 
 using namespace mpcache;
+using mpcache::testing::share_of;
 using mpcache::testing::run_both;
-
-namespace {
-template <Protocol P>
-Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
-  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
-                 shape_of(v));
-}
-}  // namespace
 
 TEST_CASE("token-wise and cluster-wise gathers pick the secret rows") {
   FixedPoint fp;

@@ -8,15 +8,10 @@ import mpcache.ops;
 #include "../support/parties.hpp"
 
 using namespace mpcache;
+using mpcache::testing::share_of;
 using mpcache::testing::run_both;
 
 namespace {
-template <Protocol P>
-Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
-  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
-                 shape_of(v));
-}
-
 xt::xarray<double> linspace(double lo, double hi, std::size_t n) {
   xt::xarray<double> x = xt::xarray<double>::from_shape({n});
   for (std::size_t i = 0; i < n; ++i) x(i) = lo + (hi - lo) * static_cast<double>(i) / (n - 1);
@@ -105,21 +100,11 @@ TEST_CASE("softmax with and without a mask, against float64") {
 }
 
 TEST_CASE("exp_neg costs 11 rounds: the clipping comparison overlaps the squarings") {
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
   FixedPoint fp;
-  const RingTensor x = fp.encode(linspace(-10, 0, 32));
-  std::array<CostCounters, 3> before, after;
-  auto party = [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 9});
-    Rss3 p = state->session();
-    auto a = co_await share_of(p, 0, x);
-    before[id] = network.endpoint(id).costs();
-    (void)co_await ops::exp_neg(p, a);
-    after[id] = network.endpoint(id).costs();
-  };
-  run_parties(scheduler, network, party);
-  CHECK(mpcache::testing::critical_rounds(before, after) == 11);
+  const auto cost = mpcache::testing::measure_op(
+      fp.encode(linspace(-10, 0, 32)),
+      [](Rss3& p, const Rss3Share& a) { return ops::exp_neg(p, a); });
+  CHECK(cost.rounds == 11);
 }
 
 TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12]") {
@@ -197,20 +182,7 @@ TEST_CASE("LayerNorm and RMSNorm against float64") {
 TEST_CASE("round counts of the non-linear functions match the documented costs") {
   FixedPoint fp;
   const RingTensor x = fp.encode(linspace(0.5, 4.0, 8));
-  auto rounds_of = [&](auto op) {
-    Scheduler scheduler;
-    InProcessNetwork network(scheduler, 3);
-    std::array<CostCounters, 3> before, after;
-    run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-      auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 10});
-      Rss3 p = state->session();
-      auto a = co_await share_of(p, 0, x);
-      before[id] = network.endpoint(id).costs();
-      (void)co_await op(p, a);
-      after[id] = network.endpoint(id).costs();
-    });
-    return mpcache::testing::critical_rounds(before, after);
-  };
+  auto rounds_of = [&](auto op) { return mpcache::testing::measure_op(x, op).rounds; };
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a); }) == 24);
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); }) == 27);
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 11);

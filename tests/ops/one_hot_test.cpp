@@ -8,15 +8,8 @@ import mpcache.ops;
 #include "../support/parties.hpp"
 
 using namespace mpcache;
+using mpcache::testing::share_of;
 using mpcache::testing::run_both;
-
-namespace {
-template <Protocol P>
-Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
-  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
-                 shape_of(v));
-}
-}  // namespace
 
 TEST_CASE("one-hot of secret indices over C classes, C a power of two or not") {
   for (std::size_t classes : {1u, 2u, 5u, 64u}) {
@@ -35,24 +28,14 @@ TEST_CASE("one-hot of secret indices over C classes, C a power of two or not") {
 }
 
 TEST_CASE("one-hot over 64 classes costs what log2(64) bits need") {
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
   const std::size_t k = 16;
   RingTensor idx = RingTensor::from_shape({k});
   for (std::size_t i = 0; i < k; ++i) idx(i) = (i * 5) % 64;
-  std::array<CostCounters, 3> before, after;
-  auto party = [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 7});
-    Rss3 p = state->session();
-    auto a = co_await share_of(p, 2, idx);
-    before[id] = network.endpoint(id).costs();
-    (void)co_await ops::one_hot(p, a, 64);
-    after[id] = network.endpoint(id).costs();
-  };
-  run_parties(scheduler, network, party);
+  const auto cost = mpcache::testing::measure_op(idx, [](Rss3& p, const Rss3Share& a) {
+    return ops::one_hot(p, a, 64);
+  });
   // A2B of 6 bits: 2 + 3 rounds, 7 words per index; AND tree over 6 bits: 3
   // rounds of 64 words per index; B2A: 2 rounds of 2 x 64 words per index.
-  CHECK(mpcache::testing::critical_rounds(before, after) == 10);
-  for (PartyId id = 0; id < 3; ++id)
-    CHECK((after[id] - before[id]).payload_bytes_sent() == k * (7 + 3 * 64 + 2 * 64) * 8);
+  CHECK(cost.rounds == 10);
+  for (auto bytes : cost.bytes) CHECK(bytes == k * (7 + 3 * 64 + 2 * 64) * 8);
 }

@@ -8,15 +8,8 @@ import mpcache.ops;
 #include "../support/parties.hpp"
 
 using namespace mpcache;
+using mpcache::testing::share_of;
 using mpcache::testing::run_both;
-
-namespace {
-template <Protocol P>
-Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
-  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
-                 shape_of(v));
-}
-}  // namespace
 
 TEST_CASE("argmax along the last axis: values, lowest index on ties, every length") {
   FixedPoint fp;
@@ -43,19 +36,10 @@ TEST_CASE("argmax along the last axis: values, lowest index on ties, every lengt
 }
 
 TEST_CASE("argmax rounds follow the tournament depth") {
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
   const RingTensor x = mpcache::testing::random_ring({2, 16}, 91);
-  std::array<CostCounters, 3> before, after;
-  auto party = [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 6});
-    Rss3 p = state->session();
-    auto a = co_await share_of(p, 0, x);
-    before[id] = network.endpoint(id).costs();
-    (void)co_await ops::argmax_last(p, a);
-    after[id] = network.endpoint(id).costs();
-  };
-  run_parties(scheduler, network, party);
+  const auto cost = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
+    return ops::argmax_last(p, a);
+  });
   // log2(16) = 4 levels x (comparison 10 + select 1); value and index selects share a round.
-  CHECK(mpcache::testing::critical_rounds(before, after) == 44);
+  CHECK(cost.rounds == 44);
 }

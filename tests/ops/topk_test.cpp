@@ -8,15 +8,10 @@ import mpcache.ops;
 #include "../support/parties.hpp"
 
 using namespace mpcache;
+using mpcache::testing::share_of;
 using mpcache::testing::run_both;
 
 namespace {
-template <Protocol P>
-Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
-  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
-                 shape_of(v));
-}
-
 // Reference: indices ordered by value descending, then index ascending.
 std::vector<std::size_t> reference_order(const xt::xarray<double>& x, std::size_t row) {
   const std::size_t n = x.shape()[1];
@@ -61,28 +56,20 @@ TEST_CASE("top-k by ranks: ordered, ties by index, any n") {
 }
 
 TEST_CASE("rank-based top-k takes constant rounds; the network takes 11 per layer") {
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
   const RingTensor x = ring_shift_floor(mpcache::testing::random_ring({1, 16}, 92), 30);
-  std::array<CostCounters, 3> b0, a0, b1, a1;
-  auto party = [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 8});
-    Rss3 p = state->session();
-    auto a = co_await share_of(p, 0, x);
-    b0[id] = network.endpoint(id).costs();
-    (void)co_await ops::topk_rank(p, a, 4);
-    a0[id] = b1[id] = network.endpoint(id).costs();
-    (void)co_await ops::topk_network(p, a, 4);
-    a1[id] = network.endpoint(id).costs();
-  };
-  run_parties(scheduler, network, party);
+  const auto rank_measured = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
+    return ops::topk_rank(p, a, 4);
+  });
+  const auto net_measured = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
+    return ops::topk_network(p, a, 4);
+  });
   const auto rank = ops::topk_rank_cost(16, 4), net = ops::topk_network_cost(16);
-  CHECK(mpcache::testing::critical_rounds(b0, a0) == rank.rounds);
-  CHECK(mpcache::testing::critical_rounds(b1, a1) == net.rounds);
+  CHECK(rank_measured.rounds == rank.rounds);
+  CHECK(net_measured.rounds == net.rounds);
   CHECK(net.rounds == 10 * 11);
   for (PartyId id = 0; id < 3; ++id) {
-    CHECK((a0[id] - b0[id]).payload_bytes_sent() == rank.bytes_per_party);
-    CHECK((a1[id] - b1[id]).payload_bytes_sent() == net.bytes_per_party);
+    CHECK(rank_measured.bytes[id] == rank.bytes_per_party);
+    CHECK(net_measured.bytes[id] == net.bytes_per_party);
   }
 }
 

@@ -7,17 +7,12 @@ import mpcache.proto;
 #include "../support/parties.hpp"
 
 using namespace mpcache;
+using mpcache::testing::share_of;
 using mpcache::testing::random_ring;
 using mpcache::testing::run_plain;
 using mpcache::testing::run_rss3;
 
 namespace {
-template <Protocol P>
-Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
-  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
-                 shape_of(v));
-}
-
 RingTensor masked(RingTensor v, int width) {
   const Ring mask = width >= 64 ? ~Ring{0} : (Ring{1} << width) - 1;
   for (auto& x : v) x &= mask;
@@ -51,23 +46,13 @@ TEST_CASE("A2B and AND cost exactly what the adder needs") {
   const std::size_t n = 100;
   const RingTensor x = random_ring({n}, 72);
   for (int width : {2, 7, 64}) {
-    Scheduler scheduler;
-    InProcessNetwork network(scheduler, 3);
-    std::array<CostCounters, 3> before, after;
-    auto party = [&](PartyId id) -> Task<void> {
-      auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 4});
-      Rss3 p = state->session();
-      auto a = co_await share_of(p, 0, x);
-      before[id] = network.endpoint(id).costs();
-      (void)co_await p.to_bits(a, width);
-      after[id] = network.endpoint(id).costs();
-    };
-    run_parties(scheduler, network, party);
+    const auto cost = mpcache::testing::measure_op(x, [width](Rss3& p, const Rss3Share& a) {
+      return p.to_bits(a, width);
+    });
     const std::uint64_t levels = ceil_log2(width);
     const std::uint64_t words = 2 + 2 * levels - 1;  // maj, G, two gates per level but the last
-    for (PartyId id = 0; id < 3; ++id)
-      CHECK((after[id] - before[id]).payload_bytes_sent() == words * n * 8);
-    CHECK(mpcache::testing::critical_rounds(before, after) == 2 + levels);
+    for (auto bytes : cost.bytes) CHECK(bytes == words * n * 8);
+    CHECK(cost.rounds == 2 + levels);
   }
 }
 

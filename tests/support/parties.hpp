@@ -36,6 +36,43 @@ auto run_rss3(Fn fn, Rss3Options options = {}) {
   return run;
 }
 
+// A secret input from `owner`; only the owner passes the value.
+template <Protocol P>
+Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
+  return p.input(owner, p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt,
+                 shape_of(v));
+}
+
+struct OpCost {
+  std::uint64_t rounds = 0;                // critical path
+  std::array<std::uint64_t, 3> bytes{};    // payload sent per party
+};
+
+// Shares x from party 0 (seeded keys), then measures op(Rss3&, share) alone.
+template <class Op>
+OpCost measure_op(const RingTensor& x, Op op, std::uint64_t seed = 1) {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<CostCounters, 3> before, after;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = seed});
+    Rss3 p = state->session();
+    auto a = co_await share_of(p, 0, x);
+    before[id] = network.endpoint(id).costs();
+    (void)co_await op(p, a);
+    after[id] = network.endpoint(id).costs();
+  });
+  OpCost cost;
+  std::uint64_t b = 0, a = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    b = std::max(b, before[i].rounds);
+    a = std::max(a, after[i].rounds);
+    cost.bytes[i] = (after[i] - before[i]).payload_bytes_sent();
+  }
+  cost.rounds = a - b;
+  return cost;
+}
+
 // Rounds an operation added to the critical path: parties' clocks differ
 // (a party that only sends does not advance), so compare the highest ones.
 inline std::uint64_t critical_rounds(const std::array<CostCounters, 3>& before,
