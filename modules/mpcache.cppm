@@ -7,3 +7,4 @@ export import mpcache.async;
 export import mpcache.net;
 export import mpcache.proto;
 export import mpcache.ops;
+export import mpcache.model;

@@ -13,6 +13,8 @@ enum class ErrorCode : std::uint8_t {
   network,           // a link failed or a peer went away
   timeout,           // a deadline passed
   deadlock,          // every task waits on the network and nothing is in flight
+  io,                // a file is missing or unreadable
+  format,            // a file is malformed or truncated
 };
 
 constexpr const char* to_string(ErrorCode code) {
@@ -23,6 +25,8 @@ constexpr const char* to_string(ErrorCode code) {
     case ErrorCode::network: return "network error";
     case ErrorCode::timeout: return "timeout";
     case ErrorCode::deadlock: return "deadlock";
+    case ErrorCode::io: return "i/o error";
+    case ErrorCode::format: return "format error";
   }
   return "error";
 }

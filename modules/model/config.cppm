@@ -1,0 +1,30 @@
+// Model configuration from a Hugging Face config.json (LLaMA or GPT-2 keys).
+module;
+#include "prelude.hpp"
+export module mpcache.model:config;
+import mpcache.core;
+
+export namespace mpcache {
+
+enum class Architecture { llama, gpt2 };
+
+struct ModelConfig {
+  Architecture architecture = Architecture::llama;
+  std::size_t vocab_size = 0;
+  std::size_t hidden_size = 0;
+  std::size_t intermediate_size = 0;
+  std::size_t num_layers = 0;
+  std::size_t num_heads = 0;
+  std::size_t num_kv_heads = 0;
+  std::size_t head_dim = 0;
+  std::size_t max_positions = 0;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+
+  // Reads and validates (positive sizes, heads dividing evenly).
+  static ModelConfig from_json_file(const std::filesystem::path& path);
+  static ModelConfig from_json_text(const std::string& text, const std::string& origin);
+};
+
+}  // namespace mpcache

@@ -1,0 +1,34 @@
+// JSON parsing for the model loader, compiled in an ordinary (non-module)
+// translation unit: clang-16 cannot compile nlohmann/json inside a module
+// unit's global fragment. Errors are std::runtime_error with a message.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mpcache::json_reader {
+
+struct RawTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<std::size_t> shape;
+  std::vector<std::uint64_t> offsets;
+};
+
+// The tensors of a safetensors header (the __metadata__ entry is skipped).
+std::vector<RawTensor> parse_safetensors_header(const std::string& text);
+
+struct Scalar {
+  enum class Kind { null, boolean, integer, number, string, other } kind = Kind::other;
+  bool boolean = false;
+  long long integer = 0;
+  double number = 0;
+  std::string text;
+};
+
+// Top-level members of a JSON object, scalars only (nested values: Kind::other).
+std::map<std::string, Scalar> parse_flat_object(const std::string& text);
+
+}  // namespace mpcache::json_reader
