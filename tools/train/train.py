@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from mini_llama import Config, LlamaLM  # noqa: E402
+from mini_llama import Config, LlamaLM, load_safetensors  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 TRAIN_NOVELS = ["sensesensibility", "prideprejudice", "mansfieldpark", "emma", "northangerabbey"]
@@ -260,6 +260,8 @@ def main():
     ap.add_argument("--intermediate", type=int, default=512)
     ap.add_argument("--max-pos", type=int, default=4096)
     ap.add_argument("--tied", action="store_true", help="tie lm_head to embed_tokens")
+    ap.add_argument("--init", default="", help="continue from the weights of this checkpoint dir "
+                    "(its config must match the size flags)")
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--phases", default="256:16:0.45,512:8:0.25,1024:4:0.1,2048:2:0.2")
     ap.add_argument("--time-budget-min", type=float, default=78.0, help="total wall budget incl. final eval")
@@ -297,6 +299,12 @@ def main():
     model = LlamaLM(cfg)
     g = torch.Generator().manual_seed(args.seed)
     model.init_weights(0.02, g)
+    if args.init:
+        sd, _ = load_safetensors(os.path.join(args.init, "model.safetensors"))
+        missing, unexpected = model.load_state_dict(sd, strict=False)
+        assert not unexpected and all(k == "lm_head.weight" and cfg.tie_word_embeddings
+                                      for k in missing), (missing, unexpected)
+        print(f"initialised from {args.init}", flush=True)
     nparams = sum(p.numel() for p in model.parameters())
     print("model:", fmt_arch(cfg, nparams), flush=True)
 
