@@ -33,6 +33,26 @@ typename P::Share public_share(const P& p, const typename P::Share& like, const 
   return p.add_public(P::apply(like, [&](const RingTensor&) { return ring_zeros(shape); }), value);
 }
 
+// (..., n) -> (..., 1): local sum over the last axis.
+template <Protocol P>
+typename P::Share sum_last(const typename P::Share& a) {
+  return P::apply(a, [](const RingTensor& t) {
+    Shape s = shape_of(t);
+    s.push_back(1);
+    return ring_sum_second_last(ring_reshape(t, s));
+  });
+}
+
+// (..., 1) -> (..., n): a column repeated along the last axis.
+template <Protocol P>
+typename P::Share broadcast_last(const typename P::Share& column, std::size_t n) {
+  return P::apply(column, [n](const RingTensor& t) {
+    Shape s = shape_of(t);
+    s.pop_back();
+    return ring_repeat_last(ring_reshape(t, s), n);
+  });
+}
+
 // Split the last axis into adjacent pairs: (..., 2m) -> first and second of
 // each pair, each (..., m).
 template <Protocol P, class S>

@@ -20,23 +20,10 @@ template <Protocol P>
 Task<typename P::Share> mean_last(P& p, const typename P::Share& x) {
   const Shape s = P::shape(x);
   const FixedPoint fp(p.frac_bits());
-  auto sum = P::apply(x, [](const RingTensor& t) {
-    Shape w = shape_of(t);
-    w.push_back(1);
-    return ring_sum_second_last(ring_reshape(t, w));
-  });
+  const auto sum = sum_last<P>(x);
   co_return co_await p.truncate(
       p.mul_public(sum, ring_filled(P::shape(sum), fp.encode(1.0 / static_cast<double>(s.back())))),
       p.frac_bits());
-}
-
-template <Protocol P>
-typename P::Share spread_last(const typename P::Share& col, std::size_t d) {
-  return P::apply(col, [d](const RingTensor& t) {
-    Shape s = shape_of(t);
-    s.pop_back();
-    return ring_repeat_last(ring_reshape(t, s), d);
-  });
 }
 
 template <Protocol P>
@@ -58,11 +45,11 @@ Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typen
   const std::size_t d = P::shape(x).back();
   const FixedPoint fp(p.frac_bits());
   auto mean = co_await detail::mean_last(p, x);
-  auto centered = p.sub(x, detail::spread_last<P>(mean, d));
+  auto centered = p.sub(x, broadcast_last<P>(mean, d));
   auto var = co_await detail::mean_last(p, co_await p.mul_trunc(centered, centered));
   var = p.add_public(var, ring_filled(P::shape(var), fp.encode(eps)));
   auto inv = co_await rsqrt(p, var);
-  auto normed = co_await p.mul_trunc(centered, detail::spread_last<P>(inv, d));
+  auto normed = co_await p.mul_trunc(centered, broadcast_last<P>(inv, d));
   const Shape lead = detail::leading_shape<P>(x);
   co_return p.add(co_await p.mul_trunc(normed, detail::rows_of<P>(gamma, lead)),
                   detail::rows_of<P>(beta, lead));
@@ -76,7 +63,7 @@ Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typenam
   auto ms = co_await detail::mean_last(p, co_await p.mul_trunc(x, x));
   ms = p.add_public(ms, ring_filled(P::shape(ms), fp.encode(eps)));
   auto inv = co_await rsqrt(p, ms);
-  auto normed = co_await p.mul_trunc(x, detail::spread_last<P>(inv, d));
+  auto normed = co_await p.mul_trunc(x, broadcast_last<P>(inv, d));
   co_return co_await p.mul_trunc(normed, detail::rows_of<P>(gamma, detail::leading_shape<P>(x)));
 }
 

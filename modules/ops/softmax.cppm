@@ -25,21 +25,11 @@ Task<typename P::Share> softmax_last(P& p, const typename P::Share& x,
                                                  shape_string(shape_of(*mask)) + ", scores " +
                                                  shape_string(shape));
   auto row_max = co_await max_last(p, x);  // (..., 1)
-  auto spread = [n](const RingTensor& t) {
-    Shape s = shape_of(t);
-    s.pop_back();
-    return ring_repeat_last(ring_reshape(t, s), n);
-  };
-  auto shifted = p.sub(x, P::apply(row_max, spread));
+  auto shifted = p.sub(x, broadcast_last<P>(row_max, n));
   auto e = co_await exp_neg(p, shifted);
   if (mask) e = p.mul_public(e, *mask);  // integer 0/1: no truncation
-  auto sum = P::apply(e, [](const RingTensor& t) {
-    Shape s = shape_of(t);
-    s.push_back(1);
-    return ring_sum_second_last(ring_reshape(t, s));
-  });  // (..., 1)
-  auto inv = co_await reciprocal(p, sum);
-  co_return co_await p.mul_trunc(e, P::apply(inv, spread));
+  auto inv = co_await reciprocal(p, sum_last<P>(e));  // (..., 1)
+  co_return co_await p.mul_trunc(e, broadcast_last<P>(inv, n));
 }
 
 }  // namespace mpcache::ops
