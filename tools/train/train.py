@@ -3,7 +3,8 @@
 
 Train set: five novels; held out: Persuasion (evaluation only).
 Curriculum: phases of increasing context (e.g. 256 -> 512 -> 2048), given by
---phases "CTX:BATCH:FRACTION,..." where FRACTION is the share of --steps.
+--phases "CTX:BATCH:FRACTION[:PASSKEY_FRAC],..." where FRACTION is the share of
+--steps and PASSKEY_FRAC (default --passkey-frac) the share of passkey samples.
 A wall-clock budget (--time-budget-min, including the final evaluation) caps
 the run: if the step budget would overrun it, training progress is measured in
 time instead (phases and LR schedule advance by elapsed time), so the final
@@ -155,18 +156,23 @@ def eval_passkey(model, text, total_len, n, seed, batch=10):
 
 
 # ---------------------------------------------------------------------------
-def parse_phases(s):
+def parse_phases(s, default_passkey_frac):
+    """ctx:batch:fraction[:passkey_frac] per phase; the optional fourth field
+    lets a curriculum start passkey-heavy at short context (where retrieval is
+    learned) and dilute it later."""
     out = []
     for part in s.split(","):
-        c, b, f = part.split(":")
-        out.append((int(c), int(b), float(f)))
-    tot = sum(f for _, _, f in out)
-    return [(c, b, f / tot) for c, b, f in out]
+        fields = part.split(":")
+        c, b, f = fields[:3]
+        pk = float(fields[3]) if len(fields) > 3 else default_passkey_frac
+        out.append((int(c), int(b), float(f), pk))
+    tot = sum(f for _, _, f, _ in out)
+    return [(c, b, f / tot, pk) for c, b, f, pk in out]
 
 
 def phase_at(phases, progress):
     acc = 0.0
-    for i, (c, b, f) in enumerate(phases):
+    for i, (c, b, f, _) in enumerate(phases):
         acc += f
         if progress < acc or i == len(phases) - 1:
             return i
@@ -313,7 +319,7 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
 
-    phases = parse_phases(args.phases)
+    phases = parse_phases(args.phases, args.passkey_frac)
     train_budget = (args.time_budget_min - args.eval_reserve_min) * 60.0
     os.makedirs(args.out, exist_ok=True)
     log_path = os.path.join(args.out, "train_log.csv")
@@ -346,9 +352,9 @@ def main():
         if progress >= 1.0:
             break
         ph = phase_at(phases, progress)
-        ctx, bs, _ = phases[ph]
+        ctx, bs, _, pk_frac = phases[ph]
         if ph != cur_phase:
-            print(f"[step {step}] phase {ph}: ctx {ctx} batch {bs}", flush=True)
+            print(f"[step {step}] phase {ph}: ctx {ctx} batch {bs} passkey {pk_frac}", flush=True)
             cur_phase = ph
             hist, ans_hist = [], []
         if step < args.warmup:
@@ -358,7 +364,7 @@ def main():
         for gr in opt.param_groups:
             gr["lr"] = lr
 
-        x, y, ans = get_batch(train_text, ctx, bs, args.passkey_frac, rng)
+        x, y, ans = get_batch(train_text, ctx, bs, pk_frac, rng)
         logits = model(x)
         ce = F.cross_entropy(logits.reshape(-1, 256), y.reshape(-1), reduction="none").view(bs, ctx)
         loss = ce.mean()
