@@ -7,4 +7,5 @@ export import mpcache.async;
 export import mpcache.net;
 export import mpcache.proto;
 export import mpcache.ops;
+export import mpcache.kv;
 export import mpcache.model;

@@ -6,6 +6,7 @@
 // header here rather than to a single unit's global fragment.
 #pragma once
 #include <algorithm>
+#include <numeric>
 #include <array>
 #include <chrono>
 #include <cmath>

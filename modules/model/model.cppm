@@ -1,6 +1,8 @@
-// mpcache.model: model configuration and weight loading (decoders to come).
+// mpcache.model: model configuration and weight loading , LLaMA decoder.
 module;
 #include "prelude.hpp"
 export module mpcache.model;
 export import :safetensors;
 export import :config;
+export import :weights;
+export import :decoder;

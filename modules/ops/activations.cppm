@@ -51,12 +51,15 @@ inline const Piecewise& silu_spec() {
 
 template <Protocol P>
 Task<typename P::Share> gelu(P& p, const typename P::Share& x) {
-  return piecewise(p, x, gelu_spec());
+  if constexpr (NativeReal<P>)
+    co_return p.map_real(x, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); });
+  co_return co_await piecewise(p, x, gelu_spec());
 }
 
 template <Protocol P>
 Task<typename P::Share> silu(P& p, const typename P::Share& x) {
-  return piecewise(p, x, silu_spec());
+  if constexpr (NativeReal<P>) co_return p.map_real(x, [](double v) { return v / (1 + std::exp(-v)); });
+  co_return co_await piecewise(p, x, silu_spec());
 }
 
 }  // namespace mpcache::ops

@@ -22,6 +22,11 @@ inline int ceil_log2(std::size_t n) {
 // 1 where a < 0 (signed view), else 0.
 template <Protocol P>
 Task<typename P::Share> msb(P& p, const typename P::Share& a) {
+  if constexpr (NativeReal<P>) {
+    auto out = a;
+    for (auto& v : out.value) v = v < 0 ? 1.0 : 0.0;
+    co_return out;
+  }
   auto bits = co_await p.to_bits(a, ring_bits);
   co_return co_await p.bit_to_arith(p.bits_shift_right(bits, ring_bits - 1));
 }

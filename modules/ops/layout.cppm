@@ -34,6 +34,17 @@ typename P::Share public_share(const P& p, const typename P::Share& like, const 
 }
 
 // (..., n) -> (..., 1): local sum over the last axis.
+// x + c for a public real constant c: fixed-point encoded on ring backends,
+// exact on float64 ones.
+template <Protocol P>
+typename P::Share add_constant(const P& p, const typename P::Share& x, double c) {
+  if constexpr (NativeReal<P>) {
+    return p.map_real(x, [c](double v) { return v + c; });
+  } else {
+    return p.add_public(x, ring_filled(P::shape(x), FixedPoint(p.frac_bits()).encode(c)));
+  }
+}
+
 template <Protocol P>
 typename P::Share sum_last(const typename P::Share& a) {
   return P::apply(a, [](const RingTensor& t) {

@@ -43,11 +43,10 @@ template <Protocol P>
 Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,
                                    const typename P::Share& beta, double eps = 1e-5) {
   const std::size_t d = P::shape(x).back();
-  const FixedPoint fp(p.frac_bits());
   auto mean = co_await detail::mean_last(p, x);
   auto centered = p.sub(x, broadcast_last<P>(mean, d));
   auto var = co_await detail::mean_last(p, co_await p.mul_trunc(centered, centered));
-  var = p.add_public(var, ring_filled(P::shape(var), fp.encode(eps)));
+  var = add_constant(p, var, eps);
   auto inv = co_await rsqrt(p, var);
   auto normed = co_await p.mul_trunc(centered, broadcast_last<P>(inv, d));
   const Shape lead = detail::leading_shape<P>(x);
@@ -59,9 +58,8 @@ template <Protocol P>
 Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,
                                  double eps = 1e-5) {
   const std::size_t d = P::shape(x).back();
-  const FixedPoint fp(p.frac_bits());
   auto ms = co_await detail::mean_last(p, co_await p.mul_trunc(x, x));
-  ms = p.add_public(ms, ring_filled(P::shape(ms), fp.encode(eps)));
+  ms = add_constant(p, ms, eps);
   auto inv = co_await rsqrt(p, ms);
   auto normed = co_await p.mul_trunc(x, broadcast_last<P>(inv, d));
   co_return co_await p.mul_trunc(normed, detail::rows_of<P>(gamma, detail::leading_shape<P>(x)));

@@ -59,6 +59,7 @@ Task<typename P::Share> normaliser(P& p, const typename P::Share& x) {
 
 template <Protocol P>
 Task<typename P::Share> reciprocal(P& p, const typename P::Share& x) {
+  if constexpr (NativeReal<P>) co_return p.map_real(x, [](double v) { return 1.0 / v; });
   constexpr int K = reciprocal_scale_bits;
   const int f = p.frac_bits();
   const Shape shape = P::shape(x);

@@ -26,6 +26,18 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true) {
     throw Error(ErrorCode::invalid_argument,
                 "argmax over an empty last axis, shape " + shape_string(shape));
   const std::size_t n = shape.back();
+  if constexpr (NativeReal<P>) {
+    Shape out_shape = shape;
+    out_shape.back() = 1;
+    RealTensor value = xt::empty<double>(out_shape), index = xt::empty<double>(out_shape);
+    for (std::size_t r = 0; r < value.size(); ++r) {
+      const double* row = x.value.data() + r * n;
+      const std::size_t best = static_cast<std::size_t>(std::max_element(row, row + n) - row);
+      value.data()[r] = row[best];  // max_element keeps the first (lowest index) of ties
+      index.data()[r] = static_cast<double>(best);
+    }
+    co_return ArgMax<P>{typename P::Share{std::move(value)}, typename P::Share{std::move(index)}};
+  }
   RingTensor iota = RingTensor::from_shape(shape);
   for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
   typename P::Share idx = public_share(p, x, iota);

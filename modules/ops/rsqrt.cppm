@@ -21,6 +21,7 @@ inline constexpr int rsqrt_extra_bits = 4;  // g(p) carried at 2^(f+4)
 
 template <Protocol P>
 Task<typename P::Share> rsqrt(P& p, const typename P::Share& x) {
+  if constexpr (NativeReal<P>) co_return p.map_real(x, [](double v) { return 1.0 / std::sqrt(v); });
   constexpr int K = reciprocal_scale_bits;
   const int f = p.frac_bits();
   const Shape shape = P::shape(x);

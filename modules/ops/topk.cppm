@@ -188,6 +188,28 @@ template <Protocol P>
 Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
                    TopKMethod method = TopKMethod::automatic, LinkModel link = {}) {
   const std::size_t n = P::shape(x).back();
+  if constexpr (NativeReal<P>) {
+    if (k == 0 || k > n)
+      throw Error(ErrorCode::invalid_argument,
+                  "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
+    Shape out_shape = P::shape(x);
+    out_shape.back() = k;
+    RealTensor values = xt::empty<double>(out_shape), indices = xt::empty<double>(out_shape);
+    std::vector<std::size_t> order(n);
+    for (std::size_t r = 0; r < values.size() / k; ++r) {
+      const double* row = x.value.data() + r * n;
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                        [row](std::size_t a, std::size_t b) {
+                          return row[a] != row[b] ? row[a] > row[b] : a < b;
+                        });
+      for (std::size_t j = 0; j < k; ++j) {
+        values.data()[r * k + j] = row[order[j]];
+        indices.data()[r * k + j] = static_cast<double>(order[j]);
+      }
+    }
+    co_return TopK<P>{typename P::Share{std::move(values)}, typename P::Share{std::move(indices)}};
+  }
   if (method == TopKMethod::automatic)
     method = topk_rank_cost(n, k).seconds(link) <= topk_network_cost(n).seconds(link)
                  ? TopKMethod::rank

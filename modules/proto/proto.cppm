@@ -6,3 +6,4 @@ export import :protocol;
 export import :prg;
 export import :rss3;
 export import :plain;
+export import :ref;

@@ -140,6 +140,12 @@ def main():
     with open(os.path.join(args.out, "expected.json"), "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
+    # The same logits as plain text for the C++ test (no JSON parser needed there).
+    with open(os.path.join(args.out, "expected_logits.txt"), "w") as f:
+        f.write("# tokens then logits_all (one row per position), case 0 of expected.json\n")
+        f.write(" ".join(map(str, cases[0]["tokens"])) + "\n")
+        for row in cases[0]["logits_all"]:
+            f.write(" ".join(repr(float(v)) for v in row) + "\n")
     for fn in sorted(os.listdir(args.out)):
         print(f"{fn:20s} {os.path.getsize(os.path.join(args.out, fn)):8d} bytes")
 

@@ -1,0 +1,84 @@
+// AnyPolicy: a policy chosen at run time (by name, from a bench or CLI),
+// type-erased behind the same interface; Tee: one prefill feeding several
+// policies, so that a study prefills a prompt once and then decodes a copy
+// of the decoder per policy.
+module;
+#include "prelude.hpp"
+export module mpcache.kv:any_policy;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import :policy;
+
+export namespace mpcache::kv {
+
+template <Protocol P>
+class AnyPolicy {
+  using Share = typename P::Share;
+  struct Iface {
+    virtual ~Iface() = default;
+    virtual std::string name() const = 0;
+    virtual void reset(std::size_t layers, std::size_t heads) = 0;
+    virtual Task<void> after_prefill(P& p, const PrefillView<P>& view) = 0;
+    virtual Task<Selection<P>> select(P& p, const StepView<P>& step) = 0;
+    virtual Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) = 0;
+    virtual std::unique_ptr<Iface> clone() const = 0;
+  };
+  template <class Pol>
+  struct Impl final : Iface {
+    Pol policy;
+    explicit Impl(Pol pol) : policy(std::move(pol)) {}
+    std::string name() const override { return policy.name(); }
+    void reset(std::size_t layers, std::size_t heads) override { policy.reset(layers, heads); }
+    Task<void> after_prefill(P& p, const PrefillView<P>& view) override { return policy.after_prefill(p, view); }
+    Task<Selection<P>> select(P& p, const StepView<P>& step) override { return policy.select(p, step); }
+    Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) override {
+      return policy.observe(p, step, probs);
+    }
+    std::unique_ptr<Iface> clone() const override { return std::make_unique<Impl>(policy); }
+  };
+  std::unique_ptr<Iface> impl_;
+
+ public:
+  template <class Pol>
+    requires(Policy<Pol, P> && !std::same_as<std::remove_cvref_t<Pol>, AnyPolicy>)
+  explicit AnyPolicy(Pol policy) : impl_(std::make_unique<Impl<Pol>>(std::move(policy))) {}
+  AnyPolicy(const AnyPolicy& other) : impl_(other.impl_->clone()) {}
+  AnyPolicy(AnyPolicy&&) noexcept = default;
+  AnyPolicy& operator=(AnyPolicy other) noexcept {
+    impl_ = std::move(other.impl_);
+    return *this;
+  }
+
+  std::string name() const { return impl_->name(); }
+  void reset(std::size_t layers, std::size_t heads) { impl_->reset(layers, heads); }
+  Task<void> after_prefill(P& p, const PrefillView<P>& view) { return impl_->after_prefill(p, view); }
+  Task<Selection<P>> select(P& p, const StepView<P>& step) { return impl_->select(p, step); }
+  Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) {
+    return impl_->observe(p, step, probs);
+  }
+};
+
+// Feeds one prefill to every policy in `targets`; not for decoding.
+template <Protocol P>
+class Tee {
+ public:
+  explicit Tee(std::vector<AnyPolicy<P>>* targets) : targets_(targets) {}
+  std::string name() const { return "tee"; }
+  void reset(std::size_t layers, std::size_t heads) {
+    for (auto& t : *targets_) t.reset(layers, heads);
+  }
+  Task<void> after_prefill(P& p, const PrefillView<P>& view) {
+    for (auto& t : *targets_) co_await t.after_prefill(p, view);
+  }
+  Task<Selection<P>> select(P&, const StepView<P>&) {
+    throw Error(ErrorCode::invalid_argument, "Tee only feeds prefills; decode with one policy");
+  }
+  Task<void> observe(P&, const StepView<P>&, const std::vector<typename P::Share>&) { co_return; }
+
+ private:
+  std::vector<AnyPolicy<P>>* targets_;
+};
+
+}  // namespace mpcache::kv

@@ -1,0 +1,179 @@
+// The KV-cache Policy concept and what the decoder shows a policy.
+//
+// The decoder keeps the full cache (keys after RoPE, values) per layer and KV
+// head. After the prefill of each layer it hands the policy that layer's
+// prefill attention (look-once eviction, heavy hitters, observation windows);
+// at every decode step it asks the policy which cached tokens the step
+// attends to, and afterwards shows it the attention weights the step produced
+// over that selection (accumulated-attention policies).
+//
+// A selection is returned as secret tensors (the gathered keys and values and
+// the integer positions they came from), never as clear indices, so the same
+// policy code runs under MPC. Its size is public and fixed by the budget.
+module;
+#include "prelude.hpp"
+export module mpcache.kv:policy;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.ops;
+
+export namespace mpcache::kv {
+
+template <Protocol P>
+struct HeadCache {
+  typename P::Share keys;    // (T, d), after RoPE
+  typename P::Share values;  // (T, d)
+};
+
+template <Protocol P>
+struct PrefillView {
+  std::size_t layer = 0;
+  std::size_t tokens = 0;  // T
+  std::size_t group = 1;   // query heads per KV head
+  // Per KV head: causal attention weights (group * T, T), row h * T + t is
+  // query head h of the group at position t.
+  const std::vector<typename P::Share>* probs = nullptr;
+  const std::vector<HeadCache<P>>* cache = nullptr;  // per KV head, T tokens
+};
+
+template <Protocol P>
+struct StepView {
+  std::size_t layer = 0;
+  std::size_t position = 0;  // of the current token; the cache holds position + 1 tokens
+  std::size_t group = 1;
+  const std::vector<typename P::Share>* queries = nullptr;  // per KV head (group, d), after RoPE and 1/sqrt(d)
+  const std::vector<HeadCache<P>>* cache = nullptr;
+};
+
+template <Protocol P>
+struct Selection {
+  std::vector<typename P::Share> keys;       // per KV head (n, d)
+  std::vector<typename P::Share> values;     // per KV head (n, d)
+  std::vector<typename P::Share> positions;  // per KV head (n), integers
+};
+
+template <class Pol, class P>
+concept Policy =
+    Protocol<P> && requires(Pol& pol, const Pol& cpol, P& p, const PrefillView<P>& pre,
+                            const StepView<P>& step, const std::vector<typename P::Share>& probs,
+                            std::size_t n) {
+      { cpol.name() } -> std::convertible_to<std::string>;
+      // Start a new sequence: layers, KV heads.
+      { pol.reset(n, n) } -> std::same_as<void>;
+      { pol.after_prefill(p, pre) } -> std::same_as<Task<void>>;
+      { pol.select(p, step) } -> std::same_as<Task<Selection<P>>>;
+      // Attention weights of the step, per KV head (group, n) over the selection.
+      { pol.observe(p, step, probs) } -> std::same_as<Task<void>>;
+    };
+
+// ---------------------------------------------------------------------------
+// Helpers shared by the policies (all generic, no clear-text shortcuts).
+
+template <Protocol P>
+typename P::Share transpose(const typename P::Share& a) {
+  return P::apply(a, [](const RingTensor& t) { return RingTensor(xt::transpose(t)); });
+}
+
+// (m, d) over (n, d) -> (m + n, d).
+template <Protocol P>
+typename P::Share stack_rows(const typename P::Share& a, const typename P::Share& b) {
+  return P::apply2(a, b, [](const RingTensor& x, const RingTensor& y) {
+    const std::size_t d = x.shape()[1];
+    RingTensor flat = ring_concat_last(ring_reshape(x, {1, x.size()}), ring_reshape(y, {1, y.size()}));
+    return ring_reshape(flat, {(x.size() + y.size()) / d, d});
+  });
+}
+
+// Rows [begin, end) of a (T, d) tensor.
+template <Protocol P>
+typename P::Share rows(const typename P::Share& a, std::size_t begin, std::size_t end) {
+  return P::apply(a, [begin, end](const RingTensor& t) {
+    const std::size_t d = t.shape()[1];
+    RingTensor flat = ring_slice_last(ring_reshape(t, {1, t.size()}), begin * d, end * d);
+    return ring_reshape(flat, {end - begin, d});
+  });
+}
+
+// A public integer vector as a (secret-typed) share shaped like `like`.
+template <Protocol P>
+typename P::Share public_integers(const P& p, const typename P::Share& like,
+                                  const std::vector<std::size_t>& values) {
+  RingTensor t = RingTensor::from_shape({values.size()});
+  for (std::size_t i = 0; i < values.size(); ++i) t(i) = values[i];
+  const auto zeros = P::apply(like, [&](const RingTensor&) { return ring_zeros({values.size()}); });
+  return p.add_public(zeros, t);
+}
+
+template <Protocol P>
+typename P::Share public_range(const P& p, const typename P::Share& like, std::size_t begin,
+                               std::size_t end) {
+  std::vector<std::size_t> v(end - begin);
+  std::iota(v.begin(), v.end(), begin);
+  return public_integers(p, like, v);
+}
+
+// Rows of `table` (T, d) at secret integer indices (k) -> (k, d): one-hot,
+// then one matmul (0/1 times fixed point needs no truncation).
+template <Protocol P>
+Task<typename P::Share> gather_rows(P& p, const typename P::Share& table,
+                                    const typename P::Share& indices) {
+  const std::size_t t = P::shape(table).at(0);
+  auto hot = co_await ops::one_hot(p, indices, t);  // (k, T)
+  co_return co_await p.matmul(hot, table);
+}
+
+// Integer positions (k) gathered the same way.
+template <Protocol P>
+Task<typename P::Share> gather_values(P& p, const typename P::Share& vector,
+                                      const typename P::Share& indices) {
+  const std::size_t t = P::shape(vector).at(0);
+  auto column = ops::reshape<P>(vector, {t, 1});
+  auto picked = co_await gather_rows(p, column, indices);
+  co_return ops::reshape<P>(picked, {P::shape(indices).at(0)});
+}
+
+// Scores of one KV head's query group against keys (T, d): (group, T) summed
+// over the group -> (T).
+template <Protocol P>
+Task<typename P::Share> group_scores(P& p, const typename P::Share& queries,
+                                     const typename P::Share& keys) {
+  auto s = co_await p.matmul_trunc(queries, transpose<P>(keys));  // (g, T)
+  co_return P::apply(s, [](const RingTensor& t) { return ring_sum_second_last(t); });
+}
+
+// Column sums of attention rows [row_begin, row_end) of every group head:
+// probs (g * T, T) -> (T), the accumulated attention a token received.
+template <Protocol P>
+typename P::Share accumulated_attention(const typename P::Share& probs, std::size_t group,
+                                        std::size_t tokens, std::size_t row_begin) {
+  return P::apply(probs, [=](const RingTensor& t) {
+    RingTensor out = ring_zeros({tokens});
+    for (std::size_t h = 0; h < group; ++h)
+      for (std::size_t r = row_begin; r < tokens; ++r) {
+        const Ring* row = t.data() + (h * tokens + r) * tokens;
+        for (std::size_t c = 0; c < tokens; ++c) out(c) += row[c];
+      }
+    return out;
+  });
+}
+
+// Selection of explicit secret indices (k) of one head's cache.
+template <Protocol P>
+Task<void> select_indices(P& p, const HeadCache<P>& cache, const typename P::Share& indices,
+                          Selection<P>& out) {
+  P pk = p.fork(), pv = p.fork();
+  auto [k, v] = co_await when_all(gather_rows(pk, cache.keys, indices),
+                                  gather_rows(pv, cache.values, indices));
+  out.keys.push_back(std::move(k));
+  out.values.push_back(std::move(v));
+  out.positions.push_back(indices);
+}
+
+// The token count a budget fraction gives for a context, at least `floor`.
+inline std::size_t budget_tokens(double fraction, std::size_t context, std::size_t floor = 8) {
+  return std::max(floor, static_cast<std::size_t>(std::llround(fraction * static_cast<double>(context))));
+}
+
+}  // namespace mpcache::kv

@@ -1,0 +1,279 @@
+// LLaMA decoder over any Protocol: prefill (full causal attention) and
+// incremental decode over a KV cache, attention restricted to what a KV
+// Policy selects. Layout of one block (pre-norm):
+//   h += o_proj(attn(rope(q), rope(k), v))   with x = rms_norm(h)
+//   h += down(silu(gate(x)) * up(x))         with x = rms_norm(h)
+// RoPE is the Hugging Face rotate_half convention (dimension i pairs with
+// i + d/2). 1/sqrt(head_dim) is folded into q_proj at load time.
+module;
+#include "prelude.hpp"
+export module mpcache.model:decoder;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.ops;
+import mpcache.kv;
+import :config;
+import :weights;
+
+export namespace mpcache {
+
+// Per decode step and layer, for metrics: full attention weights of each KV
+// head's query group over the whole cache (group, T), and the positions the
+// policy selected (n). Only computed when a probe is installed.
+template <Protocol P>
+using StepProbe = std::function<void(std::size_t layer, std::size_t kv_head,
+                                     const typename P::Share& full_probs,
+                                     const typename P::Share& selected_positions)>;
+
+template <Protocol P>
+class LlamaDecoder {
+ public:
+  using Share = typename P::Share;
+
+  explicit LlamaDecoder(const LlamaWeights<P>& weights) : w_(weights), c_(weights.config) {
+    if (c_.num_heads % c_.num_kv_heads != 0 || c_.head_dim % 2 != 0)
+      throw Error(ErrorCode::invalid_argument, "decoder: heads must group evenly, head_dim even");
+  }
+
+  const ModelConfig& config() const noexcept { return c_; }
+  std::size_t length() const noexcept { return length_; }
+  const std::vector<std::vector<kv::HeadCache<P>>>& cache() const noexcept { return cache_; }
+  void set_probe(StepProbe<P> probe) { probe_ = std::move(probe); }
+
+  // Prefill `count` tokens (the owner's ids; others pass nullopt). Starts a
+  // new sequence. Returns logits (count, vocab).
+  template <class Pol>
+    requires kv::Policy<Pol, P>
+  Task<Share> prefill(P& p, Pol& policy, PartyId owner,
+                      std::optional<std::vector<std::uint32_t>> tokens, std::size_t count) {
+    if (count == 0) throw Error(ErrorCode::invalid_argument, "prefill of zero tokens");
+    if (count > c_.max_positions)
+      throw Error(ErrorCode::invalid_argument, "prefill of " + std::to_string(count) +
+                                                   " tokens exceeds max_position_embeddings " +
+                                                   std::to_string(c_.max_positions));
+    length_ = 0;
+    cache_.assign(c_.num_layers, {});
+    policy.reset(c_.num_layers, c_.num_kv_heads);
+    auto h = co_await embed(p, owner, std::move(tokens), count);
+    for (std::size_t l = 0; l < c_.num_layers; ++l) {
+      h = co_await attention_block(p, policy, l, h, count, /*decode=*/false);
+      h = co_await mlp_block(p, l, h);
+    }
+    length_ = count;
+    co_return co_await head(p, h);
+  }
+
+  // One token at position length(); returns logits (1, vocab).
+  template <class Pol>
+    requires kv::Policy<Pol, P>
+  Task<Share> decode(P& p, Pol& policy, PartyId owner, std::optional<std::uint32_t> token) {
+    if (length_ == 0) throw Error(ErrorCode::invalid_argument, "decode before prefill");
+    if (length_ >= c_.max_positions)
+      throw Error(ErrorCode::invalid_argument, "decode past max_position_embeddings");
+    std::optional<std::vector<std::uint32_t>> ids;
+    if (token) ids = std::vector<std::uint32_t>{*token};
+    auto h = co_await embed(p, owner, std::move(ids), 1);
+    for (std::size_t l = 0; l < c_.num_layers; ++l) {
+      h = co_await attention_block(p, policy, l, h, 1, /*decode=*/true);
+      h = co_await mlp_block(p, l, h);
+    }
+    ++length_;
+    co_return co_await head(p, h);
+  }
+
+ private:
+  Task<Share> embed(P& p, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
+                    std::size_t count) {
+    const std::size_t v = c_.vocab_size;
+    std::optional<RingTensor> hot;
+    if (tokens) {
+      if (tokens->size() != count)
+        throw Error(ErrorCode::invalid_argument, "embed: " + std::to_string(tokens->size()) +
+                                                     " token ids for " + std::to_string(count) +
+                                                     " positions");
+      RingTensor t = ring_zeros({count, v});
+      for (std::size_t i = 0; i < count; ++i) {
+        if ((*tokens)[i] >= v)
+          throw Error(ErrorCode::invalid_argument, "token id " + std::to_string((*tokens)[i]) +
+                                                       " is outside the vocabulary of " +
+                                                       std::to_string(v));
+        t(i, (*tokens)[i]) = 1;
+      }
+      hot = std::move(t);
+    }
+    Share one_hot = co_await p.input(owner, std::move(hot), {count, v});  // integer 0/1
+    co_return co_await p.matmul(one_hot, w_.embed);
+  }
+
+  // Public cos/sin tables for positions [first, first + count), tiled over
+  // `heads` heads: (count, heads * d); sin carries rotate_half's sign.
+  std::pair<xt::xarray<double>, xt::xarray<double>> rope_tables(std::size_t first, std::size_t count,
+                                                                std::size_t heads) const {
+    const std::size_t d = c_.head_dim, half = d / 2;
+    xt::xarray<double> cs = xt::zeros<double>({count, heads * d}), sn = cs;
+    for (std::size_t t = 0; t < count; ++t)
+      for (std::size_t i = 0; i < half; ++i) {
+        const double inv = std::pow(c_.rope_theta, -2.0 * double(i) / double(d));
+        const double ang = double(first + t) * inv;
+        for (std::size_t hh = 0; hh < heads; ++hh) {
+          cs(t, hh * d + i) = cs(t, hh * d + i + half) = std::cos(ang);
+          sn(t, hh * d + i) = -std::sin(ang);  // rotate_half: first half takes -x2
+          sn(t, hh * d + i + half) = std::sin(ang);
+        }
+      }
+    return {cs, sn};
+  }
+
+  // x (count, heads * d) -> x*cos + rotate_half(x)*sin, one truncation.
+  Task<Share> rope(P& p, const Share& x, std::size_t first, std::size_t heads) {
+    const std::size_t d = c_.head_dim, half = d / 2, count = P::shape(x)[0];
+    auto [cs, sn] = rope_tables(first, count, heads);
+    std::vector<std::size_t> swap(heads * d);
+    for (std::size_t hh = 0; hh < heads; ++hh)
+      for (std::size_t i = 0; i < d; ++i) swap[hh * d + i] = hh * d + (i < half ? i + half : i - half);
+    auto swapped = P::apply(x, [&](const RingTensor& t) { return ring_take_last(t, swap); });
+    if constexpr (NativeReal<P>) {  // exact cos/sin instead of fixed-point codes
+      co_return typename P::Share{x.value * cs + swapped.value * sn};
+    } else {
+      const FixedPoint fp(p.frac_bits());
+      co_return co_await p.truncate(
+          p.add(p.mul_public(x, fp.encode(cs)), p.mul_public(swapped, fp.encode(sn))), p.frac_bits());
+    }
+  }
+
+  // Columns [h*d, (h+1)*d) of a (count, heads*d) tensor.
+  Share head_columns(const Share& x, std::size_t h) const {
+    return ops::slice_last<P>(x, h * c_.head_dim, (h + 1) * c_.head_dim);
+  }
+
+  template <class Pol>
+  Task<Share> attention_block(P& p, Pol& policy, std::size_t layer, const Share& h_in,
+                              std::size_t count, bool decode) {
+    const auto& lw = w_.layers[layer];
+    const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
+    const std::size_t first = length_;
+    auto x = co_await ops::rms_norm(p, h_in, lw.input_norm, c_.norm_eps);
+    P pq = p.fork(), pk = p.fork(), pv = p.fork();
+    auto [q, k, v] = co_await when_all(pq.matmul_trunc(x, lw.wq), pk.matmul_trunc(x, lw.wk),
+                                       pv.matmul_trunc(x, lw.wv));
+    P pq2 = p.fork(), pk2 = p.fork();
+    auto [qr, kr] = co_await when_all(rope(pq2, q, first, c_.num_heads), rope(pk2, k, first, kvh));
+
+    auto& layer_cache = cache_[layer];
+    if (layer_cache.empty()) layer_cache.resize(kvh);
+    for (std::size_t j = 0; j < kvh; ++j) {
+      auto kj = head_columns(kr, j), vj = head_columns(v, j);
+      if (decode) {
+        layer_cache[j].keys = kv::stack_rows<P>(layer_cache[j].keys, kj);
+        layer_cache[j].values = kv::stack_rows<P>(layer_cache[j].values, vj);
+      } else {
+        layer_cache[j].keys = std::move(kj);
+        layer_cache[j].values = std::move(vj);
+      }
+    }
+
+    std::vector<Share> outputs(c_.num_heads);  // per query head (count, d)
+    if (!decode) {
+      std::vector<Share> probs(kvh);
+      std::vector<Task<Share>> tasks;
+      std::vector<P> forks;
+      forks.reserve(kvh);
+      for (std::size_t j = 0; j < kvh; ++j) forks.push_back(p.fork());
+      std::vector<Share> group_queries(kvh);
+      for (std::size_t j = 0; j < kvh; ++j) {
+        Share stacked = head_columns(qr, j * g);
+        for (std::size_t hh = 1; hh < g; ++hh)
+          stacked = kv::stack_rows<P>(stacked, head_columns(qr, j * g + hh));
+        group_queries[j] = std::move(stacked);  // (g * count, d)
+      }
+      for (std::size_t j = 0; j < kvh; ++j)
+        tasks.push_back(prefill_head(forks[j], group_queries[j], layer_cache[j], g, count, probs[j]));
+      auto outs = co_await when_all(std::move(tasks));
+      for (std::size_t j = 0; j < kvh; ++j)
+        for (std::size_t hh = 0; hh < g; ++hh)
+          outputs[j * g + hh] = kv::rows<P>(outs[j], hh * count, (hh + 1) * count);
+      kv::PrefillView<P> view{layer, count, g, &probs, &layer_cache};
+      co_await policy.after_prefill(p, view);
+    } else {
+      std::vector<Share> queries(kvh);
+      for (std::size_t j = 0; j < kvh; ++j)
+        queries[j] = ops::reshape<P>(ops::slice_last<P>(qr, j * g * c_.head_dim, (j + 1) * g * c_.head_dim),
+                                     {g, c_.head_dim});
+      kv::StepView<P> view{layer, first, g, &queries, &layer_cache};
+      kv::Selection<P> sel = co_await policy.select(p, view);
+      if (sel.keys.size() != kvh || sel.values.size() != kvh)
+        throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) +
+                                                     " returned a selection for the wrong number of heads");
+      std::vector<Share> probs(kvh);
+      std::vector<Task<Share>> tasks;
+      std::vector<P> forks;
+      forks.reserve(kvh);
+      for (std::size_t j = 0; j < kvh; ++j) forks.push_back(p.fork());
+      for (std::size_t j = 0; j < kvh; ++j)
+        tasks.push_back(decode_head(forks[j], queries[j], sel.keys[j], sel.values[j], probs[j]));
+      auto outs = co_await when_all(std::move(tasks));  // (g, d) each
+      for (std::size_t j = 0; j < kvh; ++j)
+        for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = kv::rows<P>(outs[j], hh, hh + 1);
+      co_await policy.observe(p, view, probs);
+      if (probe_)
+        for (std::size_t j = 0; j < kvh; ++j) {
+          auto scores = co_await p.matmul_trunc(queries[j], kv::transpose<P>(layer_cache[j].keys));
+          auto full = co_await ops::softmax_last(p, scores);
+          probe_(layer, j, full, sel.positions.at(j));
+        }
+    }
+    Share joined = outputs[0];
+    for (std::size_t hh = 1; hh < c_.num_heads; ++hh) joined = ops::concat_last<P>(joined, outputs[hh]);
+    co_return p.add(h_in, co_await p.matmul_trunc(joined, lw.wo));
+  }
+
+  // One KV head's query group over its own prompt: (g*T, d) -> (g*T, d).
+  Task<Share> prefill_head(P& p, const Share& queries, const kv::HeadCache<P>& cache, std::size_t g,
+                           std::size_t count, Share& probs_out) {
+    auto scores = co_await p.matmul_trunc(queries, kv::transpose<P>(cache.keys));  // (g*T, T)
+    const FixedPoint fp(p.frac_bits());
+    RingTensor bias = ring_zeros({g * count, count}), mask = ring_zeros({g * count, count});
+    const Ring minus_big = fp.encode(-1024.0);
+    for (std::size_t r = 0; r < g * count; ++r)
+      for (std::size_t c = 0; c < count; ++c) {
+        const bool future = c > r % count;
+        bias(r, c) = future ? minus_big : 0;
+        mask(r, c) = future ? 0 : 1;
+      }
+    scores = p.add_public(scores, bias);  // keeps the row max on visible entries
+    probs_out = co_await ops::softmax_last(p, scores, std::optional<RingTensor>(mask));
+    co_return co_await p.matmul_trunc(probs_out, cache.values);
+  }
+
+  Task<Share> decode_head(P& p, const Share& queries, const Share& keys, const Share& values,
+                          Share& probs_out) {
+    auto scores = co_await p.matmul_trunc(queries, kv::transpose<P>(keys));  // (g, n)
+    probs_out = co_await ops::softmax_last(p, scores);
+    co_return co_await p.matmul_trunc(probs_out, values);
+  }
+
+  Task<Share> mlp_block(P& p, std::size_t layer, const Share& h_in) {
+    const auto& lw = w_.layers[layer];
+    auto x = co_await ops::rms_norm(p, h_in, lw.post_norm, c_.norm_eps);
+    P pg = p.fork(), pu = p.fork();
+    auto [gate, up] = co_await when_all(pg.matmul_trunc(x, lw.gate), pu.matmul_trunc(x, lw.up));
+    auto act = co_await ops::silu(p, gate);
+    auto prod = co_await p.mul_trunc(act, up);
+    co_return p.add(h_in, co_await p.matmul_trunc(prod, lw.down));
+  }
+
+  Task<Share> head(P& p, const Share& h) {
+    auto x = co_await ops::rms_norm(p, h, w_.final_norm, c_.norm_eps);
+    co_return co_await p.matmul_trunc(x, w_.lm_head);
+  }
+
+  const LlamaWeights<P>& w_;
+  ModelConfig c_;
+  std::size_t length_ = 0;
+  std::vector<std::vector<kv::HeadCache<P>>> cache_;  // [layer][kv head]
+  StepProbe<P> probe_;
+};
+
+}  // namespace mpcache

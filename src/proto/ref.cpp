@@ -1,0 +1,176 @@
+module;
+#include "prelude.hpp"
+module mpcache.proto;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+
+namespace mpcache {
+
+namespace {
+void require_same(const RealTensor& a, const RealTensor& b, const char* what) {
+  if (a.shape() != b.shape())
+    throw Error(ErrorCode::invalid_argument,
+                std::string(what) + ": shapes " +
+                    shape_string(Shape(a.shape().begin(), a.shape().end())) + " and " +
+                    shape_string(Shape(b.shape().begin(), b.shape().end())) + " differ");
+}
+}  // namespace
+
+RealTensor real_matmul(const RealTensor& a, const RealTensor& b) {
+  if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0])
+    throw Error(ErrorCode::invalid_argument,
+                "ref matmul: shapes " + shape_string(Shape(a.shape().begin(), a.shape().end())) +
+                    " x " + shape_string(Shape(b.shape().begin(), b.shape().end())) +
+                    " do not chain");
+  const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  RealTensor out = xt::zeros<double>({m, n});
+  const double* pa = a.data();
+  const double* pb = b.data();
+  double* po = out.data();
+  for (std::size_t i = 0; i < m; ++i) {
+    double* row = po + i * n;
+    for (std::size_t t = 0; t < k; ++t) {
+      const double av = pa[i * k + t];
+      if (av == 0.0) continue;  // one-hot rows: skip the zeros
+      const double* brow = pb + t * n;
+      for (std::size_t j = 0; j < n; ++j) row[j] += av * brow[j];
+    }
+  }
+  return out;
+}
+
+RealTensor ring_to_real(const RingTensor& t) {
+  RealTensor out = xt::empty<double>(t.shape());
+  auto o = out.begin();
+  for (Ring v : t) *o++ = static_cast<double>(static_cast<std::int64_t>(v));
+  return out;
+}
+
+RingTensor real_to_ring(const RealTensor& t) {
+  RingTensor out = xt::empty<Ring>(t.shape());
+  auto o = out.begin();
+  for (double v : t) *o++ = static_cast<Ring>(static_cast<std::int64_t>(std::llround(v)));
+  return out;
+}
+
+Ref::Ref(int frac_bits) : frac_bits_(frac_bits) { FixedPoint check(frac_bits); }
+
+double Ref::max_abs(const RealTensor& t) {
+  double m = 0;
+  for (double v : t) m = std::max(m, std::abs(v));
+  return m;
+}
+
+int Ref::apply_scale(double m) {
+  if (!(m > 0)) return 0;
+  if (!std::isfinite(m))
+    throw Error(ErrorCode::invalid_argument, "ref: non-finite value in a layout transform");
+  // m * 2^k <= 2^46 leaves 2^16 headroom for sums inside the transform.
+  return std::clamp(46 - std::ilogb(m) - 1, -1000, 60);
+}
+
+RingTensor Ref::to_scaled(const RealTensor& t, int k) {
+  RingTensor out = xt::empty<Ring>(t.shape());
+  auto o = out.begin();
+  for (double v : t) *o++ = static_cast<Ring>(static_cast<std::int64_t>(std::llround(std::ldexp(v, k))));
+  return out;
+}
+
+RealTensor Ref::from_scaled(const RingTensor& t, int k) {
+  RealTensor out = xt::empty<double>(t.shape());
+  auto o = out.begin();
+  for (Ring v : t) *o++ = std::ldexp(static_cast<double>(static_cast<std::int64_t>(v)), -k);
+  return out;
+}
+
+Task<RefShare> Ref::input(PartyId owner, std::optional<RingTensor> value, Shape shape) {
+  if (!value)
+    throw Error(ErrorCode::invalid_argument,
+                "ref input from party " + std::to_string(owner) + ": no value given");
+  if (shape_of(*value) != shape)
+    throw Error(ErrorCode::invalid_argument, "ref input: value has shape " +
+                                                 shape_string(shape_of(*value)) +
+                                                 ", declared shape is " + shape_string(shape));
+  co_return RefShare{ring_to_real(*value)};
+}
+
+Task<RingTensor> Ref::reveal(const Share& a) { co_return real_to_ring(a.value); }
+
+Task<std::optional<RingTensor>> Ref::reveal_to(PartyId, const Share& a) {
+  co_return std::optional<RingTensor>(real_to_ring(a.value));
+}
+
+RefShare Ref::add(const Share& a, const Share& b) const {
+  require_same(a.value, b.value, "ref add");
+  return {a.value + b.value};
+}
+RefShare Ref::sub(const Share& a, const Share& b) const {
+  require_same(a.value, b.value, "ref sub");
+  return {a.value - b.value};
+}
+RefShare Ref::neg(const Share& a) const { return {-a.value}; }
+RefShare Ref::add_public(const Share& a, const RingTensor& c) const {
+  RealTensor r = ring_to_real(c);
+  require_same(a.value, r, "ref add_public");
+  return {a.value + r};
+}
+RefShare Ref::mul_public(const Share& a, const RingTensor& c) const {
+  RealTensor r = ring_to_real(c);
+  require_same(a.value, r, "ref mul_public");
+  return {a.value * r};
+}
+RefShare Ref::matmul_public(const Share& a, const RingTensor& c) const {
+  return {real_matmul(a.value, ring_to_real(c))};
+}
+
+Task<RefShare> Ref::mul(const Share& a, const Share& b) {
+  require_same(a.value, b.value, "ref mul");
+  co_return RefShare{a.value * b.value};
+}
+Task<RefShare> Ref::matmul(const Share& a, const Share& b) {
+  co_return RefShare{real_matmul(a.value, b.value)};
+}
+Task<RefShare> Ref::truncate(const Share& a, int bits) {
+  co_return RefShare{a.value * std::ldexp(1.0, -bits)};
+}
+Task<RefShare> Ref::mul_trunc(const Share& a, const Share& b, int bits) {
+  require_same(a.value, b.value, "ref mul_trunc");
+  const int d = bits < 0 ? frac_bits_ : bits;
+  co_return RefShare{a.value * b.value * std::ldexp(1.0, -d)};
+}
+Task<RefShare> Ref::matmul_trunc(const Share& a, const Share& b) {
+  RealTensor out = real_matmul(a.value, b.value);
+  out *= std::ldexp(1.0, -frac_bits_);
+  co_return RefShare{std::move(out)};
+}
+
+Task<RefBits> Ref::to_bits(const Share& a, int width) {
+  if (width < 1 || width > ring_bits)
+    throw Error(ErrorCode::invalid_argument,
+                "to_bits: width " + std::to_string(width) + " is outside [1, 64]");
+  const Ring mask = width >= ring_bits ? ~Ring{0} : (Ring{1} << width) - 1;
+  RefBits out{real_to_ring(a.value)};
+  for (auto& v : out.value) v &= mask;
+  co_return out;
+}
+Task<RefBits> Ref::bits_and(const Bits& x, const Bits& y) { co_return RefBits{ring_and(x.value, y.value)}; }
+RefBits Ref::bits_xor(const Bits& x, const Bits& y) const { return {ring_xor(x.value, y.value)}; }
+RefBits Ref::bits_xor_public(const Bits& x, const RingTensor& c) const { return {ring_xor(x.value, c)}; }
+RefBits Ref::bits_and_public(const Bits& x, const RingTensor& c) const { return {ring_and(x.value, c)}; }
+RefBits Ref::bits_shift_left(const Bits& x, int n) const { return {ring_shift_left(x.value, n)}; }
+RefBits Ref::bits_shift_right(const Bits& x, int n) const {
+  return {ring_shift_right_logical(x.value, n)};
+}
+Task<RefShare> Ref::bit_to_arith(const Bits& x) {
+  RealTensor out = xt::empty<double>(x.value.shape());
+  auto o = out.begin();
+  for (Ring v : x.value) *o++ = static_cast<double>(v & 1);
+  co_return RefShare{std::move(out)};
+}
+Task<RingTensor> Ref::reveal_bits(const Bits& x) { co_return x.value; }
+
+RefShare Ref::from_real(const RealTensor& x) const { return {x * std::ldexp(1.0, frac_bits_)}; }
+RealTensor Ref::to_real(const Share& a) const { return a.value * std::ldexp(1.0, -frac_bits_); }
+
+}  // namespace mpcache

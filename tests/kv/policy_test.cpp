@@ -1,0 +1,254 @@
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache;
+
+using namespace mpcache;
+
+namespace {
+template <class T>
+T run(Task<T> task) {
+  Scheduler scheduler;
+  return sync_wait(scheduler, std::move(task));
+}
+
+xt::xarray<double> uniform(const Shape& shape, std::uint64_t seed, double lo = -1, double hi = 1) {
+  RingTensor bits = ring_sample(shape, seed);
+  xt::xarray<double> out = xt::xarray<double>::from_shape(shape);
+  auto b = bits.begin();
+  for (auto& v : out) v = lo + (hi - lo) * (static_cast<double>(*b++ >> 11) * 0x1p-53);
+  return out;
+}
+
+// A hand-made single-layer, single-KV-head cache and query group.
+struct Scene {
+  std::size_t t, d, g;
+  xt::xarray<double> keys, values, queries;
+};
+
+Scene scene(std::size_t t, std::size_t d, std::size_t g, std::uint64_t seed) {
+  return {t, d, g, uniform({t, d}, seed), uniform({t, d}, seed + 1), uniform({g, d}, seed + 2)};
+}
+
+template <class P>
+typename P::Share secret(P& p, const xt::xarray<double>& x) {
+  if constexpr (NativeReal<P>) return p.from_real(x);
+  else return typename P::Share{FixedPoint(p.frac_bits()).encode(x)};
+}
+
+template <class P>
+std::vector<long> revealed_positions(P& p, const typename P::Share& s) {
+  RingTensor r = run(p.reveal(s));
+  std::vector<long> out;
+  for (Ring v : r) out.push_back(static_cast<long>(static_cast<std::int64_t>(v)));
+  return out;
+}
+
+std::vector<long> sorted(std::vector<long> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+std::vector<long> range(long a, long b) {
+  std::vector<long> v;
+  for (long i = a; i < b; ++i) v.push_back(i);
+  return v;
+}
+
+// Runs one decode-step selection (and optionally a prefill view first).
+template <class P, class Pol>
+std::vector<long> select_once(P& p, Pol& policy, const Scene& s, std::optional<xt::xarray<double>> probs = {},
+                              std::size_t layer = 0, std::size_t layers = 1) {
+  std::vector<kv::HeadCache<P>> cache{{secret(p, s.keys), secret(p, s.values)}};
+  std::vector<typename P::Share> queries{secret(p, s.queries)};
+  policy.reset(layers, 1);
+  if (probs) {
+    std::vector<typename P::Share> pr{secret(p, *probs)};
+    kv::PrefillView<P> pre{layer, s.t - 1, s.g, &pr, nullptr};
+    std::vector<kv::HeadCache<P>> prompt{{kv::rows<P>(cache[0].keys, 0, s.t - 1), kv::rows<P>(cache[0].values, 0, s.t - 1)}};
+    pre.cache = &prompt;
+    run(policy.after_prefill(p, pre));
+  }
+  kv::StepView<P> step{layer, s.t - 1, s.g, &queries, &cache};
+  auto sel = run(policy.select(p, step));
+  REQUIRE(sel.keys.size() == 1);
+  const auto pos = revealed_positions(p, sel.positions[0]);
+  // The gathered keys are the cache rows at those positions.
+  const auto k = run(p.reveal(sel.keys[0]));
+  const FixedPoint fp(p.frac_bits());
+  for (std::size_t i = 0; i < pos.size(); ++i) {
+    const double got = NativeReal<P> ? static_cast<double>(static_cast<std::int64_t>(k(i, 0))) / std::ldexp(1.0, p.frac_bits())
+                                     : fp.decode(k(i, 0));
+    CHECK(got == doctest::Approx(s.keys(static_cast<std::size_t>(pos[i]), 0)).epsilon(1e-4));
+  }
+  return pos;
+}
+
+// Causal prefill attention (g*T', T') putting `mass` on the given columns.
+xt::xarray<double> attention_on(std::size_t g, std::size_t t, const std::vector<std::size_t>& hot) {
+  xt::xarray<double> a = xt::zeros<double>({g * t, t});
+  for (std::size_t h = 0; h < g; ++h)
+    for (std::size_t r = 0; r < t; ++r) {
+      std::vector<std::size_t> cols;
+      for (auto c : hot) if (c <= r) cols.push_back(c);
+      if (cols.empty()) cols.push_back(r);
+      for (auto c : cols) a(h * t + r, c) = 1.0 / double(cols.size());
+    }
+  return a;
+}
+
+// Brute-force MPCache dynamic selection (no static eviction), float64.
+std::vector<long> mpcache_reference(const Scene& s, std::size_t budget, const kv::MpCacheOptions& o) {
+  const std::size_t sz = o.cluster, a = s.t, f = (a - 1) / sz, k = (budget - 2 * sz) / sz, d = s.d;
+  std::vector<double> q(d, 0.0);
+  for (std::size_t h = 0; h < s.g; ++h)
+    for (std::size_t i = 0; i < d; ++i) q[i] += s.queries(h, i);
+  auto summary = [&](std::size_t first, std::size_t count) {
+    double sim = 0;
+    for (std::size_t i = 0; i < d; ++i) {
+      double mx = -1e300, mn = 1e300;
+      for (std::size_t r = first; r < first + count; ++r) mx = std::max(mx, s.keys(r, i)), mn = std::min(mn, s.keys(r, i));
+      sim += q[i] * (o.alpha * mx + (1 - o.alpha) * mn);
+    }
+    return sim;
+  };
+  auto top = [](const std::vector<std::pair<double, long>>& v, std::size_t n) {
+    auto w = v;
+    std::stable_sort(w.begin(), w.end(), [](auto& x, auto& y) { return x.first > y.first; });
+    std::vector<long> out;
+    for (std::size_t i = 0; i < n; ++i) out.push_back(w[i].second);
+    return out;
+  };
+  const std::size_t c = f / 2;
+  std::vector<std::pair<double, long>> coarse;
+  for (std::size_t i = 1; i < c; ++i) coarse.push_back({summary(2 * i * sz, 2 * sz), long(i)});
+  const std::size_t kc = std::min(c - 1, std::max<std::size_t>((k + 1) / 2, std::size_t(std::ceil(o.coarse_ratio * double(c - 1)))));
+  auto kept_coarse = top(coarse, kc);
+  std::vector<long> cand;
+  for (long x : kept_coarse) cand.push_back(2 * x);
+  for (long x : kept_coarse) cand.push_back(2 * x + 1);
+  cand.push_back(1);
+  if (f % 2 == 1) cand.push_back(long(f - 1));
+  std::vector<std::pair<double, long>> fine;
+  for (long x : cand) fine.push_back({summary(std::size_t(x) * sz, sz), x});
+  auto ids = top(fine, k);
+  std::vector<long> pos = range(0, long(sz));
+  for (long x : ids)
+    for (long r = 0; r < long(sz); ++r) pos.push_back(x * long(sz) + r);
+  for (long r = long(f * sz); r < long(a); ++r) pos.push_back(r);
+  return pos;
+}
+}  // namespace
+
+TEST_SUITE("kv policies") {
+  TEST_CASE("full cache and StreamingLLM select by position") {
+    Ref p;
+    const Scene s = scene(20, 4, 2, 1);
+    kv::FullCache<Ref> full;
+    CHECK(select_once(p, full, s) == range(0, 20));
+    kv::StreamingLlm<Ref> streaming(8, 4);
+    auto expect = range(0, 4);
+    for (long i = 16; i < 20; ++i) expect.push_back(i);
+    CHECK(select_once(p, streaming, s) == expect);
+  }
+
+  TEST_CASE("H2O keeps the heavy hitters of the prefill and the recent window") {
+    Ref p;
+    const Scene s = scene(30, 4, 2, 3);
+    kv::H2O<Ref> h2o(8, 0.5);
+    auto pos = select_once(p, h2o, s, attention_on(2, 29, {2, 7, 11, 13}));
+    CHECK(sorted(pos) == std::vector<long>{2, 7, 11, 13, 26, 27, 28, 29});
+  }
+
+  TEST_CASE("TOVA keeps what the last prompt query attends to") {
+    Ref p;
+    const Scene s = scene(30, 4, 1, 5);
+    kv::Tova<Ref> tova(5);
+    auto pos = select_once(p, tova, s, attention_on(1, 29, {1, 4, 9, 20}));
+    CHECK(sorted(pos) == std::vector<long>{1, 4, 9, 20, 29});
+  }
+
+  TEST_CASE("SnapKV picks the observation window's votes, max-pooled") {
+    Ref p;
+    const Scene s = scene(60, 4, 1, 7);
+    kv::SnapKv<Ref> snap(12, 4, 3);  // window 4, prefix 8 tokens, pooling 3 wide
+    auto pos = select_once(p, snap, s, attention_on(1, 59, {10, 30}));
+    // votes at 10 and 30, pooled to 9..11 and 29..31; the remaining picks
+    // are ties at zero, broken by index (0, 1); then the recent window.
+    CHECK(sorted(pos) == std::vector<long>{0, 1, 9, 10, 11, 29, 30, 31, 56, 57, 58, 59});
+  }
+
+  TEST_CASE("LongCache picks the keys most aligned with the query") {
+    Ref p;
+    Scene s = scene(40, 4, 1, 9);
+    s.queries = xt::xarray<double>{{1.0, 0.0, 0.0, 0.0}};
+    for (std::size_t r = 0; r < 40; ++r) s.keys(r, 0) = -std::abs(s.keys(r, 0));  // nothing aligned...
+    s.keys(17, 0) = 5.0;  // ...but 17 and 23
+    s.keys(23, 0) = 0.5;
+    kv::LongCache<Ref> lc(10, 4, 4);
+    auto pos = sorted(select_once(p, lc, s));
+    CHECK(std::find(pos.begin(), pos.end(), 17) != pos.end());
+    CHECK(std::find(pos.begin(), pos.end(), 23) != pos.end());
+    CHECK(pos.size() == 10);
+  }
+
+  TEST_CASE("Quest picks the page whose bound is highest") {
+    Ref p;
+    Scene s = scene(80, 4, 1, 11);
+    s.queries = xt::xarray<double>{{0.0, 0.0, 1.0, 0.0}};
+    s.keys(37, 2) = 9.0;  // page 2 (32..47)
+    kv::Quest<Ref> quest(32, 16);  // one page + the tail
+    auto pos = sorted(select_once(p, quest, s));
+    auto expect = range(32, 48);
+    for (long i = 64; i < 80; ++i) expect.push_back(i);
+    CHECK(pos == expect);
+  }
+
+  TEST_CASE("MPCache hierarchical selection equals the brute-force reference, on ref and plain") {
+    kv::MpCacheOptions o;
+    o.keep_ratio = 1.0;
+    for (std::uint64_t seed : {21u, 22u, 23u, 24u}) {
+      const Scene s = scene(16 * 13 + 5, 8, 2, seed);
+      const std::size_t budget = 16 * 6;
+      const auto expect = mpcache_reference(s, budget, o);
+      Ref r;
+      kv::MpCache<Ref> mr(budget, o);
+      const auto got_ref = select_once(r, mr, s, attention_on(2, s.t - 1, {0}));
+      CHECK(got_ref == expect);
+      Plain p;
+      kv::MpCache<Plain> mp(budget, o);
+      CHECK(select_once(p, mp, s, attention_on(2, s.t - 1, {0})) == expect);
+    }
+  }
+
+  TEST_CASE("MPCache static eviction keeps the attended tokens; odd layers reuse the indices") {
+    Ref p;
+    const Scene s = scene(200, 4, 1, 31);
+    kv::MpCacheOptions o;
+    o.keep_ratio = 0.25;  // keep 50 of 199 prompt tokens
+    kv::MpCache<Ref> mc(48, o);
+    std::vector<std::size_t> hot;
+    for (std::size_t i = 0; i < 199; i += 4) hot.push_back(i);  // 50 tokens
+    const auto probs = attention_on(1, 199, hot);
+    // Layer 3 shares layer 2's eviction: run both through one policy.
+    std::vector<kv::HeadCache<Ref>> cache{{p.from_real(s.keys), p.from_real(s.values)}};
+    std::vector<kv::HeadCache<Ref>> prompt{{kv::rows<Ref>(cache[0].keys, 0, 199), kv::rows<Ref>(cache[0].values, 0, 199)}};
+    std::vector<Ref::Share> pr{p.from_real(probs)}, queries{p.from_real(s.queries)};
+    mc.reset(4, 1);
+    for (std::size_t l = 2; l < 4; ++l) {
+      std::vector<Ref::Share> layer_probs = l == 2 ? pr : std::vector<Ref::Share>{p.from_real(xt::zeros<double>({199, 199}))};
+      kv::PrefillView<Ref> pre{l, 199, 1, &layer_probs, &prompt};
+      run(mc.after_prefill(p, pre));
+    }
+    std::vector<long> got[2];
+    for (std::size_t l = 2; l < 4; ++l) {
+      kv::StepView<Ref> step{l, 199, 1, &queries, &cache};
+      auto sel = run(mc.select(p, step));
+      got[l - 2] = sorted(revealed_positions(p, sel.positions[0]));
+    }
+    CHECK(got[0] == got[1]);  // index sharing
+    REQUIRE(got[0].size() <= 48);
+    for (long x : got[0]) CHECK((x % 4 == 0 || x == 199));  // only kept tokens and the new one
+    CHECK(got[0].front() == 0);                                // first cluster always kept
+    CHECK(got[0].back() == 199);                               // the newest token always kept
+  }
+}
