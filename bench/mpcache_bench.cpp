@@ -1,4 +1,4 @@
-// mpcache-bench --preset NAME [--json] [--repeat N]
+// mpcache-bench --preset NAME [--json] [--repeat N]   (fidelity: see fidelity_preset.cpp)
 // Prints one row per case: latency, payload bytes (busiest party and total),
 // message headers, rounds on the critical path. With --json, one JSON object
 // per line on stdout.
@@ -13,6 +13,7 @@ namespace mpcache::bench {
 std::vector<CaseResult> micro_preset(const Options& options);
 std::vector<CaseResult> ops_preset(const Options& options);
 std::vector<CaseResult> table2_preset(const Options& options);
+int fidelity_main(int argc, char** argv);  // its own options and row format
 }
 
 namespace {
@@ -52,6 +53,9 @@ void print_table(const std::vector<CaseResult>& rows, const mpcache::bench::Link
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "fidelity")
+      return mpcache::bench::fidelity_main(argc, argv);
   CLI::App app{"mpcache benchmarks: latency, bytes and rounds per party"};
   std::string preset;
   bool json = false;

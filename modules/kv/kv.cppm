@@ -8,3 +8,4 @@ export import :baselines;
 export import :clusters;
 export import :mpcache;
 export import :any_policy;
+export import :infllm;

@@ -1,10 +1,14 @@
-// LLaMA decoder over any Protocol: prefill (full causal attention) and
-// incremental decode over a KV cache, attention restricted to what a KV
-// Policy selects. Layout of one block (pre-norm):
-//   h += o_proj(attn(rope(q), rope(k), v))   with x = rms_norm(h)
-//   h += down(silu(gate(x)) * up(x))         with x = rms_norm(h)
+// Decoder-only transformer over any Protocol: prefill (full causal
+// attention) and incremental decode over a KV cache, attention restricted to
+// what a KV Policy selects. Pre-norm blocks:
+//   LLaMA:  h += o_proj(attn(rope(q), rope(k), v))   x = rms_norm(h)
+//           h += down(silu(gate(x)) * up(x))         x = rms_norm(h)
+//   GPT-2:  h = wte[tok] + wpe[pos]; biases on every projection;
+//           h += c_proj(attn(q, k, v))               x = layer_norm(h)
+//           h += c_proj(gelu(c_fc(x)))               x = layer_norm(h)
 // RoPE is the Hugging Face rotate_half convention (dimension i pairs with
-// i + d/2). 1/sqrt(head_dim) is folded into q_proj at load time.
+// i + d/2). 1/sqrt(head_dim) is folded into the query weights at load time.
+// GeLU is the erf form (GPT-2's tanh "gelu_new" differs by < 3e-4).
 module;
 #include "prelude.hpp"
 export module mpcache.model:decoder;
@@ -28,12 +32,12 @@ using StepProbe = std::function<void(std::size_t layer, std::size_t kv_head,
                                      const typename P::Share& selected_positions)>;
 
 template <Protocol P>
-class LlamaDecoder {
+class Decoder {
  public:
   using Share = typename P::Share;
 
-  explicit LlamaDecoder(const LlamaWeights<P>& weights) : w_(weights), c_(weights.config) {
-    if (c_.num_heads % c_.num_kv_heads != 0 || c_.head_dim % 2 != 0)
+  explicit Decoder(const DecoderWeights<P>& weights) : w_(weights), c_(weights.config) {
+    if (c_.num_heads % c_.num_kv_heads != 0 || (c_.architecture == Architecture::llama && c_.head_dim % 2 != 0))
       throw Error(ErrorCode::invalid_argument, "decoder: heads must group evenly, head_dim even");
   }
 
@@ -104,7 +108,9 @@ class LlamaDecoder {
       hot = std::move(t);
     }
     Share one_hot = co_await p.input(owner, std::move(hot), {count, v});  // integer 0/1
-    co_return co_await p.matmul(one_hot, w_.embed);
+    auto h = co_await p.matmul(one_hot, w_.embed);
+    if (w_.positions) h = p.add(h, kv::rows<P>(*w_.positions, length_, length_ + count));  // learned positions
+    co_return h;
   }
 
   // Public cos/sin tables for positions [first, first + count), tiled over
@@ -143,6 +149,23 @@ class LlamaDecoder {
     }
   }
 
+  bool gpt2() const { return c_.architecture == Architecture::gpt2; }
+
+  Task<Share> norm(P& p, const Share& x, const Share& gamma, const std::optional<Share>& beta) {
+    if (beta) co_return co_await ops::layer_norm(p, x, gamma, *beta, c_.norm_eps);
+    co_return co_await ops::rms_norm(p, x, gamma, c_.norm_eps);
+  }
+
+  // x W (+ b): one matmul round, the bias added locally.
+  Task<Share> affine(P& p, const Share& x, const Share& weight, const std::optional<Share>& bias) {
+    auto y = co_await p.matmul_trunc(x, weight);
+    if (bias) {
+      const std::size_t n = P::shape(y).at(0), out = P::shape(y).at(1);
+      y = p.add(y, kv::tile_row<P>(ops::reshape<P>(*bias, {1, out}), n));
+    }
+    co_return y;
+  }
+
   // Columns [h*d, (h+1)*d) of a (count, heads*d) tensor.
   Share head_columns(const Share& x, std::size_t h) const {
     return ops::slice_last<P>(x, h * c_.head_dim, (h + 1) * c_.head_dim);
@@ -154,12 +177,17 @@ class LlamaDecoder {
     const auto& lw = w_.layers[layer];
     const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
     const std::size_t first = length_;
-    auto x = co_await ops::rms_norm(p, h_in, lw.input_norm, c_.norm_eps);
+    auto x = co_await norm(p, h_in, lw.input_norm, lw.input_norm_bias);
     P pq = p.fork(), pk = p.fork(), pv = p.fork();
-    auto [q, k, v] = co_await when_all(pq.matmul_trunc(x, lw.wq), pk.matmul_trunc(x, lw.wk),
-                                       pv.matmul_trunc(x, lw.wv));
-    P pq2 = p.fork(), pk2 = p.fork();
-    auto [qr, kr] = co_await when_all(rope(pq2, q, first, c_.num_heads), rope(pk2, k, first, kvh));
+    auto [q, k, v] = co_await when_all(affine(pq, x, lw.wq, lw.bq), affine(pk, x, lw.wk, lw.bk),
+                                       affine(pv, x, lw.wv, lw.bv));
+    Share qr = q, kr = k;
+    if (!gpt2()) {  // GPT-2 has learned absolute positions instead of RoPE
+      P pq2 = p.fork(), pk2 = p.fork();
+      auto [a, b] = co_await when_all(rope(pq2, q, first, c_.num_heads), rope(pk2, k, first, kvh));
+      qr = std::move(a);
+      kr = std::move(b);
+    }
 
     auto& layer_cache = cache_[layer];
     if (layer_cache.empty()) layer_cache.resize(kvh);
@@ -226,7 +254,7 @@ class LlamaDecoder {
     }
     Share joined = outputs[0];
     for (std::size_t hh = 1; hh < c_.num_heads; ++hh) joined = ops::concat_last<P>(joined, outputs[hh]);
-    co_return p.add(h_in, co_await p.matmul_trunc(joined, lw.wo));
+    co_return p.add(h_in, co_await affine(p, joined, lw.wo, lw.bo));
   }
 
   // One KV head's query group over its own prompt: (g*T, d) -> (g*T, d).
@@ -256,20 +284,24 @@ class LlamaDecoder {
 
   Task<Share> mlp_block(P& p, std::size_t layer, const Share& h_in) {
     const auto& lw = w_.layers[layer];
-    auto x = co_await ops::rms_norm(p, h_in, lw.post_norm, c_.norm_eps);
-    P pg = p.fork(), pu = p.fork();
-    auto [gate, up] = co_await when_all(pg.matmul_trunc(x, lw.gate), pu.matmul_trunc(x, lw.up));
-    auto act = co_await ops::silu(p, gate);
-    auto prod = co_await p.mul_trunc(act, up);
-    co_return p.add(h_in, co_await p.matmul_trunc(prod, lw.down));
+    auto x = co_await norm(p, h_in, lw.post_norm, lw.post_norm_bias);
+    Share hidden;
+    if (lw.gate) {
+      P pg = p.fork(), pu = p.fork();
+      auto [gate, up] = co_await when_all(affine(pg, x, *lw.gate, std::nullopt), affine(pu, x, lw.up, lw.b_up));
+      hidden = co_await p.mul_trunc(co_await ops::silu(p, gate), up);
+    } else {
+      hidden = co_await ops::gelu(p, co_await affine(p, x, lw.up, lw.b_up));
+    }
+    co_return p.add(h_in, co_await affine(p, hidden, lw.down, lw.b_down));
   }
 
   Task<Share> head(P& p, const Share& h) {
-    auto x = co_await ops::rms_norm(p, h, w_.final_norm, c_.norm_eps);
+    auto x = co_await norm(p, h, w_.final_norm, w_.final_norm_bias);
     co_return co_await p.matmul_trunc(x, w_.lm_head);
   }
 
-  const LlamaWeights<P>& w_;
+  const DecoderWeights<P>& w_;
   ModelConfig c_;
   std::size_t length_ = 0;
   std::vector<std::vector<kv::HeadCache<P>>> cache_;  // [layer][kv head]

@@ -20,7 +20,7 @@ using WeightSource =
 // Loads (and shape-checks) tensors from one safetensors file, kept open.
 WeightSource weights_from_file(const std::filesystem::path& path);
 // N(0, scale^2)-like values (uniform with that standard deviation); norm
-// weights ("...norm.weight") are 1 + small noise. Same seed, same weights.
+// weights ("...norm.weight", GPT-2's "ln_*.weight") are 1 + small noise. Same seed, same weights.
 WeightSource random_weights(std::uint64_t seed, double scale = 0.02);
 // For parties that do not own the weights.
 WeightSource no_weights();
@@ -40,20 +40,30 @@ Task<typename P::Share> secret_real(P& p, PartyId owner, std::optional<xt::xarra
   }
 }
 
+// One block. LLaMA: RMSNorm weights, no biases, SiLU-gated MLP (gate, up,
+// down). GPT-2: LayerNorm weight + bias, biases everywhere, GeLU MLP (up =
+// c_fc, down = c_proj; no gate).
 template <Protocol P>
-struct LlamaLayerWeights {
-  typename P::Share input_norm, post_norm;  // (hidden)
-  typename P::Share wq, wk, wv, wo;         // [in, out]; wq carries 1/sqrt(head_dim)
-  typename P::Share gate, up, down;         // [in, out]
+struct LayerWeights {
+  using Share = typename P::Share;
+  Share input_norm, post_norm;                       // (hidden)
+  std::optional<Share> input_norm_bias, post_norm_bias;
+  Share wq, wk, wv, wo;                              // [in, out]; wq carries 1/sqrt(head_dim)
+  std::optional<Share> bq, bk, bv, bo;               // (out); bq carries 1/sqrt(head_dim)
+  std::optional<Share> gate;                         // LLaMA only
+  Share up, down;                                    // [in, out]
+  std::optional<Share> b_up, b_down;
 };
 
 template <Protocol P>
-struct LlamaWeights {
+struct DecoderWeights {
   ModelConfig config;
-  typename P::Share embed;       // (vocab, hidden)
-  std::vector<LlamaLayerWeights<P>> layers;
-  typename P::Share final_norm;  // (hidden)
-  typename P::Share lm_head;     // (hidden, vocab)
+  typename P::Share embed;                       // (vocab, hidden)
+  std::optional<typename P::Share> positions;    // GPT-2: (max_positions, hidden)
+  std::vector<LayerWeights<P>> layers;
+  typename P::Share final_norm;                  // (hidden)
+  std::optional<typename P::Share> final_norm_bias;
+  typename P::Share lm_head;                     // (hidden, vocab)
 };
 
 namespace detail {
@@ -68,7 +78,7 @@ inline std::optional<xt::xarray<double>> transposed(std::optional<xt::xarray<dou
 }  // namespace detail
 
 template <Protocol P>
-Task<LlamaWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSource& source,
+Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSource& source,
                                  PartyId owner = 0) {
   if (c.architecture != Architecture::llama)
     throw Error(ErrorCode::invalid_argument, "load_llama: config is not a LLaMA model");
@@ -81,12 +91,12 @@ Task<LlamaWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSource&
   };
   const std::size_t h = c.hidden_size, hd = c.head_dim, q_out = c.num_heads * hd,
                     kv_out = c.num_kv_heads * hd, inter = c.intermediate_size, v = c.vocab_size;
-  LlamaWeights<P> w;
+  DecoderWeights<P> w;
   w.config = c;
   w.embed = co_await secret_real(p, owner, get("model.embed_tokens.weight", {v, h}), {v, h});
   for (std::size_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
-    LlamaLayerWeights<P> lw;
+    LayerWeights<P> lw;
     lw.input_norm = co_await secret_real(p, owner, get(pre + "input_layernorm.weight", {h}), {h});
     lw.post_norm =
         co_await secret_real(p, owner, get(pre + "post_attention_layernorm.weight", {h}), {h});
@@ -111,6 +121,79 @@ Task<LlamaWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSource&
   const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   w.lm_head = co_await secret_real(p, owner, detail::transposed(get(head, {v, h})), {h, v});
   co_return w;
+}
+
+namespace detail {
+// Columns [begin, end) of an [in, out] matrix or elements of a bias, scaled.
+inline std::optional<xt::xarray<double>> columns(const std::optional<xt::xarray<double>>& w, std::size_t begin,
+                                                 std::size_t end, double scale = 1.0) {
+  if (!w) return std::nullopt;
+  const bool matrix = w->dimension() == 2;
+  const std::size_t rows = matrix ? w->shape()[0] : 1, cols = matrix ? w->shape()[1] : w->shape()[0];
+  xt::xarray<double> out = matrix ? xt::xarray<double>::from_shape({rows, end - begin})
+                                  : xt::xarray<double>::from_shape({end - begin});
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = begin; c < end; ++c) out.data()[r * (end - begin) + (c - begin)] = w->data()[r * cols + c] * scale;
+  return out;
+}
+}  // namespace detail
+
+// GPT-2 in Hugging Face layout (Conv1D weights are already [in, out]; the
+// fused c_attn is split into q, k, v). Names may carry a "transformer."
+// prefix (GPT2LMHeadModel) or not (GPT2Model); lm_head is tied to wte.
+template <Protocol P>
+Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource& source, PartyId owner = 0) {
+  if (c.architecture != Architecture::gpt2)
+    throw Error(ErrorCode::invalid_argument, "load_gpt2: config is not a GPT-2 model");
+  const bool mine = p.holds_input(owner);
+  std::string prefix = "transformer.";
+  auto get = [&](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+    if (!mine) return std::nullopt;
+    auto v = source(prefix + name, shape);
+    if (!v) throw Error(ErrorCode::invalid_argument, "weights: no tensor '" + prefix + name + "'");
+    return v;
+  };
+  const std::size_t h = c.hidden_size, v = c.vocab_size, inter = c.intermediate_size;
+  const double qs = 1.0 / std::sqrt(double(c.head_dim));
+  DecoderWeights<P> w;
+  w.config = c;
+  auto wte = get("wte.weight", {v, h});
+  w.embed = co_await secret_real(p, owner, wte, {v, h});
+  w.positions = co_await secret_real(p, owner, get("wpe.weight", {c.max_positions, h}), {c.max_positions, h});
+  for (std::size_t l = 0; l < c.num_layers; ++l) {
+    const std::string pre = "h." + std::to_string(l) + ".";
+    LayerWeights<P> lw;
+    lw.input_norm = co_await secret_real(p, owner, get(pre + "ln_1.weight", {h}), {h});
+    lw.input_norm_bias = co_await secret_real(p, owner, get(pre + "ln_1.bias", {h}), {h});
+    auto attn_w = get(pre + "attn.c_attn.weight", {h, 3 * h});
+    auto attn_b = get(pre + "attn.c_attn.bias", {3 * h});
+    lw.wq = co_await secret_real(p, owner, detail::columns(attn_w, 0, h, qs), {h, h});
+    lw.wk = co_await secret_real(p, owner, detail::columns(attn_w, h, 2 * h), {h, h});
+    lw.wv = co_await secret_real(p, owner, detail::columns(attn_w, 2 * h, 3 * h), {h, h});
+    lw.bq = co_await secret_real(p, owner, detail::columns(attn_b, 0, h, qs), {h});
+    lw.bk = co_await secret_real(p, owner, detail::columns(attn_b, h, 2 * h), {h});
+    lw.bv = co_await secret_real(p, owner, detail::columns(attn_b, 2 * h, 3 * h), {h});
+    lw.wo = co_await secret_real(p, owner, get(pre + "attn.c_proj.weight", {h, h}), {h, h});
+    lw.bo = co_await secret_real(p, owner, get(pre + "attn.c_proj.bias", {h}), {h});
+    lw.post_norm = co_await secret_real(p, owner, get(pre + "ln_2.weight", {h}), {h});
+    lw.post_norm_bias = co_await secret_real(p, owner, get(pre + "ln_2.bias", {h}), {h});
+    lw.up = co_await secret_real(p, owner, get(pre + "mlp.c_fc.weight", {h, inter}), {h, inter});
+    lw.b_up = co_await secret_real(p, owner, get(pre + "mlp.c_fc.bias", {inter}), {inter});
+    lw.down = co_await secret_real(p, owner, get(pre + "mlp.c_proj.weight", {inter, h}), {inter, h});
+    lw.b_down = co_await secret_real(p, owner, get(pre + "mlp.c_proj.bias", {h}), {h});
+    w.layers.push_back(std::move(lw));
+  }
+  w.final_norm = co_await secret_real(p, owner, get("ln_f.weight", {h}), {h});
+  w.final_norm_bias = co_await secret_real(p, owner, get("ln_f.bias", {h}), {h});
+  w.lm_head = co_await secret_real(p, owner, detail::transposed(wte), {h, v});
+  co_return w;
+}
+
+// Either architecture, by config.
+template <Protocol P>
+Task<DecoderWeights<P>> load_decoder(P& p, const ModelConfig& c, const WeightSource& source, PartyId owner = 0) {
+  if (c.architecture == Architecture::gpt2) co_return co_await load_gpt2(p, c, source, owner);
+  co_return co_await load_llama(p, c, source, owner);
 }
 
 }  // namespace mpcache

@@ -21,6 +21,10 @@ Task<typename P::Share> mean_last(P& p, const typename P::Share& x) {
   const Shape s = P::shape(x);
   const FixedPoint fp(p.frac_bits());
   const auto sum = sum_last<P>(x);
+  if constexpr (NativeReal<P>) {  // exact 1/d instead of its fixed-point code
+    const double inv = 1.0 / static_cast<double>(s.back());
+    co_return p.map_real(sum, [inv](double v) { return v * inv; });
+  }
   co_return co_await p.truncate(
       p.mul_public(sum, ring_filled(P::shape(sum), fp.encode(1.0 / static_cast<double>(s.back())))),
       p.frac_bits());

@@ -20,7 +20,8 @@ WeightSource random_weights(std::uint64_t seed, double scale) {
     for (char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001B3ull;
     RingTensor bits = ring_sample(shape, h);
     xt::xarray<double> out = xt::xarray<double>::from_shape(shape);
-    const bool norm = name.find("norm") != std::string::npos;
+    const bool norm_name = name.find("norm") != std::string::npos || name.find("ln_") != std::string::npos;
+    const bool norm = norm_name && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0;
     const double half_width = scale * std::sqrt(3.0);  // uniform with std `scale`
     auto b = bits.begin();
     for (auto& v : out) {

@@ -191,6 +191,20 @@ TEST_SUITE("kv policies") {
     CHECK(pos.size() == 10);
   }
 
+  TEST_CASE("InfLLM picks the block whose representative keys match the query") {
+    Ref p;
+    Scene s = scene(100, 4, 1, 13);
+    s.queries = xt::xarray<double>{{0.0, 1.0, 0.0, 0.0}};
+    for (std::size_t r = 0; r < 100; ++r) s.keys(r, 1) = -std::abs(s.keys(r, 1));
+    s.keys(25, 1) = 4.0;  // block 1 = positions 20..35 (sinks 0..3, blocks of 16)
+    kv::InfLlm<Ref> inf(64);  // sinks 4 + local 16 + loose <= 15 + one block
+    auto pos = sorted(select_once(p, inf, s, attention_on(1, 99, {25})));
+    auto expect = range(0, 4);
+    for (long i = 20; i < 36; ++i) expect.push_back(i);
+    for (long i = 84; i < 100; ++i) expect.push_back(i);
+    CHECK(pos == expect);
+  }
+
   TEST_CASE("Quest picks the page whose bound is highest") {
     Ref p;
     Scene s = scene(80, 4, 1, 11);

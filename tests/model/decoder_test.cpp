@@ -53,7 +53,7 @@ template <class P>
 std::pair<xt::xarray<double>, xt::xarray<double>> forward(P& p, const Expected& e) {
   const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
   auto weights = run(load_llama(p, c, weights_from_file(fixture / "model.safetensors")));
-  LlamaDecoder<P> decoder(weights);
+  Decoder<P> decoder(weights);
   kv::FullCache<P> full;
   std::vector<std::uint32_t> head(e.tokens.begin(), e.tokens.end() - 1);
   auto prefill = to_real(p, run(decoder.prefill(p, full, 0, head, head.size())));
@@ -92,7 +92,7 @@ TEST_SUITE("decoder") {
     Ref p;
     const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
     auto weights = run(load_llama(p, c, random_weights(1)));
-    LlamaDecoder<Ref> decoder(weights);
+    Decoder<Ref> decoder(weights);
     kv::FullCache<Ref> full;
     CHECK_THROWS_WITH_AS(run(decoder.decode(p, full, 0, 1u)), doctest::Contains("before prefill"), Error);
     CHECK_THROWS_WITH_AS(run(decoder.prefill(p, full, 0, std::vector<std::uint32_t>{1, 999}, 2)),
@@ -104,5 +104,63 @@ TEST_SUITE("decoder") {
       return xt::xarray<double>(xt::zeros<double>(shape));
     };
     CHECK_THROWS_WITH_AS(run(load_llama(p, c, bad)), doctest::Contains("model.norm.weight"), Error);
+  }
+}
+
+TEST_SUITE("decoder with policies") {
+  TEST_CASE("every policy whose budget covers the sequence decodes exactly like the full cache") {
+    Ref p;
+    const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+    auto weights = run(load_llama(p, c, weights_from_file(fixture / "model.safetensors")));
+    std::vector<std::uint32_t> tokens;
+    for (unsigned char ch : std::string("It is a truth universally acknowledged, that a single man")) tokens.push_back(ch);
+    const std::size_t prefix = 40;
+    auto decode_all = [&](auto policy) {
+      Decoder<Ref> decoder(weights);
+      std::vector<std::uint32_t> head(tokens.begin(), tokens.begin() + prefix);
+      run(decoder.prefill(p, policy, 0, head, prefix));
+      xt::xarray<double> out = xt::zeros<double>({tokens.size() - prefix, std::size_t{256}});
+      for (std::size_t t = prefix; t < tokens.size(); ++t) {
+        auto l = p.to_real(run(decoder.decode(p, policy, 0, tokens[t])));
+        for (std::size_t v = 0; v < 256; ++v) out(t - prefix, v) = l(0, v);
+      }
+      return out;
+    };
+    const auto full = decode_all(kv::FullCache<Ref>{});
+    const std::size_t budget = 64;  // > 57 tokens
+    CHECK(xt::amax(xt::abs(decode_all(kv::StreamingLlm<Ref>(budget)) - full))() < 1e-12);
+    CHECK(xt::amax(xt::abs(decode_all(kv::H2O<Ref>(budget)) - full))() < 1e-12);
+    CHECK(xt::amax(xt::abs(decode_all(kv::SnapKv<Ref>(budget)) - full))() < 1e-12);
+    CHECK(xt::amax(xt::abs(decode_all(kv::LongCache<Ref>(budget)) - full))() < 1e-12);
+    CHECK(xt::amax(xt::abs(decode_all(kv::Quest<Ref>(budget)) - full))() < 1e-12);
+    CHECK(xt::amax(xt::abs(decode_all(kv::MpCache<Ref>(budget)) - full))() < 1e-12);
+    // A small budget really changes the attention (and so the logits).
+    CHECK(xt::amax(xt::abs(decode_all(kv::StreamingLlm<Ref>(12)) - full))() > 1e-6);
+  }
+
+  TEST_CASE("MPCache decodes on plain like on ref, within fixed-point error") {
+    const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+    std::vector<std::uint32_t> tokens;
+    for (unsigned char ch : std::string("Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy"))
+      tokens.push_back(ch);
+    const std::size_t prefix = 64;
+    kv::MpCacheOptions o;
+    o.cluster = 4;
+    auto last_logits = [&](auto& p) {
+      using Proto = std::remove_cvref_t<decltype(p)>;
+      auto weights = run(load_llama(p, c, weights_from_file(fixture / "model.safetensors")));
+      Decoder<Proto> decoder(weights);
+      kv::MpCache<Proto> policy(16, o);  // first cluster + 2 picked + tail
+      std::vector<std::uint32_t> head(tokens.begin(), tokens.begin() + prefix);
+      run(decoder.prefill(p, policy, 0, head, prefix));
+      typename Proto::Share l;
+      for (std::size_t t = prefix; t < tokens.size(); ++t) l = run(decoder.decode(p, policy, 0, tokens[t]));
+      return to_real(p, l);
+    };
+    Ref r;
+    Plain pl;
+    const auto a = last_logits(r), b = last_logits(pl);
+    MESSAGE("MPCache decode, plain vs ref: max |logit error| = " << xt::amax(xt::abs(a - b))());
+    CHECK(xt::amax(xt::abs(a - b))() < 5e-2);
   }
 }

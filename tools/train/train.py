@@ -39,8 +39,24 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 TRAIN_NOVELS = ["sensesensibility", "prideprejudice", "mansfieldpark", "emma", "northangerabbey"]
 HELDOUT_NOVEL = "persuasion"
 
-NEEDLE = "The pass key is {k}. Remember it. {k} is the pass key. "
-QUESTION = "\nWhat is the pass key? The pass key is {k}"
+# Passkey formats. "plain" (the first runs) states the key twice in words;
+# "marker" states it once after a '#' (a byte Austen's text never uses), and
+# the question ends with the same '#', which makes retrieval a one-byte
+# induction (find the earlier '#', copy what follows), learnable by a small
+# byte-level model; the key is still stated once at a random depth and asked
+# for at the end.
+PASSKEY_FORMATS = {
+    "plain": ("The pass key is {k}. Remember it. {k} is the pass key. ",
+              "\nWhat is the pass key? The pass key is {k}"),
+    "marker": ("The pass key is #{k}. Remember it. ",
+               "\nWhat is the pass key? The pass key is #{k}"),
+}
+NEEDLE, QUESTION = PASSKEY_FORMATS["plain"]
+
+
+def set_passkey_format(name):
+    global NEEDLE, QUESTION
+    NEEDLE, QUESTION = PASSKEY_FORMATS[name]
 
 
 # ---------------------------------------------------------------------------
@@ -278,6 +294,7 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--passkey-frac", type=float, default=0.3)
     ap.add_argument("--answer-weight", type=float, default=3.0)
+    ap.add_argument("--passkey-format", choices=sorted(PASSKEY_FORMATS), default="plain")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--ckpt-min", type=float, default=5.0)
@@ -285,6 +302,7 @@ def main():
     ap.add_argument("--eval-lens", default="1024,2048")
     ap.add_argument("--eval-max-windows", type=int, default=0, help="0 = whole held-out novel")
     args = ap.parse_args()
+    set_passkey_format(args.passkey_format)
 
     t0 = time.time()
     torch.set_num_threads(args.threads)
