@@ -1,5 +1,6 @@
 #include "connect.hpp"
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -24,7 +25,11 @@ constexpr std::size_t hello_bytes = 16;
 std::string where(const PeerAddress& a) { return a.host + ":" + std::to_string(a.port); }
 std::string party(std::uint32_t id) { return "party " + std::to_string(id); }
 
-double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+std::string seconds(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
 
 struct Hello {
   std::uint32_t from = 0, to = 0;
@@ -74,7 +79,7 @@ Hello check_hello(const unsigned char* b, std::uint32_t self, std::optional<std:
     throw std::runtime_error(party(self) + ": " + party(h.from) + " at " + peer_desc + " runs " +
                              (h.encrypted ? "with" : "without") + " encryption, this party " +
                              (encrypted ? "with" : "without") +
-                             " (all parties must agree on --insecure)");
+                             " encryption (all parties must agree on --insecure)");
   return h;
 }
 
@@ -203,7 +208,7 @@ std::vector<int> connect_mesh(std::uint32_t self, const std::vector<PeerAddress>
       for (;;) {
         if (Clock::now() >= deadline)
           throw std::runtime_error(party(self) + " could not connect to " + party(j) + " at " +
-                                   where(parties[j]) + " within " + std::to_string(seconds(options.timeout)) +
+                                   where(parties[j]) + " within " + seconds(options.timeout) +
                                    " s: " + last + " (is the peer running and reachable?)");
         tcp::socket s(io);
         asio::error_code ec;
@@ -231,7 +236,8 @@ std::vector<int> connect_mesh(std::uint32_t self, const std::vector<PeerAddress>
         write_exactly(fd, hb.data(), hb.size(), deadline, party(self) + ": hello to " + party(j));
         std::array<unsigned char, hello_bytes> theirs{};
         read_exactly(fd, theirs.data(), theirs.size(), deadline,
-                     party(self) + ": hello from " + party(j) + " at " + desc);
+                     party(self) + ": no hello from " + party(j) + " at " + desc +
+                         " (the peer refused this party: wrong party id or security mode?)");
         check_hello(theirs.data(), self, j, options.encrypted, desc);
         finish(s, j);
         break;
@@ -252,7 +258,7 @@ std::vector<int> connect_mesh(std::uint32_t self, const std::vector<PeerAddress>
           if (fds[j] < 0) missing += (missing.empty() ? "" : ", ") + party(j);
         throw std::runtime_error(party(self) + ": " + missing + " did not connect to " +
                                  where(parties[self]) + " within " +
-                                 std::to_string(seconds(options.timeout)) + " s");
+                                 seconds(options.timeout) + " s");
       }
       if (ec) throw std::runtime_error(party(self) + ": accept failed: " + ec.message());
       asio::error_code rec;
