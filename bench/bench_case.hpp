@@ -16,6 +16,9 @@ struct CaseResult {
   std::uint64_t rounds = 0;            // critical path
   int repeat = 0;
   std::string note;
+  std::string link;               // "" = the --link option
+  bool link_emulated = false;     // latency measured over an emulated link
+  std::optional<double> model_s;  // set by presets that measure compute apart
 };
 
 // A link for the model time: rounds x RTT + busiest party's bytes / bandwidth
@@ -34,6 +37,7 @@ inline Link link_named(const std::string& name) {
 }
 
 inline double model_seconds(const CaseResult& c, const Link& link) {
+  if (c.model_s) return *c.model_s;
   return static_cast<double>(c.rounds) * link.rtt_s +
          (link.bytes_per_s > 0 ? static_cast<double>(c.bytes_max_party) / link.bytes_per_s : 0) +
          c.latency_s;
