@@ -22,8 +22,8 @@ struct CaseResult {
 };
 
 // A link for the model time: rounds x RTT + busiest party's bytes / bandwidth
-// + measured compute. Emulation of the link itself comes with the network
-// transport; until then `link_emulated` is false and only the model applies.
+// + measured compute. With --emulate the in-process presets also run over the
+// emulated link (LinkEmulator) and report that measurement as latency_s.
 struct Link {
   std::string name = "none";
   double rtt_s = 0;
@@ -46,6 +46,7 @@ inline double model_seconds(const CaseResult& c, const Link& link) {
 struct Options {
   int repeat = 3;
   Link link;
+  bool emulate = false;  // measure over the emulated link (in-process presets)
 };
 
 }  // namespace mpcache::bench

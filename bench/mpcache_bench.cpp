@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
                  "link for model_s: lan (377 MB/s, 0.3 ms RTT), wan (300 Mbit/s, 40 ms), none")
       ->check(CLI::IsMember({"lan", "wan", "none"}));
   app.add_flag("--json", json, "one JSON object per case on stdout");
+  app.add_flag("--emulate", options.emulate,
+               "also run over the emulated --link and report that time (link_emulated=true); "
+               "model_s keeps the unemulated time as compute");
   app.add_option("--repeat", options.repeat, "runs per case; the median latency is reported")
       ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);

@@ -331,7 +331,8 @@ struct TcpTransport::Impl {
     return false;
   }
 
-  // Deadlines; returns the time until the next one could expire.
+  // Deadlines; returns the time until the next one could expire (zero when
+  // one expired now: the woken tasks should run before anything blocks).
   std::chrono::nanoseconds check_deadlines() {
     const auto now = SteadyClock::now();
     const auto limit = options.silence_timeout;
@@ -345,6 +346,7 @@ struct TcpTransport::Impl {
         if (now - since >= limit) {
           fail(p, who(p) + " sent nothing for " + secs(limit) + " while " + "party " +
                       std::to_string(me()) + " waited for it (silent peer; deadline exceeded)");
+          next = std::chrono::nanoseconds{0};
           continue;
         }
         next = std::min<std::chrono::nanoseconds>(next, since + limit - now);
@@ -355,6 +357,7 @@ struct TcpTransport::Impl {
         if (now - peer.send_progress >= limit) {
           fail(p, who(p) + " accepted no data for " + secs(limit) +
                       " (peer stalled or not reading; deadline exceeded)");
+          next = std::chrono::nanoseconds{0};
           continue;
         }
         next = std::min<std::chrono::nanoseconds>(next, peer.send_progress + limit - now);
@@ -467,7 +470,8 @@ void TcpTransport::poll(bool block) {
     timeout = I.check_deadlines();
     if (auto t = timers_.next())
       timeout = std::min<std::chrono::nanoseconds>(timeout, *t - SteadyClock::now());
-    timeout = std::max(timeout, std::chrono::nanoseconds{1});  // block at least a moment
+    // Zero only collects (a deadline just woke tasks); otherwise block.
+    if (timeout.count() < 0) timeout = std::chrono::nanoseconds{1};
   }
   I.collect(timeout);
   timers_.fire_due();
