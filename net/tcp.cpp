@@ -19,6 +19,8 @@ namespace {
 constexpr std::uint32_t record_magic = 0x5243504Du;  // "MPCR"
 constexpr std::size_t record_header_bytes = 16;
 constexpr std::size_t min_recv_chunk = 256 * 1024;
+constexpr std::size_t max_recv_ahead = 64u << 20;
+constexpr std::size_t keep_recv_buffer = std::size_t{1} << 30;
 
 void put_u32(std::byte* p, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = std::byte((v >> (8 * i)) & 0xFF);
@@ -36,6 +38,49 @@ std::uint64_t get_u64(const std::byte* p) {
   for (int i = 0; i < 8; ++i) v |= std::uint64_t(p[i]) << (8 * i);
   return v;
 }
+
+// A byte buffer that keeps its capacity and never zero-fills: the transport
+// writes every byte before it reads it, and big messages would otherwise pay
+// a memset on top of the copy.
+class ByteBuffer {
+ public:
+  std::byte* data() noexcept { return data_.get(); }
+  const std::byte* data() const noexcept { return data_.get(); }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  void clear() noexcept { size_ = 0; }
+  // Contents up to min(old, new) size are kept; new bytes are unspecified.
+  void resize(std::size_t n) {
+    if (n > capacity_) reallocate(std::max(n, capacity_ + capacity_ / 2));
+    size_ = n;
+  }
+  // Gives back memory beyond `n` bytes of capacity.
+  void shrink(std::size_t n) {
+    if (capacity_ > n) reallocate(std::max(n, size_));
+  }
+  void swap(ByteBuffer& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(capacity_, o.capacity_);
+  }
+  // For buffers the kernel may still write to: never freed.
+  void leak() noexcept {
+    (void)data_.release();
+    size_ = capacity_ = 0;
+  }
+
+ private:
+  void reallocate(std::size_t cap) {
+    std::unique_ptr<std::byte[]> fresh(new std::byte[cap]);
+    if (size_ > 0) std::memcpy(fresh.get(), data_.get(), std::min(size_, cap));
+    data_ = std::move(fresh);
+    capacity_ = cap;
+    size_ = std::min(size_, cap);
+  }
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+};
 
 std::string errno_text(long negative_errno) {
   return std::strerror(static_cast<int>(-negative_errno));
@@ -106,15 +151,15 @@ struct TcpTransport::Impl {
     bool failed = false;     // Endpoint::fail was called
     bool eof = false;
     // send side
-    std::vector<std::byte> sending;
+    ByteBuffer sending;
     std::size_t sent = 0;
     bool send_inflight = false;
-    std::vector<std::byte> queued;
+    ByteBuffer queued;
     SteadyClock::time_point send_progress;
     std::uint64_t send_counter = 0;
     std::unique_ptr<sys::Aead> seal;
     // receive side
-    std::vector<std::byte> rx;
+    ByteBuffer rx;
     std::size_t have = 0;
     bool recv_inflight = false;
     SteadyClock::time_point last_heard;
@@ -175,14 +220,16 @@ struct TcpTransport::Impl {
   void start_recv(PartyId p) {
     Peer& peer = peers[p];
     if (!peer.open || peer.recv_inflight) return;
-    // Room for the rest of the current record (grown as data arrives, so a
-    // bogus length allocates nothing up front) or the next chunk.
+    // Room for the rest of the current record, at most 64 MiB ahead of the
+    // data (a bogus length cannot make us allocate much up front), or the
+    // next chunk. The buffer keeps its size for the next records: fresh
+    // memory costs page faults on every big message.
     std::size_t want = peer.have + min_recv_chunk;
     if (peer.have >= record_header_bytes) {
       const std::uint64_t need = record_header_bytes + get_u64(peer.rx.data() + 8);
       if (need > peer.have)
-        want = static_cast<std::size_t>(
-            std::min<std::uint64_t>(need, std::max<std::uint64_t>(peer.have * 2, want)));
+        want = static_cast<std::size_t>(std::min<std::uint64_t>(
+            need, std::max<std::uint64_t>(peer.have * 2, peer.have + max_recv_ahead)));
     }
     if (peer.rx.size() < want) peer.rx.resize(want);
     peer.recv_inflight = true;
@@ -265,10 +312,10 @@ struct TcpTransport::Impl {
     if (at > 0) {
       std::memmove(peer.rx.data(), peer.rx.data() + at, peer.have - at);
       peer.have -= at;
-      // Do not keep a huge buffer around after a big record.
-      if (peer.rx.size() > 4 * min_recv_chunk && peer.have < min_recv_chunk) {
-        peer.rx.resize(min_recv_chunk);
-        peer.rx.shrink_to_fit();
+      // Reuse the buffer, unless it grew past 1 GiB for one huge record.
+      if (peer.rx.size() > keep_recv_buffer && peer.have < min_recv_chunk) {
+        peer.rx.resize(peer.have);
+        peer.rx.shrink(min_recv_chunk);
       }
     }
     return ok;
@@ -517,8 +564,8 @@ void TcpTransport::shutdown() {
     if (peer.send_inflight || peer.recv_inflight) {
       // The kernel never answered the cancel: leak the buffers rather than
       // free memory it may still write to, and keep the descriptor open.
-      new std::vector<std::byte>(std::move(peer.sending));
-      new std::vector<std::byte>(std::move(peer.rx));
+      peer.sending.leak();
+      peer.rx.leak();
       peer.fd = -1;
       continue;
     }
