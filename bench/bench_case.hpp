@@ -16,11 +16,14 @@ struct CaseResult {
   std::uint64_t rounds = 0;            // critical path
   int repeat = 0;
   std::string note;
+  std::string link;               // "" = the --link option
+  bool link_emulated = false;     // latency measured over an emulated link
+  std::optional<double> model_s;  // set by presets that measure compute apart
 };
 
 // A link for the model time: rounds x RTT + busiest party's bytes / bandwidth
-// + measured compute. Emulation of the link itself comes with the network
-// transport; until then `link_emulated` is false and only the model applies.
+// + measured compute. With --emulate the in-process presets also run over the
+// emulated link (LinkEmulator) and report that measurement as latency_s.
 struct Link {
   std::string name = "none";
   double rtt_s = 0;
@@ -34,6 +37,7 @@ inline Link link_named(const std::string& name) {
 }
 
 inline double model_seconds(const CaseResult& c, const Link& link) {
+  if (c.model_s) return *c.model_s;
   return static_cast<double>(c.rounds) * link.rtt_s +
          (link.bytes_per_s > 0 ? static_cast<double>(c.bytes_max_party) / link.bytes_per_s : 0) +
          c.latency_s;
@@ -42,6 +46,7 @@ inline double model_seconds(const CaseResult& c, const Link& link) {
 struct Options {
   int repeat = 3;
   Link link;
+  bool emulate = false;  // measure over the emulated link (in-process presets)
 };
 
 }  // namespace mpcache::bench

@@ -14,6 +14,7 @@ std::vector<CaseResult> micro_preset(const Options& options);
 std::vector<CaseResult> ops_preset(const Options& options);
 std::vector<CaseResult> table2_preset(const Options& options);
 int fidelity_main(int argc, char** argv);  // its own options and row format
+std::vector<CaseResult> net_preset(const Options& options);
 }
 
 namespace {
@@ -31,8 +32,8 @@ nlohmann::json to_json(const CaseResult& c, const mpcache::bench::Link& link) {
           {"messages_max_party", c.messages_max_party},
           {"rounds", c.rounds},
           {"repeat", c.repeat},
-          {"link", link.name},
-          {"link_emulated", false},
+          {"link", c.link.empty() ? link.name : c.link},
+          {"link_emulated", c.link_emulated},
           {"model_s", mpcache::bench::model_seconds(c, link)}};
   if (!c.note.empty()) j["note"] = c.note;
   return j;
@@ -62,12 +63,15 @@ int main(int argc, char** argv) {
   mpcache::bench::Options options;
   app.add_option("--preset", preset, "benchmark preset")
       ->required()
-      ->check(CLI::IsMember({"micro", "ops", "paper-table2"}));
+      ->check(CLI::IsMember({"micro", "ops", "paper-table2", "net"}));
   std::string link = "none";
   app.add_option("--link", link,
                  "link for model_s: lan (377 MB/s, 0.3 ms RTT), wan (300 Mbit/s, 40 ms), none")
       ->check(CLI::IsMember({"lan", "wan", "none"}));
   app.add_flag("--json", json, "one JSON object per case on stdout");
+  app.add_flag("--emulate", options.emulate,
+               "also run over the emulated --link and report that time (link_emulated=true); "
+               "model_s keeps the unemulated time as compute");
   app.add_option("--repeat", options.repeat, "runs per case; the median latency is reported")
       ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
@@ -77,6 +81,7 @@ int main(int argc, char** argv) {
     if (preset == "micro") rows = mpcache::bench::micro_preset(options);
     if (preset == "ops") rows = mpcache::bench::ops_preset(options);
     if (preset == "paper-table2") rows = mpcache::bench::table2_preset(options);
+    if (preset == "net") rows = mpcache::bench::net_preset(options);
     if (json) {
       for (const auto& r : rows) std::cout << to_json(r, options.link).dump() << "\n";
     } else {

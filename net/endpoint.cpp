@@ -135,6 +135,12 @@ void Endpoint::fail(PartyId peer, const std::string& why) {
   }
 }
 
+bool Endpoint::waiting_on(PartyId peer) const {
+  for (const auto& [key, w] : waiters_)
+    if (key.peer == peer) return true;
+  return false;
+}
+
 void Endpoint::on_tick_end() {
   for (PartyId to = 0; to < parties_; ++to) {
     auto& box = outbox_[to];

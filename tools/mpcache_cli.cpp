@@ -6,6 +6,7 @@
 import mpcache;
 #include "demo.hpp"
 #include "private_decode.hpp"
+#include "party.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"mpcache: private LLM inference with MPC-friendly KV-cache eviction"};
@@ -26,10 +27,65 @@ int main(int argc, char** argv) {
   decode_cmd->add_option("--tokens", decode.new_tokens, "bytes to generate")->check(CLI::Range(1, 256));
   decode_cmd->add_option("--budget", decode.budget, "tokens attended per KV head per step (MPCache)");
   decode_cmd->add_option("--policy", decode.policy, "mpcache or full")->check(CLI::IsMember({"mpcache", "full"}));
+
+  mpcache::tools::PartyOptions party;
+  auto* party_cmd = app.add_subcommand("party", "run one party of a multi-process job over TCP");
+  party_cmd->add_option("--config", party.config, "cluster config (JSON)")->required();
+  party_cmd->add_option("--id", party.id, "this party's id (index in the config)")->required();
+  const std::vector<std::string> transports = {"auto", "uring", "asio"};
+  const auto link_check = CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          (void)mpcache::link_named(s);
+          return {};
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+      },
+      "lan|wan|none|RTT_MS:MBYTES_PER_S");
+  const std::vector<std::string> jobs = {"demo", "mul-1M", "fixed-mul-1M", "matvec", "micro"};
+  party_cmd->add_option("--transport", party.transport, "auto (io_uring, else asio), uring or asio")
+      ->check(CLI::IsMember(transports));
+  party_cmd->add_option("--link", party.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")
+      ->check(link_check);
+  party_cmd->add_flag("--insecure", party.insecure, "plain TCP: no authentication, no encryption");
+  party_cmd->add_option("--job", party.job, "demo, mul-1M, fixed-mul-1M, matvec, micro")
+      ->check(CLI::IsMember(jobs));
+  party_cmd->add_option("--report", party.report, "write the JSON report here (default: stdout)");
+  party_cmd->add_option("--repeat", party.repeat, "runs per case (median reported)")->check(CLI::Range(1, 100));
+  party_cmd->add_option("--fault", party.fault, "tests: exit or silent in the middle of the job")
+      ->check(CLI::IsMember({"exit", "silent"}));
+
+  mpcache::tools::LocalOptions local;
+  auto* local_cmd = app.add_subcommand(
+      "local", "run the three parties as processes on loopback (free ports, fresh keys); prints a JSON report");
+  local_cmd->add_option("--transport", local.transport, "auto, uring or asio")->check(CLI::IsMember(transports));
+  local_cmd->add_option("--link", local.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")
+      ->check(link_check);
+  local_cmd->add_flag("--insecure", local.insecure, "plain TCP: no authentication, no encryption");
+  local_cmd->add_option("--job", local.job, "demo, mul-1M, fixed-mul-1M, matvec, micro")->check(CLI::IsMember(jobs));
+  local_cmd->add_option("--timeout-ms", local.timeout_ms, "set-up and peer silence deadline")
+      ->check(CLI::Range(100, 600000));
+  local_cmd->add_option("--repeat", local.repeat, "runs per case (median reported)")->check(CLI::Range(1, 100));
+  local_cmd->add_option("--fault", local.fault, "tests: PARTY:exit or PARTY:silent");
+
+  std::string key_dir = ".";
+  int key_parties = 3;
+  auto* keygen_cmd = app.add_subcommand("keygen", "write Ed25519 key files pN.key (secret) and pN.pub");
+  keygen_cmd->add_option("--out", key_dir, "folder for the key files");
+  keygen_cmd->add_option("--parties", key_parties, "number of parties")->check(CLI::Range(1, 64));
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo_cmd) return mpcache::tools::run_demo(demo);
     if (*decode_cmd) return mpcache::tools::run_private_decode(decode);
+    if (*party_cmd) return mpcache::tools::run_party(party);
+    if (*local_cmd) {
+      std::error_code ec;
+      const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+      return mpcache::tools::run_local(local, ec ? std::string(argv[0]) : self.string());
+    }
+    if (*keygen_cmd) return mpcache::tools::run_keygen(key_dir, key_parties);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpcache: %s\n", e.what());
     return 1;

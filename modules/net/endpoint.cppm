@@ -61,6 +61,9 @@ class Endpoint final : public TickListener {
   void deliver(PartyId from, std::vector<Frame>&& frames);
   // Transport side: the link to `peer` is gone; waiters get Error(network).
   void fail(PartyId peer, const std::string& why);
+  // Transport side: whether a task is blocked on a message from `peer`
+  // (deadlines apply only then).
+  bool waiting_on(PartyId peer) const;
 
   const CostCounters& costs() const noexcept { return costs_; }
   std::uint64_t rounds() const noexcept { return costs_.rounds; }

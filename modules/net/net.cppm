@@ -5,3 +5,4 @@ export module mpcache.net;
 export import :frame;
 export import :endpoint;
 export import :in_process;
+export import :tcp;

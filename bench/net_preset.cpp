@@ -1,0 +1,222 @@
+// Preset `net`: the TCP transport on loopback.
+//  * throughput of 64 MiB messages (io_uring, asio; plain and AES-GCM),
+//  * small-message round trip (io_uring, asio, and a blocking-socket
+//    ping-pong baseline without any framework),
+//  * mul-1M, fixed-mul-1M, matvec as three processes (`mpcache local`), with
+//    and without encryption, with and without `lan` emulation; with
+//    emulation, model_s is rounds x RTT + bytes / bandwidth + the measured
+//    latency of the same run without emulation.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <cstdio>
+#include <thread>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+import mpcache;
+#include "bench_case.hpp"
+
+namespace mpcache::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Two parties over loopback TCP, one thread each; fn(id, endpoint) -> Task<double>
+// (seconds measured by party 0).
+template <class Fn>
+double two_parties(TcpBackend backend, bool encrypted, Fn fn) {
+  std::vector<PartyAddress> parties = {{"127.0.0.1", free_tcp_port()}, {"127.0.0.1", free_tcp_port()}};
+  std::vector<std::pair<std::string, std::string>> keys;
+  if (encrypted) keys = {generate_party_key(), generate_party_key()};
+  double measured = 0;
+  std::string error;
+  std::vector<std::thread> threads;
+  for (PartyId id = 0; id < 2; ++id)
+    threads.emplace_back([&, id] {
+      try {
+        ConnectOptions c;
+        c.encrypted = encrypted;
+        if (encrypted) c.secret_key_pem = keys[id].first, c.public_keys_pem = {keys[0].second, keys[1].second};
+        Scheduler s;
+        Endpoint e(s, id, 2);
+        TcpTransport t(s, e, connect_cluster(id, parties, c), {.backend = backend});
+        const double r = sync_wait(s, fn(id, e));
+        if (id == 0) measured = r;
+      } catch (const std::exception& ex) {
+        error = ex.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (!error.empty()) throw Error(ErrorCode::network, error);
+  return measured;
+}
+
+CaseResult row(const std::string& name, const std::string& transport, double latency,
+               const std::string& note) {
+  CaseResult c;
+  c.name = name;
+  c.protocol = "-";
+  c.transport = transport;
+  c.latency_s = latency;
+  c.note = note;
+  c.repeat = 1;
+  return c;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+std::vector<CaseResult> throughput_rows(const Options& options) {
+  std::vector<CaseResult> out;
+  const std::size_t size = std::size_t{64} << 20;
+  const int messages = std::max(2, options.repeat);
+  for (bool encrypted : {false, true})
+    for (TcpBackend backend : {TcpBackend::uring, TcpBackend::asio}) {
+      const double s = two_parties(backend, encrypted, [&](PartyId id, Endpoint& e) -> Task<double> {
+        // One message per round trip (each acknowledged), after a warm-up
+        // message that sizes the buffers.
+        auto one = [&]() -> Task<void> {
+          if (id == 0) {
+            e.send(1, 1, std::vector<std::byte>(size));
+            (void)co_await e.recv(1, 2);
+          } else {
+            auto m = co_await e.recv(0, 1);
+            if (m.size() != size) throw Error(ErrorCode::protocol, "short message");
+            e.send(0, 2, std::vector<std::byte>(1));
+          }
+        };
+        co_await one();
+        const auto t0 = Clock::now();
+        for (int i = 0; i < messages; ++i) co_await one();
+        co_return seconds_since(t0);
+      });
+      const std::string tname = std::string(backend == TcpBackend::uring ? "io_uring" : "asio") +
+                                (encrypted ? "+aead" : "");
+      out.push_back(row("throughput-64MiB", tname, s / messages,
+                        fmt("%.0f MB/s", static_cast<double>(size) * messages / s / 1e6)));
+    }
+  return out;
+}
+
+std::vector<CaseResult> rtt_rows() {
+  std::vector<CaseResult> out;
+  const int n = 2000;
+  for (TcpBackend backend : {TcpBackend::uring, TcpBackend::asio}) {
+    const double s = two_parties(backend, false, [&](PartyId id, Endpoint& e) -> Task<double> {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        if (id == 0) {
+          e.send(1, 1, std::vector<std::byte>(8));
+          (void)co_await e.recv(1, 1);
+        } else {
+          (void)co_await e.recv(0, 1);
+          e.send(0, 1, std::vector<std::byte>(8));
+        }
+      }
+      co_return seconds_since(t0);
+    });
+    out.push_back(row("rtt-8B", backend == TcpBackend::uring ? "io_uring" : "asio", s / n,
+                      fmt("%.1f us per round trip", s / n * 1e6)));
+  }
+  // Baseline: blocking sockets, no framework, same loopback TCP connection.
+  std::vector<PartyAddress> parties = {{"127.0.0.1", free_tcp_port()}, {"127.0.0.1", free_tcp_port()}};
+  std::vector<int> fd(2, -1);
+  std::vector<std::thread> threads;
+  for (PartyId id = 0; id < 2; ++id)
+    threads.emplace_back([&, id] {
+      ConnectOptions c;
+      c.encrypted = false;
+      auto conn = connect_cluster(id, parties, c);
+      fd[id] = conn.fds[1 - id];
+    });
+  for (auto& t : threads) t.join();
+  for (int f : fd) ::fcntl(f, F_SETFL, ::fcntl(f, F_GETFL) & ~O_NONBLOCK);
+  auto exact = [](int f, bool send_side, char* buf) {
+    std::size_t done = 0;
+    while (done < 8) {
+      const ssize_t r = send_side ? ::send(f, buf + done, 8 - done, MSG_NOSIGNAL) : ::recv(f, buf + done, 8 - done, 0);
+      if (r <= 0) return;
+      done += static_cast<std::size_t>(r);
+    }
+  };
+  const auto t0 = Clock::now();
+  std::thread echo([&] {
+    char b[8];
+    for (int i = 0; i < n; ++i) exact(fd[1], false, b), exact(fd[1], true, b);
+  });
+  char b[8] = {};
+  for (int i = 0; i < n; ++i) exact(fd[0], true, b), exact(fd[0], false, b);
+  const double s = seconds_since(t0);
+  echo.join();
+  for (int f : fd) ::close(f);
+  out.push_back(row("rtt-8B", "blocking", s / n, fmt("%.1f us per round trip (baseline)", s / n * 1e6)));
+  return out;
+}
+
+nlohmann::json run_local(const std::string& args) {
+  const std::string cmd = std::string(MPCACHE_CLI) + " local --job micro " + args;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) throw Error(ErrorCode::io, "cannot run " + cmd);
+  std::string text;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) text.append(buf, n);
+  const int status = ::pclose(p);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (status != 0 || j.is_discarded() || !j.value("ok", false))
+    throw Error(ErrorCode::network, "`" + cmd + "` failed: " + text);
+  return j;
+}
+
+std::vector<CaseResult> process_rows(const Options& options) {
+  std::vector<CaseResult> out;
+  const Link lan = link_named("lan");
+  for (bool encrypted : {false, true}) {
+    const std::string base = "--repeat " + std::to_string(options.repeat) + (encrypted ? "" : " --insecure");
+    const auto plain = run_local(base);
+    const auto emulated = run_local(base + " --link lan");
+    for (const auto* j : {&plain, &emulated}) {
+      const bool em = j == &emulated;
+      for (std::size_t k = 0; k < (*j)["cases"].size(); ++k) {
+        const auto& c = (*j)["cases"][k];
+        CaseResult r;
+        r.name = c["case"].get<std::string>() + "-3proc";
+        r.protocol = "rss3";
+        r.transport = (*j)["transport"].get<std::string>();
+        r.latency_s = c["latency_s"].get<double>();
+        r.bytes_max_party = c["bytes_max_party"].get<std::uint64_t>();
+        r.bytes_total = c["bytes_total"].get<std::uint64_t>();
+        r.rounds = c["rounds"].get<std::uint64_t>();
+        r.repeat = options.repeat;
+        r.link = em ? "lan" : "none";
+        r.link_emulated = em;
+        // Compute = the same case measured without emulation.
+        const double compute = plain["cases"][k]["latency_s"].get<double>();
+        r.model_s = em ? static_cast<double>(r.rounds) * lan.rtt_s +
+                             static_cast<double>(r.bytes_max_party) / lan.bytes_per_s + compute
+                       : compute;
+        r.note = em ? "measured over emulated lan; model_s = rounds*RTT + bytes/BW + unemulated latency"
+                    : "3 processes on loopback";
+        out.push_back(r);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<CaseResult> net_preset(const Options& options) {
+  std::vector<CaseResult> out = throughput_rows(options);
+  for (auto& r : rtt_rows()) out.push_back(r);
+  for (auto& r : process_rows(options)) out.push_back(r);
+  return out;
+}
+
+}  // namespace mpcache::bench

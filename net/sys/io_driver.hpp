@@ -1,0 +1,49 @@
+// Asynchronous socket I/O for the TCP transport, in plain (non-module) C++:
+// liburing and asio cannot be compiled inside a clang-16 module fragment, so
+// they live in ordinary translation units behind this std-only interface.
+//
+// A driver starts sends and receives on file descriptors and reports their
+// completions. The caller keeps at most one send and one receive in flight
+// per descriptor and keeps their buffers alive until the completion arrives,
+// also after cancel(): cancellation only asks the kernel to finish early.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mpcache::sys {
+
+struct Completion {
+  std::uint64_t tag = 0;
+  // Bytes transferred (0 on a receive: the peer closed), or -errno
+  // (-ECANCELED when cancelled).
+  long result = 0;
+};
+
+class IoDriver {
+ public:
+  virtual ~IoDriver() = default;
+  virtual std::string name() const = 0;
+  virtual void add_fd(int fd) = 0;     // before the first operation on fd
+  virtual void remove_fd(int fd) = 0;  // nothing may be in flight on fd; fd stays open
+  virtual void send(int fd, const std::byte* data, std::size_t size, std::uint64_t tag) = 0;
+  virtual void recv(int fd, std::byte* data, std::size_t size, std::uint64_t tag) = 0;
+  // In-flight operations on fd complete soon (with -ECANCELED or a result).
+  virtual void cancel(int fd) = 0;
+  // Hands queued operations to the kernel now (io_uring batches SQEs).
+  virtual void submit() {}
+  // Waits up to `timeout` (zero: only collects what is done) for at least one
+  // completion and appends every available one to `out`.
+  virtual void wait(std::chrono::nanoseconds timeout, std::vector<Completion>& out) = 0;
+};
+
+// One io_uring per driver. Throws std::runtime_error naming the reason when
+// the kernel refuses (old kernel, seccomp, memlock limits).
+std::unique_ptr<IoDriver> make_uring_driver(unsigned entries = 64);
+// Standalone asio (epoll), one io_context per driver.
+std::unique_ptr<IoDriver> make_asio_driver();
+
+}  // namespace mpcache::sys

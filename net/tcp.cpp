@@ -1,0 +1,616 @@
+// TCP transport (see modules/net/tcp.cppm): record framing, one send and one
+// receive in flight per socket, deadlines, graceful and forced shutdown.
+module;
+#include "prelude.hpp"
+#include <cerrno>
+#include <cstdio>
+#include <thread>
+#include "sys/aead.hpp"
+#include "sys/connect.hpp"
+#include "sys/io_driver.hpp"
+module mpcache.net;
+import mpcache.core;
+import mpcache.async;
+
+namespace mpcache {
+
+namespace {
+
+constexpr std::uint32_t record_magic = 0x5243504Du;  // "MPCR"
+constexpr std::size_t record_header_bytes = 16;
+constexpr std::size_t min_recv_chunk = 256 * 1024;
+constexpr std::size_t max_recv_ahead = 64u << 20;
+constexpr std::size_t keep_recv_buffer = std::size_t{1} << 30;
+
+void put_u32(std::byte* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = std::byte((v >> (8 * i)) & 0xFF);
+}
+void put_u64(std::byte* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = std::byte((v >> (8 * i)) & 0xFF);
+}
+std::uint32_t get_u32(const std::byte* p) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= std::uint32_t(p[i]) << (8 * i);
+  return v;
+}
+std::uint64_t get_u64(const std::byte* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= std::uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+// A byte buffer that keeps its capacity and never zero-fills: the transport
+// writes every byte before it reads it, and big messages would otherwise pay
+// a memset on top of the copy.
+class ByteBuffer {
+ public:
+  std::byte* data() noexcept { return data_.get(); }
+  const std::byte* data() const noexcept { return data_.get(); }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  void clear() noexcept { size_ = 0; }
+  // Contents up to min(old, new) size are kept; new bytes are unspecified.
+  void resize(std::size_t n) {
+    if (n > capacity_) reallocate(std::max(n, capacity_ + capacity_ / 2));
+    size_ = n;
+  }
+  // Gives back memory beyond `n` bytes of capacity.
+  void shrink(std::size_t n) {
+    if (capacity_ > n) reallocate(std::max(n, size_));
+  }
+  void swap(ByteBuffer& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(capacity_, o.capacity_);
+  }
+  // For buffers the kernel may still write to: never freed.
+  void leak() noexcept {
+    (void)data_.release();
+    size_ = capacity_ = 0;
+  }
+
+ private:
+  void reallocate(std::size_t cap) {
+    std::unique_ptr<std::byte[]> fresh(new std::byte[cap]);
+    if (size_ > 0) std::memcpy(fresh.get(), data_.get(), std::min(size_, cap));
+    data_ = std::move(fresh);
+    capacity_ = cap;
+    size_ = std::min(size_, cap);
+  }
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+};
+
+std::string errno_text(long negative_errno) {
+  return std::strerror(static_cast<int>(-negative_errno));
+}
+
+std::string secs(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+std::size_t TimerQueue::fire_due() {
+  std::size_t n = 0;
+  const auto now = SteadyClock::now();
+  while (!timers_.empty() && timers_.begin()->first <= now) {
+    auto fn = std::move(timers_.begin()->second);
+    timers_.erase(timers_.begin());
+    fn();
+    ++n;
+  }
+  return n;
+}
+
+void TimerLoop::poll(bool block) {
+  if (block) {
+    if (auto next = timers_.next()) std::this_thread::sleep_until(*next);
+  }
+  timers_.fire_due();
+}
+
+std::vector<Frame> decode_record_body(std::span<const std::byte> body, std::uint32_t count) {
+  std::vector<Frame> frames;
+  frames.reserve(std::min<std::size_t>(count, body.size() / frame_header_bytes));
+  std::size_t off = 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (body.size() - off < frame_header_bytes) break;
+    const FrameHeader fh = FrameHeader::decode(body.data() + off);
+    off += frame_header_bytes;
+    if (body.size() - off < fh.length) {
+      off = body.size() + 1;
+      break;
+    }
+    frames.push_back(Frame{fh.stream, fh.clock,
+                           std::vector<std::byte>(body.data() + off, body.data() + off + fh.length)});
+    off += fh.length;
+  }
+  if (frames.size() != count || off != body.size())
+    throw Error(ErrorCode::protocol, std::to_string(count) + " frames do not fill its " +
+                                         std::to_string(body.size()) + " bytes");
+  return frames;
+}
+
+TcpBackend parse_backend(const std::string& name) {
+  if (name == "auto") return TcpBackend::automatic;
+  if (name == "uring" || name == "io_uring") return TcpBackend::uring;
+  if (name == "asio") return TcpBackend::asio;
+  throw Error(ErrorCode::invalid_argument,
+              "unknown transport backend '" + name + "' (auto, uring or asio)");
+}
+
+struct TcpTransport::Impl {
+  struct Peer {
+    int fd = -1;
+    std::string name;
+    bool open = false;       // reads and writes allowed
+    bool failed = false;     // Endpoint::fail was called
+    bool eof = false;
+    // send side
+    ByteBuffer sending;
+    std::size_t sent = 0;
+    bool send_inflight = false;
+    ByteBuffer queued;
+    SteadyClock::time_point send_progress;
+    std::uint64_t send_counter = 0;
+    std::unique_ptr<sys::Aead> seal;
+    // receive side
+    ByteBuffer rx;
+    std::size_t have = 0;
+    bool recv_inflight = false;
+    SteadyClock::time_point last_heard;
+    std::optional<SteadyClock::time_point> waiting_since;
+    std::uint64_t recv_counter = 0;
+    std::unique_ptr<sys::Aead> open_;
+  };
+
+  TcpTransport& self;
+  TcpOptions options;
+  std::unique_ptr<sys::IoDriver> driver;
+  std::vector<Peer> peers;
+  std::vector<sys::Completion> completions;
+  bool shut = false;
+  bool encrypted = false;
+
+  Impl(TcpTransport& s, TcpOptions o) : self(s), options(o) {}
+
+  PartyId me() const { return self.endpoint_.id(); }
+  std::string who(PartyId p) const {
+    return peers[p].name.empty() ? "party " + std::to_string(p) : peers[p].name;
+  }
+
+  void fail(PartyId p, const std::string& why) {
+    Peer& peer = peers[p];
+    if (peer.failed) return;
+    peer.failed = true;
+    stop_io(p);
+    self.endpoint_.fail(p, why);
+  }
+
+  // No new operations; cancel what is in flight (completions still arrive).
+  void stop_io(PartyId p) {
+    Peer& peer = peers[p];
+    if (!peer.open) return;
+    peer.open = false;
+    if (peer.send_inflight || peer.recv_inflight) {
+      driver->cancel(peer.fd);
+      driver->submit();
+    }
+  }
+
+  void start_send(PartyId p) {
+    Peer& peer = peers[p];
+    if (!peer.open || peer.send_inflight) return;
+    if (peer.sent == peer.sending.size()) {
+      if (peer.queued.empty()) return;
+      peer.sending.swap(peer.queued);
+      peer.queued.clear();
+      peer.sent = 0;
+    }
+    peer.send_inflight = true;
+    peer.send_progress = SteadyClock::now();
+    driver->send(peer.fd, peer.sending.data() + peer.sent, peer.sending.size() - peer.sent,
+                 std::uint64_t(p) * 2);
+  }
+
+  void start_recv(PartyId p) {
+    Peer& peer = peers[p];
+    if (!peer.open || peer.recv_inflight) return;
+    // Room for the rest of the current record, at most 64 MiB ahead of the
+    // data (a bogus length cannot make us allocate much up front), or the
+    // next chunk. The buffer keeps its size for the next records: fresh
+    // memory costs page faults on every big message.
+    std::size_t want = peer.have + min_recv_chunk;
+    if (peer.have >= record_header_bytes) {
+      const std::uint64_t need = record_header_bytes + get_u64(peer.rx.data() + 8);
+      if (need > peer.have)
+        want = static_cast<std::size_t>(std::min<std::uint64_t>(
+            need, std::max<std::uint64_t>(peer.have * 2, peer.have + max_recv_ahead)));
+    }
+    if (peer.rx.size() < want) peer.rx.resize(want);
+    peer.recv_inflight = true;
+    driver->recv(peer.fd, peer.rx.data() + peer.have, peer.rx.size() - peer.have,
+                 std::uint64_t(p) * 2 + 1);
+  }
+
+  void append_record(PartyId p, std::vector<Frame>& batch) {
+    Peer& peer = peers[p];
+    std::uint64_t body = encrypted ? sys::aead_tag_bytes : 0;
+    for (const auto& f : batch) body += frame_header_bytes + f.payload.size();
+    auto& out = peer.queued;
+    const std::size_t start = out.size();
+    out.resize(start + record_header_bytes + body);
+    std::byte* h = out.data() + start;
+    put_u32(h, record_magic);
+    put_u32(h + 4, static_cast<std::uint32_t>(batch.size()));
+    put_u64(h + 8, body);
+    std::byte* w = h + record_header_bytes;
+    for (const auto& f : batch) {
+      const auto fh = FrameHeader{f.stream, static_cast<std::uint32_t>(f.payload.size()), f.clock}.encode();
+      std::memcpy(w, fh.data(), fh.size());
+      w += fh.size();
+      if (!f.payload.empty()) std::memcpy(w, f.payload.data(), f.payload.size());
+      w += f.payload.size();
+    }
+    if (encrypted) {
+      const std::size_t plain = static_cast<std::size_t>(body - sys::aead_tag_bytes);
+      peer.seal->seal(peer.send_counter++, h, record_header_bytes, h + record_header_bytes, plain,
+                      h + record_header_bytes + plain);
+    }
+    self.wire_sent_ += record_header_bytes + body;
+  }
+
+  // Parses complete records at the front of rx; false after failing the peer.
+  bool parse(PartyId p) {
+    Peer& peer = peers[p];
+    std::size_t at = 0;
+    bool ok = true;
+    while (peer.have - at >= record_header_bytes) {
+      std::byte* h = peer.rx.data() + at;
+      if (get_u32(h) != record_magic) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "0x%08x", get_u32(h));
+        fail(p, who(p) + " sent malformed data (bad record magic " + buf + "; not an mpcache peer or a corrupted stream)");
+        ok = false;
+        break;
+      }
+      const std::uint32_t count = get_u32(h + 4);
+      const std::uint64_t body = get_u64(h + 8);
+      if (body > options.max_record_bytes || (encrypted && body < sys::aead_tag_bytes)) {
+        fail(p, who(p) + " sent a malformed record of " + std::to_string(body) +
+                    " bytes (limit " + std::to_string(options.max_record_bytes) + ")");
+        ok = false;
+        break;
+      }
+      if (peer.have - at - record_header_bytes < body) break;  // incomplete
+      std::byte* b = h + record_header_bytes;
+      std::size_t plain = static_cast<std::size_t>(body);
+      if (encrypted) {
+        plain -= sys::aead_tag_bytes;
+        if (!peer.open_->open(peer.recv_counter++, h, record_header_bytes, b, plain, b + plain)) {
+          fail(p, who(p) + ": record " + std::to_string(peer.recv_counter - 1) +
+                      " failed authentication (altered, replayed or reordered data refused)");
+          ok = false;
+          break;
+        }
+      }
+      std::vector<Frame> frames;
+      try {
+        frames = decode_record_body(std::span<const std::byte>(b, plain), count);
+      } catch (const Error& e) {
+        fail(p, who(p) + " sent a malformed record (" + e.what() + ")");
+        ok = false;
+        break;
+      }
+      at += record_header_bytes + static_cast<std::size_t>(body);
+      if (!frames.empty()) self.endpoint_.deliver(p, std::move(frames));
+    }
+    if (at > 0) {
+      std::memmove(peer.rx.data(), peer.rx.data() + at, peer.have - at);
+      peer.have -= at;
+      // Reuse the buffer, unless it grew past 1 GiB for one huge record.
+      if (peer.rx.size() > keep_recv_buffer && peer.have < min_recv_chunk) {
+        peer.rx.resize(peer.have);
+        peer.rx.shrink(min_recv_chunk);
+      }
+    }
+    return ok;
+  }
+
+  void complete(const sys::Completion& c) {
+    const PartyId p = static_cast<PartyId>(c.tag / 2);
+    const bool is_recv = c.tag % 2 == 1;
+    if (p >= peers.size()) return;
+    Peer& peer = peers[p];
+    if (is_recv) {
+      peer.recv_inflight = false;
+      if (c.result > 0) {
+        peer.have += static_cast<std::size_t>(c.result);
+        peer.last_heard = SteadyClock::now();
+        if (!peer.open) return;
+        if (parse(p)) start_recv(p);
+      } else if (c.result == 0) {
+        peer.eof = true;
+        if (!peer.open) return;
+        if (peer.have > 0) {
+          std::string expect;
+          if (peer.have >= record_header_bytes)
+            expect = " of " + std::to_string(record_header_bytes + get_u64(peer.rx.data() + 8));
+          fail(p, who(p) + " closed the connection in the middle of a message (truncated: got " +
+                      std::to_string(peer.have) + expect + " bytes)");
+        } else {
+          // A clean close: fine if nothing more is needed from that peer.
+          fail(p, who(p) + " closed the connection");
+        }
+      } else if (c.result != -ECANCELED || peer.open) {
+        fail(p, "connection to " + who(p) + " lost: " + errno_text(c.result));
+      }
+    } else {
+      peer.send_inflight = false;
+      if (c.result >= 0) {
+        peer.sent += static_cast<std::size_t>(c.result);
+        peer.send_progress = SteadyClock::now();
+        if (peer.sent == peer.sending.size()) {
+          peer.sending.clear();
+          peer.sent = 0;
+        }
+        start_send(p);
+      } else if (c.result != -ECANCELED || peer.open) {
+        fail(p, "sending to " + who(p) + " failed: " + errno_text(c.result));
+      }
+    }
+  }
+
+  void collect(std::chrono::nanoseconds timeout) {
+    completions.clear();
+    driver->wait(timeout, completions);
+    for (const auto& c : completions) complete(c);
+    driver->submit();
+  }
+
+  bool in_flight() const {
+    for (const auto& peer : peers)
+      if (peer.send_inflight || peer.recv_inflight) return true;
+    return false;
+  }
+
+  // Deadlines; returns the time until the next one could expire (zero when
+  // one expired now: the woken tasks should run before anything blocks).
+  std::chrono::nanoseconds check_deadlines() {
+    const auto now = SteadyClock::now();
+    const auto limit = options.silence_timeout;
+    std::chrono::nanoseconds next = limit;
+    for (PartyId p = 0; p < peers.size(); ++p) {
+      Peer& peer = peers[p];
+      if (!peer.open) continue;
+      if (self.endpoint_.waiting_on(p)) {
+        if (!peer.waiting_since) peer.waiting_since = now;
+        const auto since = std::max(*peer.waiting_since, peer.last_heard);
+        if (now - since >= limit) {
+          fail(p, who(p) + " sent nothing for " + secs(limit) + " while " + "party " +
+                      std::to_string(me()) + " waited for it (silent peer; deadline exceeded)");
+          next = std::chrono::nanoseconds{0};
+          continue;
+        }
+        next = std::min<std::chrono::nanoseconds>(next, since + limit - now);
+      } else {
+        peer.waiting_since.reset();
+      }
+      if (peer.send_inflight) {
+        if (now - peer.send_progress >= limit) {
+          fail(p, who(p) + " accepted no data for " + secs(limit) +
+                      " (peer stalled or not reading; deadline exceeded)");
+          next = std::chrono::nanoseconds{0};
+          continue;
+        }
+        next = std::min<std::chrono::nanoseconds>(next, peer.send_progress + limit - now);
+      }
+    }
+    return next;
+  }
+};
+
+TcpTransport::TcpTransport(Scheduler& scheduler, Endpoint& endpoint, Connections connections,
+                           TcpOptions options)
+    : impl_(std::make_unique<Impl>(*this, options)), scheduler_(scheduler), endpoint_(endpoint) {
+  auto& I = *impl_;
+  const std::size_t n = endpoint.parties();
+  auto close_all = [&] {
+    for (int fd : connections.fds) sys::close_fd(fd);
+  };
+  if (connections.fds.size() != n) {
+    close_all();
+    throw Error(ErrorCode::invalid_argument, "TCP transport: " + std::to_string(connections.fds.size()) +
+                                                 " sockets for " + std::to_string(n) + " parties");
+  }
+  if (options.backend != TcpBackend::asio) {
+    try {
+      I.driver = sys::make_uring_driver(64);
+    } catch (const std::exception& e) {
+      if (options.backend == TcpBackend::uring) {
+        close_all();
+        throw Error(ErrorCode::network, std::string("io_uring transport unavailable: ") + e.what());
+      }
+      fallback_reason_ = e.what();
+    }
+  }
+  if (!I.driver) I.driver = sys::make_asio_driver();
+  I.peers.resize(n);
+  const auto now = SteadyClock::now();
+  bool any_keys = false, all_keys = true;
+  for (PartyId p = 0; p < n; ++p) {
+    if (p == endpoint.id()) continue;
+    const bool has = p < connections.keys.size() && connections.keys[p].has_value();
+    any_keys = any_keys || has;
+    all_keys = all_keys && has;
+  }
+  if (any_keys && !all_keys) {
+    close_all();
+    throw Error(ErrorCode::invalid_argument, "TCP transport: some channels have keys, some not");
+  }
+  I.encrypted = any_keys;
+  for (PartyId p = 0; p < n; ++p) {
+    auto& peer = I.peers[p];
+    if (p < connections.names.size()) peer.name = connections.names[p];
+    if (p == endpoint.id()) {
+      if (connections.fds[p] >= 0) sys::close_fd(connections.fds[p]);
+      continue;
+    }
+    peer.fd = connections.fds[p];
+    if (peer.fd < 0) {
+      peer.failed = true;
+      endpoint.fail(p, "no connection to " + I.who(p));
+      continue;
+    }
+    I.driver->add_fd(peer.fd);
+    peer.open = true;
+    peer.last_heard = now;
+    if (I.encrypted) {
+      peer.seal = std::make_unique<sys::Aead>(connections.keys[p]->send);
+      peer.open_ = std::make_unique<sys::Aead>(connections.keys[p]->recv);
+    }
+  }
+  for (PartyId p = 0; p < n; ++p) I.start_recv(p);
+  I.driver->submit();
+  endpoint.attach(this);
+  scheduler.add_io_source(this);
+}
+
+TcpTransport::~TcpTransport() {
+  try {
+    shutdown();
+  } catch (...) {
+  }
+  scheduler_.remove_io_source(this);
+  if (endpoint_.transport() == this) endpoint_.attach(nullptr);
+}
+
+std::string TcpTransport::backend() const { return impl_->driver->name(); }
+bool TcpTransport::encrypted() const noexcept { return impl_->encrypted; }
+std::string TcpTransport::name() const {
+  return "tcp/" + backend() + (impl_->encrypted ? "+aead" : "");
+}
+
+void TcpTransport::write(PartyId from, PartyId to, std::vector<Frame>&& batch) {
+  auto& I = *impl_;
+  if (from != endpoint_.id() || to >= I.peers.size() || to == from)
+    throw Error(ErrorCode::bad_party, "TCP transport of party " + std::to_string(endpoint_.id()) +
+                                          " cannot carry " + std::to_string(from) + " -> " +
+                                          std::to_string(to));
+  auto& peer = I.peers[to];
+  if (!peer.open) return;  // the endpoint already knows the link failed
+  I.append_record(to, batch);
+  I.start_send(to);
+  I.driver->submit();
+}
+
+bool TcpTransport::has_pending() const { return impl_->in_flight() || !timers_.empty(); }
+
+void TcpTransport::poll(bool block) {
+  auto& I = *impl_;
+  std::chrono::nanoseconds timeout{0};
+  if (block) {
+    timeout = I.check_deadlines();
+    if (auto t = timers_.next())
+      timeout = std::min<std::chrono::nanoseconds>(timeout, *t - SteadyClock::now());
+    // Zero only collects (a deadline just woke tasks); otherwise block.
+    if (timeout.count() < 0) timeout = std::chrono::nanoseconds{1};
+  }
+  I.collect(timeout);
+  timers_.fire_due();
+  I.check_deadlines();
+}
+
+void TcpTransport::shutdown() {
+  auto& I = *impl_;
+  if (I.shut) return;
+  I.shut = true;
+  const auto limit = I.options.silence_timeout;
+  // 1. Let emulated links and queued sends drain.
+  auto sends_pending = [&] {
+    if (!timers_.empty()) return true;
+    for (auto& peer : I.peers)
+      if (peer.open && (peer.send_inflight || !peer.queued.empty())) return true;
+    return false;
+  };
+  auto deadline = SteadyClock::now() + limit;
+  while (sends_pending() && SteadyClock::now() < deadline) {
+    auto timeout = std::chrono::nanoseconds(std::chrono::milliseconds(50));
+    if (auto t = timers_.next())
+      timeout = std::min<std::chrono::nanoseconds>(timeout, *t - SteadyClock::now());
+    I.collect(std::max(timeout, std::chrono::nanoseconds{1}));
+    timers_.fire_due();
+    I.check_deadlines();
+  }
+  // 2. Cancel what is still in flight and wait for every completion: the
+  //    kernel may be using the buffers until then.
+  for (PartyId p = 0; p < I.peers.size(); ++p) {
+    auto& peer = I.peers[p];
+    if (peer.fd < 0) continue;
+    if (peer.open) {
+      peer.open = false;
+      if (peer.send_inflight || peer.recv_inflight) I.driver->cancel(peer.fd);
+    }
+  }
+  I.driver->submit();
+  deadline = SteadyClock::now() + limit;
+  while (I.in_flight() && SteadyClock::now() < deadline) I.collect(std::chrono::milliseconds(50));
+  for (auto& peer : I.peers) {
+    if (peer.fd < 0) continue;
+    if (peer.send_inflight || peer.recv_inflight) {
+      // The kernel never answered the cancel: leak the buffers rather than
+      // free memory it may still write to, and keep the descriptor open.
+      peer.sending.leak();
+      peer.rx.leak();
+      peer.fd = -1;
+      continue;
+    }
+    I.driver->remove_fd(peer.fd);
+    sys::close_fd(peer.fd);
+    peer.fd = -1;
+  }
+}
+
+void LinkEmulator::write(PartyId from, PartyId to, std::vector<Frame>&& batch) {
+  std::uint64_t bytes = 0;
+  for (const auto& f : batch) bytes += frame_header_bytes + f.payload.size();
+  const auto now = SteadyClock::now();
+  auto& free = free_at_[{from, to}];
+  const auto start = std::max(free, now);
+  const auto serialize = link_.bytes_per_s > 0
+                             ? std::chrono::duration<double>(static_cast<double>(bytes) / link_.bytes_per_s)
+                             : std::chrono::duration<double>(0);
+  const auto depart = start + std::chrono::duration_cast<SteadyClock::duration>(serialize);
+  free = depart;
+  const auto arrive =
+      depart + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(link_.rtt_s / 2));
+  auto shared = std::make_shared<std::vector<Frame>>(std::move(batch));
+  timers_.at(arrive, [this, from, to, shared] { inner_.write(from, to, std::move(*shared)); });
+}
+
+LinkSpec link_named(const std::string& name) {
+  if (name == "lan") return {"lan", 0.3e-3, 377e6};
+  if (name == "wan") return {"wan", 40e-3, 300e6 / 8};
+  if (name == "none" || name.empty()) return {"none", 0, 0};
+  const auto colon = name.find(':');
+  if (colon != std::string::npos) {
+    try {
+      std::size_t used = 0;
+      const double rtt_ms = std::stod(name.substr(0, colon), &used);
+      std::size_t used2 = 0;
+      const std::string bw = name.substr(colon + 1);
+      const double mbps = std::stod(bw, &used2);
+      if (used == colon && used2 == bw.size() && rtt_ms >= 0 && mbps >= 0)
+        return {name, rtt_ms * 1e-3, mbps * 1e6};
+    } catch (const std::exception&) {
+    }
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "unknown link '" + name + "' (lan, wan, none or RTT_MS:MBYTES_PER_S such as 10:100)");
+}
+
+}  // namespace mpcache

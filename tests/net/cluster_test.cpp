@@ -1,0 +1,256 @@
+// Connection set-up over loopback TCP: hello and party-id checks, pinned-key
+// handshake, AEAD records (tampering, replay), clear set-up errors, and the
+// link emulator decorator.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <doctest/doctest.h>
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+#include "../support/parties.hpp"
+#include "../support/tcp_parties.hpp"
+#include "../../net/sys/aead.hpp"
+
+using namespace mpcache;
+using mpcache::testing::contains;
+using mpcache::testing::loopback_parties;
+using mpcache::testing::run_cluster_parties;
+
+namespace {
+
+std::vector<ConnectOptions> plain(std::size_t n) {
+  std::vector<ConnectOptions> o(n);
+  for (auto& c : o) c.encrypted = false, c.timeout = std::chrono::milliseconds(5000);
+  return o;
+}
+
+std::vector<ConnectOptions> keyed(std::size_t n) {
+  std::vector<std::pair<std::string, std::string>> keys;
+  for (std::size_t i = 0; i < n; ++i) keys.push_back(generate_party_key());
+  std::vector<ConnectOptions> o(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    o[i].timeout = std::chrono::milliseconds(5000);
+    o[i].secret_key_pem = keys[i].first;
+    for (auto& k : keys) o[i].public_keys_pem.push_back(k.second);
+  }
+  return o;
+}
+
+auto rss3_mul(std::size_t n) {
+  return [n](PartyId id, Endpoint& ep, TcpTransport&) -> Task<RingTensor> {
+    const RingTensor x = testing::random_ring({n}, 1), y = testing::random_ring({n}, 2);
+    auto party = co_await Rss3Party::setup(ep);
+    Rss3 p = party->session();
+    auto a = co_await p.input(0, id == 0 ? std::optional(x) : std::nullopt, {n});
+    auto b = co_await p.input(1, id == 1 ? std::optional(y) : std::nullopt, {n});
+    co_return co_await p.reveal(co_await p.mul(a, b));
+  };
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("three parties over loopback TCP, plain and encrypted, both backends") {
+  const std::size_t n = 4096;
+  const RingTensor expect = testing::random_ring({n}, 1) * testing::random_ring({n}, 2);
+  for (bool encrypted : {false, true})
+    for (TcpBackend backend : {TcpBackend::uring, TcpBackend::asio}) {
+      CAPTURE(encrypted);
+      CAPTURE(static_cast<int>(backend));
+      auto results = run_cluster_parties<RingTensor>(
+          loopback_parties(3), encrypted ? keyed(3) : plain(3), {.backend = backend}, rss3_mul(n));
+      for (PartyId id = 0; id < 3; ++id) {
+        REQUIRE(results[id].error == "");
+        CHECK(*results[id].value == expect);
+        CHECK(results[id].transport == std::string("tcp/") +
+                                           (backend == TcpBackend::uring ? "io_uring" : "asio") +
+                                           (encrypted ? "+aead" : ""));
+      }
+    }
+}
+
+TEST_CASE("a wrong party id is refused at the hello, naming both ids") {
+  auto parties = loopback_parties(3);
+  // Party 2 has the addresses of parties 0 and 1 swapped.
+  auto wrong = parties;
+  std::swap(wrong[0], wrong[1]);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (PartyId id = 0; id < 3; ++id)
+    threads.emplace_back([&, id] {
+      auto o = plain(1)[0];
+      o.timeout = std::chrono::milliseconds(2000);
+      errors[id] = error_of([&] {
+        auto c = connect_cluster(id, id == 2 ? wrong : parties, o);
+        for (int fd : c.fds) if (fd >= 0) ::close(fd);
+      });
+    });
+  for (auto& t : threads) t.join();
+  // Party 2 connects to party 1's address believing it is party 0's: party 1
+  // refuses the hello, party 2 learns it was refused.
+  CHECK(contains(errors[1], "network error: party 1: party 2 at 127.0.0.1:"));
+  CHECK(contains(errors[1], " wants to talk to party 0 (wrong party id; check the cluster config)"));
+  CHECK(contains(errors[2], "network error: party 2: no hello from party 0 at 127.0.0.1:" +
+                                std::to_string(parties[1].port) +
+                                " (the peer refused this party: wrong party id or security mode?)"));
+  CHECK(contains(errors[0], "network error: party 0: party 2 did not connect to 127.0.0.1:" +
+                                std::to_string(parties[0].port) + " within 2.0 s"));
+}
+
+TEST_CASE("port in use and unreachable peers are clear set-up errors") {
+  auto parties = loopback_parties(2);
+  // Something else holds party 1's port.
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(parties[0].port);
+  a.sin_addr.s_addr = htonl(0x7F000001);
+  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(holder, 1) == 0);
+  auto o = plain(1)[0];
+  o.timeout = std::chrono::milliseconds(300);
+  auto e = error_of([&] { (void)connect_cluster(0, parties, o); });
+  CHECK(contains(e, "network error: party 0: cannot listen on 127.0.0.1:" + std::to_string(parties[0].port) +
+                        ": address already in use"));
+  ::close(holder);
+  // Nobody listens at party 0's address: party 1 retries, then gives up.
+  e = error_of([&] { (void)connect_cluster(1, parties, o); });
+  CHECK(contains(e, "network error: party 1 could not connect to party 0 at 127.0.0.1:" +
+                        std::to_string(parties[0].port) + " within 0.3"));
+  CHECK(contains(e, "Connection refused"));
+}
+
+TEST_CASE("a peer that holds a different key is refused at the handshake") {
+  auto keys = keyed(2);
+  keys[0].public_keys_pem[1] = generate_party_key().second;  // party 0 pins another key for 1
+  std::vector<std::string> errors(2);
+  auto parties = loopback_parties(2);
+  std::vector<std::thread> threads;
+  for (PartyId id = 0; id < 2; ++id)
+    threads.emplace_back([&, id] {
+      errors[id] = error_of([&] {
+        auto c = connect_cluster(id, parties, keys[id]);
+        for (int fd : c.fds) if (fd >= 0) ::close(fd);
+      });
+    });
+  for (auto& t : threads) t.join();
+  CHECK(contains(errors[0], "party 0: party 1 failed to prove its identity (its signature does "
+                            "not match the pinned public key in the cluster config)"));
+  // Mixed security modes are refused at the hello.
+  auto mixed = keyed(2);
+  mixed[1].encrypted = false;
+  parties = loopback_parties(2);
+  threads.clear();
+  for (PartyId id = 0; id < 2; ++id)
+    threads.emplace_back([&, id] {
+      errors[id] = error_of([&] {
+        auto c = connect_cluster(id, parties, mixed[id]);
+        for (int fd : c.fds) if (fd >= 0) ::close(fd);
+      });
+    });
+  for (auto& t : threads) t.join();
+  CAPTURE(errors[0]);
+  CAPTURE(errors[1]);
+  CHECK(contains(errors[0], "runs without encryption, this party with encryption (all parties must agree on --insecure)"));
+}
+
+TEST_CASE("encrypted records: altered, replayed or reordered data is refused") {
+  // Party 0 runs the transport; party 1's end is written by hand with the
+  // matching key: record 0 is accepted, then a replay of it is refused.
+  std::array<std::uint8_t, 32> k01{}, k10{};
+  k01[0] = 1;
+  k10[0] = 2;
+  auto make_record = [&](std::uint64_t counter, bool flip) {
+    std::vector<std::byte> r(16 + 16 + 3 + 16);
+    const char magic[] = "MPCR";
+    for (int i = 0; i < 4; ++i) r[i] = std::byte(magic[i]);
+    r[4] = std::byte{1};
+    r[8] = std::byte{16 + 3 + 16};
+    const auto fh = FrameHeader{7, 3, 0}.encode();
+    std::memcpy(r.data() + 16, fh.data(), 16);
+    r[32] = std::byte{'a'}, r[33] = std::byte{'b'}, r[34] = std::byte{'c'};
+    sys::Aead aead(k10);
+    aead.seal(counter, r.data(), 16, r.data() + 16, 19, r.data() + 35);
+    if (flip) r[20] ^= std::byte{1};
+    return r;
+  };
+  for (int scenario = 0; scenario < 3; ++scenario) {
+    CAPTURE(scenario);
+    auto mesh = local_socket_mesh(2);
+    mesh[0].keys = {std::nullopt, ChannelKeys{k01, k10}};
+    const int raw = mesh[1].fds[0];
+    std::vector<std::byte> wire;
+    if (scenario == 0) {  // replay of record 0
+      auto r = make_record(0, false);
+      wire.insert(wire.end(), r.begin(), r.end());
+      wire.insert(wire.end(), r.begin(), r.end());
+    } else if (scenario == 1) {  // record 1 before record 0
+      auto r = make_record(1, false);
+      wire.insert(wire.end(), r.begin(), r.end());
+    } else {  // altered byte
+      auto r = make_record(0, true);
+      wire.insert(wire.end(), r.begin(), r.end());
+    }
+    REQUIRE(::send(raw, wire.data(), wire.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(wire.size()));
+    Scheduler s;
+    Endpoint e(s, 0, 2);
+    TcpTransport t(s, e, std::move(mesh[0]), {});
+    CHECK(t.name() == "tcp/io_uring+aead");
+    std::string error = error_of([&] {
+      (void)sync_wait(s, [](Endpoint& ep) -> Task<int> {
+        auto first = co_await ep.recv(1, 7);
+        CHECK(first.size() == 3);
+        (void)co_await ep.recv(1, 7);
+        co_return 0;
+      }(e));
+    });
+    const std::string record = scenario == 0 ? "record 1" : "record 0";
+    CHECK(contains(error, "link to party 1 failed: party 1: " + record +
+                              " failed authentication (altered, replayed or reordered data refused)"));
+    ::close(raw);
+  }
+}
+
+TEST_CASE("link emulation delays each batch by RTT/2 and serializes bytes per direction") {
+  Scheduler s;
+  TimerLoop timers(s);
+  InProcessNetwork net(s, 2);
+  LinkEmulator link(net, timers.timers(), link_named("20:1"));  // 20 ms RTT, 1 MB/s
+  net.endpoint(0).attach(&link);
+  net.endpoint(1).attach(&link);
+  CHECK(link.name() == "in-process+emulated-20:1");
+  const auto t0 = SteadyClock::now();
+  auto ping = [](Endpoint& me, PartyId peer, bool starts) -> Task<void> {
+    for (int i = 0; i < 3; ++i) {
+      if (starts) {
+        me.send(peer, 1, std::vector<std::byte>(10000 - 16));
+        (void)co_await me.recv(peer, 1);
+      } else {
+        (void)co_await me.recv(peer, 1);
+        me.send(peer, 1, std::vector<std::byte>(10000 - 16));
+      }
+    }
+  };
+  sync_wait(s, when_all(ping(net.endpoint(0), 1, true), ping(net.endpoint(1), 0, false)));
+  const double elapsed = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  // 6 dependent hops of 10 ms + 10 kB / 1 MB/s each: at least 120 ms, and
+  // the counters are those of the plain link.
+  CHECK(elapsed >= 0.120);
+  CHECK(net.endpoint(0).rounds() == 6);
+  CHECK(net.endpoint(0).costs().per_peer[1].payload_bytes_sent == 3 * (10000 - 16));
+  CHECK(link_named("lan").rtt_s == doctest::Approx(0.3e-3));
+  CHECK(link_named("wan").bytes_per_s == doctest::Approx(37.5e6));
+  CHECK(contains(error_of([] { (void)link_named("fast"); }), "unknown link 'fast'"));
+}

@@ -1,0 +1,226 @@
+// TCP transport over real sockets (socket pairs and loopback TCP), both
+// backends: exact costs, large messages, and every failure mode naming the
+// peer (closed, silent, garbage, truncated, wrong id, port in use, refused).
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <sys/socket.h>
+#include <unistd.h>
+#include <doctest/doctest.h>
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+#include "../support/parties.hpp"
+#include "../support/tcp_parties.hpp"
+
+using namespace mpcache;
+using mpcache::testing::contains;
+using mpcache::testing::run_tcp_parties;
+
+namespace {
+
+std::vector<std::byte> pattern(std::size_t n, std::uint8_t seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = std::byte(static_cast<std::uint8_t>(i * 131 + seed));
+  return v;
+}
+
+const std::array<TcpBackend, 2> backends{TcpBackend::uring, TcpBackend::asio};
+const char* backend_name(TcpBackend b) { return b == TcpBackend::uring ? "io_uring" : "asio"; }
+
+// Party 0 waits for a message from party 1 on stream 7; party 1's socket end
+// is driven by hand by `peer(fd)`.
+std::string error_when_peer_does(TcpBackend backend, std::chrono::milliseconds timeout,
+                                 const std::function<void(int)>& peer) {
+  auto mesh = local_socket_mesh(2);
+  const int raw = mesh[1].fds[0];
+  mesh[1].fds[0] = -1;
+  std::thread t([&] { peer(raw); });
+  std::string error;
+  try {
+    Scheduler s;
+    Endpoint e(s, 0, 2);
+    TcpTransport tcp(s, e, std::move(mesh[0]), {.backend = backend, .silence_timeout = timeout});
+    (void)sync_wait(s, [](Endpoint& ep) -> Task<std::vector<std::byte>> {
+      co_return co_await ep.recv(1, 7);
+    }(e));
+  } catch (const Error& err) {
+    CHECK(err.code() == ErrorCode::network);
+    error = err.what();
+  }
+  t.join();
+  ::close(raw);
+  return error;
+}
+
+void send_all(int fd, const std::vector<unsigned char>& bytes) {
+  std::size_t at = 0;
+  while (at < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    at += static_cast<std::size_t>(n);
+  }
+}
+
+std::vector<unsigned char> record_header(std::uint32_t count, std::uint64_t body) {
+  std::vector<unsigned char> h = {'M', 'P', 'C', 'R'};
+  for (int i = 0; i < 4; ++i) h.push_back(static_cast<unsigned char>(count >> (8 * i)));
+  for (int i = 0; i < 8; ++i) h.push_back(static_cast<unsigned char>(body >> (8 * i)));
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("rss3 mul over socket pairs: exact bytes and rounds on both backends") {
+  for (TcpBackend backend : backends) {
+    CAPTURE(backend_name(backend));
+    const std::size_t n = 1000;
+    const RingTensor x = testing::random_ring({n}, 1), y = testing::random_ring({n}, 2);
+    auto results = run_tcp_parties<RingTensor>(
+        local_socket_mesh(3), {.backend = backend}, [&](PartyId id, Endpoint& ep) -> Task<RingTensor> {
+          auto party = co_await Rss3Party::setup(ep, {.insecure_seed = 5});
+          Rss3 p = party->session();
+          auto a = co_await p.input(0, id == 0 ? std::optional(x) : std::nullopt, {n});
+          auto b = co_await p.input(1, id == 1 ? std::optional(y) : std::nullopt, {n});
+          const CostCounters before = ep.costs();
+          auto c = co_await p.mul(a, b);
+          const CostCounters used = ep.costs() - before;
+          CHECK(used.payload_bytes_sent() == 8 * n);
+          CHECK(used.messages_sent() == 1);
+          co_return co_await p.reveal(c);
+        });
+    for (PartyId id = 0; id < 3; ++id) {
+      CAPTURE(id);
+      REQUIRE(results[id].error == "");
+      CHECK(results[id].transport == std::string("tcp/") + backend_name(backend));
+      CHECK(*results[id].value == RingTensor(x * y));
+      // 2 inputs (1 round each) + mul + reveal; party 1 owns the second
+      // input, so it does not wait a round for it.
+      CHECK(results[id].costs.rounds == (id == 1 ? 3u : 4u));
+    }
+  }
+}
+
+TEST_CASE("large messages survive short reads and writes, in order, on both backends") {
+  for (TcpBackend backend : backends) {
+    CAPTURE(backend_name(backend));
+    const std::size_t big = (8u << 20) + 13;
+    auto results = run_tcp_parties<int>(
+        local_socket_mesh(2), {.backend = backend}, [&](PartyId id, Endpoint& ep) -> Task<int> {
+          const PartyId peer = 1 - id;
+          // Three frames in one tick (one record), then a reply.
+          ep.send(peer, 1, pattern(big, static_cast<std::uint8_t>(id)));
+          ep.send(peer, 2, pattern(5, 9));
+          ep.send(peer, 1, std::vector<std::byte>{});
+          co_await ep.scheduler().schedule();
+          auto first = co_await ep.recv(peer, 1);
+          auto small = co_await ep.recv(peer, 2);
+          auto empty = co_await ep.recv(peer, 1);
+          int ok = first == pattern(big, static_cast<std::uint8_t>(peer)) && small == pattern(5, 9) &&
+                   empty.empty();
+          co_return ok;
+        });
+    for (PartyId id = 0; id < 2; ++id) {
+      REQUIRE(results[id].error == "");
+      CHECK(*results[id].value == 1);
+      CHECK(results[id].costs.per_peer[1 - id].writes == 1);
+      CHECK(results[id].costs.per_peer[1 - id].payload_bytes_received == big + 5);
+    }
+  }
+}
+
+TEST_CASE("a peer that closes mid-protocol is named in the error") {
+  for (TcpBackend backend : backends) {
+    CAPTURE(backend_name(backend));
+    auto error = error_when_peer_does(backend, std::chrono::milliseconds(10000),
+                                      [](int fd) { ::shutdown(fd, SHUT_RDWR); });
+    CHECK(contains(error, "party 0: link to party 1 failed: party 1 closed the connection"));
+  }
+}
+
+TEST_CASE("a silent peer fails the waiting party at the deadline") {
+  for (TcpBackend backend : backends) {
+    CAPTURE(backend_name(backend));
+    auto error = error_when_peer_does(backend, std::chrono::milliseconds(300), [&](int fd) {
+      char c;
+      (void)::read(fd, &c, 1);  // silent until the waiting party gives up and closes
+    });
+    CHECK(contains(error, "link to party 1 failed: party 1 sent nothing for 0.3 s while party 0 "
+                          "waited for it (silent peer; deadline exceeded)"));
+  }
+}
+
+TEST_CASE("garbage from a peer is refused with a clear error") {
+  for (TcpBackend backend : backends) {
+    CAPTURE(backend_name(backend));
+    auto error = error_when_peer_does(backend, std::chrono::milliseconds(10000), [](int fd) {
+      send_all(fd, {'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1', '.', '1', '\r', '\n',
+                    '\r', '\n'});
+    });
+    CHECK(contains(error, "party 1 sent malformed data (bad record magic 0x20544547"));
+  }
+}
+
+TEST_CASE("a truncated record is refused naming the peer and the byte counts") {
+  for (TcpBackend backend : backends) {
+    CAPTURE(backend_name(backend));
+    auto error = error_when_peer_does(backend, std::chrono::milliseconds(10000), [](int fd) {
+      auto bytes = record_header(1, 100);
+      bytes.resize(bytes.size() + 10, 0);
+      send_all(fd, bytes);
+      ::shutdown(fd, SHUT_RDWR);
+    });
+    CHECK(contains(error, "party 1 closed the connection in the middle of a message (truncated: "
+                          "got 26 of 116 bytes)"));
+  }
+}
+
+TEST_CASE("a record whose frames do not fill it is refused") {
+  auto error = error_when_peer_does(TcpBackend::uring, std::chrono::milliseconds(10000), [](int fd) {
+    auto bytes = record_header(2, 20);  // two frames announced, room for one header + 4 bytes
+    std::vector<unsigned char> frame(16, 0);
+    frame[8] = 4;  // length 4
+    bytes.insert(bytes.end(), frame.begin(), frame.end());
+    bytes.insert(bytes.end(), {1, 2, 3, 4});
+    send_all(fd, bytes);
+  });
+  CHECK(contains(error, "party 1 sent a malformed record (protocol error: 2 frames do not fill its 20 bytes)"));
+}
+
+TEST_CASE("an oversized record length is refused before anything is allocated") {
+  auto error = error_when_peer_does(TcpBackend::asio, std::chrono::milliseconds(10000), [](int fd) {
+    send_all(fd, record_header(1, ~std::uint64_t{0}));
+  });
+  CHECK(contains(error, "party 1 sent a malformed record of 18446744073709551615 bytes"));
+}
+
+TEST_CASE("forcing io_uring when it is disabled is a clear error; auto falls back to asio") {
+  ::setenv("MPCACHE_DISABLE_IO_URING", "1", 1);
+  {
+    auto mesh = local_socket_mesh(2);
+    Scheduler s;
+    Endpoint e(s, 0, 2);
+    try {
+      TcpTransport t(s, e, std::move(mesh[0]), {.backend = TcpBackend::uring});
+      FAIL("io_uring was forced and disabled, yet the transport started");
+    } catch (const Error& err) {
+      CHECK(contains(err.what(), "io_uring transport unavailable: io_uring disabled by MPCACHE_DISABLE_IO_URING"));
+    }
+    for (int fd : mesh[1].fds) ::close(fd);
+  }
+  {
+    auto mesh = local_socket_mesh(2);
+    Scheduler s;
+    Endpoint e(s, 0, 2);
+    TcpTransport t(s, e, std::move(mesh[0]), {});
+    CHECK(t.name() == "tcp/asio");
+    CHECK(t.fallback_reason() == "io_uring disabled by MPCACHE_DISABLE_IO_URING");
+    for (int fd : mesh[1].fds) ::close(fd);
+  }
+  ::unsetenv("MPCACHE_DISABLE_IO_URING");
+  auto mesh = local_socket_mesh(2);
+  Scheduler s;
+  Endpoint e(s, 0, 2);
+  TcpTransport t(s, e, std::move(mesh[0]), {});
+  CHECK(t.name() == "tcp/io_uring");
+  for (int fd : mesh[1].fds) ::close(fd);
+}

@@ -1,0 +1,80 @@
+// Test support: one thread per party, each with its own Scheduler, Endpoint
+// and TcpTransport (as in separate processes), over sockets made by the
+// caller. Include after the `import` lines.
+#pragma once
+#include <thread>
+
+namespace mpcache::testing {
+
+template <class R>
+struct TcpPartyResult {
+  std::optional<R> value;
+  std::string error;      // what() of the exception that ended the party ("" if none)
+  std::string transport;  // TcpTransport::name()
+  CostCounters costs;
+};
+
+// fn(PartyId, Endpoint&) -> Task<R>, run at every party in its own thread.
+template <class R, class Fn>
+std::vector<TcpPartyResult<R>> run_tcp_parties(std::vector<Connections> connections,
+                                               TcpOptions options, Fn fn) {
+  const std::size_t n = connections.size();
+  std::vector<TcpPartyResult<R>> results(n);
+  std::vector<std::thread> threads;
+  for (PartyId id = 0; id < n; ++id)
+    threads.emplace_back([&, id] {
+      auto& out = results[id];
+      try {
+        Scheduler scheduler;
+        Endpoint endpoint(scheduler, id, n);
+        TcpTransport transport(scheduler, endpoint, std::move(connections[id]), options);
+        out.transport = transport.name();
+        out.value = sync_wait(scheduler, fn(id, endpoint));
+        out.costs = endpoint.costs();
+      } catch (const std::exception& e) {
+        out.error = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+// As run_tcp_parties, but every party first sets up its connections over
+// loopback TCP with connect_cluster(id, parties, connect[id]).
+template <class R, class Fn>
+std::vector<TcpPartyResult<R>> run_cluster_parties(const std::vector<PartyAddress>& parties,
+                                                   const std::vector<ConnectOptions>& connect,
+                                                   TcpOptions options, Fn fn) {
+  const std::size_t n = parties.size();
+  std::vector<TcpPartyResult<R>> results(n);
+  std::vector<std::thread> threads;
+  for (PartyId id = 0; id < n; ++id)
+    threads.emplace_back([&, id] {
+      auto& out = results[id];
+      try {
+        Scheduler scheduler;
+        Endpoint endpoint(scheduler, id, n);
+        TcpTransport transport(scheduler, endpoint, connect_cluster(id, parties, connect[id]),
+                               options);
+        out.transport = transport.name();
+        out.value = sync_wait(scheduler, fn(id, endpoint, transport));
+        out.costs = endpoint.costs();
+      } catch (const std::exception& e) {
+        out.error = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+inline std::vector<PartyAddress> loopback_parties(std::size_t n) {
+  std::vector<PartyAddress> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back({"127.0.0.1", free_tcp_port()});
+  return out;
+}
+
+inline bool contains(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace mpcache::testing

@@ -1,0 +1,40 @@
+// The JSON cluster config of a multi-process job (plain C++, nlohmann-json):
+//
+// {
+//   "parties": [
+//     {"host": "127.0.0.1", "port": 7100, "public_key": "p0.pub", "secret_key": "p0.key"},
+//     {"host": "127.0.0.1", "port": 7101, "public_key": "p1.pub", "secret_key": "p1.key"},
+//     {"host": "127.0.0.1", "port": 7102, "public_key": "p2.pub", "secret_key": "p2.key"}
+//   ],
+//   "timeout_ms": 10000
+// }
+//
+// Party i is parties[i]. Key paths are relative to the config file; every
+// party needs all public keys (pinned) and only its own secret key. Without
+// keys the job can only run with --insecure.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpcache::tools {
+
+struct ClusterParty {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string public_key;  // path, resolved against the config's folder ("" if none)
+  std::string secret_key;
+};
+
+struct ClusterConfig {
+  std::vector<ClusterParty> parties;
+  int timeout_ms = 10000;
+};
+
+// Throws std::runtime_error naming the file and the offending key.
+ClusterConfig read_cluster_config(const std::string& path);
+void write_cluster_config(const std::string& path, const ClusterConfig& config);
+std::string read_text_file(const std::string& path, const std::string& what);
+void write_text_file(const std::string& path, const std::string& text, bool secret);
+
+}  // namespace mpcache::tools

@@ -1,0 +1,388 @@
+// `mpcache party`, `mpcache local`, `mpcache keygen` (see party.hpp).
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <thread>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+import mpcache;
+#include "cluster_config.hpp"
+#include "party.hpp"
+
+extern char** environ;
+
+namespace mpcache::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct CaseRecord {
+  std::string name;
+  double seconds = 0;
+  CostCounters costs;
+  std::uint64_t clock_before = 0, clock_after = 0;  // Lamport clocks
+};
+
+struct Recorder {
+  Endpoint* endpoint = nullptr;
+  CostCounters before;
+  Clock::time_point start;
+  std::vector<CaseRecord> cases;
+  std::string fault;
+  std::uint64_t barriers = 0;
+  // Starts the timed section. A barrier first (one tiny message to and from
+  // every peer, not counted) so that a party that finished the untimed set-up
+  // early does not time its wait for the others.
+  Task<void> begin() {
+    if (fault == "exit") std::_Exit(3);  // dies mid-protocol: peers are waiting on it
+    if (fault == "silent") std::this_thread::sleep_for(std::chrono::hours(1));
+    const StreamId stream = (StreamId{0xBA} << 56) | ++barriers;
+    for (PartyId p = 0; p < endpoint->parties(); ++p)
+      if (p != endpoint->id()) endpoint->send(p, stream, std::vector<std::byte>(1));
+    for (PartyId p = 0; p < endpoint->parties(); ++p)
+      if (p != endpoint->id()) (void)co_await endpoint->recv(p, stream);
+    before = endpoint->costs();
+    start = Clock::now();
+  }
+  void end(const std::string& name) {
+    cases.push_back({name, std::chrono::duration<double>(Clock::now() - start).count(),
+                     endpoint->costs() - before, before.rounds, endpoint->costs().rounds});
+  }
+};
+
+RingTensor random_values(const Shape& shape, std::uint64_t seed, int magnitude_bits) {
+  RingTensor t = ring_sample(shape, seed);
+  for (auto& v : t) v = static_cast<Ring>(static_cast<std::int64_t>(v) >> (64 - magnitude_bits));
+  return t;
+}
+
+std::optional<RingTensor> owned(PartyId owner, PartyId id, const RingTensor& v) {
+  return owner == id ? std::optional<RingTensor>(v) : std::nullopt;
+}
+
+// One micro case: inputs (untimed), then the timed operation. Returns
+// whether the revealed check value is right (checked on a few elements).
+Task<bool> micro_case(Rss3& p, PartyId id, Recorder& rec, const std::string& name) {
+  constexpr std::size_t million = 1000000;
+  Shape sa, sb;
+  int bits = 64;
+  if (name == "mul-1M") sa = sb = {million}, bits = 64;
+  if (name == "fixed-mul-1M") sa = sb = {million}, bits = 26;
+  if (name == "matvec-1x1024x1024") sa = {1, 1024}, sb = {1024, 1024}, bits = 20;
+  const RingTensor x = random_values(sa, 1, bits), y = random_values(sb, 2, bits);
+  auto a = co_await p.input(0, owned(0, id, x), sa);
+  auto b = co_await p.input(1, owned(1, id, y), sb);
+  co_await rec.begin();
+  Rss3Share c;
+  if (name == "mul-1M") c = co_await p.mul(a, b);
+  if (name == "fixed-mul-1M") c = co_await p.mul_trunc(a, b);
+  if (name == "matvec-1x1024x1024") c = co_await p.matmul_trunc(a, b);
+  rec.end(name);
+  // Check: party 0 learns the first 4 outputs (untimed, one small round).
+  Rss3Share first{RingTensor::from_shape({4}), RingTensor::from_shape({4})};
+  for (std::size_t k = 0; k < 4; ++k) {
+    first.own(k) = c.own.data()[k];
+    first.next(k) = c.next.data()[k];
+  }
+  auto opened = co_await p.reveal_to(0, first);
+  if (id != 0) co_return true;
+  const FixedPoint fp;
+  for (std::size_t k = 0; k < 4; ++k) {
+    if (name == "mul-1M" && (*opened)(k) != Ring(x.data()[k] * y.data()[k])) co_return false;
+    if (name == "fixed-mul-1M") {
+      const double want = fp.decode(x.data()[k]) * fp.decode(y.data()[k]);
+      if (std::fabs(fp.decode((*opened)(k)) - want) > 1e-4) co_return false;
+    }
+    if (name == "matvec-1x1024x1024") {
+      double want = 0;
+      for (std::size_t i = 0; i < 1024; ++i) want += fp.decode(x(0, i)) * fp.decode(y(i, k));
+      if (std::fabs(fp.decode((*opened)(k)) - want) > 1e-2) co_return false;
+    }
+  }
+  co_return true;
+}
+
+// y = (x W + b)^2, as `mpcache demo`, one party of it.
+Task<bool> demo_job(Rss3& p, PartyId id, Recorder& rec) {
+  const std::size_t in = 256, out = 64;
+  const FixedPoint fp;
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  xt::xarray<double> x = xt::xarray<double>::from_shape({1, in});
+  xt::xarray<double> w = xt::xarray<double>::from_shape({in, out});
+  xt::xarray<double> b = xt::xarray<double>::from_shape({1, out});
+  for (auto& v : x) v = unit(rng);
+  for (auto& v : w) v = unit(rng) / 16.0;
+  for (auto& v : b) v = unit(rng) * 0.1;
+  co_await rec.begin();
+  Rss3 fx = p.fork(), fw = p.fork(), fb = p.fork();
+  auto [xs, ws, bs] = co_await when_all(
+      fx.input(0, id == 0 ? std::optional(fp.encode(x)) : std::nullopt, {1, in}),
+      fw.input(1, id == 1 ? std::optional(fp.encode(w)) : std::nullopt, {in, out}),
+      fb.input(1, id == 1 ? std::optional(fp.encode(b)) : std::nullopt, {1, out}));
+  auto h = p.add(co_await p.matmul_trunc(xs, ws), bs);
+  auto y = co_await p.mul_trunc(h, h);
+  auto opened = co_await p.reveal_to(0, y);
+  rec.end("demo");
+  if (id != 0) co_return !opened.has_value();
+  const xt::xarray<double> got = fp.decode(*opened);
+  for (std::size_t j = 0; j < out; ++j) {
+    double hv = b(0, j);
+    for (std::size_t k = 0; k < in; ++k) hv += x(0, k) * w(k, j);
+    if (std::fabs(got(0, j) - hv * hv) > 1e-2) co_return false;
+  }
+  co_return true;
+}
+
+std::vector<std::string> job_cases(const std::string& job) {
+  if (job == "micro") return {"mul-1M", "fixed-mul-1M", "matvec-1x1024x1024"};
+  if (job == "matvec") return {"matvec-1x1024x1024"};
+  if (job == "mul-1M" || job == "fixed-mul-1M" || job == "demo") return {job};
+  throw Error(ErrorCode::invalid_argument,
+              "unknown job '" + job + "' (demo, mul-1M, fixed-mul-1M, matvec, micro)");
+}
+
+}  // namespace
+
+int run_party(const PartyOptions& o) {
+  json report = {{"party", o.id}, {"job", o.job}, {"ok", false}, {"link", o.link},
+                 {"link_emulated", o.link != "none"}, {"encrypted", !o.insecure}};
+  auto emit = [&] {
+    const std::string text = report.dump() + "\n";
+    if (o.report.empty()) {
+      std::cout << text << std::flush;
+    } else {
+      write_text_file(o.report, text, false);
+    }
+  };
+  try {
+    const auto cases = job_cases(o.job);
+    const ClusterConfig config = read_cluster_config(o.config);
+    if (o.id >= config.parties.size())
+      throw Error(ErrorCode::bad_party, "party " + std::to_string(o.id) + " is not in " + o.config);
+    std::vector<PartyAddress> addresses;
+    for (const auto& p : config.parties) addresses.push_back({p.host, p.port});
+    ConnectOptions connect;
+    connect.timeout = std::chrono::milliseconds(config.timeout_ms);
+    connect.encrypted = !o.insecure;
+    if (connect.encrypted) {
+      for (std::size_t i = 0; i < config.parties.size(); ++i) {
+        if (config.parties[i].public_key.empty())
+          throw Error(ErrorCode::invalid_argument,
+                      o.config + ": party " + std::to_string(i) +
+                          " has no public_key (encrypted channels need pinned keys; or --insecure)");
+        connect.public_keys_pem.push_back(
+            read_text_file(config.parties[i].public_key, "public key of party " + std::to_string(i)));
+      }
+      connect.secret_key_pem = read_text_file(config.parties[o.id].secret_key,
+                                              "secret key of party " + std::to_string(o.id));
+    }
+    const LinkSpec link = link_named(o.link);
+    TcpOptions tcp;
+    tcp.backend = parse_backend(o.transport);
+    tcp.silence_timeout = std::chrono::milliseconds(config.timeout_ms);
+
+    Scheduler scheduler;
+    Endpoint endpoint(scheduler, o.id, config.parties.size());
+    TcpTransport transport(scheduler, endpoint, connect_cluster(o.id, addresses, connect), tcp);
+    std::optional<LinkEmulator> emulator;
+    if (link.name != "none") {
+      emulator.emplace(transport, transport.timers(), link);
+      endpoint.attach(&*emulator);
+    }
+    report["transport"] = endpoint.transport()->name();
+    report["backend"] = transport.backend();
+    if (!transport.fallback_reason().empty()) report["fallback_reason"] = transport.fallback_reason();
+    Recorder rec;
+    rec.endpoint = &endpoint;
+    rec.fault = o.fault;
+    bool ok = true;
+    const auto t0 = Clock::now();
+    sync_wait(scheduler, [&]() -> Task<void> {
+      auto party = co_await Rss3Party::setup(endpoint);
+      Rss3 p = party->session();
+      for (int r = 0; r < o.repeat; ++r)
+        for (const auto& name : cases) {
+          const bool good = name == "demo" ? co_await demo_job(p, o.id, rec)
+                                           : co_await micro_case(p, o.id, rec, name);
+          ok = ok && good;
+        }
+    }());
+    transport.shutdown();
+    report["wall_s"] = std::chrono::duration<double>(Clock::now() - t0).count();
+    report["wire_bytes_sent"] = transport.wire_bytes_sent();
+    json jc = json::array();
+    for (const auto& name : cases) {
+      std::vector<double> times;
+      const CaseRecord* first = nullptr;
+      for (const auto& c : rec.cases)
+        if (c.name == name) {
+          times.push_back(c.seconds);
+          if (!first) first = &c;
+        }
+      std::sort(times.begin(), times.end());
+      jc.push_back({{"case", name},
+                    {"latency_s", times[times.size() / 2]},
+                    {"bytes_sent", first->costs.payload_bytes_sent()},
+                    {"messages_sent", first->costs.messages_sent()},
+                    {"clock_before", first->clock_before},
+                    {"clock_after", first->clock_after}});
+    }
+    report["cases"] = jc;
+    report["ok"] = ok;
+    if (!ok) report["error"] = "result check failed";
+    emit();
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    report["error"] = e.what();
+    std::fprintf(stderr, "mpcache party %u: %s\n", o.id, e.what());
+    emit();
+    return 1;
+  }
+}
+
+int run_keygen(const std::string& out_dir, int parties) {
+  std::filesystem::create_directories(out_dir);
+  for (int i = 0; i < parties; ++i) {
+    auto [secret, pub] = generate_party_key();
+    const std::string base = out_dir + "/p" + std::to_string(i);
+    write_text_file(base + ".key", secret, true);
+    write_text_file(base + ".pub", pub, false);
+    std::printf("%s.key %s.pub\n", base.c_str(), base.c_str());
+  }
+  return 0;
+}
+
+int run_local(const LocalOptions& o, const std::string& self) {
+  job_cases(o.job);  // validate before starting anything
+  link_named(o.link);
+  parse_backend(o.transport);
+  char tmpl[] = "/tmp/mpcache-local-XXXXXX";
+  if (!::mkdtemp(tmpl)) throw Error(ErrorCode::io, "cannot create a temporary folder");
+  const std::string dir = tmpl;
+  ClusterConfig config;
+  config.timeout_ms = o.timeout_ms;
+  for (int i = 0; i < 3; ++i) {
+    ClusterParty p{"127.0.0.1", free_tcp_port("127.0.0.1"), "", ""};
+    if (!o.insecure) {
+      auto [secret, pub] = generate_party_key();
+      p.secret_key = "p" + std::to_string(i) + ".key";
+      p.public_key = "p" + std::to_string(i) + ".pub";
+      write_text_file(dir + "/" + p.secret_key, secret, true);
+      write_text_file(dir + "/" + p.public_key, pub, false);
+    }
+    config.parties.push_back(p);
+  }
+  write_cluster_config(dir + "/cluster.json", config);
+  int fault_party = -1;
+  std::string fault_kind;
+  if (!o.fault.empty()) {
+    const auto colon = o.fault.find(':');
+    if (colon == std::string::npos) throw Error(ErrorCode::invalid_argument, "--fault PARTY:exit|silent");
+    fault_party = std::stoi(o.fault.substr(0, colon));
+    fault_kind = o.fault.substr(colon + 1);
+  }
+  std::vector<pid_t> pids(3, -1);
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> args = {self, "party", "--config", dir + "/cluster.json", "--id",
+                                     std::to_string(i), "--transport", o.transport, "--link", o.link,
+                                     "--job", o.job, "--repeat", std::to_string(o.repeat),
+                                     "--report", dir + "/report-" + std::to_string(i) + ".json"};
+    if (o.insecure) args.push_back("--insecure");
+    if (i == fault_party) args.insert(args.end(), {"--fault", fault_kind});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (::posix_spawn(&pids[i], self.c_str(), nullptr, nullptr, argv.data(), environ) != 0)
+      throw Error(ErrorCode::io, "cannot start party " + std::to_string(i) + " (" + self + ")");
+  }
+  // Every party ends by itself within the deadlines; a last-resort limit
+  // kills what is left (e.g. a --fault silent party).
+  const auto limit = Clock::now() + std::chrono::milliseconds(3 * o.timeout_ms) + std::chrono::seconds(300);
+  std::vector<int> status(3, -1);
+  int running = 3;
+  bool killed_late = false;
+  while (running > 0) {
+    int st = 0;
+    const pid_t pid = ::waitpid(-1, &st, WNOHANG);
+    if (pid > 0) {
+      for (int i = 0; i < 3; ++i)
+        if (pids[i] == pid) status[i] = st, pids[i] = -1, --running;
+      // The faulty party is not waited for once the others are done.
+      if (fault_party >= 0 && running == 1 && pids[fault_party] > 0) {
+        ::kill(pids[fault_party], SIGKILL);
+      }
+      continue;
+    }
+    if (Clock::now() > limit) {
+      for (auto p : pids)
+        if (p > 0) ::kill(p, SIGKILL);
+      killed_late = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  json summary = {{"job", o.job}, {"link", o.link}, {"link_emulated", o.link != "none"},
+                  {"encrypted", !o.insecure}, {"parties", json::array()}};
+  bool ok = !killed_late;
+  for (int i = 0; i < 3; ++i) {
+    json r;
+    try {
+      r = json::parse(read_text_file(dir + "/report-" + std::to_string(i) + ".json", "report"));
+    } catch (const std::exception&) {
+      r = {{"party", i}, {"ok", false}, {"error", "no report (the process died)"}};
+    }
+    const bool exited_ok = WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0;
+    r["exit_status"] = WIFEXITED(status[i]) ? WEXITSTATUS(status[i]) : 128 + WTERMSIG(status[i]);
+    ok = ok && exited_ok && r.value("ok", false);
+    if (r.contains("transport")) summary["transport"] = r["transport"];
+    summary["parties"].push_back(r);
+  }
+  // Cases across parties: slowest party's latency, busiest party's bytes.
+  json cases = json::array();
+  if (ok) {
+    const auto& first = summary["parties"][0]["cases"];
+    const LinkSpec link = link_named(o.link);
+    for (std::size_t k = 0; k < first.size(); ++k) {
+      double latency = 0;
+      std::uint64_t bytes_max = 0, bytes_total = 0, clock_before = 0, clock_after = 0;
+      for (const auto& r : summary["parties"]) {
+        const auto& c = r["cases"][k];
+        latency = std::max(latency, c["latency_s"].get<double>());
+        bytes_max = std::max(bytes_max, c["bytes_sent"].get<std::uint64_t>());
+        bytes_total += c["bytes_sent"].get<std::uint64_t>();
+        clock_before = std::max(clock_before, c["clock_before"].get<std::uint64_t>());
+        clock_after = std::max(clock_after, c["clock_after"].get<std::uint64_t>());
+      }
+      // Rounds on the critical path: parties' clocks differ (one that only
+      // sends does not advance), so compare the highest ones.
+      const std::uint64_t rounds = clock_after - clock_before;
+      json c = {{"case", first[k]["case"]}, {"latency_s", latency}, {"bytes_max_party", bytes_max},
+                {"bytes_total", bytes_total}, {"rounds", rounds}};
+      if (link.name != "none") {
+        // The formula next to the measurement; compute = the unemulated
+        // run is not known here, so model_s counts link time only.
+        c["model_link_s"] = static_cast<double>(rounds) * link.rtt_s +
+                            (link.bytes_per_s > 0 ? static_cast<double>(bytes_max) / link.bytes_per_s : 0);
+      }
+      cases.push_back(c);
+    }
+  }
+  summary["cases"] = cases;
+  summary["ok"] = ok;
+  std::cout << summary.dump() << "\n";
+  for (const auto& r : summary["parties"])
+    if (!r.value("ok", false))
+      std::fprintf(stderr, "mpcache local: party %d failed: %s\n", r.value("party", -1),
+                   r.value("error", std::string("exit status ") + std::to_string(r.value("exit_status", -1))).c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return ok ? 0 : 1;
+}
+
+}  // namespace mpcache::tools

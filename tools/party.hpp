@@ -1,0 +1,36 @@
+// Multi-process jobs: `mpcache party` runs one party over TCP, `mpcache
+// local` starts three party processes on loopback and collects their
+// reports, `mpcache keygen` writes Ed25519 key files.
+#pragma once
+
+namespace mpcache::tools {
+
+struct PartyOptions {
+  std::string config;
+  unsigned id = 0;
+  std::string transport = "auto";  // auto | uring | asio
+  std::string link = "none";       // none | lan | wan | RTT_MS:MBYTES_PER_S
+  bool insecure = false;
+  std::string job = "demo";        // demo | mul-1M | fixed-mul-1M | matvec | micro
+  std::string report;              // JSON report file ("" = stdout)
+  std::string fault;               // tests: "exit" or "silent" mid-protocol
+  int repeat = 1;
+};
+// Returns the process exit code; errors are printed naming the peer.
+int run_party(const PartyOptions& options);
+
+struct LocalOptions {
+  std::string transport = "auto";
+  std::string link = "none";
+  bool insecure = false;
+  std::string job = "demo";
+  int timeout_ms = 10000;   // set-up and peer silence deadline
+  std::string fault;        // "PARTY:exit" or "PARTY:silent"
+  int repeat = 1;
+};
+// `self` is this executable (re-run as `party` three times).
+int run_local(const LocalOptions& options, const std::string& self);
+
+int run_keygen(const std::string& out_dir, int parties);
+
+}  // namespace mpcache::tools
