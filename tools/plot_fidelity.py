@@ -12,7 +12,7 @@ import sys
 from collections import defaultdict
 
 COLORS = {"mpcache": "#d62728", "streaming_llm": "#1f77b4", "h2o": "#2ca02c", "tova": "#9467bd",
-          "snapkv": "#8c564b", "longcache": "#e377c2", "quest": "#ff7f0e", "full": "#000000"}
+          "snapkv": "#8c564b", "infllm": "#17becf", "longcache": "#e377c2", "quest": "#ff7f0e", "full": "#000000"}
 METRICS = [("ppl", "perplexity / byte (lower is better)"), ("passkey_acc", "passkey accuracy"),
            ("recall", "top-k recall (ArkVale)")]
 
