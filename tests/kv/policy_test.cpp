@@ -2,14 +2,12 @@
 #include <doctest/doctest.h>
 import mpcache;
 
+#include "../support/run_task.hpp"
+
 using namespace mpcache;
 
 namespace {
-template <class T>
-T run(Task<T> task) {
-  Scheduler scheduler;
-  return sync_wait(scheduler, std::move(task));
-}
+using testing::run;
 
 xt::xarray<double> uniform(const Shape& shape, std::uint64_t seed, double lo = -1, double hi = 1) {
   RingTensor bits = ring_sample(shape, seed);

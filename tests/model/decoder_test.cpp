@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 import mpcache;
 
+#include "../support/run_task.hpp"
+
 using namespace mpcache;
 
 namespace {
@@ -32,11 +34,7 @@ Expected read_expected() {
   return e;
 }
 
-template <class T>
-T run(Task<T> task) {
-  Scheduler scheduler;
-  return sync_wait(scheduler, std::move(task));
-}
+using testing::run;
 
 template <class P>
 xt::xarray<double> to_real(P& p, const typename P::Share& s) {

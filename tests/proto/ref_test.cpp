@@ -7,6 +7,8 @@ import mpcache.proto;
 import mpcache.ops;
 #include "../support/parties.hpp"
 
+#include "../support/run_task.hpp"
+
 using namespace mpcache;
 
 static_assert(Protocol<Ref>);
@@ -19,11 +21,7 @@ RealTensor reals(std::initializer_list<double> v) {
   std::copy(v.begin(), v.end(), out.begin());
   return out;
 }
-template <class T>
-T run(Task<T> task) {
-  Scheduler scheduler;
-  return sync_wait(scheduler, std::move(task));
-}
+using testing::run;
 }  // namespace
 
 TEST_SUITE("ref") {
