@@ -59,6 +59,15 @@ std::pair<xt::xarray<double>, xt::xarray<double>> forward(P& p, const Expected& 
   CHECK(decoder.length() == e.tokens.size());
   return {prefill, last};
 }
+// Largest |logit - expected| over the prefilled positions and the decoded one.
+double max_error(const std::pair<xt::xarray<double>, xt::xarray<double>>& got, const Expected& e) {
+  const auto& [prefill, last] = got;
+  double worst = 0;
+  for (std::size_t t = 0; t + 1 < e.tokens.size(); ++t)
+    for (std::size_t v = 0; v < 256; ++v) worst = std::max(worst, std::abs(prefill(t, v) - e.logits[t][v]));
+  for (std::size_t v = 0; v < 256; ++v) worst = std::max(worst, std::abs(last(0, v) - e.logits.back()[v]));
+  return worst;
+}
 }  // namespace
 
 TEST_SUITE("decoder") {
@@ -66,22 +75,14 @@ TEST_SUITE("decoder") {
     const Expected e = read_expected();
     REQUIRE(e.logits.size() == e.tokens.size());
     Ref p;
-    auto [prefill, last] = forward(p, e);
-    double worst = 0;
-    for (std::size_t t = 0; t + 1 < e.tokens.size(); ++t)
-      for (std::size_t v = 0; v < 256; ++v) worst = std::max(worst, std::abs(prefill(t, v) - e.logits[t][v]));
-    for (std::size_t v = 0; v < 256; ++v) worst = std::max(worst, std::abs(last(0, v) - e.logits.back()[v]));
+    const double worst = max_error(forward(p, e), e);
     CHECK(worst < 1e-9);
   }
 
   TEST_CASE("LLaMA forward on plain (fixed point) agrees with ref within fixed-point error") {
     const Expected e = read_expected();
     Plain p;
-    auto [prefill, last] = forward(p, e);
-    double worst = 0;
-    for (std::size_t t = 0; t + 1 < e.tokens.size(); ++t)
-      for (std::size_t v = 0; v < 256; ++v) worst = std::max(worst, std::abs(prefill(t, v) - e.logits[t][v]));
-    for (std::size_t v = 0; v < 256; ++v) worst = std::max(worst, std::abs(last(0, v) - e.logits.back()[v]));
+    const double worst = max_error(forward(p, e), e);
     MESSAGE("plain vs float64, max |logit error| = " << worst);
     CHECK(worst < 5e-2);
   }
