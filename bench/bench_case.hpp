@@ -47,6 +47,8 @@ struct Options {
   int repeat = 3;
   Link link;
   bool emulate = false;  // measure over the emulated link (in-process presets)
+  int processes = 1;      // 3: micro/ops/paper-table2 as three processes over TCP
+  bool insecure = false;  // with processes = 3: plain TCP instead of AES-GCM channels
 };
 
 }  // namespace mpcache::bench

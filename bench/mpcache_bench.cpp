@@ -10,9 +10,7 @@ import mpcache;
 #include "bench_case.hpp"
 
 namespace mpcache::bench {
-std::vector<CaseResult> micro_preset(const Options& options);
-std::vector<CaseResult> ops_preset(const Options& options);
-std::vector<CaseResult> table2_preset(const Options& options);
+std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& options);
 int fidelity_main(int argc, char** argv);  // its own options and row format
 std::vector<CaseResult> net_preset(const Options& options);
 }
@@ -74,13 +72,17 @@ int main(int argc, char** argv) {
                "model_s keeps the unemulated time as compute");
   app.add_option("--repeat", options.repeat, "runs per case; the median latency is reported")
       ->check(CLI::Range(1, 1000));
+  app.add_option("--processes", options.processes,
+                 "micro, ops, paper-table2: 1 = three parties in this process; 3 = three processes "
+                 "over TCP on loopback (`mpcache local`), over the emulated --link")
+      ->check(CLI::IsMember({1, 3}));
+  app.add_flag("--insecure", options.insecure, "with --processes 3: plain TCP instead of AES-GCM channels");
   CLI11_PARSE(app, argc, argv);
   options.link = mpcache::bench::link_named(link);
   try {
     std::vector<CaseResult> rows;
-    if (preset == "micro") rows = mpcache::bench::micro_preset(options);
-    if (preset == "ops") rows = mpcache::bench::ops_preset(options);
-    if (preset == "paper-table2") rows = mpcache::bench::table2_preset(options);
+    if (preset == "micro" || preset == "ops" || preset == "paper-table2")
+      rows = mpcache::bench::rss3_preset(preset, options);
     if (preset == "net") rows = mpcache::bench::net_preset(options);
     if (json) {
       for (const auto& r : rows) std::cout << to_json(r, options.link).dump() << "\n";

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 import mpcache;
 #include "bench_case.hpp"
+#include "local_job.hpp"
 
 namespace mpcache::bench {
 namespace {
@@ -160,27 +161,13 @@ std::vector<CaseResult> rtt_rows() {
   return out;
 }
 
-nlohmann::json run_local(const std::string& args) {
-  const std::string cmd = std::string(MPCACHE_CLI) + " local --job micro " + args;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) throw Error(ErrorCode::io, "cannot run " + cmd);
-  std::string text;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) text.append(buf, n);
-  const int status = ::pclose(p);
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (status != 0 || j.is_discarded() || !j.value("ok", false))
-    throw Error(ErrorCode::network, "`" + cmd + "` failed: " + text);
-  return j;
-}
-
 std::vector<CaseResult> process_rows(const Options& options) {
   std::vector<CaseResult> out;
   const Link lan = link_named("lan");
   for (bool encrypted : {false, true}) {
-    const std::string base = "--repeat " + std::to_string(options.repeat) + (encrypted ? "" : " --insecure");
-    const auto plain = run_local(base);
-    const auto emulated = run_local(base + " --link lan");
+    const std::string base = "--job micro --repeat " + std::to_string(options.repeat) + (encrypted ? "" : " --insecure");
+    const auto plain = run_local_job(base);
+    const auto emulated = run_local_job(base + " --link lan");
     for (const auto* j : {&plain, &emulated}) {
       const bool em = j == &emulated;
       for (std::size_t k = 0; k < (*j)["cases"].size(); ++k) {

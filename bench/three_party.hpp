@@ -105,17 +105,4 @@ CaseResult measure_case(const std::string& name, std::uint64_t elements, const O
   return c;
 }
 
-inline RingTensor random_fixed(const Shape& shape, std::uint64_t seed, double lo, double hi) {
-  const FixedPoint fp;
-  RingTensor bits = ring_sample(shape, seed);
-  RingTensor out = RingTensor::from_shape(shape);
-  for (std::size_t i = 0; i < out.size(); ++i)
-    out.data()[i] = fp.encode(lo + (hi - lo) * static_cast<double>(bits.data()[i] >> 11) * 0x1p-53);
-  return out;
-}
-
-inline std::optional<RingTensor> owned_by(PartyId owner, PartyId id, const RingTensor& v) {
-  return owner == id ? std::optional<RingTensor>(v) : std::nullopt;
-}
-
 }  // namespace mpcache::bench

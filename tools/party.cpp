@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 import mpcache;
+#include "../bench/op_cases.hpp"
 #include "cluster_config.hpp"
 #include "party.hpp"
 
@@ -56,57 +57,17 @@ struct Recorder {
   }
 };
 
-RingTensor random_values(const Shape& shape, std::uint64_t seed, int magnitude_bits) {
-  RingTensor t = ring_sample(shape, seed);
-  for (auto& v : t) v = static_cast<Ring>(static_cast<std::int64_t>(v) >> (64 - magnitude_bits));
-  return t;
-}
+// A catalogue case's timed section, recorded by the Recorder.
+class RecorderClock final : public bench::CaseClock {
+ public:
+  RecorderClock(Recorder& rec, std::string name) : rec_(rec), name_(std::move(name)) {}
+  Task<void> begin() override { co_await rec_.begin(); }
+  void end() override { rec_.end(name_); }
 
-std::optional<RingTensor> owned(PartyId owner, PartyId id, const RingTensor& v) {
-  return owner == id ? std::optional<RingTensor>(v) : std::nullopt;
-}
-
-// One micro case: inputs (untimed), then the timed operation. Returns
-// whether the revealed check value is right (checked on a few elements).
-Task<bool> micro_case(Rss3& p, PartyId id, Recorder& rec, const std::string& name) {
-  constexpr std::size_t million = 1000000;
-  Shape sa, sb;
-  int bits = 64;
-  if (name == "mul-1M") sa = sb = {million}, bits = 64;
-  if (name == "fixed-mul-1M") sa = sb = {million}, bits = 26;
-  if (name == "matvec-1x1024x1024") sa = {1, 1024}, sb = {1024, 1024}, bits = 20;
-  const RingTensor x = random_values(sa, 1, bits), y = random_values(sb, 2, bits);
-  auto a = co_await p.input(0, owned(0, id, x), sa);
-  auto b = co_await p.input(1, owned(1, id, y), sb);
-  co_await rec.begin();
-  Rss3Share c;
-  if (name == "mul-1M") c = co_await p.mul(a, b);
-  if (name == "fixed-mul-1M") c = co_await p.mul_trunc(a, b);
-  if (name == "matvec-1x1024x1024") c = co_await p.matmul_trunc(a, b);
-  rec.end(name);
-  // Check: party 0 learns the first 4 outputs (untimed, one small round).
-  Rss3Share first{RingTensor::from_shape({4}), RingTensor::from_shape({4})};
-  for (std::size_t k = 0; k < 4; ++k) {
-    first.own(k) = c.own.data()[k];
-    first.next(k) = c.next.data()[k];
-  }
-  auto opened = co_await p.reveal_to(0, first);
-  if (id != 0) co_return true;
-  const FixedPoint fp;
-  for (std::size_t k = 0; k < 4; ++k) {
-    if (name == "mul-1M" && (*opened)(k) != Ring(x.data()[k] * y.data()[k])) co_return false;
-    if (name == "fixed-mul-1M") {
-      const double want = fp.decode(x.data()[k]) * fp.decode(y.data()[k]);
-      if (std::fabs(fp.decode((*opened)(k)) - want) > 1e-4) co_return false;
-    }
-    if (name == "matvec-1x1024x1024") {
-      double want = 0;
-      for (std::size_t i = 0; i < 1024; ++i) want += fp.decode(x(0, i)) * fp.decode(y(i, k));
-      if (std::fabs(fp.decode((*opened)(k)) - want) > 1e-2) co_return false;
-    }
-  }
-  co_return true;
-}
+ private:
+  Recorder& rec_;
+  std::string name_;
+};
 
 // y = (x W + b)^2, as `mpcache demo`, one party of it.
 Task<bool> demo_job(Rss3& p, PartyId id, Recorder& rec) {
@@ -140,12 +101,18 @@ Task<bool> demo_job(Rss3& p, PartyId id, Recorder& rec) {
   co_return true;
 }
 
-std::vector<std::string> job_cases(const std::string& job) {
-  if (job == "micro") return {"mul-1M", "fixed-mul-1M", "matvec-1x1024x1024"};
-  if (job == "matvec") return {"matvec-1x1024x1024"};
-  if (job == "mul-1M" || job == "fixed-mul-1M" || job == "demo") return {job};
-  throw Error(ErrorCode::invalid_argument,
-              "unknown job '" + job + "' (demo, mul-1M, fixed-mul-1M, matvec, micro)");
+// The top-k method is picked for the job's link (the paper's LAN when none).
+ops::LinkModel link_model(const std::string& link) {
+  const LinkSpec spec = link_named(link);
+  return {spec.rtt_s > 0 ? spec.rtt_s : 0.3e-3, spec.bytes_per_s > 0 ? spec.bytes_per_s : 377e6};
+}
+
+// `demo`, or the benchmark cases of a preset (micro, ops, paper-table2) or
+// one of them by name (`matvec` = matvec-1x1024x1024); throws naming the
+// valid jobs otherwise.
+std::vector<bench::OpCase> job_cases(const std::string& job, const std::string& link) {
+  if (job == "demo") return {bench::OpCase{"demo", 0, "", nullptr}};
+  return bench::cases_named(job == "matvec" ? "matvec-1x1024x1024" : job, link_model(link));
 }
 
 }  // namespace
@@ -162,7 +129,7 @@ int run_party(const PartyOptions& o) {
     }
   };
   try {
-    const auto cases = job_cases(o.job);
+    const auto cases = job_cases(o.job, o.link);
     const ClusterConfig config = read_cluster_config(o.config);
     if (o.id >= config.parties.size())
       throw Error(ErrorCode::bad_party, "party " + std::to_string(o.id) + " is not in " + o.config);
@@ -208,9 +175,10 @@ int run_party(const PartyOptions& o) {
       auto party = co_await Rss3Party::setup(endpoint);
       Rss3 p = party->session();
       for (int r = 0; r < o.repeat; ++r)
-        for (const auto& name : cases) {
-          const bool good = name == "demo" ? co_await demo_job(p, o.id, rec)
-                                           : co_await micro_case(p, o.id, rec, name);
+        for (const auto& c : cases) {
+          RecorderClock clock(rec, c.name);
+          const bool good = c.name == "demo" ? co_await demo_job(p, o.id, rec)
+                                             : co_await c.run(p, o.id, clock);
           ok = ok && good;
         }
     }());
@@ -218,7 +186,8 @@ int run_party(const PartyOptions& o) {
     report["wall_s"] = std::chrono::duration<double>(Clock::now() - t0).count();
     report["wire_bytes_sent"] = transport.wire_bytes_sent();
     json jc = json::array();
-    for (const auto& name : cases) {
+    for (const auto& job_case : cases) {
+      const std::string& name = job_case.name;
       std::vector<double> times;
       const CaseRecord* first = nullptr;
       for (const auto& c : rec.cases)
@@ -260,7 +229,7 @@ int run_keygen(const std::string& out_dir, int parties) {
 }
 
 int run_local(const LocalOptions& o, const std::string& self) {
-  job_cases(o.job);  // validate before starting anything
+  job_cases(o.job, o.link);  // validate before starting anything
   link_named(o.link);
   parse_backend(o.transport);
   char tmpl[] = "/tmp/mpcache-local-XXXXXX";

@@ -11,7 +11,7 @@ struct PartyOptions {
   std::string transport = "auto";  // auto | uring | asio
   std::string link = "none";       // none | lan | wan | RTT_MS:MBYTES_PER_S
   bool insecure = false;
-  std::string job = "demo";        // demo | mul-1M | fixed-mul-1M | matvec | micro
+  std::string job = "demo";        // demo, micro, ops, paper-table2 or one case
   std::string report;              // JSON report file ("" = stdout)
   std::string fault;               // tests: "exit" or "silent" mid-protocol
   int repeat = 1;

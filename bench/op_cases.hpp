@@ -1,0 +1,41 @@
+// The rss3 workloads of presets `micro`, `ops` and `paper-table2`, defined
+// once and run both by mpcache-bench (three parties in one process) and by
+// `mpcache party` / `mpcache local` (three processes over TCP). Include after
+// `import mpcache;`.
+#pragma once
+
+namespace mpcache::bench {
+
+// Marks one party's timed section. In one process the parties' sections are
+// compared on one clock; across processes `begin` first meets the peers
+// (a barrier, not counted) so a party does not time its wait for the others.
+class CaseClock {
+ public:
+  virtual ~CaseClock() = default;
+  virtual Task<void> begin() = 0;
+  virtual void end() = 0;
+};
+
+// Shares the inputs (untimed), runs the timed section between clock.begin()
+// and clock.end(), then checks a few outputs against clear text (untimed;
+// party 0 learns them). Returns whether the check passed.
+using CaseBody = std::function<Task<bool>(Rss3&, PartyId, CaseClock&)>;
+
+struct OpCase {
+  std::string name;
+  std::uint64_t elements = 0;  // outputs per run
+  std::string note;
+  CaseBody run;
+};
+
+// micro: mul-1M, fixed-mul-1M, matvec-1x1024x1024.
+std::vector<OpCase> micro_cases();
+// ops: micro plus comparisons, softmax, sort, top-k, one-hot, attention step.
+// paper-table2: token- vs cluster-wise top 25% with gathers.
+// `link` picks the top-k method (rank-based or network) by the cost model.
+std::vector<OpCase> preset_cases(const std::string& preset, const ops::LinkModel& link);
+// Names of a preset's cases, or of the one case called `name`; throws an
+// Error naming the valid choices otherwise.
+std::vector<OpCase> cases_named(const std::string& name, const ops::LinkModel& link);
+
+}  // namespace mpcache::bench

@@ -1,0 +1,94 @@
+// Presets `micro`, `ops` and `paper-table2`: the workloads of op_cases.cpp on
+// rss3, either as three parties in this process (in-process transport, one
+// thread, optionally over the emulated link) or, with --processes 3, as three
+// processes over TCP (`mpcache local`, encrypted unless --insecure, over the
+// emulated --link).
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <cstdio>
+#include <nlohmann/json.hpp>
+import mpcache;
+#include "bench_case.hpp"
+#include "local_job.hpp"
+#include "op_cases.hpp"
+#include "three_party.hpp"
+
+namespace mpcache::bench {
+namespace {
+
+// The in-process Section, seen through one party's CaseClock.
+class SectionClock final : public CaseClock {
+ public:
+  SectionClock(Section& section, PartyId id) : section_(section), id_(id) {}
+  Task<void> begin() override {
+    section_.begin(id_);
+    co_return;
+  }
+  void end() override { section_.end(id_); }
+
+ private:
+  Section& section_;
+  PartyId id_;
+};
+
+ops::LinkModel link_model(const Options& options) {
+  // With no link the top-k choice still assumes the paper's LAN.
+  return {options.link.rtt_s > 0 ? options.link.rtt_s : 0.3e-3,
+          options.link.bytes_per_s > 0 ? options.link.bytes_per_s : 377e6};
+}
+
+std::vector<CaseResult> in_process(const std::string& preset, const Options& options) {
+  std::vector<CaseResult> out;
+  for (const OpCase& c : preset_cases(preset, link_model(options))) {
+    CaseResult r = measure_case(c.name, c.elements, options,
+                                [&](Rss3& p, PartyId id, Section& section) -> Task<void> {
+                                  SectionClock clock(section, id);
+                                  if (!co_await c.run(p, id, clock))
+                                    throw Error(ErrorCode::protocol,
+                                                c.name + ": the opened result is wrong");
+                                });
+    r.note = c.note;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// Three processes: the report of `mpcache local` becomes one row per case.
+// The model adds the same case's latency without emulation as compute.
+std::vector<CaseResult> three_processes(const std::string& preset, const Options& options) {
+  const std::string base = "--job " + preset + " --repeat " + std::to_string(options.repeat) +
+                           (options.insecure ? " --insecure" : "");
+  const auto unemulated = run_local_job(base);
+  const bool emulate = options.link.name != "none";
+  const auto measured = emulate ? run_local_job(base + " --link " + options.link.name) : unemulated;
+  const auto notes = preset_cases(preset, link_model(options));
+  std::vector<CaseResult> out;
+  for (std::size_t k = 0; k < measured["cases"].size(); ++k) {
+    const auto& c = measured["cases"][k];
+    CaseResult r;
+    r.name = c["case"].get<std::string>();
+    r.protocol = "rss3";
+    r.transport = "3 processes, " + measured["transport"].get<std::string>();
+    r.latency_s = c["latency_s"].get<double>();
+    r.bytes_max_party = c["bytes_max_party"].get<std::uint64_t>();
+    r.bytes_total = c["bytes_total"].get<std::uint64_t>();
+    r.rounds = c["rounds"].get<std::uint64_t>();
+    r.repeat = options.repeat;
+    r.link_emulated = emulate;
+    const double compute = unemulated["cases"][k]["latency_s"].get<double>();
+    r.model_s = static_cast<double>(r.rounds) * options.link.rtt_s +
+                (options.link.bytes_per_s > 0 ? static_cast<double>(r.bytes_max_party) / options.link.bytes_per_s : 0) +
+                compute;
+    for (const auto& n : notes)
+      if (n.name == r.name) r.note = n.note;
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& options) {
+  return options.processes == 3 ? three_processes(preset, options) : in_process(preset, options);
+}
+
+}  // namespace mpcache::bench
