@@ -2,6 +2,7 @@
 // backends: exact costs, large messages, and every failure mode naming the
 // peer (closed, silent, garbage, truncated, wrong id, port in use, refused).
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <thread>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <doctest/doctest.h>
@@ -27,10 +28,11 @@ std::vector<std::byte> pattern(std::size_t n, std::uint8_t seed) {
 const std::array<TcpBackend, 2> backends{TcpBackend::uring, TcpBackend::asio};
 const char* backend_name(TcpBackend b) { return b == TcpBackend::uring ? "io_uring" : "asio"; }
 
-// Party 0 waits for a message from party 1 on stream 7; party 1's socket end
-// is driven by hand by `peer(fd)`.
+// Party 0 sends `send_first` bytes to party 1 (if any), then waits for a
+// message from party 1 on stream 7; party 1's socket end is driven by hand
+// by `peer(fd)`.
 std::string error_when_peer_does(TcpBackend backend, std::chrono::milliseconds timeout,
-                                 const std::function<void(int)>& peer) {
+                                 const std::function<void(int)>& peer, std::size_t send_first = 0) {
   auto mesh = local_socket_mesh(2);
   const int raw = mesh[1].fds[0];
   mesh[1].fds[0] = -1;
@@ -40,9 +42,10 @@ std::string error_when_peer_does(TcpBackend backend, std::chrono::milliseconds t
     Scheduler s;
     Endpoint e(s, 0, 2);
     TcpTransport tcp(s, e, std::move(mesh[0]), {.backend = backend, .silence_timeout = timeout});
-    (void)sync_wait(s, [](Endpoint& ep) -> Task<std::vector<std::byte>> {
+    (void)sync_wait(s, [](Endpoint& ep, std::size_t n) -> Task<std::vector<std::byte>> {
+      if (n > 0) ep.send(1, 5, std::vector<std::byte>(n));
       co_return co_await ep.recv(1, 7);
-    }(e));
+    }(e, send_first));
   } catch (const Error& err) {
     CHECK(err.code() == ErrorCode::network);
     error = err.what();
@@ -146,6 +149,30 @@ TEST_CASE("a silent peer fails the waiting party at the deadline") {
     });
     CHECK(contains(error, "link to party 1 failed: party 1 sent nothing for 0.3 s while party 0 "
                           "waited for it (silent peer; deadline exceeded)"));
+  }
+}
+
+TEST_CASE("a peer that stops reading fails the sender at the deadline, even while it talks") {
+  // The peer keeps sending well-formed empty frames (so it is not silent)
+  // but never reads: the 64 MiB record fills the socket buffers and the
+  // send makes no progress.
+  for (TcpBackend backend : backends) {
+    CAPTURE(backend_name(backend));
+    auto error = error_when_peer_does(
+        backend, std::chrono::milliseconds(300),
+        [](int fd) {
+          auto bytes = record_header(1, 16);
+          std::vector<unsigned char> frame(16, 0);
+          frame[0] = 99;  // stream 99, length 0: nobody waits for it
+          bytes.insert(bytes.end(), frame.begin(), frame.end());
+          for (int i = 0; i < 50; ++i) {
+            if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) <= 0) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          }
+        },
+        std::size_t{64} << 20);
+    CHECK(contains(error, "link to party 1 failed: party 1 accepted no data for 0.3 s (peer stalled or "
+                          "not reading; deadline exceeded)"));
   }
 }
 
