@@ -14,11 +14,12 @@ struct TcpPartyResult {
   CostCounters costs;
 };
 
-// fn(PartyId, Endpoint&) -> Task<R>, run at every party in its own thread.
-template <class R, class Fn>
-std::vector<TcpPartyResult<R>> run_tcp_parties(std::vector<Connections> connections,
-                                               TcpOptions options, Fn fn) {
-  const std::size_t n = connections.size();
+// One thread per party: connections(id) gives the party's Connections (in
+// its thread, so connection set-up can block on the peers), then
+// fn(PartyId, Endpoint&, TcpTransport&) -> Task<R> runs to completion.
+template <class R, class Connect, class Fn>
+std::vector<TcpPartyResult<R>> run_party_threads(std::size_t n, Connect connections,
+                                                 TcpOptions options, Fn fn) {
   std::vector<TcpPartyResult<R>> results(n);
   std::vector<std::thread> threads;
   for (PartyId id = 0; id < n; ++id)
@@ -27,35 +28,7 @@ std::vector<TcpPartyResult<R>> run_tcp_parties(std::vector<Connections> connecti
       try {
         Scheduler scheduler;
         Endpoint endpoint(scheduler, id, n);
-        TcpTransport transport(scheduler, endpoint, std::move(connections[id]), options);
-        out.transport = transport.name();
-        out.value = sync_wait(scheduler, fn(id, endpoint));
-        out.costs = endpoint.costs();
-      } catch (const std::exception& e) {
-        out.error = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return results;
-}
-
-// As run_tcp_parties, but every party first sets up its connections over
-// loopback TCP with connect_cluster(id, parties, connect[id]).
-template <class R, class Fn>
-std::vector<TcpPartyResult<R>> run_cluster_parties(const std::vector<PartyAddress>& parties,
-                                                   const std::vector<ConnectOptions>& connect,
-                                                   TcpOptions options, Fn fn) {
-  const std::size_t n = parties.size();
-  std::vector<TcpPartyResult<R>> results(n);
-  std::vector<std::thread> threads;
-  for (PartyId id = 0; id < n; ++id)
-    threads.emplace_back([&, id] {
-      auto& out = results[id];
-      try {
-        Scheduler scheduler;
-        Endpoint endpoint(scheduler, id, n);
-        TcpTransport transport(scheduler, endpoint, connect_cluster(id, parties, connect[id]),
-                               options);
+        TcpTransport transport(scheduler, endpoint, connections(id), options);
         out.transport = transport.name();
         out.value = sync_wait(scheduler, fn(id, endpoint, transport));
         out.costs = endpoint.costs();
@@ -65,6 +38,27 @@ std::vector<TcpPartyResult<R>> run_cluster_parties(const std::vector<PartyAddres
     });
   for (auto& t : threads) t.join();
   return results;
+}
+
+// fn(PartyId, Endpoint&) -> Task<R> over sockets made by the caller.
+template <class R, class Fn>
+std::vector<TcpPartyResult<R>> run_tcp_parties(std::vector<Connections> connections,
+                                               TcpOptions options, Fn fn) {
+  return run_party_threads<R>(
+      connections.size(), [&](PartyId id) { return std::move(connections[id]); }, options,
+      [&](PartyId id, Endpoint& endpoint, TcpTransport&) { return fn(id, endpoint); });
+}
+
+// Every party first sets up its connections over loopback TCP with
+// connect_cluster(id, parties, connect[id]); fn(PartyId, Endpoint&,
+// TcpTransport&) -> Task<R>.
+template <class R, class Fn>
+std::vector<TcpPartyResult<R>> run_cluster_parties(const std::vector<PartyAddress>& parties,
+                                                   const std::vector<ConnectOptions>& connect,
+                                                   TcpOptions options, Fn fn) {
+  return run_party_threads<R>(
+      parties.size(), [&](PartyId id) { return connect_cluster(id, parties, connect[id]); }, options,
+      fn);
 }
 
 inline std::vector<PartyAddress> loopback_parties(std::size_t n) {
