@@ -3,7 +3,7 @@
 
 Train set: five novels; held out: Persuasion (evaluation only).
 Curriculum: phases of increasing context (e.g. 256 -> 512 -> 2048), given by
---phases "CTX:BATCH:FRACTION[:PASSKEY_FRAC],..." where FRACTION is the share of
+--phases "CTX:BATCH:FRACTION[:PASSKEY_FRAC[:COPY_FRAC]],..." where FRACTION is the share of
 --steps and PASSKEY_FRAC (default --passkey-frac) the share of passkey samples.
 A wall-clock budget (--time-budget-min, including the final evaluation) caps
 the run: if the step budget would overrun it, training progress is measured in
@@ -96,13 +96,38 @@ def make_passkey(text, total_len, rng, depth=None, key=None):
     return np.frombuffer(seq, dtype=np.uint8), 5
 
 
-def get_batch(text, ctx, batch, passkey_frac, rng):
+# Digits and capitals: rare in Austen's prose, so the only earlier match of
+# a drill byte is (almost always) inside the drill string itself.
+COPY_ALPHABET = np.frombuffer(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ", dtype=np.uint8)
+
+
+def make_copy(text, total_len, rng):
+    """Induction drill: a random string of 8 bytes up to half the sequence
+    after a '#' at a random depth of Austen filler, repeated after '#' at the
+    end. Unlike a 5-digit passkey, every byte of the repeat is predictable only
+    by copying, so one sample carries dozens of supervised copy steps; this is
+    what makes a small model form the induction circuit that passkey
+    retrieval needs."""
+    m = int(rng.integers(8, max(9, min(256, (total_len - 4) // 2))))
+    r = COPY_ALPHABET[rng.integers(0, len(COPY_ALPHABET), m)].tobytes()
+    needle, question = b"#" + r + b" ", b"\n#" + r
+    flen = total_len - len(needle) - len(question)
+    start = int(rng.integers(0, len(text) - flen - 1))
+    filler = text[start:start + flen].tobytes()
+    pos = int(rng.integers(0, flen + 1))
+    seq = filler[:pos] + needle + filler[pos:] + question
+    assert len(seq) == total_len
+    return np.frombuffer(seq, dtype=np.uint8), m
+
+
+def get_batch(text, ctx, batch, passkey_frac, rng, copy_frac=0.0):
     """Returns x (B,ctx), y (B,ctx) int64 and mask of answer positions in y."""
     x = np.empty((batch, ctx + 1), dtype=np.int64)
     ans = np.zeros((batch, ctx), dtype=bool)
     for b in range(batch):
-        if rng.random() < passkey_frac:
-            seq, na = make_passkey(text, ctx + 1, rng)
+        u = rng.random()
+        if u < passkey_frac + copy_frac:
+            seq, na = (make_passkey if u < passkey_frac else make_copy)(text, ctx + 1, rng)
             x[b] = seq
             ans[b, ctx - na:] = True
         else:
@@ -173,22 +198,25 @@ def eval_passkey(model, text, total_len, n, seed, batch=10):
 
 # ---------------------------------------------------------------------------
 def parse_phases(s, default_passkey_frac):
-    """ctx:batch:fraction[:passkey_frac] per phase; the optional fourth field
-    lets a curriculum start passkey-heavy at short context (where retrieval is
-    learned) and dilute it later."""
+    """ctx:batch:fraction[:passkey_frac[:copy_frac]] per phase; the optional
+    fourth and fifth fields let a curriculum start with copy drills and
+    passkeys at short context (where retrieval is learned) and dilute them
+    later."""
     out = []
     for part in s.split(","):
         fields = part.split(":")
         c, b, f = fields[:3]
         pk = float(fields[3]) if len(fields) > 3 else default_passkey_frac
-        out.append((int(c), int(b), float(f), pk))
-    tot = sum(f for _, _, f, _ in out)
-    return [(c, b, f / tot, pk) for c, b, f, pk in out]
+        cp = float(fields[4]) if len(fields) > 4 else 0.0
+        assert pk + cp <= 1.0, f"phase {part}: passkey + copy fractions exceed 1"
+        out.append((int(c), int(b), float(f), pk, cp))
+    tot = sum(f for _, _, f, _, _ in out)
+    return [(c, b, f / tot, pk, cp) for c, b, f, pk, cp in out]
 
 
 def phase_at(phases, progress):
     acc = 0.0
-    for i, (c, b, f, _) in enumerate(phases):
+    for i, (c, b, f, _, _) in enumerate(phases):
         acc += f
         if progress < acc or i == len(phases) - 1:
             return i
@@ -234,10 +262,13 @@ def write_card(path, out_dir, args, cfg, nparams, state, ev=None):
     L.append(f"- Synthetic passkey sequences ({args.passkey_frac:.0%} of training sequences): Austen filler with "
              f"`{NEEDLE.format(k='NNNNN')!r}` inserted at a uniform random depth (word boundary), ending with "
              f"`{QUESTION.format(k='NNNNN')!r}`; full-sequence LM loss plus {args.answer_weight} x mean loss on the "
-             "5 answer digits.\n")
+             "5 answer digits.")
+    L.append("- Induction drills (share per phase: fifth field of `--phases`): a random string of digits and "
+             "capitals (8 bytes up to half the sequence) after a '#' at a random depth of Austen filler, repeated "
+             "after '\\n#' at the end; the repeat's bytes count as answer bytes.\n")
     L.append("## Training\n")
     L.append("```\n" + state["command"] + "\n```\n")
-    L.append(f"- seed {args.seed}; phases (ctx:batch:fraction-of-steps) `{args.phases}`; AdamW lr {args.lr} "
+    L.append(f"- seed {args.seed}; phases (ctx:batch:fraction-of-steps[:passkey share[:drill share]]) `{args.phases}`; AdamW lr {args.lr} "
              f"(betas 0.9/0.95, wd {args.weight_decay} on matrices), {args.warmup} warmup steps, cosine to "
              f"{args.min_lr_frac} x lr; grad clip 1.0; torch {torch.__version__}, {args.threads} CPU thread(s).")
     L.append(f"- steps done {state['step']} (planned {args.steps}); tokens seen {state['tokens']:,}; "
@@ -370,9 +401,9 @@ def main():
         if progress >= 1.0:
             break
         ph = phase_at(phases, progress)
-        ctx, bs, _, pk_frac = phases[ph]
+        ctx, bs, _, pk_frac, copy_frac = phases[ph]
         if ph != cur_phase:
-            print(f"[step {step}] phase {ph}: ctx {ctx} batch {bs} passkey {pk_frac}", flush=True)
+            print(f"[step {step}] phase {ph}: ctx {ctx} batch {bs} passkey {pk_frac} copy {copy_frac}", flush=True)
             cur_phase = ph
             hist, ans_hist = [], []
         if step < args.warmup:
@@ -382,7 +413,7 @@ def main():
         for gr in opt.param_groups:
             gr["lr"] = lr
 
-        x, y, ans = get_batch(train_text, ctx, bs, pk_frac, rng)
+        x, y, ans = get_batch(train_text, ctx, bs, pk_frac, rng, copy_frac)
         logits = model(x)
         ce = F.cross_entropy(logits.reshape(-1, 256), y.reshape(-1), reduction="none").view(bs, ctx)
         loss = ce.mean()
