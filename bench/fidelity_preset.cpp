@@ -70,7 +70,24 @@ std::optional<kv::AnyPolicy<P>> make_policy(const std::string& name, std::size_t
     if (name == "longcache") return kv::AnyPolicy<P>(kv::LongCache<P>(budget));
     if (name == "quest") return kv::AnyPolicy<P>(kv::Quest<P>(budget));
     if (name == "infllm") return kv::AnyPolicy<P>(kv::InfLlm<P>(budget));
-    if (name == "mpcache") return kv::AnyPolicy<P>(kv::MpCache<P>(budget));
+    // "mpcache" plus ablation suffixes, each switching one part:
+    // -bound (sign-split bound similarity), -noshare (no layer index sharing),
+    // -noevict (no static eviction), -flat (no coarse level), -rmax (alpha 1).
+    if (name == "mpcache" || name.starts_with("mpcache-")) {
+      kv::MpCacheOptions o;
+      std::stringstream parts(name.substr(7));
+      std::string part;
+      while (std::getline(parts, part, '-')) {
+        if (part.empty()) continue;
+        if (part == "bound") o.similarity = kv::Similarity::bound;
+        else if (part == "noshare") o.share_layers = false;
+        else if (part == "noevict") o.keep_ratio = 1.0;
+        else if (part == "flat") o.hierarchical = false;
+        else if (part == "rmax") o.alpha = 1.0;
+        else throw Error(ErrorCode::invalid_argument, "fidelity: unknown MPCache variant '" + part + "' in '" + name + "'");
+      }
+      return kv::AnyPolicy<P>(kv::MpCache<P>(budget, o));
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "fidelity: skipping %s at %zu tokens: %s\n", name.c_str(), budget, e.what());
     return std::nullopt;

@@ -25,6 +25,19 @@ import :clusters;
 
 export namespace mpcache::kv {
 
+// How a cluster's keys are scored against the query.
+//   linear: q . (alpha r_max + (1 - alpha) r_min), the paper's MPC-friendly
+//           similarity: one matmul, no comparison.
+//   bound:  q+ . r_max + q- . r_min (q+ / q- the positive / negative parts of
+//           each query head), which equals Quest's upper bound
+//           sum_i max(q_i r_max_i, q_i r_min_i) because r_max >= r_min. It
+//           needs the sign of the d query entries only (one comparison batch
+//           of g*d elements, not C*d), then one matmul of twice the width.
+//           A sharp head (e.g. an induction head copying one token) finds
+//           its token's cluster by the bound, where the linear mix averages
+//           the token away.
+enum class Similarity { linear, bound };
+
 struct MpCacheOptions {
   double keep_ratio = 0.5;      // static eviction keeps this share of the prompt
   double window_ratio = 0.2;    // queries used for static eviction
@@ -33,6 +46,7 @@ struct MpCacheOptions {
   double alpha = 0.6;
   bool share_layers = true;
   bool hierarchical = true;
+  Similarity similarity = Similarity::linear;
 };
 
 template <Protocol P>
@@ -128,8 +142,8 @@ class MpCache {
     ClusterList<P> list;
     std::optional<Share> kept;        // static eviction survivors (positions)
     std::size_t prompt_tokens = 0;
-    std::optional<Share> fine;        // (F, d): alpha*max + (1-alpha)*min
-    std::optional<Share> coarse;      // (F/2, d) over pairs of fine clusters
+    std::optional<Share> fine;        // (F, d): alpha*max + (1-alpha)*min; bound: (F, 2d) [max | min]
+    std::optional<Share> coarse;      // (F/2, d or 2d) over pairs of fine clusters
     std::optional<Share> last_ids;
   };
 
@@ -143,9 +157,12 @@ class MpCache {
     const std::size_t d = P::shape(*list.max_keys).at(1);
     // Recompute the linear summaries (local: public alpha times shares).
     auto mx = *list.max_keys, mn = *list.min_keys;
-    RingTensor a = ring_filled({f, d}, fp.encode(o_.alpha)), b = ring_filled({f, d}, fp.encode(1 - o_.alpha));
-    auto fine = co_await p.truncate(p.add(p.mul_public(mx, a), p.mul_public(mn, b)), p.frac_bits());
-    st.fine = fine;
+    if (o_.similarity == Similarity::bound) {
+      st.fine = ops::concat_last<P>(mx, mn);
+    } else {
+      RingTensor a = ring_filled({f, d}, fp.encode(o_.alpha)), b = ring_filled({f, d}, fp.encode(1 - o_.alpha));
+      st.fine = co_await p.truncate(p.add(p.mul_public(mx, a), p.mul_public(mn, b)), p.frac_bits());
+    }
     const std::size_t c = f / 2;
     if (c == 0) co_return;
     // Coarse max/min: over the two children's max/min.
@@ -154,6 +171,10 @@ class MpCache {
     P p1 = p.fork(), p2 = p.fork();
     auto [cmax, neg_cmin] = co_await when_all(ops::max_last(p1, pairs_max), ops::max_last(p2, p.neg(pairs_min)));
     auto cmx = ops::reshape<P>(cmax, {c, d}), cmn = ops::reshape<P>(p.neg(neg_cmin), {c, d});
+    if (o_.similarity == Similarity::bound) {
+      st.coarse = ops::concat_last<P>(cmx, cmn);
+      co_return;
+    }
     RingTensor ca = ring_filled({c, d}, fp.encode(o_.alpha)), cb = ring_filled({c, d}, fp.encode(1 - o_.alpha));
     st.coarse = co_await p.truncate(p.add(p.mul_public(cmx, ca), p.mul_public(cmn, cb)), p.frac_bits());
   }
@@ -169,20 +190,32 @@ class MpCache {
     return out;
   }
 
-  // Similarity of the group's summed query with summaries (n, d) -> (n).
-  Task<Share> similarity(P& p, const Share& queries, const Share& summaries) {
-    const std::size_t g = P::shape(queries).at(0), d = P::shape(queries).at(1);
-    auto q = P::apply(queries, [](const RingTensor& t) { return ring_sum_second_last(t); });  // (d)
-    auto sim = co_await p.matmul_trunc(ops::reshape<P>(q, {1, d}), transpose<P>(summaries));
-    (void)g;
+  // The group's query heads (g, d) as one row to score summaries with:
+  // linear: (1, d), their sum; bound: (1, 2d), [sum of q+ | sum of q-].
+  Task<Share> query_row(P& p, const Share& queries) {
+    const std::size_t d = P::shape(queries).at(1);
+    auto head_sum = [d](const Share& x) {
+      return ops::reshape<P>(P::apply(x, [](const RingTensor& t) { return ring_sum_second_last(t); }), {1, d});
+    };
+    if (o_.similarity == Similarity::linear) co_return head_sum(queries);
+    auto negative = co_await ops::msb(p, queries);             // 1 where q < 0
+    auto q_minus = co_await p.mul(negative, queries);          // bit x fixed: no truncation
+    auto q_plus = p.sub(queries, q_minus);
+    co_return ops::concat_last<P>(head_sum(q_plus), head_sum(q_minus));
+  }
+
+  // Scores of summaries (n, d or 2d) against a query row -> (n).
+  Task<Share> similarity(P& p, const Share& query, const Share& summaries) {
+    auto sim = co_await p.matmul_trunc(query, transpose<P>(summaries));
     co_return ops::reshape<P>(sim, {P::shape(summaries).at(0)});
   }
 
   // Fine-cluster ids (k), never cluster 0 (always attended anyway).
   Task<Share> pick(P& p, State& st, const Share& queries, std::size_t k) {
     const std::size_t f = st.list.complete(), c = f / 2;
+    const Share query = co_await query_row(p, queries);
     if (!o_.hierarchical || c < 2) {
-      auto sim = co_await similarity(p, queries, rows<P>(*st.fine, 1, f));
+      auto sim = co_await similarity(p, query, rows<P>(*st.fine, 1, f));
       auto top = co_await ops::topk(p, sim, k);
       co_return p.add_public(top.indices, ring_filled({k}, 1));
     }
@@ -190,7 +223,7 @@ class MpCache {
     const std::size_t candidates_coarse = c - 1;
     const std::size_t kc = std::min(candidates_coarse,
                                     std::max<std::size_t>((k + 1) / 2, static_cast<std::size_t>(std::ceil(o_.coarse_ratio * double(candidates_coarse)))));
-    auto csim = co_await similarity(p, queries, rows<P>(*st.coarse, 1, c));
+    auto csim = co_await similarity(p, query, rows<P>(*st.coarse, 1, c));
     auto ctop = co_await ops::topk(p, csim, kc);
     auto coarse_ids = p.add_public(ctop.indices, ring_filled({kc}, 1));
     // Children 2c and 2c+1 (local arithmetic on the secret ids), plus the
@@ -201,7 +234,7 @@ class MpCache {
     if (f % 2 == 1) extra.push_back(f - 1);
     cand = ops::concat_last<P>(cand, public_integers(p, cand, extra));
     auto cand_summaries = co_await gather_rows(p, *st.fine, cand);
-    auto fsim = co_await similarity(p, queries, cand_summaries);
+    auto fsim = co_await similarity(p, query, cand_summaries);
     const std::size_t kk = std::min(k, P::shape(cand).at(0));
     auto ftop = co_await ops::topk(p, fsim, kk);
     auto ids = co_await gather_values(p, cand, ftop.indices);

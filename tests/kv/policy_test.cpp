@@ -97,15 +97,23 @@ xt::xarray<double> attention_on(std::size_t g, std::size_t t, const std::vector<
 // Brute-force MPCache dynamic selection (no static eviction), float64.
 std::vector<long> mpcache_reference(const Scene& s, std::size_t budget, const kv::MpCacheOptions& o) {
   const std::size_t sz = o.cluster, a = s.t, f = (a - 1) / sz, k = (budget - 2 * sz) / sz, d = s.d;
-  std::vector<double> q(d, 0.0);
+  std::vector<double> q(d, 0.0), q_plus(d, 0.0), q_minus(d, 0.0);
   for (std::size_t h = 0; h < s.g; ++h)
-    for (std::size_t i = 0; i < d; ++i) q[i] += s.queries(h, i);
+    for (std::size_t i = 0; i < d; ++i) {
+      q[i] += s.queries(h, i);
+      (s.queries(h, i) < 0 ? q_minus : q_plus)[i] += s.queries(h, i);
+    }
   auto summary = [&](std::size_t first, std::size_t count) {
     double sim = 0;
     for (std::size_t i = 0; i < d; ++i) {
       double mx = -1e300, mn = 1e300;
       for (std::size_t r = first; r < first + count; ++r) mx = std::max(mx, s.keys(r, i)), mn = std::min(mn, s.keys(r, i));
-      sim += q[i] * (o.alpha * mx + (1 - o.alpha) * mn);
+      if (o.similarity == kv::Similarity::bound) {
+        // Quest's bound, summed over the group's heads.
+        sim += q_plus[i] * mx + q_minus[i] * mn;
+      } else {
+        sim += q[i] * (o.alpha * mx + (1 - o.alpha) * mn);
+      }
     }
     return sim;
   };
@@ -218,7 +226,11 @@ TEST_SUITE("kv policies") {
   TEST_CASE("MPCache hierarchical selection equals the brute-force reference, on ref and plain") {
     kv::MpCacheOptions o;
     o.keep_ratio = 1.0;
+    for (auto similarity : {kv::Similarity::linear, kv::Similarity::bound})
     for (std::uint64_t seed : {21u, 22u, 23u, 24u}) {
+      CAPTURE(seed);
+      CAPTURE(similarity == kv::Similarity::bound);
+      o.similarity = similarity;
       const Scene s = scene(16 * 13 + 5, 8, 2, seed);
       const std::size_t budget = 16 * 6;
       const auto expect = mpcache_reference(s, budget, o);
@@ -230,6 +242,35 @@ TEST_SUITE("kv policies") {
       kv::MpCache<Plain> mp(budget, o);
       CHECK(select_once(p, mp, s, attention_on(2, s.t - 1, {0})) == expect);
     }
+  }
+
+  TEST_CASE("MPCache's bound similarity finds one sharp key that the linear mix averages away") {
+    // Cluster 2 (32..47) holds the one key that matches the query (9 on the
+    // query's dimension) next to a very negative one; cluster 4 (64..79) is
+    // uniformly mild (1.5). Linear: 0.6*9 + 0.4*(-12) = 0.6 < 1.5, so it picks
+    // cluster 4; the bound scores cluster 2 by its best key, 9.
+    Scene s = scene(16 * 6 + 1, 4, 1, 31);
+    s.queries = xt::xarray<double>{{0.0, 0.0, 1.0, 0.0}};
+    s.keys(37, 2) = 9.0;
+    s.keys(40, 2) = -12.0;
+    for (std::size_t r = 64; r < 80; ++r) s.keys(r, 2) = 1.5;
+    auto picked = [&](kv::Similarity similarity) {
+      kv::MpCacheOptions o;
+      o.keep_ratio = 1.0;
+      o.hierarchical = false;
+      o.similarity = similarity;
+      Ref p;
+      kv::MpCache<Ref> mc(48, o);  // first cluster + one picked + the tail
+      return sorted(select_once(p, mc, s, attention_on(1, s.t - 1, {0})));
+    };
+    auto expect = [](long first) {
+      auto v = range(0, 16);
+      for (long i = first; i < first + 16; ++i) v.push_back(i);
+      v.push_back(96);
+      return v;
+    };
+    CHECK(picked(kv::Similarity::linear) == expect(64));
+    CHECK(picked(kv::Similarity::bound) == expect(32));
   }
 
   TEST_CASE("MPCache static eviction keeps the attended tokens; odd layers reuse the indices") {
