@@ -46,6 +46,28 @@ struct Settings {
   std::string passkey_format = "marker";  // as tools/train/train.py --passkey-format
 };
 
+// "mpcache" plus ablation suffixes, each switching one part off or over:
+// -bound (sign-split bound similarity), -noshare (no layer index sharing),
+// -noevict (no static eviction), -flat (no coarse level), -rmax (alpha 1).
+// nullopt if `name` is not an MPCache name; an unknown suffix is an error.
+std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
+  if (name != "mpcache" && !name.starts_with("mpcache-")) return std::nullopt;
+  kv::MpCacheOptions o;
+  std::stringstream parts(name.substr(7));
+  std::string part;
+  while (std::getline(parts, part, '-')) {
+    if (part.empty()) continue;
+    if (part == "bound") o.similarity = kv::Similarity::bound;
+    else if (part == "noshare") o.share_layers = false;
+    else if (part == "noevict") o.keep_ratio = 1.0;
+    else if (part == "flat") o.hierarchical = false;
+    else if (part == "rmax") o.alpha = 1.0;
+    else throw Error(ErrorCode::invalid_argument, "fidelity: unknown MPCache variant '" + part + "' in '" + name +
+                                                      "' (bound, noshare, noevict, flat, rmax)");
+  }
+  return o;
+}
+
 template <class T>
 T run(Task<T> task) {
   Scheduler scheduler;
@@ -61,6 +83,7 @@ std::string read_file(const std::string& path) {
 }
 
 std::optional<kv::AnyPolicy<P>> make_policy(const std::string& name, std::size_t budget) {
+  const auto mpcache_options = mpcache_variant(name);  // outside the try: a bad name is an error
   try {
     if (name == "full") return kv::AnyPolicy<P>(kv::FullCache<P>{});
     if (name == "streaming_llm") return kv::AnyPolicy<P>(kv::StreamingLlm<P>(budget));
@@ -70,24 +93,7 @@ std::optional<kv::AnyPolicy<P>> make_policy(const std::string& name, std::size_t
     if (name == "longcache") return kv::AnyPolicy<P>(kv::LongCache<P>(budget));
     if (name == "quest") return kv::AnyPolicy<P>(kv::Quest<P>(budget));
     if (name == "infllm") return kv::AnyPolicy<P>(kv::InfLlm<P>(budget));
-    // "mpcache" plus ablation suffixes, each switching one part:
-    // -bound (sign-split bound similarity), -noshare (no layer index sharing),
-    // -noevict (no static eviction), -flat (no coarse level), -rmax (alpha 1).
-    if (name == "mpcache" || name.starts_with("mpcache-")) {
-      kv::MpCacheOptions o;
-      std::stringstream parts(name.substr(7));
-      std::string part;
-      while (std::getline(parts, part, '-')) {
-        if (part.empty()) continue;
-        if (part == "bound") o.similarity = kv::Similarity::bound;
-        else if (part == "noshare") o.share_layers = false;
-        else if (part == "noevict") o.keep_ratio = 1.0;
-        else if (part == "flat") o.hierarchical = false;
-        else if (part == "rmax") o.alpha = 1.0;
-        else throw Error(ErrorCode::invalid_argument, "fidelity: unknown MPCache variant '" + part + "' in '" + name + "'");
-      }
-      return kv::AnyPolicy<P>(kv::MpCache<P>(budget, o));
-    }
+    if (mpcache_options) return kv::AnyPolicy<P>(kv::MpCache<P>(budget, *mpcache_options));
   } catch (const Error& e) {
     std::fprintf(stderr, "fidelity: skipping %s at %zu tokens: %s\n", name.c_str(), budget, e.what());
     return std::nullopt;
