@@ -18,6 +18,8 @@ import mpcache;
 #include "local_job.hpp"
 
 namespace mpcache::bench {
+std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& options);
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -161,39 +163,22 @@ std::vector<CaseResult> rtt_rows() {
   return out;
 }
 
+// The micro cases as three processes (rss3_preset with --processes 3),
+// plain and encrypted, without a link and over the emulated lan.
 std::vector<CaseResult> process_rows(const Options& options) {
   std::vector<CaseResult> out;
-  const Link lan = link_named("lan");
-  for (bool encrypted : {false, true}) {
-    const std::string base = "--job micro --repeat " + std::to_string(options.repeat) + (encrypted ? "" : " --insecure");
-    const auto plain = run_local_job(base);
-    const auto emulated = run_local_job(base + " --link lan");
-    for (const auto* j : {&plain, &emulated}) {
-      const bool em = j == &emulated;
-      for (std::size_t k = 0; k < (*j)["cases"].size(); ++k) {
-        const auto& c = (*j)["cases"][k];
-        CaseResult r;
-        r.name = c["case"].get<std::string>() + "-3proc";
-        r.protocol = "rss3";
-        r.transport = (*j)["transport"].get<std::string>();
-        r.latency_s = c["latency_s"].get<double>();
-        r.bytes_max_party = c["bytes_max_party"].get<std::uint64_t>();
-        r.bytes_total = c["bytes_total"].get<std::uint64_t>();
-        r.rounds = c["rounds"].get<std::uint64_t>();
-        r.repeat = options.repeat;
-        r.link = em ? "lan" : "none";
-        r.link_emulated = em;
-        // Compute = the same case measured without emulation.
-        const double compute = plain["cases"][k]["latency_s"].get<double>();
-        r.model_s = em ? static_cast<double>(r.rounds) * lan.rtt_s +
-                             static_cast<double>(r.bytes_max_party) / lan.bytes_per_s + compute
-                       : compute;
-        r.note = em ? "measured over emulated lan; model_s = rounds*RTT + bytes/BW + unemulated latency"
-                    : "3 processes on loopback";
+  for (bool encrypted : {false, true})
+    for (const char* link : {"none", "lan"}) {
+      Options o = options;
+      o.processes = 3;
+      o.insecure = !encrypted;
+      o.link = link_named(link);
+      for (CaseResult r : rss3_preset("micro", o)) {
+        r.name += "-3proc";
+        r.link = link;
         out.push_back(r);
       }
     }
-  }
   return out;
 }
 

@@ -74,10 +74,10 @@ std::vector<CaseResult> three_processes(const std::string& preset, const Options
     r.rounds = c["rounds"].get<std::uint64_t>();
     r.repeat = options.repeat;
     r.link_emulated = emulate;
-    const double compute = unemulated["cases"][k]["latency_s"].get<double>();
-    r.model_s = static_cast<double>(r.rounds) * options.link.rtt_s +
-                (options.link.bytes_per_s > 0 ? static_cast<double>(r.bytes_max_party) / options.link.bytes_per_s : 0) +
-                compute;
+    // The same formula as in-process rows, with the unemulated run as compute.
+    CaseResult compute = r;
+    compute.latency_s = unemulated["cases"][k]["latency_s"].get<double>();
+    r.model_s = model_seconds(compute, options.link);
     for (const auto& n : notes)
       if (n.name == r.name) r.note = n.note;
     out.push_back(r);
