@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 import mpcache;
+#include "fidelity_common.hpp"
 
 namespace mpcache::bench {
 namespace {
@@ -46,59 +47,10 @@ struct Settings {
   std::string passkey_format = "marker";  // as tools/train/train.py --passkey-format
 };
 
-// "mpcache" plus ablation suffixes, each switching one part off or over:
-// -bound (sign-split bound similarity), -noshare (no layer index sharing),
-// -noevict (no static eviction), -flat (no coarse level), -rmax (alpha 1).
-// nullopt if `name` is not an MPCache name; an unknown suffix is an error.
-std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
-  if (name != "mpcache" && !name.starts_with("mpcache-")) return std::nullopt;
-  kv::MpCacheOptions o;
-  std::stringstream parts(name.substr(7));
-  std::string part;
-  while (std::getline(parts, part, '-')) {
-    if (part.empty()) continue;
-    if (part == "bound") o.similarity = kv::Similarity::bound;
-    else if (part == "noshare") o.share_layers = false;
-    else if (part == "noevict") o.keep_ratio = 1.0;
-    else if (part == "flat") o.hierarchical = false;
-    else if (part == "rmax") o.alpha = 1.0;
-    else throw Error(ErrorCode::invalid_argument, "fidelity: unknown MPCache variant '" + part + "' in '" + name +
-                                                      "' (bound, noshare, noevict, flat, rmax)");
-  }
-  return o;
-}
-
 template <class T>
 T run(Task<T> task) {
   Scheduler scheduler;
   return sync_wait(scheduler, std::move(task));
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::io, path + ": cannot open the evaluation text (run tools/train/extract_austen.py, or pass --text)");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::optional<kv::AnyPolicy<P>> make_policy(const std::string& name, std::size_t budget) {
-  const auto mpcache_options = mpcache_variant(name);  // outside the try: a bad name is an error
-  try {
-    if (name == "full") return kv::AnyPolicy<P>(kv::FullCache<P>{});
-    if (name == "streaming_llm") return kv::AnyPolicy<P>(kv::StreamingLlm<P>(budget));
-    if (name == "h2o") return kv::AnyPolicy<P>(kv::H2O<P>(budget));
-    if (name == "tova") return kv::AnyPolicy<P>(kv::Tova<P>(budget));
-    if (name == "snapkv") return kv::AnyPolicy<P>(kv::SnapKv<P>(budget));
-    if (name == "longcache") return kv::AnyPolicy<P>(kv::LongCache<P>(budget));
-    if (name == "quest") return kv::AnyPolicy<P>(kv::Quest<P>(budget));
-    if (name == "infllm") return kv::AnyPolicy<P>(kv::InfLlm<P>(budget));
-    if (mpcache_options) return kv::AnyPolicy<P>(kv::MpCache<P>(budget, *mpcache_options));
-  } catch (const Error& e) {
-    std::fprintf(stderr, "fidelity: skipping %s at %zu tokens: %s\n", name.c_str(), budget, e.what());
-    return std::nullopt;
-  }
-  throw Error(ErrorCode::invalid_argument, "fidelity: unknown policy '" + name + "'");
 }
 
 struct Arm {  // one (policy, budget)
@@ -179,7 +131,7 @@ class Study {
     for (double b : s_.budgets)
       for (const auto& name : s_.policies) {
         const std::size_t tokens = kv::budget_tokens(b, context);
-        if (make_policy(name, tokens)) arms.push_back({name, b, tokens});
+        if (make_policy<P>(name, tokens)) arms.push_back({name, b, tokens});
       }
     std::vector<std::size_t> ks;
     for (double b : s_.budgets) ks.push_back(kv::budget_tokens(b, context));
@@ -246,7 +198,7 @@ class Study {
     P p;
     Decoder<P> base(weights_);
     std::vector<kv::AnyPolicy<P>> policies;
-    for (const auto& a : arms) policies.push_back(*make_policy(a.policy, a.tokens));
+    for (const auto& a : arms) policies.push_back(*make_policy<P>(a.policy, a.tokens));
     kv::Tee<P> tee(&policies);
     std::vector<std::uint32_t> head(tokens.begin(), tokens.begin() + std::ptrdiff_t(prefix));
     auto prefill_logits = p.to_real(run(base.prefill(p, tee, 0, head, prefix)));
@@ -321,9 +273,8 @@ int fidelity_main(int argc, char** argv) {
   CLI::App app{"mpcache-bench --preset fidelity: perplexity, passkey, recall per KV policy and budget (float64)"};
   Settings s;
   std::string preset;
-  const char* home = std::getenv("HOME");
   s.model_dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
-  s.text_path = std::string(home ? home : ".") + "/.cache/mpcache/austen/persuasion.txt";
+  s.text_path = default_text_path();
   app.add_option("--preset", preset)->required();
   app.add_option("--model", s.model_dir, "model directory (config.json + model.safetensors)");
   app.add_option("--text", s.text_path, "held-out text (bytes)");
@@ -340,7 +291,11 @@ int fidelity_main(int argc, char** argv) {
   app.add_flag("--json", json, "(rows are always JSON lines)");
   CLI11_PARSE(app, argc, argv);
   try {
-    const std::string text = read_file(s.text_path);
+    // Names and numbers first: a typo fails at once, before any file is read.
+    for (const auto& name : s.policies) check_policy_name(name);
+    for (double b : s.budgets)
+      if (!(b > 0 && b <= 1)) throw Error(ErrorCode::invalid_argument, "budget " + std::to_string(b) + " is not a fraction in (0, 1]");
+    const std::string text = read_text(s.text_path);
     const ModelConfig c = ModelConfig::from_json_file(s.model_dir + "/config.json");
     P p;
     auto weights = run(load_decoder(p, c, weights_from_file(s.model_dir + "/model.safetensors")));

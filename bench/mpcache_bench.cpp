@@ -1,4 +1,4 @@
-// mpcache-bench --preset NAME [--json] [--repeat N]   (fidelity: see fidelity_preset.cpp)
+// mpcache-bench --preset NAME [--json] [--repeat N]   (fidelity, private-fidelity: see their files)
 // Prints one row per case: latency, payload bytes (busiest party and total),
 // message headers, rounds on the critical path. With --json, one JSON object
 // per line on stdout.
@@ -12,6 +12,7 @@ import mpcache;
 namespace mpcache::bench {
 std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& options);
 int fidelity_main(int argc, char** argv);  // its own options and row format
+int private_fidelity_main(int argc, char** argv);  // rss3 tokens vs the float64 argmax
 std::vector<CaseResult> net_preset(const Options& options);
 }
 
@@ -55,6 +56,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "fidelity")
       return mpcache::bench::fidelity_main(argc, argv);
+    else if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "private-fidelity")
+      return mpcache::bench::private_fidelity_main(argc, argv);
   CLI::App app{"mpcache benchmarks: latency, bytes and rounds per party"};
   std::string preset;
   bool json = false;

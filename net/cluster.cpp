@@ -42,9 +42,9 @@ Connections connect_cluster(PartyId self, const std::vector<PartyAddress>& parti
   sys::MeshOptions mesh;
   mesh.timeout = options.timeout;
   mesh.encrypted = options.encrypted;
-  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  mesh.on_dropped = options.on_dropped;
   if (options.encrypted)
-    mesh.after_hello = [&](int fd, std::uint32_t peer) {
+    mesh.after_hello = [&](int fd, std::uint32_t peer, std::chrono::steady_clock::time_point deadline) {
       const auto k = sys::run_handshake(fd, self, peer, options.secret_key_pem,
                                         options.public_keys_pem[peer], deadline);
       c.keys[peer] = ChannelKeys{k.send, k.recv};

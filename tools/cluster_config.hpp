@@ -26,15 +26,23 @@ struct ClusterParty {
   std::string secret_key;
 };
 
+// Set-up and silence deadline limits: 1 ms .. 1 hour.
+inline constexpr long long max_timeout_ms = 3'600'000;
+
 struct ClusterConfig {
   std::vector<ClusterParty> parties;
   int timeout_ms = 10000;
 };
 
-// Throws std::runtime_error naming the file and the offending key.
+// Throws std::runtime_error naming the file and the offending key: ports must
+// be 1..65535, timeout_ms 1..max_timeout_ms, no two parties on one address.
 ClusterConfig read_cluster_config(const std::string& path);
 void write_cluster_config(const std::string& path, const ClusterConfig& config);
 std::string read_text_file(const std::string& path, const std::string& what);
+// `secret`: as write_key_file(path, text, 0600, false).
 void write_text_file(const std::string& path, const std::string& text, bool secret);
+// Creates a new file with `mode` (O_EXCL | O_NOFOLLOW: an existing file or a
+// link at the path is an error unless `overwrite`, which removes it first).
+void write_key_file(const std::string& path, const std::string& text, unsigned mode, bool overwrite);
 
 }  // namespace mpcache::tools

@@ -1,12 +1,15 @@
-// mpcache: command line. `mpcache decode` runs the main job, a private decode
-// with MPCache; `mpcache demo` the 3-party arithmetic demo.
+// mpcache: command line. `mpcache generate` runs the main job, private
+// generation with MPCache (three processes, or a cluster, or in-process);
+// `mpcache decode` is `generate --in-process --check`; `mpcache demo` the
+// 3-party arithmetic demo.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cstdio>
 #include <CLI/CLI.hpp>
 import mpcache;
 #include "demo.hpp"
-#include "private_decode.hpp"
+#include "generate.hpp"
 #include "party.hpp"
+#include "local_cluster.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"mpcache: private LLM inference with MPC-friendly KV-cache eviction"};
@@ -16,22 +19,10 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--in", demo.in_features, "input features")->check(CLI::Range(1, 1 << 14));
   demo_cmd->add_option("--out", demo.out_features, "output features")->check(CLI::Range(4, 1 << 14));
   demo_cmd->add_option("--seed", demo.seed, "seed of the random example data");
-  mpcache::tools::DecodeOptions decode;
-  decode.model_dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
-  decode.prompt =
+  const std::string default_model = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
+  const std::string default_prompt =
       "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
       "must be in want of a wife. However little known the feelings";
-  auto* decode_cmd = app.add_subcommand("decode", "private greedy decode with MPCache under rss3 (3 parties in one process), checked against float64");
-  decode_cmd->add_option("--model", decode.model_dir, "model directory (config.json + model.safetensors)");
-  decode_cmd->add_option("--prompt", decode.prompt, "prompt text (bytes)");
-  decode_cmd->add_option("--tokens", decode.new_tokens, "bytes to generate")->check(CLI::Range(1, 256));
-  decode_cmd->add_option("--budget", decode.budget, "tokens attended per KV head per step (MPCache)");
-  decode_cmd->add_option("--policy", decode.policy, "mpcache or full")->check(CLI::IsMember({"mpcache", "full"}));
-
-  mpcache::tools::PartyOptions party;
-  auto* party_cmd = app.add_subcommand("party", "run one party of a multi-process job over TCP");
-  party_cmd->add_option("--config", party.config, "cluster config (JSON)")->required();
-  party_cmd->add_option("--id", party.id, "this party's id (index in the config)")->required();
   const std::vector<std::string> transports = {"auto", "uring", "asio"};
   const auto link_check = CLI::Validator(
       [](std::string& s) -> std::string {
@@ -43,6 +34,62 @@ int main(int argc, char** argv) {
         }
       },
       "lan|wan|none|RTT_MS:MBYTES_PER_S");
+
+  mpcache::tools::GenerateOptions gen;
+  gen.model_dir = default_model;
+  gen.prompt = default_prompt;
+  auto* gen_cmd = app.add_subcommand(
+      "generate",
+      "private greedy generation with MPCache under rss3: by default 3 processes on loopback (TCP, io_uring, "
+      "AES-GCM, fresh keys); --config/--id joins a cluster; --in-process runs all parties here");
+  gen_cmd->add_option("--model", gen.model_dir, "model directory (config.json + model.safetensors)");
+  auto* prompt_opt = gen_cmd->add_option("--prompt", gen.prompt, "the client's prompt (bytes)");
+  gen_cmd->add_option("--prompt-file", gen.prompt_file, "read the client's prompt from this file (instead of --prompt)")
+      ->excludes(prompt_opt);
+  gen_cmd->add_option("--tokens", gen.tokens, "bytes to generate")->check(CLI::Range(1, 4096));
+  gen_cmd->add_option("--policy", gen.policy, "KV-cache policy: mpcache or full")
+      ->check(CLI::IsMember({"mpcache", "full"}));
+  gen_cmd->add_option("--budget", gen.budget, "MPCache: tokens attended per KV head per step")
+      ->check(CLI::Range(1, 1 << 20));
+  gen_cmd->add_option("--link", gen.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")->check(link_check);
+  gen_cmd->add_option("--transport", gen.transport, "auto (io_uring, else asio), uring or asio")
+      ->check(CLI::IsMember(transports));
+  gen_cmd->add_option("--timeout-ms", gen.timeout_ms, "set-up and peer silence deadline (default: the config's; launcher 60000)")
+      ->check(CLI::Range(100, 3600000));
+  gen_cmd->add_flag("--insecure", gen.insecure, "plain TCP: no authentication, no encryption");
+  gen_cmd->add_flag("--allow-unused-weights", gen.allow_unused_weights,
+                    "run even if the config leaves tensors of the weights file unused");
+  gen_cmd->add_flag("--in-process", gen.in_process, "all three parties in this process (debugging)");
+  gen_cmd->add_flag("--check", gen.check,
+                    "debugging aid: check each token against the float64 reference (needs both inputs in one "
+                    "launcher: --in-process or the local launcher, not a cluster)");
+  gen_cmd->add_option("--json", gen.json, "write JSON lines: one row per step, a summary, each party (peak RSS)");
+  gen_cmd->add_option("--config", gen.config, "cluster config (JSON): join it as party --id");
+  gen_cmd->add_option("--id", gen.id, "this party's id: 0 client, 1 model owner, 2 helper")->check(CLI::Range(0, 2));
+  gen_cmd->add_option("--fault", gen.fault, "tests: launcher PARTY:exit, party exit (dies after decode step 1)");
+
+  mpcache::tools::GenerateOptions decode;
+  decode.model_dir = default_model;
+  decode.prompt = default_prompt;
+  decode.tokens = 8;
+  decode.in_process = true;
+  decode.check = true;
+  auto* decode_cmd = app.add_subcommand(
+      "decode", "= generate --in-process --check: 3 parties in one process, each byte checked against float64");
+  decode_cmd->add_option("--model", decode.model_dir, "model directory (config.json + model.safetensors)");
+  decode_cmd->add_option("--prompt", decode.prompt, "prompt text (bytes)");
+  decode_cmd->add_option("--tokens", decode.tokens, "bytes to generate")->check(CLI::Range(1, 256));
+  decode_cmd->add_option("--budget", decode.budget, "tokens attended per KV head per step (MPCache; at least 3 clusters)")
+      ->check(CLI::Range(1, 1 << 20));
+  decode_cmd->add_option("--policy", decode.policy, "mpcache or full")->check(CLI::IsMember({"mpcache", "full"}));
+  decode_cmd->add_flag("--allow-unused-weights", decode.allow_unused_weights,
+                       "run even if the config leaves tensors of the weights file unused");
+  decode_cmd->add_option("--json", decode.json, "write JSON lines: one row per step, a summary");
+
+  mpcache::tools::PartyOptions party;
+  auto* party_cmd = app.add_subcommand("party", "run one party of a multi-process job over TCP");
+  party_cmd->add_option("--config", party.config, "cluster config (JSON)")->required();
+  party_cmd->add_option("--id", party.id, "this party's id (index in the config)")->required();
   // Jobs: demo, or benchmark cases (bench/op_cases.hpp), checked when the job starts.
   const std::string jobs_help =
       "demo, a benchmark preset (micro, ops, paper-table2) or one of its cases (mul-1M, "
@@ -69,25 +116,37 @@ int main(int argc, char** argv) {
   local_cmd->add_option("--timeout-ms", local.timeout_ms, "set-up and peer silence deadline")
       ->check(CLI::Range(100, 600000));
   local_cmd->add_option("--repeat", local.repeat, "runs per case (median reported)")->check(CLI::Range(1, 100));
-  local_cmd->add_option("--fault", local.fault, "tests: PARTY:exit or PARTY:silent");
+  local_cmd->add_option("--fault", local.fault, "tests: PARTY:exit or PARTY:silent")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            try {
+              (void)mpcache::tools::parse_fault(s, {"exit", "silent"});
+              return {};
+            } catch (const std::exception& e) {
+              return e.what();
+            }
+          },
+          "PARTY:exit|silent"));
+  local_cmd->add_flag("--stranger", local.stranger,
+                      "tests: a stranger sends garbage to, and idles at, each listening port during set-up");
 
-  std::string key_dir = ".";
-  int key_parties = 3;
+  mpcache::tools::KeygenOptions keygen;
   auto* keygen_cmd = app.add_subcommand("keygen", "write Ed25519 key files pN.key (secret) and pN.pub");
-  keygen_cmd->add_option("--out", key_dir, "folder for the key files");
-  keygen_cmd->add_option("--parties", key_parties, "number of parties")->check(CLI::Range(1, 64));
+  keygen_cmd->add_option("--out", keygen.out_dir, "folder for the key files (created if missing; not its parents)");
+  keygen_cmd->add_option("--parties", keygen.parties, "number of parties")->check(CLI::Range(1, 64));
+  keygen_cmd->add_flag("--force", keygen.force, "replace existing key files");
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo_cmd) return mpcache::tools::run_demo(demo);
-    if (*decode_cmd) return mpcache::tools::run_private_decode(decode);
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    const std::string self = ec ? std::string(argv[0]) : exe.string();
+    if (*gen_cmd) return mpcache::tools::run_generate(gen, self);
+    if (*decode_cmd) return mpcache::tools::run_generate(decode, self);
     if (*party_cmd) return mpcache::tools::run_party(party);
-    if (*local_cmd) {
-      std::error_code ec;
-      const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-      return mpcache::tools::run_local(local, ec ? std::string(argv[0]) : self.string());
-    }
-    if (*keygen_cmd) return mpcache::tools::run_keygen(key_dir, key_parties);
+    if (*local_cmd) return mpcache::tools::run_local(local, self);
+    if (*keygen_cmd) return mpcache::tools::run_keygen(keygen);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpcache: %s\n", e.what());
     return 1;

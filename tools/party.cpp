@@ -3,16 +3,23 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <csignal>
 #include <random>
 #include <thread>
 #include <signal.h>
 #include <spawn.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 import mpcache;
 #include "../bench/op_cases.hpp"
 #include "cluster_config.hpp"
+#include "cluster_connect.hpp"
+#include "local_cluster.hpp"
 #include "party.hpp"
 
 extern char** environ;
@@ -135,21 +142,7 @@ int run_party(const PartyOptions& o) {
       throw Error(ErrorCode::bad_party, "party " + std::to_string(o.id) + " is not in " + o.config);
     std::vector<PartyAddress> addresses;
     for (const auto& p : config.parties) addresses.push_back({p.host, p.port});
-    ConnectOptions connect;
-    connect.timeout = std::chrono::milliseconds(config.timeout_ms);
-    connect.encrypted = !o.insecure;
-    if (connect.encrypted) {
-      for (std::size_t i = 0; i < config.parties.size(); ++i) {
-        if (config.parties[i].public_key.empty())
-          throw Error(ErrorCode::invalid_argument,
-                      o.config + ": party " + std::to_string(i) +
-                          " has no public_key (encrypted channels need pinned keys; or --insecure)");
-        connect.public_keys_pem.push_back(
-            read_text_file(config.parties[i].public_key, "public key of party " + std::to_string(i)));
-      }
-      connect.secret_key_pem = read_text_file(config.parties[o.id].secret_key,
-                                              "secret key of party " + std::to_string(o.id));
-    }
+    const ConnectOptions connect = cluster_connect_options(config, o.config, o.id, o.insecure, config.timeout_ms);
     const LinkSpec link = link_named(o.link);
     TcpOptions tcp;
     tcp.backend = parse_backend(o.transport);
@@ -216,48 +209,83 @@ int run_party(const PartyOptions& o) {
   }
 }
 
-int run_keygen(const std::string& out_dir, int parties) {
-  std::filesystem::create_directories(out_dir);
-  for (int i = 0; i < parties; ++i) {
+int run_keygen(const KeygenOptions& o) {
+  // Create the folder itself if needed, never its parents: a typo in a path
+  // must not silently grow a tree somewhere.
+  const std::filesystem::path dir(o.out_dir.empty() ? "." : o.out_dir);
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) {
+    const auto parent = dir.has_parent_path() ? dir.parent_path() : std::filesystem::path(".");
+    if (!std::filesystem::is_directory(parent, ec))
+      throw Error(ErrorCode::io, "keygen: cannot create '" + dir.string() + "': its parent folder '" +
+                                     parent.string() + "' does not exist (create it first)");
+    if (::mkdir(dir.c_str(), 0700) != 0)
+      throw Error(ErrorCode::io, "keygen: cannot create '" + dir.string() + "': " + std::strerror(errno));
+    std::printf("created folder %s (mode 0700)\n", dir.c_str());
+  } else if (!std::filesystem::is_directory(dir, ec)) {
+    throw Error(ErrorCode::io, "keygen: '" + dir.string() + "' exists and is not a folder");
+  }
+  for (int i = 0; i < o.parties; ++i) {
     auto [secret, pub] = generate_party_key();
-    const std::string base = out_dir + "/p" + std::to_string(i);
-    write_text_file(base + ".key", secret, true);
-    write_text_file(base + ".pub", pub, false);
+    const std::string base = (dir / ("p" + std::to_string(i))).string();
+    write_key_file(base + ".key", secret, 0600, o.force);
+    write_key_file(base + ".pub", pub, 0644, o.force);
     std::printf("%s.key %s.pub\n", base.c_str(), base.c_str());
   }
   return 0;
 }
 
+namespace {
+
+// SIGINT/SIGTERM/SIGHUP while the launcher waits: stop the children and
+// leave through the normal path, so the key folder is removed.
+volatile std::sig_atomic_t stop_signal = 0;
+extern "C" void note_stop_signal(int sig) { stop_signal = sig; }
+
+// Tests (--stranger): what a stranger does to a listening party during
+// set-up: one connection that sends 16 bytes of garbage and one that stays
+// idle; both stay open until the job ends. Returns the sockets.
+std::vector<int> play_stranger(std::uint16_t port, std::chrono::milliseconds within) {
+  std::vector<int> fds;
+  const auto limit = Clock::now() + within;
+  while (fds.size() < 2) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      if (fds.empty()) {
+        const std::string junk = "GET / HTTP/1.0\r\n\r\n";
+        (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+      }
+      fds.push_back(fd);
+      continue;
+    }
+    ::close(fd);
+    if (Clock::now() > limit) break;  // the party never listened: the job's own error says why
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return fds;
+}
+
+}  // namespace
+
 int run_local(const LocalOptions& o, const std::string& self) {
-  job_cases(o.job, o.link);  // validate before starting anything
+  // Everything is checked before a file is written or a process started.
+  job_cases(o.job, o.link);
   link_named(o.link);
   parse_backend(o.transport);
-  char tmpl[] = "/tmp/mpcache-local-XXXXXX";
-  if (!::mkdtemp(tmpl)) throw Error(ErrorCode::io, "cannot create a temporary folder");
-  const std::string dir = tmpl;
-  ClusterConfig config;
-  config.timeout_ms = o.timeout_ms;
-  for (int i = 0; i < 3; ++i) {
-    ClusterParty p{"127.0.0.1", free_tcp_port("127.0.0.1"), "", ""};
-    if (!o.insecure) {
-      auto [secret, pub] = generate_party_key();
-      p.secret_key = "p" + std::to_string(i) + ".key";
-      p.public_key = "p" + std::to_string(i) + ".pub";
-      write_text_file(dir + "/" + p.secret_key, secret, true);
-      write_text_file(dir + "/" + p.public_key, pub, false);
-    }
-    config.parties.push_back(p);
-  }
-  write_cluster_config(dir + "/cluster.json", config);
-  int fault_party = -1;
-  std::string fault_kind;
-  if (!o.fault.empty()) {
-    const auto colon = o.fault.find(':');
-    if (colon == std::string::npos) throw Error(ErrorCode::invalid_argument, "--fault PARTY:exit|silent");
-    fault_party = std::stoi(o.fault.substr(0, colon));
-    fault_kind = o.fault.substr(colon + 1);
-  }
+  const auto [fault_party, fault_kind] = parse_fault(o.fault, {"exit", "silent"});
+  const LocalCluster cluster(o.insecure, o.timeout_ms);
+  const std::string& dir = cluster.dir();
+  const ClusterConfig config = read_cluster_config(cluster.config_path());
   std::vector<pid_t> pids(3, -1);
+  std::vector<int> stranger_fds;
+  stop_signal = 0;
+  struct sigaction on_stop {};
+  on_stop.sa_handler = note_stop_signal;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &on_stop, nullptr);
   for (int i = 0; i < 3; ++i) {
     std::vector<std::string> args = {self, "party", "--config", dir + "/cluster.json", "--id",
                                      std::to_string(i), "--transport", o.transport, "--link", o.link,
@@ -268,8 +296,16 @@ int run_local(const LocalOptions& o, const std::string& self) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    if (::posix_spawn(&pids[i], self.c_str(), nullptr, nullptr, argv.data(), environ) != 0)
+    if (::posix_spawn(&pids[i], self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+      for (auto p : pids)
+        if (p > 0) ::kill(p, SIGKILL), ::waitpid(p, nullptr, 0);
       throw Error(ErrorCode::io, "cannot start party " + std::to_string(i) + " (" + self + ")");
+    }
+    // Parties 0 and 1 listen; a stranger calls on each before its real peers.
+    if (o.stranger && i < 2) {
+      auto fds = play_stranger(config.parties[i].port, std::chrono::milliseconds(o.timeout_ms));
+      stranger_fds.insert(stranger_fds.end(), fds.begin(), fds.end());
+    }
   }
   // Every party ends by itself within the deadlines; a last-resort limit
   // kills what is left (e.g. a --fault silent party).
@@ -289,12 +325,18 @@ int run_local(const LocalOptions& o, const std::string& self) {
       }
       continue;
     }
-    if (Clock::now() > limit) {
+    if (Clock::now() > limit || stop_signal != 0) {
       for (auto p : pids)
         if (p > 0) ::kill(p, SIGKILL);
       killed_late = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int fd : stranger_fds) ::close(fd);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+  if (stop_signal != 0) {
+    std::fprintf(stderr, "mpcache local: stopped by signal %d; the parties were killed\n", int(stop_signal));
+    return 128 + stop_signal;
   }
   json summary = {{"job", o.job}, {"link", o.link}, {"link_emulated", o.link != "none"},
                   {"encrypted", !o.insecure}, {"parties", json::array()}};
@@ -349,8 +391,6 @@ int run_local(const LocalOptions& o, const std::string& self) {
     if (!r.value("ok", false))
       std::fprintf(stderr, "mpcache local: party %d failed: %s\n", r.value("party", -1),
                    r.value("error", std::string("exit status ") + std::to_string(r.value("exit_status", -1))).c_str());
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
   return ok ? 0 : 1;
 }
 

@@ -27,10 +27,18 @@ struct LocalOptions {
   int timeout_ms = 10000;   // set-up and peer silence deadline
   std::string fault;        // "PARTY:exit" or "PARTY:silent"
   int repeat = 1;
+  bool stranger = false;    // tests: garbage + an idle connection at each listening port during set-up
 };
+
 // `self` is this executable (re-run as `party` three times).
 int run_local(const LocalOptions& options, const std::string& self);
 
-int run_keygen(const std::string& out_dir, int parties);
+struct KeygenOptions {
+  std::string out_dir = ".";  // created if missing (its parent must exist)
+  int parties = 3;
+  bool force = false;         // replace existing key files
+};
+// Writes pN.key (mode 0600, created exclusively, links not followed) and pN.pub.
+int run_keygen(const KeygenOptions& options);
 
 }  // namespace mpcache::tools

@@ -23,6 +23,7 @@ class AnyPolicy {
     virtual Task<void> after_prefill(P& p, const PrefillView<P>& view) = 0;
     virtual Task<Selection<P>> select(P& p, const StepView<P>& step) = 0;
     virtual Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) = 0;
+    virtual Task<void> prefetch(P& p, std::size_t layer, std::size_t position) = 0;
     virtual std::unique_ptr<Iface> clone() const = 0;
   };
   template <class Pol>
@@ -36,6 +37,11 @@ class AnyPolicy {
     Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) override {
       return policy.observe(p, step, probs);
     }
+    Task<void> prefetch(P& p, std::size_t layer, std::size_t position) override {
+      if constexpr (Prefetching<Pol, P>) return policy.prefetch(p, layer, position);
+      else return nothing();
+    }
+    static Task<void> nothing() { co_return; }
     std::unique_ptr<Iface> clone() const override { return std::make_unique<Impl>(policy); }
   };
   std::unique_ptr<Iface> impl_;
@@ -57,6 +63,9 @@ class AnyPolicy {
   Task<Selection<P>> select(P& p, const StepView<P>& step) { return impl_->select(p, step); }
   Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) {
     return impl_->observe(p, step, probs);
+  }
+  Task<void> prefetch(P& p, std::size_t layer, std::size_t position) {
+    return impl_->prefetch(p, layer, position);
   }
 };
 

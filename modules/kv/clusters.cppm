@@ -48,8 +48,14 @@ struct ClusterList {
   }
 
   // Max and min keys of the clusters completed since the last call.
-  Task<void> summarise(P& p) {
-    const std::size_t f = complete();
+  Task<void> summarise(P& p) { co_await summarise_upto(p, complete()); }
+
+  // Clusters that hold all `size` tokens, the newest one included (it is
+  // still the tail, but its summary will not change).
+  std::size_t full() const { return length / size; }
+
+  // Max and min keys of clusters [summarised, f).
+  Task<void> summarise_upto(P& p, std::size_t f) {
     if (f <= summarised) co_return;
     const std::size_t n = f - summarised, s = size, d = P::shape(*keys).at(1);
     // (n * d, s): row (c, i) holds dimension i of cluster c's s keys.

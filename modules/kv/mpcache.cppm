@@ -46,6 +46,11 @@ struct MpCacheOptions {
   double alpha = 0.6;
   bool share_layers = true;
   bool hierarchical = true;
+  // The coarse level saves comparisons (bytes) but adds a top-k and two
+  // matmuls to the critical path; with at most this many fine candidates
+  // the flat top-k (exact, and fewer rounds) is used instead. 0: always
+  // hierarchical (the paper).
+  std::size_t flat_up_to = 64;
   Similarity similarity = Similarity::linear;
 };
 
@@ -55,7 +60,10 @@ class MpCache {
   using Share = typename P::Share;
   explicit MpCache(std::size_t budget, MpCacheOptions o = {}) : budget_(budget), o_(o) {
     if (budget_ < 3 * o_.cluster)
-      throw Error(ErrorCode::invalid_argument, "MPCache: budget below three clusters");
+      throw Error(ErrorCode::invalid_argument,
+                  "MPCache: a budget of " + std::to_string(budget_) + " tokens is below three clusters of " +
+                      std::to_string(o_.cluster) + " (the first, the newest and one selected): the minimum is " +
+                      std::to_string(3 * o_.cluster));
   }
   std::string name() const { return "mpcache"; }
   const MpCacheOptions& options() const noexcept { return o_; }
@@ -71,63 +79,88 @@ class MpCache {
 
   bool shares_previous(std::size_t layer) const { return o_.share_layers && layer >= 2 && layer % 2 == 1; }
 
+  // Look-once static eviction, all KV heads at once: one batched top-k over
+  // every head's accumulated attention, then (instead of a second sort into
+  // position order) one comparison batch against each head's k-th key, whose
+  // prefix sums give every kept token its slot: one one-hot, one matmul.
+  // A sharing layer reuses the owning layer's compaction matrix. The
+  // prompt's complete clusters are summarised here, not at the first step.
   Task<void> after_prefill(P& p, const PrefillView<P>& view) {
-    const std::size_t t = view.tokens;
+    const std::size_t t = view.tokens, heads = state_[view.layer].size();
     const std::size_t keep = std::min(t, std::max(budget_, static_cast<std::size_t>(std::llround(o_.keep_ratio * double(t)))));
     const std::size_t window = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(o_.window_ratio * double(t))));
-    for (std::size_t j = 0; j < state_[view.layer].size(); ++j) {
-      State& st = state_[view.layer][j];
-      const auto& hc = (*view.cache)[j];
-      if (keep == t) {
-        st.list.append_rows(p, hc, 0, t);
-      } else {
-        Share kept;
-        if (shares_previous(view.layer)) {
-          kept = *state_[view.layer - 1][j].kept;
-        } else {
-          auto score = accumulated_attention<P>((*view.probs)[j], view.group, t, t - window);
-          auto top = co_await ops::topk(p, score, keep);
-          // Position order, so clusters hold adjacent tokens: sort the
-          // indices ascending (top-k of their negation).
-          auto sorted = co_await ops::topk(p, p.neg(top.indices), keep);
-          kept = p.neg(sorted.values);
+    const bool shared = shares_previous(view.layer);
+    auto& layer = state_[view.layer];
+    if (keep == t) {
+      for (std::size_t j = 0; j < heads; ++j) layer[j].list.append_rows(p, (*view.cache)[j], 0, t);
+    } else {
+      std::vector<Share> compaction;
+      if (shared) {
+        for (std::size_t j = 0; j < heads; ++j) {
+          const auto& own = state_[view.layer - 1][j].compaction;
+          if (!own) throw Error(ErrorCode::invalid_argument, "MPCache: a sharing layer before its owner");
+          compaction.push_back(*own);
         }
-        Selection<P> one;
-        co_await select_indices(p, hc, kept, one);
-        st.list.append(p, one.keys[0], one.values[0], one.positions[0]);
-        st.kept = std::move(kept);
+      } else {
+        compaction = co_await eviction(p, view, keep, window);
       }
+      std::vector<P> forks;
+      forks.reserve(heads);
+      std::vector<Task<Share>> tasks;
+      for (std::size_t j = 0; j < heads; ++j) forks.push_back(p.fork());
+      for (std::size_t j = 0; j < heads; ++j) tasks.push_back(compact(forks[j], compaction[j], (*view.cache)[j]));
+      auto kept = co_await when_all(std::move(tasks));
+      const std::size_t d = P::shape((*view.cache)[0].keys).at(1);
+      for (std::size_t j = 0; j < heads; ++j) {
+        layer[j].list.append(p, ops::slice_last<P>(kept[j], 0, d), ops::slice_last<P>(kept[j], d, 2 * d),
+                             ops::reshape<P>(ops::slice_last<P>(kept[j], 2 * d, 2 * d + 1), {keep}));
+        if (!shared && shares_previous(view.layer + 1)) layer[j].compaction = std::move(compaction[j]);
+      }
+      if (shared)  // no later layer needs the owner's matrices
+        for (auto& own : state_[view.layer - 1]) own.compaction.reset();
+    }
+    for (auto& st : layer) {
       st.prompt_tokens = t;
+      st.kept_count = st.list.length;
+    }
+    if (!shared) {
+      std::vector<P> forks;
+      forks.reserve(heads);
+      std::vector<Task<void>> tasks;
+      for (std::size_t j = 0; j < heads; ++j) forks.push_back(p.fork());
+      for (std::size_t j = 0; j < heads; ++j) tasks.push_back(summarise(forks[j], layer[j]));
+      co_await when_all(std::move(tasks));
     }
   }
 
+  // All KV heads at once (concurrent, so rounds do not grow with the head
+  // count). A sharing layer does no summary and no selection: it gathers
+  // with the owning layer's one-hot matrix (usually already prefetched).
   Task<Selection<P>> select(P& p, const StepView<P>& step) {
-    const std::size_t t = step.position + 1;
+    const std::size_t heads = step.cache->size();
+    std::vector<P> forks;
+    forks.reserve(heads);
+    std::vector<Task<Selection<P>>> tasks;
+    for (std::size_t j = 0; j < heads; ++j) forks.push_back(p.fork());
+    for (std::size_t j = 0; j < heads; ++j) tasks.push_back(select_head(forks[j], step, j));
+    auto picked = co_await when_all(std::move(tasks));
     Selection<P> s;
-    for (std::size_t j = 0; j < step.cache->size(); ++j) {
-      State& st = state_[step.layer][j];
-      auto& list = st.list;
-      const std::size_t appended = list.length - (st.kept ? P::shape(*st.kept).at(0) : st.prompt_tokens);
-      list.append_rows(p, (*step.cache)[j], st.prompt_tokens + appended, t);
-      const std::size_t f = list.complete(), k = picked_clusters();
-      if (f <= k + 1) {  // everything fits the budget
-        push_head(s, list_rows(list, 0, list.length));
-        continue;
-      }
-      co_await summarise(p, st);
-      Share ids;
-      if (shares_previous(step.layer)) {
-        ids = *state_[step.layer - 1][j].last_ids;
-      } else {
-        ids = co_await pick(p, st, (*step.queries)[j], k);
-      }
-      st.last_ids = ids;
-      Selection<P> one = list_rows(list, 0, list.size);  // the first cluster
-      append_selection(one, co_await list.gather(p, ids));
-      append_list_rows(list, list.tail_begin(), list.length, one);
-      push_head(s, std::move(one));
-    }
+    for (auto& one : picked) push_head(s, std::move(one));
     co_return s;
+  }
+
+  // Once layer - 1 has selected at `position`, a sharing `layer` can gather
+  // its clusters: they hold only earlier tokens. The decoder runs this
+  // concurrently with the rest of layer - 1.
+  Task<void> prefetch(P& p, std::size_t layer, std::size_t position) {
+    if (layer >= state_.size() || !shares_previous(layer)) co_return;
+    const std::size_t heads = state_[layer].size();
+    std::vector<P> forks;
+    forks.reserve(heads);
+    std::vector<Task<void>> tasks;
+    for (std::size_t j = 0; j < heads; ++j) forks.push_back(p.fork());
+    for (std::size_t j = 0; j < heads; ++j) tasks.push_back(prefetch_head(forks[j], layer, j, position));
+    co_await when_all(std::move(tasks));
   }
 
   Task<void> observe(P&, const StepView<P>&, const std::vector<Share>&) { co_return; }
@@ -140,43 +173,199 @@ class MpCache {
  private:
   struct State {
     ClusterList<P> list;
-    std::optional<Share> kept;        // static eviction survivors (positions)
+    std::optional<Share> compaction;  // (keep, T) 0/1: static eviction, until the sharing layer used it
     std::size_t prompt_tokens = 0;
+    std::size_t kept_count = 0;       // list rows that came from the prompt
     std::optional<Share> fine;        // (F, d): alpha*max + (1-alpha)*min; bound: (F, 2d) [max | min]
     std::optional<Share> coarse;      // (F/2, d or 2d) over pairs of fine clusters
+    std::size_t coarse_count = 0;
+    std::optional<Share> hot;         // (k, F) one-hot of the fine clusters picked at the last step
     std::optional<Share> last_ids;
+    std::optional<Selection<P>> prefetched;  // sharing layer: gathered clusters for prefetch_position
+    std::size_t prefetch_position = 0;
   };
 
+  // (keep, T) 0/1 compaction matrices, per KV head, in position order.
+  Task<std::vector<Share>> eviction(P& p, const PrefillView<P>& view, std::size_t keep, std::size_t window) {
+    const std::size_t t = view.tokens, heads = view.probs->size();
+    std::vector<Share> out;
+    if constexpr (NativeReal<P>) {  // clear text: sort the kept positions
+      for (std::size_t j = 0; j < heads; ++j) {
+        auto score = accumulated_attention<P>((*view.probs)[j], view.group, t, t - window);
+        auto top = co_await ops::topk(p, score, keep);
+        auto sorted = co_await ops::topk(p, p.neg(top.indices), keep);
+        out.push_back(co_await ops::one_hot(p, p.neg(sorted.values), t));
+      }
+      co_return out;
+    } else {
+    std::optional<Share> scores;  // (heads, T)
+    for (std::size_t j = 0; j < heads; ++j) {
+      auto row = ops::reshape<P>(accumulated_attention<P>((*view.probs)[j], view.group, t, t - window), {1, t});
+      scores = scores ? stack_rows<P>(*scores, row) : row;
+    }
+    auto top = co_await ops::topk(p, *scores, keep);
+    RingTensor iota = RingTensor::from_shape({heads, t});
+    for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % t;
+    const auto keys = ops::detail::sort_key(p, *scores, ops::public_share(p, *scores, iota), t);
+    const auto kth = ops::detail::sort_key(p, ops::slice_last<P>(top.values, keep - 1, keep),
+                                           ops::slice_last<P>(top.indices, keep - 1, keep), t);
+    auto dropped = co_await ops::less_than(p, keys, ops::broadcast_last<P>(kth, t));  // (heads, T)
+    // Slot of kept token i: (kept tokens up to i) - 1; a dropped token gets a
+    // slot past the end: (prefix - 1) + (keep + 1) * dropped, in [keep, 2 keep].
+    auto kept = p.add_public(p.neg(dropped), ring_filled({heads, t}, 1));
+    auto prefix = P::apply(kept, [t](const RingTensor& x) {
+      RingTensor out = x;
+      for (std::size_t r = 0; r < out.size(); r += t)
+        for (std::size_t c = 1; c < t; ++c) out.data()[r + c] += out.data()[r + c - 1];
+      return out;
+    });
+    auto slot = p.add(p.add_public(prefix, ring_filled({heads, t}, Ring(0) - 1)),
+                      p.mul_public(dropped, ring_filled({heads, t}, Ring(keep + 1))));
+    auto hot = co_await ops::one_hot(p, slot, keep, ops::ceil_log2(2 * keep + 1));  // (heads, T, keep)
+    for (std::size_t j = 0; j < heads; ++j) {
+      auto head = P::apply(hot, [=](const RingTensor& x) {
+        RingTensor m = RingTensor::from_shape({keep, t});
+        for (std::size_t i = 0; i < t; ++i)
+          for (std::size_t r = 0; r < keep; ++r) m(r, i) = x.data()[(j * t + i) * keep + r];
+        return m;
+      });
+      out.push_back(std::move(head));
+    }
+    co_return out;
+    }
+  }
+
+  // Kept rows of one head's prompt: (keep, 2d + 1) = [keys | values | position].
+  Task<Share> compact(P& p, const Share& matrix, const HeadCache<P>& hc) {
+    const std::size_t t = P::shape(hc.keys).at(0);
+    auto table = ops::concat_last<P>(ops::concat_last<P>(hc.keys, hc.values),
+                                     ops::reshape<P>(public_range(p, hc.keys, 0, t), {t, 1}));
+    co_return co_await p.matmul(matrix, table);
+  }
+
+  // Clusters [0, f) of a list as rows (f, s * (2d + 1)): [keys | values | positions].
+  static Share cluster_table(const ClusterList<P>& list, std::size_t f) {
+    const std::size_t s = list.size, d = P::shape(*list.keys).at(1);
+    auto k = ops::reshape<P>(rows<P>(*list.keys, 0, f * s), {f, s * d});
+    auto v = ops::reshape<P>(rows<P>(*list.values, 0, f * s), {f, s * d});
+    auto pos = ops::reshape<P>(ops::slice_last<P>(*list.positions, 0, f * s), {f, s});
+    return ops::concat_last<P>(ops::concat_last<P>(k, v), pos);
+  }
+
+  // Gathered cluster rows (k, s * (2d + 1)) -> a one-head selection.
+  static Selection<P> unpack(const Share& g, std::size_t s, std::size_t d) {
+    const std::size_t k = P::shape(g).at(0);
+    Selection<P> out;
+    out.keys.push_back(ops::reshape<P>(ops::slice_last<P>(g, 0, s * d), {k * s, d}));
+    out.values.push_back(ops::reshape<P>(ops::slice_last<P>(g, s * d, 2 * s * d), {k * s, d}));
+    out.positions.push_back(ops::reshape<P>(ops::slice_last<P>(g, 2 * s * d, 2 * s * d + s), {k * s}));
+    return out;
+  }
+
+  Task<Selection<P>> gather_hot(P& p, const ClusterList<P>& list, const Share& hot) {
+    const std::size_t f = P::shape(hot).at(1), d = P::shape(*list.keys).at(1);
+    auto g = co_await p.matmul(hot, cluster_table(list, f));
+    co_return unpack(g, list.size, d);
+  }
+
+  Task<void> prefetch_head(P& p, std::size_t layer, std::size_t j, std::size_t position) {
+    State& st = state_[layer][j];
+    const State& own = state_[layer - 1][j];
+    if (!own.hot || !st.list.keys) co_return;
+    const std::size_t f = P::shape(*own.hot).at(1);
+    if (st.list.length < f * st.list.size) co_return;
+    st.prefetched = co_await gather_hot(p, st.list, *own.hot);
+    st.prefetch_position = position;
+  }
+
+  Task<Selection<P>> select_head(P& p, const StepView<P>& step, std::size_t j) {
+    const std::size_t t = step.position + 1;
+    State& st = state_[step.layer][j];
+    auto& list = st.list;
+    const std::size_t appended = list.length - st.kept_count;
+    list.append_rows(p, (*step.cache)[j], st.prompt_tokens + appended, t);
+    const std::size_t f = list.complete(), k = picked_clusters(), s = list.size;
+    st.hot.reset();
+    if (f <= k + 1) {  // everything fits the budget
+      st.prefetched.reset();
+      co_return list_rows(list, 0, list.length);
+    }
+    Selection<P> gathered;
+    if (shares_previous(step.layer)) {
+      const State& own = state_[step.layer - 1][j];
+      if (!own.hot || P::shape(*own.hot).at(1) != f)
+        throw Error(ErrorCode::invalid_argument, "MPCache: a sharing layer selects before its owner");
+      if (st.prefetched && st.prefetch_position == step.position) {
+        gathered = std::move(*st.prefetched);
+      } else {
+        gathered = co_await gather_hot(p, list, *own.hot);
+      }
+      st.prefetched.reset();
+      st.last_ids = own.last_ids;
+    } else {
+      P ps = p.fork(), pq = p.fork();
+      auto [done, query] = co_await when_all(summarise(ps, st), query_row(pq, (*step.queries)[j]));
+      (void)done;
+      auto [hot, g] = co_await pick(p, st, query, k);
+      RingTensor iota = RingTensor::from_shape({f, 1});
+      for (std::size_t i = 0; i < f; ++i) iota(i, 0) = i;
+      st.last_ids = ops::reshape<P>(p.matmul_public(hot, iota), {k});
+      st.hot = std::move(hot);
+      gathered = std::move(g);
+    }
+    Selection<P> one = list_rows(list, 0, s);  // the first cluster
+    append_selection(one, std::move(gathered));
+    append_list_rows(list, f * s, list.length, one);
+    co_return one;
+  }
+
+  // Summaries of the clusters filled since the last call, only those: fine
+  // r_max / r_min once per cluster, when its last token arrives (at prefill
+  // for the prompt's clusters), coarse ones once per pair.
   Task<void> summarise(P& p, State& st) {
     auto& list = st.list;
     const std::size_t before = list.summarised;
-    co_await list.summarise(p);
+    co_await list.summarise_upto(p, list.full());
     const std::size_t f = list.summarised;
     if (f == before) co_return;
     const FixedPoint fp(p.frac_bits());
-    const std::size_t d = P::shape(*list.max_keys).at(1);
-    // Recompute the linear summaries (local: public alpha times shares).
-    auto mx = *list.max_keys, mn = *list.min_keys;
-    if (o_.similarity == Similarity::bound) {
-      st.fine = ops::concat_last<P>(mx, mn);
-    } else {
-      RingTensor a = ring_filled({f, d}, fp.encode(o_.alpha)), b = ring_filled({f, d}, fp.encode(1 - o_.alpha));
-      st.fine = co_await p.truncate(p.add(p.mul_public(mx, a), p.mul_public(mn, b)), p.frac_bits());
+    const std::size_t d = P::shape(*list.max_keys).at(1), n = f - before;
+    auto mx = rows<P>(*list.max_keys, before, f), mn = rows<P>(*list.min_keys, before, f);
+    const std::size_t c0 = st.coarse_count, c = f / 2;
+    P pf = p.fork(), pc = p.fork();
+    auto fine_task = [&](P& q) -> Task<Share> {
+      if (o_.similarity == Similarity::bound) co_return ops::concat_last<P>(mx, mn);
+      RingTensor a = ring_filled({n, d}, fp.encode(o_.alpha)), b = ring_filled({n, d}, fp.encode(1 - o_.alpha));
+      co_return co_await q.truncate(q.add(q.mul_public(mx, a), q.mul_public(mn, b)), q.frac_bits());
+    };
+    auto coarse_task = [&](P& q) -> Task<std::optional<Share>> {
+      if (c <= c0) co_return std::nullopt;
+      const std::size_t m = c - c0;
+      // Coarse max/min of the new pairs: over the two children's max/min.
+      auto pairs_max = P::apply(rows<P>(*list.max_keys, 2 * c0, 2 * c), [=](const RingTensor& t) { return pair_columns(t, m, d); });
+      auto pairs_min = P::apply(rows<P>(*list.min_keys, 2 * c0, 2 * c), [=](const RingTensor& t) { return pair_columns(t, m, d); });
+      auto both = ops::concat_last<P>(pairs_max, q.neg(pairs_min));  // (m * d, 2) | (m * d, 2)
+      auto stacked = P::apply(both, [=](const RingTensor& t) {  // (2 m d, 2)
+        RingTensor out = RingTensor::from_shape({2 * m * d, 2});
+        for (std::size_t r = 0; r < m * d; ++r) {
+          out(r, 0) = t(r, 0), out(r, 1) = t(r, 1);
+          out(m * d + r, 0) = t(r, 2), out(m * d + r, 1) = t(r, 3);
+        }
+        return out;
+      });
+      auto best = co_await ops::max_last(q, stacked);  // (2 m d, 1)
+      auto cmx = ops::reshape<P>(rows<P>(best, 0, m * d), {m, d});
+      auto cmn = ops::reshape<P>(q.neg(rows<P>(best, m * d, 2 * m * d)), {m, d});
+      if (o_.similarity == Similarity::bound) co_return ops::concat_last<P>(cmx, cmn);
+      RingTensor ca = ring_filled({m, d}, fp.encode(o_.alpha)), cb = ring_filled({m, d}, fp.encode(1 - o_.alpha));
+      co_return co_await q.truncate(q.add(q.mul_public(cmx, ca), q.mul_public(cmn, cb)), q.frac_bits());
+    };
+    auto [fine, coarse] = co_await when_all(fine_task(pf), coarse_task(pc));
+    st.fine = st.fine ? stack_rows<P>(*st.fine, fine) : fine;
+    if (coarse) {
+      st.coarse = st.coarse ? stack_rows<P>(*st.coarse, *coarse) : *coarse;
+      st.coarse_count = c;
     }
-    const std::size_t c = f / 2;
-    if (c == 0) co_return;
-    // Coarse max/min: over the two children's max/min.
-    auto pairs_max = P::apply(rows<P>(mx, 0, 2 * c), [=](const RingTensor& t) { return pair_columns(t, c, d); });
-    auto pairs_min = P::apply(rows<P>(mn, 0, 2 * c), [=](const RingTensor& t) { return pair_columns(t, c, d); });
-    P p1 = p.fork(), p2 = p.fork();
-    auto [cmax, neg_cmin] = co_await when_all(ops::max_last(p1, pairs_max), ops::max_last(p2, p.neg(pairs_min)));
-    auto cmx = ops::reshape<P>(cmax, {c, d}), cmn = ops::reshape<P>(p.neg(neg_cmin), {c, d});
-    if (o_.similarity == Similarity::bound) {
-      st.coarse = ops::concat_last<P>(cmx, cmn);
-      co_return;
-    }
-    RingTensor ca = ring_filled({c, d}, fp.encode(o_.alpha)), cb = ring_filled({c, d}, fp.encode(1 - o_.alpha));
-    st.coarse = co_await p.truncate(p.add(p.mul_public(cmx, ca), p.mul_public(cmn, cb)), p.frac_bits());
   }
 
   // (2c, d) -> (c * d, 2): the two children of coarse cluster i, dimension j.
@@ -210,38 +399,59 @@ class MpCache {
     co_return ops::reshape<P>(sim, {P::shape(summaries).at(0)});
   }
 
-  // Fine-cluster ids (k), never cluster 0 (always attended anyway).
-  Task<Share> pick(P& p, State& st, const Share& queries, std::size_t k) {
-    const std::size_t f = st.list.complete(), c = f / 2;
-    const Share query = co_await query_row(p, queries);
-    if (!o_.hierarchical || c < 2) {
+  // (k, n) -> (k, n + 1) with a zero first column (cluster 0 is never picked).
+  static Share after_first(const P& p, const Share& x) {
+    const std::size_t k = P::shape(x).at(0);
+    return ops::concat_last<P>(ops::public_share(p, x, ring_zeros({k, 1})), x);
+  }
+
+  // Fine clusters (never cluster 0, always attended anyway): the one-hot
+  // (k, F) of the picked ones and their gathered rows. Hierarchical: the
+  // coarse top-k's one-hot rows expand locally into the candidates' one-hot
+  // rows; one matmul gathers the candidates' summaries and rows together;
+  // the fine top-k's one-hot rows then pick both the clusters' one-hot and
+  // their rows in one more matmul. No index is ever one-hot encoded twice.
+  Task<std::pair<Share, Selection<P>>> pick(P& p, State& st, const Share& query, std::size_t k) {
+    auto& list = st.list;
+    const std::size_t f = list.complete(), c = f / 2, s = list.size, d = P::shape(*list.keys).at(1);
+    if (!o_.hierarchical || c < 2 || f - 1 <= o_.flat_up_to) {
       auto sim = co_await similarity(p, query, rows<P>(*st.fine, 1, f));
-      auto top = co_await ops::topk(p, sim, k);
-      co_return p.add_public(top.indices, ring_filled({k}, 1));
+      auto hot = after_first(p, co_await ops::topk_onehot(p, sim, k));  // (k, f)
+      auto g = co_await gather_hot(p, list, hot);
+      co_return std::pair{std::move(hot), std::move(g)};
     }
     // Coarse level over coarse clusters 1..c-1 (coarse 0 holds the first cluster).
     const std::size_t candidates_coarse = c - 1;
     const std::size_t kc = std::min(candidates_coarse,
                                     std::max<std::size_t>((k + 1) / 2, static_cast<std::size_t>(std::ceil(o_.coarse_ratio * double(candidates_coarse)))));
     auto csim = co_await similarity(p, query, rows<P>(*st.coarse, 1, c));
-    auto ctop = co_await ops::topk(p, csim, kc);
-    auto coarse_ids = p.add_public(ctop.indices, ring_filled({kc}, 1));
-    // Children 2c and 2c+1 (local arithmetic on the secret ids), plus the
-    // public fine cluster 1 and, if f is odd, the unpaired last one.
-    auto twice = p.add(coarse_ids, coarse_ids);
-    auto cand = ops::concat_last<P>(twice, p.add_public(twice, ring_filled({kc}, 1)));
+    auto chot = co_await ops::topk_onehot(p, csim, kc);  // (kc, c - 1) over coarse 1..c-1
+    // Candidates: children 2i and 2i+1 of the picked coarse clusters, then
+    // the public fine cluster 1 and, if f is odd, the unpaired last one.
     std::vector<std::size_t> extra{1};
     if (f % 2 == 1) extra.push_back(f - 1);
-    cand = ops::concat_last<P>(cand, public_integers(p, cand, extra));
-    auto cand_summaries = co_await gather_rows(p, *st.fine, cand);
-    auto fsim = co_await similarity(p, query, cand_summaries);
-    const std::size_t kk = std::min(k, P::shape(cand).at(0));
-    auto ftop = co_await ops::topk(p, fsim, kk);
-    auto ids = co_await gather_values(p, cand, ftop.indices);
-    if (kk < k) {  // not enough candidates: fill from the flat ranking (rare, tiny caches)
-      throw Error(ErrorCode::invalid_argument, "MPCache: coarse level left too few clusters");
-    }
-    co_return ids;
+    const std::size_t n = 2 * kc + extra.size();
+    auto children = P::apply(chot, [=](const RingTensor& t) {
+      RingTensor out = ring_zeros({2 * kc, f});
+      for (std::size_t r = 0; r < kc; ++r)
+        for (std::size_t i = 0; i + 1 < c; ++i) {
+          out(r, 2 * (i + 1)) = t(r, i);
+          out(kc + r, 2 * (i + 1) + 1) = t(r, i);
+        }
+      return out;
+    });
+    RingTensor fixed = ring_zeros({extra.size(), f});
+    for (std::size_t e = 0; e < extra.size(); ++e) fixed(e, extra[e]) = 1;
+    auto cand = stack_rows<P>(children, ops::public_share(p, children, fixed));  // (n, f)
+    const std::size_t w = P::shape(*st.fine).at(1);
+    auto both = co_await p.matmul(cand, ops::concat_last<P>(*st.fine, cluster_table(list, f)));
+    auto fsim = co_await similarity(p, query, ops::slice_last<P>(both, 0, w));
+    if (n < k) throw Error(ErrorCode::invalid_argument, "MPCache: coarse level left too few clusters");
+    auto fhot = co_await ops::topk_onehot(p, fsim, k);  // (k, n)
+    auto picked = co_await p.matmul(fhot, ops::concat_last<P>(cand, ops::slice_last<P>(both, w, P::shape(both).at(1))));
+    auto hot = ops::slice_last<P>(picked, 0, f);
+    auto g = unpack(ops::slice_last<P>(picked, f, P::shape(picked).at(1)), s, d);
+    co_return std::pair{std::move(hot), std::move(g)};
   }
 
   std::size_t budget_;

@@ -68,6 +68,15 @@ concept Policy =
       { pol.observe(p, step, probs) } -> std::same_as<Task<void>>;
     };
 
+// Optional: once layer - 1 has selected at `position`, a policy may start
+// work for `layer` that needs only earlier tokens (MPCache's index sharing
+// gathers its clusters); the decoder runs it concurrently with the rest of
+// layer - 1.
+template <class Pol, class P>
+concept Prefetching = Protocol<P> && requires(Pol& pol, P& p, std::size_t n) {
+  { pol.prefetch(p, n, n) } -> std::same_as<Task<void>>;
+};
+
 // ---------------------------------------------------------------------------
 // Helpers shared by the policies (all generic, no clear-text shortcuts).
 

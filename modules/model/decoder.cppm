@@ -61,12 +61,29 @@ class Decoder {
     cache_.assign(c_.num_layers, {});
     policy.reset(c_.num_layers, c_.num_kv_heads);
     auto h = co_await embed(p, owner, std::move(tokens), count);
+    // The policy's look at layer l's prefill attention (static eviction,
+    // summaries) needs nothing from layer l + 1: it runs concurrently with
+    // layer l + 1 (and the last one with the LM head). Layer l's policy work
+    // still finishes before layer l + 1's starts (index sharing needs that).
+    std::vector<Share> previous;  // layer l - 1's attention weights, per KV head
     for (std::size_t l = 0; l < c_.num_layers; ++l) {
-      h = co_await attention_block(p, policy, l, h, count, /*decode=*/false);
-      h = co_await mlp_block(p, l, h);
+      std::vector<Share> current;
+      if (l == 0) {
+        h = co_await prefill_layer(p, policy, l, h, count, current);
+      } else {
+        P pl = p.fork(), pp = p.fork();
+        auto [next, none] = co_await when_all(prefill_layer(pl, policy, l, h, count, current),
+                                              policy_prefill(pp, policy, l - 1, count, previous));
+        (void)none;
+        h = std::move(next);
+      }
+      previous = std::move(current);
     }
     length_ = count;
-    co_return co_await head(p, h);
+    P ph = p.fork(), pp = p.fork();
+    auto [logits, none] = co_await when_all(head(ph, h), policy_prefill(pp, policy, c_.num_layers - 1, count, previous));
+    (void)none;
+    co_return logits;
   }
 
   // One token at position length(); returns logits (1, vocab).
@@ -79,10 +96,8 @@ class Decoder {
     std::optional<std::vector<std::uint32_t>> ids;
     if (token) ids = std::vector<std::uint32_t>{*token};
     auto h = co_await embed(p, owner, std::move(ids), 1);
-    for (std::size_t l = 0; l < c_.num_layers; ++l) {
-      h = co_await attention_block(p, policy, l, h, 1, /*decode=*/true);
-      h = co_await mlp_block(p, l, h);
-    }
+    for (std::size_t l = 0; l < c_.num_layers; ++l)
+      h = co_await attention_block(p, policy, l, h, 1, /*decode=*/true);  // and the MLP
     ++length_;
     co_return co_await head(p, h);
   }
@@ -172,8 +187,22 @@ class Decoder {
   }
 
   template <class Pol>
+  Task<Share> prefill_layer(P& p, Pol& policy, std::size_t layer, const Share& h_in, std::size_t count,
+                            std::vector<Share>& probs) {
+    auto h = co_await attention_block(p, policy, layer, h_in, count, /*decode=*/false, &probs);
+    co_return co_await mlp_block(p, layer, h);
+  }
+
+  template <class Pol>
+  Task<void> policy_prefill(P& p, Pol& policy, std::size_t layer, std::size_t count, std::vector<Share>& probs) {
+    kv::PrefillView<P> view{layer, count, c_.num_heads / c_.num_kv_heads, &probs, &cache_[layer]};
+    co_await policy.after_prefill(p, view);
+    probs.clear();
+  }
+
+  template <class Pol>
   Task<Share> attention_block(P& p, Pol& policy, std::size_t layer, const Share& h_in,
-                              std::size_t count, bool decode) {
+                              std::size_t count, bool decode, std::vector<Share>* prefill_probs = nullptr) {
     const auto& lw = w_.layers[layer];
     const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
     const std::size_t first = length_;
@@ -222,9 +251,8 @@ class Decoder {
       for (std::size_t j = 0; j < kvh; ++j)
         for (std::size_t hh = 0; hh < g; ++hh)
           outputs[j * g + hh] = kv::rows<P>(outs[j], hh * count, (hh + 1) * count);
-      kv::PrefillView<P> view{layer, count, g, &probs, &layer_cache};
-      co_await policy.after_prefill(p, view);
-    } else {
+      *prefill_probs = std::move(probs);  // for the policy, see prefill()
+    } else {  // the whole layer: attention, then the MLP
       std::vector<Share> queries(kvh);
       for (std::size_t j = 0; j < kvh; ++j)
         queries[j] = ops::reshape<P>(ops::slice_last<P>(qr, j * g * c_.head_dim, (j + 1) * g * c_.head_dim),
@@ -234,23 +262,39 @@ class Decoder {
       if (sel.keys.size() != kvh || sel.values.size() != kvh)
         throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) +
                                                      " returned a selection for the wrong number of heads");
-      std::vector<Share> probs(kvh);
-      std::vector<Task<Share>> tasks;
-      std::vector<P> forks;
-      forks.reserve(kvh);
-      for (std::size_t j = 0; j < kvh; ++j) forks.push_back(p.fork());
-      for (std::size_t j = 0; j < kvh; ++j)
-        tasks.push_back(decode_head(forks[j], queries[j], sel.keys[j], sel.values[j], probs[j]));
-      auto outs = co_await when_all(std::move(tasks));  // (g, d) each
-      for (std::size_t j = 0; j < kvh; ++j)
-        for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = kv::rows<P>(outs[j], hh, hh + 1);
-      co_await policy.observe(p, view, probs);
-      if (probe_)
-        for (std::size_t j = 0; j < kvh; ++j) {
-          auto scores = co_await p.matmul_trunc(queries[j], kv::transpose<P>(layer_cache[j].keys));
-          auto full = co_await ops::softmax_last(p, scores);
-          probe_(layer, j, full, sel.positions.at(j));
-        }
+      auto rest = [&](P& px) -> Task<Share> {
+        std::vector<Share> probs(kvh);
+        std::vector<Task<Share>> tasks;
+        std::vector<P> forks;
+        forks.reserve(kvh);
+        for (std::size_t j = 0; j < kvh; ++j) forks.push_back(px.fork());
+        for (std::size_t j = 0; j < kvh; ++j)
+          tasks.push_back(decode_head(forks[j], queries[j], sel.keys[j], sel.values[j], probs[j]));
+        auto outs = co_await when_all(std::move(tasks));  // (g, d) each
+        for (std::size_t j = 0; j < kvh; ++j)
+          for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = kv::rows<P>(outs[j], hh, hh + 1);
+        co_await policy.observe(px, view, probs);
+        if (probe_)
+          for (std::size_t j = 0; j < kvh; ++j) {
+            auto scores = co_await px.matmul_trunc(queries[j], kv::transpose<P>(layer_cache[j].keys));
+            auto full = co_await ops::softmax_last(px, scores);
+            probe_(layer, j, full, sel.positions.at(j));
+          }
+        Share joined = outputs[0];
+        for (std::size_t hh = 1; hh < c_.num_heads; ++hh) joined = ops::concat_last<P>(joined, outputs[hh]);
+        auto after = px.add(h_in, co_await affine(px, joined, lw.wo, lw.bo));
+        co_return co_await mlp_block(px, layer, after);
+      };
+      if constexpr (kv::Prefetching<Pol, P>) {
+        // The next layer's selection may need only this step's indices
+        // (index sharing): let it gather while this layer finishes.
+        P pr = p.fork(), pf = p.fork();
+        auto [out, none] = co_await when_all(rest(pr), policy.prefetch(pf, layer + 1, first));
+        (void)none;
+        co_return out;
+      } else {
+        co_return co_await rest(p);
+      }
     }
     Share joined = outputs[0];
     for (std::size_t hh = 1; hh < c_.num_heads; ++hh) joined = ops::concat_last<P>(joined, outputs[hh]);

@@ -1,4 +1,4 @@
-// mpcache.model: model configuration and weight loading , LLaMA decoder.
+// mpcache.model: model configuration and weight loading, LLaMA/GPT-2 decoder, private generation.
 module;
 #include "prelude.hpp"
 export module mpcache.model;
@@ -6,3 +6,4 @@ export import :safetensors;
 export import :config;
 export import :weights;
 export import :decoder;
+export import :generate;

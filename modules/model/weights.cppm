@@ -14,11 +14,46 @@ import :config;
 
 export namespace mpcache {
 
-using WeightSource =
-    std::function<std::optional<xt::xarray<double>>(const std::string& name, const Shape& shape)>;
+// What a weights file may hold beyond what the config needs.
+enum class UnusedTensors {
+  reject,  // default: a config that leaves tensors unused (2 layers of a 4-layer file) is an error
+  allow,   // explicit opt-out, e.g. to run a truncated model on purpose
+};
+
+// A named-tensor getter (the model owner's; nullopt elsewhere) plus an
+// optional check that runs once the loader has asked for its last tensor,
+// given every name it asked for. Any callable with the getter's signature
+// converts to a source without a check.
+class WeightSource {
+ public:
+  using Getter = std::function<std::optional<xt::xarray<double>>(const std::string& name, const Shape& shape)>;
+  using Finish = std::function<void(const std::set<std::string>& requested)>;
+
+  WeightSource() = default;
+  template <class F>
+    requires std::is_invocable_r_v<std::optional<xt::xarray<double>>, F&, const std::string&, const Shape&>
+  WeightSource(F get) : get_(std::move(get)) {}  // NOLINT: implicit on purpose
+  WeightSource(Getter get, Finish finish) : get_(std::move(get)), finish_(std::move(finish)) {}
+
+  std::optional<xt::xarray<double>> operator()(const std::string& name, const Shape& shape) const {
+    requested_->insert(name);
+    return get_(name, shape);
+  }
+  // Called by the loaders after the last tensor (owner only).
+  void finish() const {
+    if (finish_) finish_(*requested_);
+  }
+
+ private:
+  Getter get_;
+  Finish finish_;
+  std::shared_ptr<std::set<std::string>> requested_ = std::make_shared<std::set<std::string>>();
+};
 
 // Loads (and shape-checks) tensors from one safetensors file, kept open.
-WeightSource weights_from_file(const std::filesystem::path& path);
+// Unless `unused` allows it, tensors of the file that the config did not ask
+// for are an error once loading ends, naming them.
+WeightSource weights_from_file(const std::filesystem::path& path, UnusedTensors unused = UnusedTensors::reject);
 // N(0, scale^2)-like values (uniform with that standard deviation); norm
 // weights ("...norm.weight", GPT-2's "ln_*.weight") are 1 + small noise. Same seed, same weights.
 WeightSource random_weights(std::uint64_t seed, double scale = 0.02);
@@ -120,6 +155,7 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
   w.final_norm = co_await secret_real(p, owner, get("model.norm.weight", {h}), {h});
   const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   w.lm_head = co_await secret_real(p, owner, detail::transposed(get(head, {v, h})), {h, v});
+  if (mine) source.finish();
   co_return w;
 }
 
@@ -186,6 +222,7 @@ Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource
   w.final_norm = co_await secret_real(p, owner, get("ln_f.weight", {h}), {h});
   w.final_norm_bias = co_await secret_real(p, owner, get("ln_f.bias", {h}), {h});
   w.lm_head = co_await secret_real(p, owner, detail::transposed(wte), {h, v});
+  if (mine) source.finish();
   co_return w;
 }
 

@@ -85,6 +85,10 @@ struct ConnectOptions {
   // party's public key (PEM, pinned; index = party id).
   std::string secret_key_pem;
   std::vector<std::string> public_keys_pem;
+  // Called with one line for each connection the accepting side dropped
+  // before it authenticated (a stranger, garbage, an idle socket); set-up
+  // goes on waiting for the real peers. Nothing is printed by default.
+  std::function<void(const std::string& line)> on_dropped;
 };
 
 // Listens on parties[self], connects to lower ids (retrying until they are

@@ -14,8 +14,10 @@ import :compare;
 export namespace mpcache::ops {
 
 // idx: shape S with values in [0, classes); result: S + (classes), 0/1.
+// Values may also lie in [classes, 2^width) (all-zero rows) if the caller
+// passes that width: only the low `width` bits are compared.
 template <Protocol P>
-Task<typename P::Share> one_hot(P& p, const typename P::Share& idx, std::size_t classes) {
+Task<typename P::Share> one_hot(P& p, const typename P::Share& idx, std::size_t classes, int min_width = 0) {
   if (classes < 1)
     throw Error(ErrorCode::invalid_argument, "one_hot over zero classes");
   if constexpr (NativeReal<P>) {
@@ -30,7 +32,7 @@ Task<typename P::Share> one_hot(P& p, const typename P::Share& idx, std::size_t 
     }
     co_return typename P::Share{std::move(out)};
   }
-  const int width = std::max(1, ceil_log2(classes));
+  const int width = std::max({1, ceil_log2(classes), min_width});
   auto bits = co_await p.to_bits(idx, width);
   auto repeated = P::apply(bits, [&](const RingTensor& t) { return ring_repeat_last(t, classes); });
   // Bit t of the literal is 1 iff index bit t equals bit t of the class;

@@ -1,7 +1,12 @@
-// max and argmax along the last axis by a tournament of adjacent pairs:
-// ceil(log2 n) levels, each one comparison and the selects it drives (values
-// and indices selected concurrently, sharing rounds). Ties keep the lower
-// index, so every backend returns the same index.
+// max and argmax along the last axis by a tournament of groups of m adjacent
+// elements: in each group all m(m-1)/2 comparisons run in one batch (A2B
+// only, 8 rounds on rss3); a candidate wins if it beats every other one (an
+// AND of m-1 bits, ceil(log2(m-1)) rounds), one B2A (2 rounds) and one
+// product select the winner's value and index. A level costs 11 rounds for
+// m = 2 (pairs), 13 for m = 4, 14 for m = 8, 15 for m = 16, so larger groups
+// shorten the critical path at the price of more comparisons; m is chosen
+// by a link model (the paper's LAN) from the row count and the length.
+// Ties keep the lower index, so every backend returns the same index.
 module;
 #include "prelude.hpp"
 export module mpcache.ops:reduce;
@@ -19,8 +24,142 @@ struct ArgMax {
   typename P::Share index;  // (..., 1), integer (not fixed-point)
 };
 
+namespace detail {
+inline std::size_t tournament_and_rounds(std::size_t m) {
+  return m > 2 ? static_cast<std::size_t>(ceil_log2(m - 1)) : 0;
+}
+}  // namespace detail
+
+// Rounds of one tournament level of groups of m on rss3, and words sent per
+// group per party: A2B (13 words per comparison), the AND tree, B2A, and the
+// value and index products.
+inline std::size_t tournament_level_rounds(std::size_t m) { return 11 + detail::tournament_and_rounds(m); }
+inline double tournament_group_words(std::size_t m) {
+  const double pairs = double(m) * double(m - 1) / 2;
+  return 13 * pairs + double(m * detail::tournament_and_rounds(m)) + 4 * double(m);
+}
+
+// The group size in [2, 16] that minimises rounds x RTT + bytes / bandwidth
+// (0.3 ms, 377 MB/s: the paper's LAN) for `rows` rows of length n.
+inline std::size_t tournament_arity(std::size_t rows, std::size_t n) {
+  std::size_t best = 2;
+  double best_cost = 0;
+  for (std::size_t m = 2; m <= 16; ++m) {
+    double cost = 0;
+    for (std::size_t len = n; len > 1;) {
+      const std::size_t mm = std::min(m, len), groups = (len + mm - 1) / mm;
+      cost += double(tournament_level_rounds(mm)) * 0.3e-3 +
+              double(rows * groups) * tournament_group_words(mm) * 8 / 377e6;
+      len = groups;
+    }
+    if (m == 2 || cost < best_cost) best = m, best_cost = cost;
+  }
+  return best;
+}
+
+inline std::size_t x_rows(const Shape& shape) {
+  std::size_t r = 1;
+  for (std::size_t i = 0; i + 1 < shape.size(); ++i) r *= shape[i];
+  return r;
+}
+
+// Arithmetic 0/1 per element of xs (..., groups * m): 1 for the winner of
+// its group of m adjacent elements (the largest, the lowest index on ties).
+// A2B 8 + AND ceil(log2(m - 1)) + B2A 2 rounds on rss3.
 template <Protocol P>
-Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true) {
+Task<typename P::Share> group_wins(P& p, const typename P::Share& xs, std::size_t m) {
+  using Share = typename P::Share;
+  const std::size_t padded = P::shape(xs).back(), groups = padded / m;
+  // Pairs (a, b), a < b, of every group.
+  std::vector<std::size_t> first, second;
+  for (std::size_t q = 0; q < groups; ++q)
+    for (std::size_t a = 0; a < m; ++a)
+      for (std::size_t b = a + 1; b < m; ++b) {
+        first.push_back(q * m + a);
+        second.push_back(q * m + b);
+      }
+  auto take = [](const Share& t, const std::vector<std::size_t>& at) {
+    return P::apply(t, [&](const RingTensor& r) { return ring_take_last(r, at); });
+  };
+  const std::size_t pairs = first.size();
+  // Bit 0: x_a < x_b, i.e. b beats a (a beats b on ties: lower index).
+  const Share difference = p.sub(take(xs, first), take(xs, second));
+  auto sign = p.bits_shift_right(co_await p.to_bits(difference, ring_bits), ring_bits - 1);
+  // Candidate a's word: bit t says whether a beats its t-th opponent.
+  const std::size_t per = m * (m - 1) / 2;
+  auto words = P::apply(sign, [&](const RingTensor& s) {
+    Shape out_shape = shape_of(s);
+    out_shape.back() = padded;
+    RingTensor out = ring_zeros(out_shape);
+    const std::size_t rows = s.size() / pairs;
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t q = 0; q < groups; ++q) {
+        std::size_t k = 0;
+        std::vector<std::size_t> slot(m, 0);
+        for (std::size_t a = 0; a < m; ++a)
+          for (std::size_t b = a + 1; b < m; ++b, ++k) {
+            const Ring bit = s.data()[r * pairs + q * per + k] & 1;
+            out.data()[r * padded + q * m + a] ^= bit << slot[a]++;  // a beats b: NOT bit (below)
+            out.data()[r * padded + q * m + b] ^= bit << slot[b]++;  // b beats a: bit
+          }
+      }
+    return out;
+  });
+  // Flip the literals "a beats b" for a < b, and set the bits above m - 1.
+  RingTensor pattern = ring_zeros(P::shape(words));
+  {
+    const int width = std::max<int>(1, static_cast<int>(m) - 1);
+    std::vector<Ring> per_candidate(m, 0);
+    for (std::size_t a = 0; a < m; ++a) {
+      Ring w = ~Ring{0} << width;
+      for (std::size_t t = 0; t < m - 1 - a; ++t) w |= Ring{1} << (a + t);  // slots a.. are opponents b > a
+      per_candidate[a] = w;
+    }
+    for (std::size_t i = 0; i < pattern.size(); ++i) pattern.data()[i] = per_candidate[(i % padded) % m];
+  }
+  auto literals = p.bits_xor_public(words, pattern);
+  co_return co_await p.bit_to_arith(co_await and_low_bits(p, std::move(literals), std::max<int>(1, static_cast<int>(m) - 1)));
+}
+
+// One level: groups of m adjacent elements (the last group padded with
+// public minimal values that never win) -> their maxima and indices.
+template <Protocol P>
+Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const typename P::Share& x,
+                                                                 const typename P::Share& idx,
+                                                                 std::size_t m, bool with_index) {
+  using Share = typename P::Share;
+  const Shape shape = P::shape(x);
+  const std::size_t len = shape.back(), groups = (len + m - 1) / m, padded = groups * m;
+  Share xs = x, is = idx;
+  if (padded > len) {
+    Shape pad = shape;
+    pad.back() = padded - len;
+    xs = concat_last<P>(xs, public_share(p, x, ring_filled(pad, static_cast<Ring>(-(std::int64_t{1} << 61)))));
+    is = concat_last<P>(is, public_share(p, x, ring_zeros(pad)));
+  }
+  auto wins = co_await group_wins(p, xs, m);
+  auto group_sum = [=](const Share& t) {
+    return P::apply(t, [=](const RingTensor& r) {
+      Shape out_shape = shape_of(r);
+      out_shape.back() = groups;
+      RingTensor out = ring_zeros(out_shape);
+      const std::size_t rows = r.size() / padded;
+      for (std::size_t row = 0; row < rows; ++row)
+        for (std::size_t i = 0; i < padded; ++i) out.data()[row * groups + i / m] += r.data()[row * padded + i];
+      return out;
+    });
+  };
+  if (!with_index) {
+    auto v = co_await p.mul(wins, xs);
+    co_return std::pair{group_sum(v), group_sum(is)};  // indices unused
+  }
+  auto both = co_await p.mul(concat_last<P>(wins, wins), concat_last<P>(xs, is));
+  co_return std::pair{group_sum(slice_last<P>(both, 0, padded)), group_sum(slice_last<P>(both, padded, 2 * padded))};
+}
+
+// arity 0: chosen by tournament_arity; 2 is the classic pairwise tournament.
+template <Protocol P>
+Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, std::size_t arity = 0) {
   Shape shape = P::shape(x);
   if (shape.empty() || shape.back() == 0)
     throw Error(ErrorCode::invalid_argument,
@@ -41,25 +180,9 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true) {
   RingTensor iota = RingTensor::from_shape(shape);
   for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
   typename P::Share idx = public_share(p, x, iota);
+  const std::size_t m = arity == 0 ? tournament_arity(x_rows(shape), n) : arity;
   while (P::shape(x).back() > 1) {
-    const std::size_t len = P::shape(x).back();
-    auto [a, b] = split_pairs<P>(x);
-    auto [ia, ib] = split_pairs<P>(idx);
-    auto b_wins = co_await less_than(p, a, b);  // strict: ties keep a, the lower index
-    P pv = p.fork(), pi = p.fork();
-    typename P::Share v, i;
-    if (with_index) {
-      auto [sv, si] = co_await when_all(select(pv, b_wins, b, a), select(pi, b_wins, ib, ia));
-      v = std::move(sv);
-      i = std::move(si);
-    } else {
-      v = co_await select(pv, b_wins, b, a);
-      i = ia;
-    }
-    if (len % 2) {  // the odd one out waits for the next level
-      v = concat_last<P>(v, slice_last<P>(x, len - 1, len));
-      i = concat_last<P>(i, slice_last<P>(idx, len - 1, len));
-    }
+    auto [v, i] = co_await group_level(p, x, idx, std::min(m, P::shape(x).back()), with_index);
     x = std::move(v);
     idx = std::move(i);
   }
@@ -67,8 +190,8 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true) {
 }
 
 template <Protocol P>
-Task<typename P::Share> max_last(P& p, typename P::Share x) {
-  auto r = co_await argmax_last(p, std::move(x), false);
+Task<typename P::Share> max_last(P& p, typename P::Share x, std::size_t arity = 0) {
+  auto r = co_await argmax_last(p, std::move(x), false, arity);
   co_return std::move(r.value);
 }
 

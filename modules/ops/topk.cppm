@@ -17,6 +17,7 @@ import mpcache.proto;
 import :layout;
 import :compare;
 import :one_hot;
+import :reduce;
 
 export namespace mpcache::ops {
 
@@ -184,6 +185,23 @@ Task<TopK<P>> topk_rank(P& p, typename P::Share x, std::size_t k) {
   co_return TopK<P>{std::move(values), std::move(indices)};
 }
 
+// (..., n, k) -> (..., k, n), local.
+template <Protocol P>
+typename P::Share swap_last_two(const typename P::Share& a) {
+  return P::apply(a, [](const RingTensor& t) {
+    const Shape s = shape_of(t);
+    const std::size_t n = s[s.size() - 2], k = s.back(), batch = t.size() / (n * k);
+    Shape out_shape = s;
+    out_shape[s.size() - 2] = k;
+    out_shape.back() = n;
+    RingTensor out = RingTensor::from_shape(out_shape);
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t r = 0; r < k; ++r) out.data()[(b * k + r) * n + i] = t.data()[(b * n + i) * k + r];
+    return out;
+  });
+}
+
 template <Protocol P>
 Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
                    TopKMethod method = TopKMethod::automatic, LinkModel link = {}) {
@@ -216,6 +234,66 @@ Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
                  : TopKMethod::network;
   if (method == TopKMethod::rank) co_return co_await topk_rank(p, std::move(x), k);
   co_return co_await topk_network(p, std::move(x), k);
+}
+
+// Top-k as one-hot rows: (..., n) -> (..., k, n), row r the one-hot of the
+// r-th best element (same order as topk()). The rank method produces this
+// matrix on its way anyway, so this saves the value product and, for the
+// caller, a second one-hot of the indices: gather with one matmul.
+template <Protocol P>
+Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
+                                    TopKMethod method = TopKMethod::automatic, LinkModel link = {}) {
+  const Shape shape = P::shape(x);
+  const std::size_t n = shape.back();
+  if (k == 0 || k > n)
+    throw Error(ErrorCode::invalid_argument,
+                "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
+  if (method == TopKMethod::automatic)
+    method = topk_rank_cost(n, k).seconds(link) <= topk_network_cost(n).seconds(link)
+                 ? TopKMethod::rank
+                 : TopKMethod::network;
+  if (!NativeReal<P> && k == 1 && n <= 64 && method == TopKMethod::rank) {
+    // The best one: all pairs in one batch, then an AND of n - 1 bits (no
+    // ranks, no one-hot encoding): 8 + ceil(log2(n - 1)) + 2 rounds.
+    if (n == 1) co_return public_share(p, x, ring_filled(shape, 1));
+    auto wins = co_await group_wins(p, x, n);
+    Shape out = shape;
+    out.insert(out.end() - 1, 1);
+    co_return reshape<P>(wins, out);
+  }
+  if (NativeReal<P> || method == TopKMethod::network) {
+    auto top = co_await topk(p, std::move(x), k, method, link);
+    co_return co_await one_hot(p, top.indices, n);
+  }
+  RingTensor iota = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
+  typename P::Share rank = public_share(p, x, iota);
+  if (n > 1) {
+    const auto key = detail::sort_key(p, x, public_share(p, x, iota), n);
+    std::vector<std::size_t> first, second;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = i + 1; j < n; ++j) {
+        first.push_back(i);
+        second.push_back(j);
+      }
+    auto beaten = co_await less_than(p, detail::take<P>(key, first), detail::take<P>(key, second));
+    auto spread = P::apply(beaten, [&](const RingTensor& c) {
+      Shape out_shape = shape_of(c);
+      out_shape.back() = n;
+      RingTensor out = ring_zeros(out_shape);
+      const std::size_t pairs = first.size(), rows = c.size() / pairs;
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t q = 0; q < pairs; ++q) {
+          out.data()[r * n + first[q]] += c.data()[r * pairs + q];
+          out.data()[r * n + second[q]] -= c.data()[r * pairs + q];
+        }
+      return out;
+    });
+    rank = p.add(rank, spread);
+  }
+  // (..., n, k): a rank in [k, n) matches no class (compared on log2 n bits).
+  auto sel = co_await one_hot(p, rank, k, ceil_log2(n));
+  co_return swap_last_two<P>(sel);
 }
 
 }  // namespace mpcache::ops

@@ -7,6 +7,10 @@
 #include <stdexcept>
 #include <thread>
 #include <array>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -132,9 +136,11 @@ void read_exactly(int fd, void* data, std::size_t size, Clock::time_point deadli
       p += n;
       size -= static_cast<std::size_t>(n);
     } else if (n == 0) {
-      throw std::runtime_error(what + ": connection closed by the peer");
+      throw PeerClosed(what + ": connection closed by the peer");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
       wait_fd(fd, POLLIN, deadline, what);
+    } else if (errno == ECONNRESET) {
+      throw PeerClosed(what + ": connection reset by the peer");
     } else {
       throw std::runtime_error(what + ": " + std::strerror(errno));
     }
@@ -171,6 +177,142 @@ void close_fd(int fd) {
   if (fd >= 0) ::close(fd);
 }
 
+namespace {
+
+// One accepted connection that has not authenticated yet.
+struct Pending {
+  int fd = -1;
+  std::string desc;  // remote address
+  std::array<unsigned char, hello_bytes> hello{};
+  std::size_t got = 0;
+};
+
+std::string remote_of(int fd) {
+  sockaddr_storage sa{};
+  socklen_t len = sizeof sa;
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "a peer";
+  unsigned port = 0;
+  if (sa.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&sa);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+  } else if (sa.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&sa);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+void set_blocking(int fd, bool blocking) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, blocking ? flags & ~O_NONBLOCK : flags | O_NONBLOCK);
+}
+
+// Waits on the listening socket and on every connection that has not said
+// its hello yet, all at once, so a silent or garbage-sending stranger holds
+// up nobody. A connection is kept once its hello names a missing higher
+// party and its key exchange (after_hello) succeeds; anything else is dropped
+// and reported, and waiting goes on until every higher party is in or the
+// deadline passes.
+void accept_peers(std::uint32_t self, const std::vector<PeerAddress>& parties, const MeshOptions& options,
+                  Clock::time_point deadline, int listen_fd, std::vector<int>& fds) {
+  const std::size_t n = parties.size();
+  std::vector<Pending> pending;
+  std::vector<std::string> dropped;
+  auto drop = [&](Pending& c, const std::string& why) {
+    const std::string line = party(self) + ": dropped a connection from " + c.desc + ": " + why;
+    if (options.on_dropped) options.on_dropped(line);
+    dropped.push_back(c.desc + ": " + why);
+    close_fd(c.fd);
+    c.fd = -1;
+  };
+  auto cleanup = [&] {
+    for (auto& c : pending) close_fd(c.fd);
+    close_fd(listen_fd);
+  };
+  set_blocking(listen_fd, false);
+  try {
+    auto missing = [&] {
+      std::string m;
+      for (std::uint32_t j = self + 1; j < n; ++j)
+        if (fds[j] < 0) m += (m.empty() ? "" : ", ") + party(j);
+      return m;
+    };
+    while (!missing().empty()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) {
+        std::string error = party(self) + ": " + missing() + " did not connect to " + where(parties[self]) +
+                            " within " + seconds(options.timeout) + " s";
+        if (!dropped.empty()) {
+          error += " (dropped " + std::to_string(dropped.size()) + " other connection" +
+                   (dropped.size() > 1 ? "s" : "") + ", the last from " + dropped.back() + ")";
+        }
+        throw std::runtime_error(error);
+      }
+      std::vector<pollfd> polled{{listen_fd, POLLIN, 0}};
+      for (const auto& c : pending) polled.push_back({c.fd, POLLIN, 0});
+      const int r = ::poll(polled.data(), polled.size(), static_cast<int>(std::min<long long>(left, 1000)));
+      if (r < 0 && errno != EINTR) throw std::runtime_error(party(self) + ": poll: " + std::strerror(errno));
+      if (r <= 0) continue;
+      // Hellos first (the pending list grows below).
+      for (std::size_t i = 0; i < pending.size(); ++i) {
+        if (!(polled[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        Pending& c = pending[i];
+        const ssize_t got = ::recv(c.fd, c.hello.data() + c.got, hello_bytes - c.got, MSG_DONTWAIT);
+        if (got == 0) {
+          drop(c, "closed the connection before its hello");
+          continue;
+        }
+        if (got < 0) {
+          if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) drop(c, std::strerror(errno));
+          continue;
+        }
+        c.got += static_cast<std::size_t>(got);
+        if (c.got < hello_bytes) continue;
+        try {
+          const Hello h = check_hello(c.hello.data(), self, std::nullopt, options.encrypted, c.desc);
+          if (h.from <= self || h.from >= n || fds[h.from] >= 0)
+            throw std::runtime_error(party(self) + ": " + c.desc + " says it is " + party(h.from) +
+                                     ", which should not connect here (wrong party id; check the "
+                                     "cluster config)");
+          const auto by = std::min(deadline, Clock::now() + options.authenticate_within);
+          set_blocking(c.fd, true);
+          const Hello mine{self, h.from, options.encrypted};
+          const auto hb = mine.encode();
+          write_exactly(c.fd, hb.data(), hb.size(), by, party(self) + ": hello to " + party(h.from));
+          const int one = 1;
+          ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+          if (options.after_hello) options.after_hello(c.fd, h.from, by);
+          fds[h.from] = c.fd;
+          c.fd = -1;  // now owned by fds
+        } catch (const std::runtime_error& e) {
+          drop(c, e.what());
+        }
+      }
+      std::erase_if(pending, [](const Pending& c) { return c.fd < 0; });
+      if (polled[0].revents & POLLIN) {
+        for (;;) {
+          const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) break;  // EAGAIN: none left (other errors: retried at the next poll)
+          if (pending.size() >= options.max_pending) {
+            drop(pending.front(), "too many unauthenticated connections at once");
+            pending.erase(pending.begin());
+          }
+          pending.push_back(Pending{fd, remote_of(fd), {}, 0});
+        }
+      }
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  cleanup();
+}
+
+}  // namespace
+
 std::vector<int> connect_mesh(std::uint32_t self, const std::vector<PeerAddress>& parties,
                               const MeshOptions& options) {
   const std::size_t n = parties.size();
@@ -192,14 +334,11 @@ std::vector<int> connect_mesh(std::uint32_t self, const std::vector<PeerAddress>
         throw std::runtime_error(party(self) + ": " + e.what());
       }
     }
-    auto finish = [&](tcp::socket& s, std::uint32_t peer) {
+    auto finish = [&](tcp::socket& s, std::uint32_t peer, Clock::time_point by) {
       s.set_option(tcp::no_delay(true));
       const int fd = s.release();
-      if (options.after_hello) {
-        fds[peer] = fd;
-        options.after_hello(fd, peer);
-      }
-      fds[peer] = fd;
+      fds[peer] = fd;  // owned (closed on error) from here on
+      if (options.after_hello) options.after_hello(fd, peer, by);
     };
     // Connect to every lower party, retrying while it is not listening yet.
     for (std::uint32_t j = 0; j < self; ++j) {
@@ -235,49 +374,24 @@ std::vector<int> connect_mesh(std::uint32_t self, const std::vector<PeerAddress>
         const int fd = s.native_handle();
         write_exactly(fd, hb.data(), hb.size(), deadline, party(self) + ": hello to " + party(j));
         std::array<unsigned char, hello_bytes> theirs{};
-        read_exactly(fd, theirs.data(), theirs.size(), deadline,
-                     party(self) + ": no hello from " + party(j) + " at " + desc +
-                         " (the peer refused this party: wrong party id or security mode?)");
+        const std::string no_hello = party(self) + ": no hello from " + party(j) + " at " + desc;
+        try {
+          read_exactly(fd, theirs.data(), theirs.size(), deadline, no_hello);
+        } catch (const PeerClosed&) {
+          // It read our hello and hung up: that is a refusal.
+          throw std::runtime_error(no_hello + " (the peer refused this party: wrong party id or security mode?)");
+        } catch (const std::runtime_error&) {
+          throw std::runtime_error(no_hello + " within " + seconds(options.timeout) +
+                                   " s (the peer accepted the connection but did not answer: late, busy or "
+                                   "not an mpcache party?)");
+        }
         check_hello(theirs.data(), self, j, options.encrypted, desc);
-        finish(s, j);
+        finish(s, j, deadline);
         break;
       }
     }
     // Accept every higher party; the hello says who it is.
-    for (std::size_t accepted = 0; accepted + self + 1 < n; ++accepted) {
-      tcp::socket s(io);
-      asio::error_code ec;
-      bool done = false;
-      acceptor.async_accept(s, [&](const asio::error_code& e) { ec = e, done = true; });
-      io.restart();
-      io.run_for(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) +
-                 std::chrono::milliseconds(1));
-      if (!done) {
-        std::string missing;
-        for (std::uint32_t j = self + 1; j < n; ++j)
-          if (fds[j] < 0) missing += (missing.empty() ? "" : ", ") + party(j);
-        throw std::runtime_error(party(self) + ": " + missing + " did not connect to " +
-                                 where(parties[self]) + " within " +
-                                 seconds(options.timeout) + " s");
-      }
-      if (ec) throw std::runtime_error(party(self) + ": accept failed: " + ec.message());
-      asio::error_code rec;
-      const auto remote = s.remote_endpoint(rec);
-      const std::string desc =
-          rec ? std::string("a peer") : remote.address().to_string() + ":" + std::to_string(remote.port());
-      const int fd = s.native_handle();
-      std::array<unsigned char, hello_bytes> theirs{};
-      read_exactly(fd, theirs.data(), theirs.size(), deadline, party(self) + ": hello from " + desc);
-      const Hello h = check_hello(theirs.data(), self, std::nullopt, options.encrypted, desc);
-      if (h.from <= self || h.from >= n || fds[h.from] >= 0)
-        throw std::runtime_error(party(self) + ": " + desc + " says it is " + party(h.from) +
-                                 ", which should not connect here (wrong party id; check the "
-                                 "cluster config)");
-      const Hello mine{self, h.from, options.encrypted};
-      const auto hb = mine.encode();
-      write_exactly(fd, hb.data(), hb.size(), deadline, party(self) + ": hello to " + party(h.from));
-      finish(s, h.from);
-    }
+    if (self + 1 < n) accept_peers(self, parties, options, deadline, acceptor.release(), fds);
   } catch (...) {
     close_all();
     throw;

@@ -5,13 +5,34 @@ import mpcache.core;
 
 namespace mpcache {
 
-WeightSource weights_from_file(const std::filesystem::path& path) {
+WeightSource weights_from_file(const std::filesystem::path& path, UnusedTensors unused) {
   auto file = std::make_shared<SafeTensorsFile>(SafeTensorsFile::open(path));
-  return [file](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+  auto get = [file](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
     if (!file->contains(name))
       throw Error(ErrorCode::format, file->path().string() + ": missing tensor '" + name + "'");
     return file->load(name, shape);
   };
+  auto finish = [file, unused](const std::set<std::string>& requested) {
+    if (unused == UnusedTensors::allow) return;
+    std::vector<std::string> left;
+    // Buffers that checkpoints carry but that are not weights (GPT-2's causal
+    // mask, LLaMA's RoPE frequencies) are never asked for and never an error.
+    auto buffer = [](const std::string& n) {
+      return n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias") || n.ends_with("rotary_emb.inv_freq");
+    };
+    for (const auto& [name, entry] : file->entries())
+      if (!requested.count(name) && !buffer(name)) left.push_back(name);
+    if (left.empty()) return;
+    std::string names;
+    for (std::size_t i = 0; i < left.size() && i < 4; ++i) names += (i ? ", '" : "'") + left[i] + "'";
+    if (left.size() > 4) names += ", ...";
+    throw Error(ErrorCode::format,
+                file->path().string() + ": " + std::to_string(left.size()) + " of " +
+                    std::to_string(file->entries().size()) + " tensors are not used by the config (" + names +
+                    "); config.json and the weights disagree (num_hidden_layers?). Allow it explicitly "
+                    "(UnusedTensors::allow, --allow-unused-weights) to run on a subset");
+  };
+  return WeightSource(std::move(get), std::move(finish));
 }
 
 WeightSource random_weights(std::uint64_t seed, double scale) {

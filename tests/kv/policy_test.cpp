@@ -226,6 +226,7 @@ TEST_SUITE("kv policies") {
   TEST_CASE("MPCache hierarchical selection equals the brute-force reference, on ref and plain") {
     kv::MpCacheOptions o;
     o.keep_ratio = 1.0;
+    o.flat_up_to = 0;  // the paper's two levels, as the reference
     for (auto similarity : {kv::Similarity::linear, kv::Similarity::bound})
     for (std::uint64_t seed : {21u, 22u, 23u, 24u}) {
       CAPTURE(seed);

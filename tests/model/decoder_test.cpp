@@ -5,6 +5,7 @@
 import mpcache;
 
 #include "../support/run_task.hpp"
+#include "../support/parties.hpp"
 
 using namespace mpcache;
 
@@ -104,6 +105,20 @@ TEST_SUITE("decoder") {
     };
     CHECK_THROWS_WITH_AS(run(load_llama(p, c, bad)), doctest::Contains("model.norm.weight"), Error);
   }
+
+  TEST_CASE("a config with fewer layers than the weights file is refused unless allowed") {
+    ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+    REQUIRE(c.num_layers == 2);
+    c.num_layers = 1;  // as a config.json saying num_hidden_layers 1 beside a 2-layer file
+    Ref p;
+    CHECK_THROWS_WITH_AS(run(load_llama(p, c, weights_from_file(fixture / "model.safetensors"))),
+                         doctest::Contains("'model.layers.1."), Error);
+    auto truncated = run(load_llama(p, c, weights_from_file(fixture / "model.safetensors", UnusedTensors::allow)));
+    CHECK(truncated.layers.size() == 1);
+    // The whole model uses every tensor of its file.
+    c.num_layers = 2;
+    CHECK(run(load_llama(p, c, weights_from_file(fixture / "model.safetensors"))).layers.size() == 2);
+  }
 }
 
 TEST_SUITE("decoder with policies") {
@@ -161,5 +176,88 @@ TEST_SUITE("decoder with policies") {
     const auto a = last_logits(r), b = last_logits(pl);
     MESSAGE("MPCache decode, plain vs ref: max |logit error| = " << xt::amax(xt::abs(a - b))());
     CHECK(xt::amax(xt::abs(a - b))() < 5e-2);
+  }
+}
+
+namespace {
+// Forwards to MPCache and records, per party, the rounds each layer's
+// select took (the critical path of the selection alone).
+struct CountingMpCache {
+  kv::MpCache<Rss3> inner;
+  std::function<std::uint64_t()> clock;
+  std::vector<std::uint64_t>* select_rounds;  // per layer, last step
+  std::string name() const { return inner.name(); }
+  void reset(std::size_t l, std::size_t h) {
+    inner.reset(l, h);
+    select_rounds->assign(l, 0);
+  }
+  Task<void> after_prefill(Rss3& p, const kv::PrefillView<Rss3>& v) { return inner.after_prefill(p, v); }
+  Task<kv::Selection<Rss3>> select(Rss3& p, const kv::StepView<Rss3>& v) {
+    const auto start = clock();
+    auto s = co_await inner.select(p, v);
+    (*select_rounds)[v.layer] = clock() - start;
+    co_return s;
+  }
+  Task<void> observe(Rss3& p, const kv::StepView<Rss3>& v, const std::vector<Rss3::Share>& probs) {
+    return inner.observe(p, v, probs);
+  }
+  Task<void> prefetch(Rss3& p, std::size_t layer, std::size_t position) { return inner.prefetch(p, layer, position); }
+};
+
+struct TokenRounds {
+  std::uint64_t per_token = 0;                // critical path of one decode step
+  std::vector<std::uint64_t> select_rounds;   // per layer, max over parties
+};
+
+// 4-layer random LLaMA under rss3: prefill 60 tokens (30 kept), decode 3;
+// rounds of the third decode step (steady: no cluster fills).
+TokenRounds decode_rounds(bool share_layers) {
+  ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+  c.num_layers = 4;
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<CostCounters, 3> before, after;
+  std::array<std::vector<std::uint64_t>, 3> selects;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 3});
+    Rss3 p = state->session();
+    auto weights = co_await load_llama(p, c, id == 0 ? random_weights(4, 0.3) : no_weights());
+    Decoder<Rss3> decoder(weights);
+    kv::MpCacheOptions o;
+    o.cluster = 4;
+    o.share_layers = share_layers;
+    CountingMpCache policy{kv::MpCache<Rss3>(16, o), [&network, id] { return network.endpoint(id).costs().rounds; },
+                           &selects[id]};
+    std::vector<std::uint32_t> prompt;
+    for (std::size_t i = 0; i < 60; ++i) prompt.push_back(static_cast<std::uint32_t>((i * 37) % 251));
+    auto mine = [id](auto v) { return id == 0 ? std::optional(v) : std::nullopt; };
+    co_await decoder.prefill(p, policy, 0, mine(prompt), prompt.size());
+    co_await decoder.decode(p, policy, 0, mine(7u));
+    co_await decoder.decode(p, policy, 0, mine(9u));  // a cluster fills (32 kept tokens)
+    before[id] = network.endpoint(id).costs();
+    co_await decoder.decode(p, policy, 0, mine(11u));  // a steady step
+    after[id] = network.endpoint(id).costs();
+  });
+  TokenRounds r;
+  r.per_token = testing::critical_rounds(before, after);
+  r.select_rounds.assign(4, 0);
+  for (const auto& s : selects)
+    for (std::size_t l = 0; l < 4; ++l) r.select_rounds[l] = std::max(r.select_rounds[l], s[l]);
+  return r;
+}
+}  // namespace
+
+TEST_SUITE("decoder rounds") {
+  TEST_CASE("layer index sharing saves at least the shared layer's selection rounds per token") {
+    const TokenRounds with = decode_rounds(true), without = decode_rounds(false);
+    MESSAGE("rounds per token: " << with.per_token << " with sharing, " << without.per_token
+                                 << " without; layer 3 selection without sharing: " << without.select_rounds[3]);
+    CHECK(with.select_rounds[3] == 0);  // gathered during layer 2 (prefetch)
+    CHECK(without.select_rounds[3] >= 20);
+    // A selecting layer's selection costs 20 rounds on the critical path here
+    // (similarity 1, rank top-2 18, gather 1: tests/kv/rounds_test.cpp); a
+    // party's own clock over the call (select_rounds) counts more, as it
+    // also waits for peers that are behind.
+    CHECK(with.per_token + 20 <= without.per_token);
   }
 }

@@ -6,6 +6,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <doctest/doctest.h>
 import mpcache.core;
 import mpcache.async;
@@ -100,7 +103,11 @@ TEST_CASE("a wrong party id is refused at the hello, naming both ids") {
   for (auto& t : threads) t.join();
   // Party 2 connects to party 1's address believing it is party 0's: party 1
   // refuses the hello, party 2 learns it was refused.
-  CHECK(contains(errors[1], "network error: party 1: party 2 at 127.0.0.1:"));
+  // Party 1 drops that connection, waits on for a real party 2 and, at the
+  // deadline, says what it dropped.
+  CHECK(contains(errors[1], "network error: party 1: party 2 did not connect to 127.0.0.1:" +
+                                std::to_string(parties[1].port) + " within 2.0 s (dropped 1 other connection"));
+  CHECK(contains(errors[1], "party 2 at 127.0.0.1:"));
   CHECK(contains(errors[1], " wants to talk to party 0 (wrong party id; check the cluster config)"));
   CHECK(contains(errors[2], "network error: party 2: no hello from party 0 at 127.0.0.1:" +
                                 std::to_string(parties[1].port) +
@@ -109,16 +116,101 @@ TEST_CASE("a wrong party id is refused at the hello, naming both ids") {
                                 std::to_string(parties[0].port) + " within 2.0 s"));
 }
 
+namespace {
+sockaddr_in loopback(std::uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(0x7F000001);
+  return a;
+}
+
+// A plain listening socket at 127.0.0.1:port that never accepts (the kernel
+// still completes TCP handshakes up to the backlog).
+int listen_raw(std::uint16_t port, int backlog) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const sockaddr_in a = loopback(port);
+  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, backlog) == 0);
+  return fd;
+}
+
+// A TCP client of this process, connected to 127.0.0.1:port (retrying while
+// nobody listens yet), as a stranger would be.
+int connect_stranger(std::uint16_t port) {
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    const sockaddr_in a = loopback(port);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return fd;
+    ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("strangers at a listening port (garbage, idle, a false hello) do not stop the set-up") {
+  for (const bool encrypted : {false, true}) {
+    CAPTURE(encrypted);
+    auto parties = loopback_parties(3);
+    auto options = encrypted ? keyed(3) : plain(3);
+    std::mutex m;
+    std::condition_variable seen;
+    std::vector<std::string> dropped;
+    options[0].on_dropped = [&](const std::string& line) {
+      std::lock_guard<std::mutex> lock(m);
+      dropped.push_back(line);
+      seen.notify_all();
+    };
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> threads;
+    auto start = [&](PartyId id) {
+      threads.emplace_back([&, id] {
+        errors[id] = error_of([&] {
+          auto c = connect_cluster(id, parties, options[id]);
+          for (int fd : c.fds) if (fd >= 0) ::close(fd);
+        });
+      });
+    };
+    start(0);
+    // Before parties 1 and 2 exist: one idle connection, one that sends
+    // garbage, one that claims to be party 2 and then stalls (encrypted:
+    // never answers the key exchange; plain: a wrong security mode).
+    const int idle = connect_stranger(parties[0].port);
+    const int garbage = connect_stranger(parties[0].port);
+    const int liar = connect_stranger(parties[0].port);
+    REQUIRE(idle >= 0);
+    REQUIRE(garbage >= 0);
+    REQUIRE(liar >= 0);
+    const std::string junk(16, 'x');
+    REQUIRE(::send(garbage, junk.data(), junk.size(), 0) == 16);
+    unsigned char hello[16] = {'M', 'P', 'C', 'H', 1, 0, static_cast<unsigned char>(encrypted ? 1 : 0), 0,
+                               2, 0, 0, 0, 0, 0, 0, 0};
+    if (!encrypted) hello[6] = 1;  // plain party 0 refuses an encrypted hello
+    REQUIRE(::send(liar, hello, sizeof hello, 0) == 16);
+    {
+      std::unique_lock<std::mutex> lock(m);
+      REQUIRE(seen.wait_for(lock, std::chrono::seconds(10), [&] { return dropped.size() >= 2; }));
+    }
+    start(1);
+    start(2);
+    for (auto& t : threads) t.join();
+    for (int fd : {idle, garbage, liar}) ::close(fd);
+    CHECK(errors[0] == "");
+    CHECK(errors[1] == "");
+    CHECK(errors[2] == "");
+    REQUIRE(dropped.size() == 2);
+    const std::string both = dropped[0] + "\n" + dropped[1];
+    CHECK(contains(both, "party 0: dropped a connection from 127.0.0.1:"));
+    CHECK(contains(both, "is not an mpcache party (bad hello magic)"));
+    CHECK(contains(both, encrypted ? "key exchange" : "runs with encryption, this party without"));
+  }
+}
+
 TEST_CASE("port in use and unreachable peers are clear set-up errors") {
   auto parties = loopback_parties(2);
   // Something else holds party 1's port.
-  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(parties[0].port);
-  a.sin_addr.s_addr = htonl(0x7F000001);
-  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(holder, 1) == 0);
+  const int holder = listen_raw(parties[0].port, 1);
   auto o = plain(1)[0];
   o.timeout = std::chrono::milliseconds(300);
   auto e = error_of([&] { (void)connect_cluster(0, parties, o); });
@@ -130,6 +222,20 @@ TEST_CASE("port in use and unreachable peers are clear set-up errors") {
   CHECK(contains(e, "network error: party 1 could not connect to party 0 at 127.0.0.1:" +
                         std::to_string(parties[0].port) + " within 0.3"));
   CHECK(contains(e, "Connection refused"));
+}
+
+TEST_CASE("a peer that is only late is not said to have refused") {
+  auto parties = loopback_parties(2);
+  // Something listens at party 0's address but never answers (a busy or
+  // late party 0: the kernel completes the TCP handshake on its own).
+  const int quiet = listen_raw(parties[0].port, 4);
+  auto o = plain(1)[0];
+  o.timeout = std::chrono::milliseconds(300);
+  const auto e = error_of([&] { (void)connect_cluster(1, parties, o); });
+  ::close(quiet);
+  CHECK(contains(e, "party 1: no hello from party 0 at 127.0.0.1:" + std::to_string(parties[0].port) +
+                        " within 0.3 s (the peer accepted the connection but did not answer"));
+  CHECK_FALSE(contains(e, "refused"));
 }
 
 TEST_CASE("a peer that holds a different key is refused at the handshake") {

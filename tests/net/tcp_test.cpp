@@ -171,6 +171,7 @@ TEST_CASE("a peer that stops reading fails the sender at the deadline, even whil
           }
         },
         std::size_t{64} << 20);
+    CAPTURE(error);
     CHECK(contains(error, "link to party 1 failed: party 1 accepted no data for 0.3 s (peer stalled or "
                           "not reading; deadline exceeded)"));
   }

@@ -187,9 +187,13 @@ TEST_CASE("round counts of the non-linear functions match the documented costs")
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); }) == 27);
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 11);
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 11);
-  // softmax over 8: max 3 levels x 11, exp 11, reciprocal 24, product 1.
+  // RMSNorm: x^2 1 + rsqrt 27 + one product 1 (gamma's scaling overlaps).
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+          co_return co_await ops::rms_norm(p, ops::reshape<Rss3>(a, {1, 8}), a);
+        }) == 29);
+  // softmax over 8: max in one group of 8 (8 + 3 + 2 + 1 = 14), exp 11, reciprocal 24, product 1.
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
           const auto row = ops::reshape<Rss3>(a, {1, 8});
           co_return co_await ops::softmax_last(p, row);
-        }) == 69);
+        }) == 50);
 }

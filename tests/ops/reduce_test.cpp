@@ -11,9 +11,12 @@ using namespace mpcache;
 using mpcache::testing::share_of;
 using mpcache::testing::run_both;
 
-TEST_CASE("argmax along the last axis: values, lowest index on ties, every length") {
+TEST_CASE("argmax along the last axis: values, lowest index on ties, every length and group size") {
   FixedPoint fp;
+  for (std::size_t arity : {0u, 2u, 3u, 4u, 7u, 16u})
   for (std::size_t n : {1u, 2u, 3u, 5u, 8u, 13u}) {
+    CAPTURE(arity);
+    CAPTURE(n);
     xt::xarray<double> xr = mpcache::testing::random_real({4, n}, -50, 50, 90 + n);
     // Row 1: all equal; row 2: two equal maxima.
     for (std::size_t j = 0; j < n; ++j) xr(1, j) = 3.5;
@@ -21,7 +24,7 @@ TEST_CASE("argmax along the last axis: values, lowest index on ties, every lengt
     const RingTensor x = fp.encode(xr);
     auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
       auto a = co_await share_of(p, 1, x);
-      auto r = co_await ops::argmax_last(p, a);
+      auto r = co_await ops::argmax_last(p, a, true, arity);
       co_return std::array<RingTensor, 2>{co_await p.reveal(r.value), co_await p.reveal(r.index)};
     });
     for (std::size_t i = 0; i < 4; ++i) {
@@ -35,11 +38,22 @@ TEST_CASE("argmax along the last axis: values, lowest index on ties, every lengt
   }
 }
 
-TEST_CASE("argmax rounds follow the tournament depth") {
+TEST_CASE("argmax rounds follow the tournament depth and the group size") {
   const RingTensor x = mpcache::testing::random_ring({2, 16}, 91);
-  const auto cost = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
-    return ops::argmax_last(p, a);
-  });
-  // log2(16) = 4 levels x (comparison 10 + select 1); value and index selects share a round.
-  CHECK(cost.rounds == 44);
+  auto rounds = [&](std::size_t arity) {
+    return mpcache::testing::measure_op(x, [arity](Rss3& p, const Rss3Share& a) {
+      return ops::argmax_last(p, a, true, arity);
+    }).rounds;
+  };
+  // Pairs: log2(16) = 4 levels x (A2B 8 + B2A 2 + select 1); value and index share a round.
+  CHECK(rounds(2) == 44);
+  // Groups of 4: 2 levels x (8 + AND of 3 bits 2 + 2 + 1).
+  CHECK(rounds(4) == 26);
+  // One group of 16: 8 + AND of 15 bits 4 + 2 + 1.
+  CHECK(rounds(16) == 15);
+  CHECK(ops::tournament_level_rounds(16) == 15);
+  // The link model picks one group for two short rows, pairs for many long ones.
+  CHECK(ops::tournament_arity(2, 16) == 16);
+  CHECK(rounds(0) == 15);
+  CHECK(ops::tournament_arity(4096, 1024) == 2);
 }

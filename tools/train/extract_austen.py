@@ -9,7 +9,7 @@ those objects (lists, pairlists, character/integer/real/logical vectors,
 attributes, symbols, CHARSXP including NA).
 
 Output: one UTF-8 text file per novel (lines joined with '\n') in --out
-(default ~/.cache/mpcache/austen).  Rerunnable from scratch.
+(default $XDG_CACHE_HOME/mpcache/austen, ~/.cache when unset).  Rerunnable from scratch.
 
 Usage:  /usr/bin/python3 tools/train/extract_austen.py [--out DIR] [--deb FILE]
 """
@@ -216,7 +216,8 @@ def obtain_package(deb):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.path.expanduser("~/.cache/mpcache/austen"))
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    ap.add_argument("--out", default=os.path.join(cache, "mpcache", "austen"))
     ap.add_argument("--deb", default=None, help="use this .deb instead of apt-get download")
     ap.add_argument("--keep", action="store_true", help="keep the temporary unpack dir")
     args = ap.parse_args()

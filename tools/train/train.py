@@ -302,7 +302,7 @@ def write_card(path, out_dir, args, cfg, nparams, state, ev=None):
 # ---------------------------------------------------------------------------
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", default=os.path.expanduser("~/.cache/mpcache/austen"))
+    ap.add_argument("--data-dir", default=os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mpcache", "austen"))
     ap.add_argument("--out", default=os.path.join(REPO, "tools/model/austen-byte"))
     ap.add_argument("--card", default=os.path.join(REPO, "tools/model/MODEL_CARD.md"))
     ap.add_argument("--seed", type=int, default=1234)

@@ -1,0 +1,126 @@
+// mpcache-decode-steps [--tokens N] [--prompt-bytes B] [--budget K] [--policies full,mpcache,...]
+// Private decoding of our model under rss3 (three parties in one process,
+// in-process transport): rounds and payload bytes (busiest party) of the
+// prefill and of every decode step, for each policy. Counts, not timings:
+// deterministic, so before/after comparisons of a change are exact.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <cstdio>
+#include <cstring>
+import mpcache;
+
+using namespace mpcache;
+
+namespace {
+
+struct Costs {
+  std::uint64_t rounds = 0, bytes = 0;
+};
+
+Costs busiest(const std::array<CostCounters, 3>& before, const std::array<CostCounters, 3>& after) {
+  Costs c;
+  std::uint64_t b = 0, a = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    b = std::max(b, before[i].rounds);
+    a = std::max(a, after[i].rounds);
+    c.bytes = std::max<std::uint64_t>(c.bytes, (after[i] - before[i]).payload_bytes_sent());
+  }
+  c.rounds = a - b;
+  return c;
+}
+
+kv::AnyPolicy<Rss3> make(const std::string& name, std::size_t budget) {
+  if (name == "full") return kv::AnyPolicy<Rss3>(kv::FullCache<Rss3>{});
+  kv::MpCacheOptions o;
+  if (name == "mpcache-bound") o.similarity = kv::Similarity::bound;
+  else if (name == "mpcache-hier") o.flat_up_to = 0;  // the paper's two levels always
+  else if (name == "mpcache-noshare") o.share_layers = false;
+  else if (name != "mpcache") throw Error(ErrorCode::invalid_argument, "unknown policy " + name);
+  return kv::AnyPolicy<Rss3>(kv::MpCache<Rss3>(budget, o));
+}
+
+std::vector<std::uint32_t> prompt_bytes(std::size_t n) {
+  const std::string text =
+      "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+      "must be in want of a wife. However little known the feelings or views of such a man may be "
+      "on his first entering a neighbourhood, this truth is so well fixed in the minds of the "
+      "surrounding families, that he is considered the rightful property of some one or other of "
+      "their daughters. ";
+  std::vector<std::uint32_t> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(static_cast<unsigned char>(text[i % text.size()]));
+  return out;
+}
+
+void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, std::size_t budget) {
+  const std::string dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
+  const ModelConfig c = ModelConfig::from_json_file(dir + "/config.json");
+  const auto prompt = prompt_bytes(prompt_len);
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::vector<std::array<CostCounters, 3>> marks(tokens + 2);
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 1});
+    Rss3 p = state->session();
+    const WeightSource source = id == 1 ? weights_from_file(dir + "/model.safetensors") : no_weights();
+    auto weights = co_await load_decoder(p, c, source, /*owner=*/1);
+    Decoder<Rss3> decoder(weights);
+    auto pol = make(policy, budget);
+    std::optional<std::vector<std::uint32_t>> mine;
+    if (id == 0) mine = prompt;
+    marks[0][id] = network.endpoint(id).costs();
+    auto logits = co_await decoder.prefill(p, pol, 0, std::move(mine), prompt.size());
+    for (std::size_t step = 0; step <= tokens; ++step) {
+      // token choice (argmax over the vocabulary, opened to the client) + one decode
+      const std::size_t rows = Rss3::shape(logits).at(0);
+      auto best = co_await ops::argmax_last(p, kv::rows<Rss3>(logits, rows - 1, rows));
+      auto token = co_await p.reveal_to(0, best.index);
+      std::optional<std::uint32_t> next;
+      if (token) next = static_cast<std::uint32_t>((*token)(0, 0));
+      marks[step + 1][id] = network.endpoint(id).costs();
+      if (step < tokens) logits = co_await decoder.decode(p, pol, 0, next);
+    }
+  });
+  const Costs pre = busiest(marks[0], marks[1]);
+  std::printf("%s: prefill %zu bytes (+ first token choice): %llu rounds, %.3f MB\n", policy.c_str(), prompt_len,
+              static_cast<unsigned long long>(pre.rounds), double(pre.bytes) / 1e6);
+  std::uint64_t sum_r = 0, sum_b = 0, steady = 0;
+  for (std::size_t s = 0; s < tokens; ++s) {
+    const Costs step = busiest(marks[s + 1], marks[s + 2]);
+    std::printf("  step %2zu: %5llu rounds, %8.3f MB\n", s, static_cast<unsigned long long>(step.rounds),
+                double(step.bytes) / 1e6);
+    sum_r += step.rounds;
+    sum_b += step.bytes;
+    steady = step.rounds;
+  }
+  std::printf("  mean per token (decode + token choice): %.1f rounds (%.1f per layer), %.3f MB; last step %llu rounds\n",
+              double(sum_r) / double(tokens), double(sum_r) / double(tokens) / double(c.num_layers),
+              double(sum_b) / double(tokens) / 1e6, static_cast<unsigned long long>(steady));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::size_t tokens = 16, prompt = 1000, budget = 48;
+  std::string policies = "full,mpcache";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--tokens")) tokens = std::stoul(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--prompt-bytes")) prompt = std::stoul(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--budget")) budget = std::stoul(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--policies")) policies = argv[i + 1];
+    else {
+      std::fprintf(stderr, "usage: mpcache-decode-steps [--tokens N] [--prompt-bytes B] [--budget K] [--policies a,b]\n");
+      return 2;
+    }
+  }
+  try {
+    std::size_t start = 0;
+    while (start <= policies.size()) {
+      const std::size_t end = std::min(policies.find(',', start), policies.size());
+      run(policies.substr(start, end - start), tokens, prompt, budget);
+      start = end + 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,55 @@
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <fstream>
+#include <set>
+#include <sstream>
+import mpcache;
+#include "fidelity_common.hpp"
+
+namespace mpcache::bench {
+
+std::string default_text_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string cache = xdg && *xdg ? std::string(xdg) : std::string(home ? home : ".") + "/.cache";
+  return cache + "/mpcache/austen/persuasion.txt";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const auto dir = std::filesystem::path(path).parent_path().string();
+    throw Error(ErrorCode::io, path + ": cannot open the evaluation text. Extract it first with\n  /usr/bin/python3 " +
+                                   std::string(MPCACHE_SOURCE_DIR) + "/tools/train/extract_austen.py --out " + dir +
+                                   "\nor pass --text FILE");
+  }
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
+  if (name != "mpcache" && !name.starts_with("mpcache-")) return std::nullopt;
+  kv::MpCacheOptions o;
+  std::stringstream parts(name.substr(7));
+  std::string part;
+  while (std::getline(parts, part, '-')) {
+    if (part.empty()) continue;
+    if (part == "bound") o.similarity = kv::Similarity::bound;
+    else if (part == "noshare") o.share_layers = false;
+    else if (part == "noevict") o.keep_ratio = 1.0;
+    else if (part == "flat") o.hierarchical = false;
+    else if (part == "rmax") o.alpha = 1.0;
+    else throw Error(ErrorCode::invalid_argument, "fidelity: unknown MPCache variant '" + part + "' in '" + name +
+                                                      "' (bound, noshare, noevict, flat, rmax)");
+  }
+  return o;
+}
+
+void check_policy_name(const std::string& name) {
+  static const std::set<std::string> known = {"full",     "streaming_llm", "h2o",   "tova",
+                                              "snapkv",   "longcache",     "quest", "infllm"};
+  if (mpcache_variant(name) || known.count(name)) return;
+  throw Error(ErrorCode::invalid_argument, "fidelity: unknown policy '" + name + "'");
+}
+
+}  // namespace mpcache::bench

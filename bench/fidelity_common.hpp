@@ -1,0 +1,45 @@
+// What the fidelity presets share: the held-out text, policy names and the
+// MPCache ablation suffixes. Include after `import mpcache;`.
+#pragma once
+
+namespace mpcache::bench {
+
+// The held-out novel where tools/train/extract_austen.py puts it by default:
+// $XDG_CACHE_HOME/mpcache/austen/persuasion.txt (~/.cache when unset).
+std::string default_text_path();
+
+// The whole file; a missing file says how to extract it.
+std::string read_text(const std::string& path);
+
+// "mpcache" plus ablation suffixes, each switching one part off or over:
+// -bound (sign-split bound similarity), -noshare (no layer index sharing),
+// -noevict (no static eviction), -flat (no coarse level), -rmax (alpha 1).
+// nullopt if `name` is not an MPCache name; an unknown suffix is an error.
+std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name);
+
+// Throws for a name make_policy would not know, without building anything.
+void check_policy_name(const std::string& name);
+
+// A policy by name with `budget` tokens per KV head; nullopt (with a line on
+// stderr) when the policy cannot work with that budget.
+template <Protocol Q>
+std::optional<kv::AnyPolicy<Q>> make_policy(const std::string& name, std::size_t budget) {
+  check_policy_name(name);
+  const auto mpcache_options = mpcache_variant(name);
+  try {
+    if (name == "full") return kv::AnyPolicy<Q>(kv::FullCache<Q>{});
+    if (name == "streaming_llm") return kv::AnyPolicy<Q>(kv::StreamingLlm<Q>(budget));
+    if (name == "h2o") return kv::AnyPolicy<Q>(kv::H2O<Q>(budget));
+    if (name == "tova") return kv::AnyPolicy<Q>(kv::Tova<Q>(budget));
+    if (name == "snapkv") return kv::AnyPolicy<Q>(kv::SnapKv<Q>(budget));
+    if (name == "longcache") return kv::AnyPolicy<Q>(kv::LongCache<Q>(budget));
+    if (name == "quest") return kv::AnyPolicy<Q>(kv::Quest<Q>(budget));
+    if (name == "infllm") return kv::AnyPolicy<Q>(kv::InfLlm<Q>(budget));
+    return kv::AnyPolicy<Q>(kv::MpCache<Q>(budget, *mpcache_options));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "fidelity: skipping %s at %zu tokens: %s\n", name.c_str(), budget, e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace mpcache::bench

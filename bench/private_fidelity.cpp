@@ -1,0 +1,205 @@
+// mpcache-bench --preset private-fidelity: does private decoding (rss3, the
+// three parties in this process) choose the same tokens as the float64
+// reference? For each policy, --prompts held-out prompts of --prompt-bytes
+// bytes (evenly spaced over the text) are prefilled and --tokens tokens
+// decoded greedily under rss3. The float64 (Ref) decoder then reads the same
+// prompt and the tokens rss3 chose (teacher-forced, same policy and budget)
+// and each rss3 token is compared with the float64 argmax of that step.
+// An accuracy study, not a protocol: the logits are opened to every party
+// here to measure their error; the private generation opens only the token.
+//
+// One JSON line per prompt and policy ("row":"prompt") and one per policy
+// ("row":"policy"):
+//   agreement        share of steps whose rss3 token is the float64 argmax
+//   near             share of steps whose rss3 token is within 0.05 of it
+//                    (a near-tie that fixed point may flip)
+//   max_logit_error  largest |rss3 logit - float64 logit| over the vocabulary
+//                    and every step
+//   mean_logit_error mean of that per-step largest error
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <iostream>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+import mpcache;
+#include "fidelity_common.hpp"
+
+namespace mpcache::bench {
+namespace {
+
+using json = nlohmann::json;
+
+struct Settings {
+  std::string model_dir;
+  std::string text_path;
+  std::vector<std::string> policies{"mpcache", "mpcache-bound"};
+  std::size_t budget = 48;  // tokens per KV head per layer
+  std::size_t prompts = 20;
+  std::size_t prompt_bytes = 512;
+  std::size_t tokens = 32;
+};
+
+// Logits of the last row as reals, one vector per step.
+using Steps = std::vector<std::vector<double>>;
+
+struct PrivateRun {
+  std::vector<std::uint32_t> tokens;  // chosen under rss3
+  Steps logits;                       // opened for this study only
+};
+
+// rss3, three parties in one process: prefill the prompt, then per step the
+// argmax of the last logits (opened to the client), as generate() does, plus
+// the logits opened to all for the error measurement.
+PrivateRun run_private(const Settings& s, const ModelConfig& c, const std::vector<std::uint32_t>& prompt,
+                       const std::string& policy_name) {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  PrivateRun out;
+  const FixedPoint fp;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 7});
+    Rss3 p = state->session();
+    const WeightSource source = id == 1 ? weights_from_file(s.model_dir + "/model.safetensors") : no_weights();
+    auto weights = co_await load_decoder(p, c, source, /*owner=*/1);
+    Decoder<Rss3> decoder(weights);
+    auto policy = *make_policy<Rss3>(policy_name, s.budget);
+    std::optional<std::vector<std::uint32_t>> mine;
+    if (id == 0) mine = prompt;
+    std::optional<std::uint32_t> next;
+    Rss3::Share logits;
+    for (std::size_t step = 0; step < s.tokens; ++step) {
+      logits = step == 0 ? co_await decoder.prefill(p, policy, 0, std::move(mine), prompt.size())
+                         : co_await decoder.decode(p, policy, 0, next);
+      const std::size_t rows = Rss3::shape(logits).at(0);
+      auto last = kv::rows<Rss3>(logits, rows - 1, rows);
+      auto best = co_await ops::argmax_last(p, last);
+      auto token = co_await p.reveal_to(0, best.index);
+      const RingTensor opened = co_await p.reveal(last);
+      next.reset();
+      if (token) next = static_cast<std::uint32_t>((*token)(0, 0));
+      if (id == 0) {
+        out.tokens.push_back(*next);
+        const auto real = fp.decode(opened);
+        out.logits.emplace_back(real.begin(), real.end());
+      }
+    }
+  });
+  return out;
+}
+
+// The float64 logits of the same prompt and the tokens rss3 chose.
+Steps run_reference(const DecoderWeights<Ref>& weights, const std::vector<std::uint32_t>& prompt,
+                    const std::vector<std::uint32_t>& chosen, const std::string& policy_name, std::size_t budget) {
+  Scheduler scheduler;
+  Ref p;
+  Decoder<Ref> decoder(weights);
+  auto policy = *make_policy<Ref>(policy_name, budget);
+  Steps out;
+  Ref::Share logits;
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    logits = i == 0 ? sync_wait(scheduler, decoder.prefill(p, policy, 0, prompt, prompt.size()))
+                    : sync_wait(scheduler, decoder.decode(p, policy, 0, chosen[i - 1]));
+    const auto r = p.to_real(logits);
+    const std::size_t rows = r.shape()[0], v = r.shape()[1];
+    out.emplace_back(r.data() + (rows - 1) * v, r.data() + rows * v);
+  }
+  return out;
+}
+
+struct Tally {
+  std::size_t steps = 0, exact = 0, near = 0;
+  double max_error = 0, sum_step_error = 0;
+
+  void add(const std::vector<double>& mpc, const std::vector<double>& ref, std::uint32_t chosen) {
+    const auto best = static_cast<std::uint32_t>(std::max_element(ref.begin(), ref.end()) - ref.begin());
+    double step_error = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) step_error = std::max(step_error, std::abs(mpc[i] - ref[i]));
+    ++steps;
+    exact += chosen == best ? 1 : 0;
+    near += ref[best] - ref[chosen] <= 0.05 ? 1 : 0;
+    max_error = std::max(max_error, step_error);
+    sum_step_error += step_error;
+  }
+  void merge(const Tally& t) {
+    steps += t.steps;
+    exact += t.exact;
+    near += t.near;
+    max_error = std::max(max_error, t.max_error);
+    sum_step_error += t.sum_step_error;
+  }
+  json row(const std::string& kind, const std::string& policy, const Settings& s) const {
+    return {{"preset", "private-fidelity"},
+            {"row", kind},
+            {"policy", policy},
+            {"budget", s.budget},
+            {"prompt_bytes", s.prompt_bytes},
+            {"steps", steps},
+            {"agreement", double(exact) / double(steps)},
+            {"near", double(near) / double(steps)},
+            {"max_logit_error", max_error},
+            {"mean_logit_error", sum_step_error / double(steps)}};
+  }
+};
+
+}  // namespace
+
+int private_fidelity_main(int argc, char** argv) {
+  CLI::App app{"mpcache-bench --preset private-fidelity: rss3 greedy tokens against the float64 argmax"};
+  Settings s;
+  std::string preset;
+  s.model_dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
+  s.text_path = default_text_path();
+  app.add_option("--preset", preset)->required();
+  app.add_option("--model", s.model_dir, "model directory (config.json + model.safetensors)");
+  app.add_option("--text", s.text_path, "held-out text (bytes) the prompts are cut from");
+  app.add_option("--policies", s.policies, "policies (full, mpcache and its -suffix variants)")->delimiter(',');
+  app.add_option("--budget", s.budget, "tokens per KV head per layer")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--prompts", s.prompts, "prompts")->check(CLI::Range(1, 10000));
+  app.add_option("--prompt-bytes", s.prompt_bytes, "bytes per prompt")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--tokens", s.tokens, "greedy tokens per prompt")->check(CLI::Range(1, 1 << 20));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    for (const auto& name : s.policies) {  // names and budgets first, before any file is read
+      check_policy_name(name);
+      if (!make_policy<Ref>(name, s.budget))
+        throw Error(ErrorCode::invalid_argument, "policy " + name + " cannot run with budget " + std::to_string(s.budget));
+    }
+    const std::string text = read_text(s.text_path);
+    const ModelConfig c = ModelConfig::from_json_file(s.model_dir + "/config.json");
+    if (s.prompt_bytes + s.tokens > c.max_positions)
+      throw Error(ErrorCode::invalid_argument, "--prompt-bytes + --tokens exceed the model's " +
+                                                   std::to_string(c.max_positions) + " positions");
+    if (text.size() < s.prompt_bytes)
+      throw Error(ErrorCode::invalid_argument, s.text_path + " is shorter than --prompt-bytes");
+    Scheduler scheduler;
+    Ref ref;
+    auto ref_weights = sync_wait(scheduler, load_decoder(ref, c, weights_from_file(s.model_dir + "/model.safetensors")));
+    for (const auto& policy : s.policies) {
+      Tally total;
+      for (std::size_t i = 0; i < s.prompts; ++i) {
+        // Evenly spaced prompts over the text: fixed, and far apart.
+        const std::size_t start = (text.size() - s.prompt_bytes) * i / std::max<std::size_t>(s.prompts, 1);
+        std::vector<std::uint32_t> prompt;
+        for (std::size_t b = 0; b < s.prompt_bytes; ++b) prompt.push_back(static_cast<unsigned char>(text[start + b]));
+        const PrivateRun mpc = run_private(s, c, prompt, policy);
+        const Steps ref_logits = run_reference(ref_weights, prompt, mpc.tokens, policy, s.budget);
+        Tally t;
+        for (std::size_t k = 0; k < mpc.tokens.size(); ++k) t.add(mpc.logits[k], ref_logits[k], mpc.tokens[k]);
+        json row = t.row("prompt", policy, s);
+        row["prompt"] = i;
+        row["offset"] = start;
+        std::cout << row.dump() << std::endl;
+        total.merge(t);
+      }
+      json row = total.row("policy", policy, s);
+      row["prompts"] = s.prompts;
+      row["tokens"] = s.tokens;
+      std::cout << row.dump() << std::endl;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mpcache-bench private-fidelity: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace mpcache::bench

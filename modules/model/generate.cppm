@@ -1,0 +1,278 @@
+// Private generation: prefill a prompt only the client knows, then decode
+// greedily; each next token is chosen under MPC (argmax of the last logits)
+// and opened to the client alone, who inputs it again for the next step.
+//
+// `generate` is one party's side, generic over the Protocol, given a Decoder
+// and a KV policy; it reports each finished step (and, during the prefill,
+// each finished layer) through a GenerationObserver and keeps no state of its
+// own. `generate_party` is the whole rss3 job of one party over its Endpoint
+// (in-process, or TCP in its own process): pairwise keys, the client's
+// public job header, the model owner's weights, the policy, generation.
+module;
+#include "prelude.hpp"
+export module mpcache.model:generate;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.ops;
+import mpcache.kv;
+import :config;
+import :weights;
+import :decoder;
+
+export namespace mpcache {
+
+enum class GenerationPhase { prefill, decode };
+
+inline const char* phase_name(GenerationPhase phase) noexcept {
+  return phase == GenerationPhase::prefill ? "prefill" : "decode";
+}
+
+// One finished step at one party. Step 0 is the prefill, which also chooses
+// the first token; step s >= 1 decodes token s-1 and chooses token s.
+struct GenerationStep {
+  GenerationPhase phase = GenerationPhase::prefill;
+  std::size_t step = 0;
+  std::optional<std::uint32_t> token;  // the chosen token: at the client only
+  double seconds = 0;                  // this party's wall time of the step
+  CostCounters costs;                  // this party's traffic in the step
+  std::uint64_t clock_before = 0;      // Lamport clock (rounds) at the start
+  std::uint64_t clock_after = 0;       //   and at the end of the step
+};
+
+// During the prefill: `layer` (0-based) of `layers` is done for all `tokens`.
+struct PrefillProgress {
+  std::size_t layer = 0;
+  std::size_t layers = 0;
+  std::size_t tokens = 0;
+  CostCounters costs;  // this party's traffic since the prefill started
+};
+
+// All members are optional. `costs` snapshots this party's counters (e.g.
+// `[&] { return endpoint.costs(); }`); without it steps report zero traffic.
+struct GenerationObserver {
+  std::function<void(const PrefillProgress&)> prefill_layer;
+  std::function<void(const GenerationStep&)> step;
+  std::function<CostCounters()> costs;
+};
+
+struct GenerationRequest {
+  PartyId client = 0;                                 // gives the prompt, learns the tokens
+  std::optional<std::vector<std::uint32_t>> prompt;   // token ids, at the client only
+  std::size_t prompt_length = 0;                      // public
+  std::size_t new_tokens = 0;                         // public
+};
+
+// Forwards to a policy and reports each prefilled layer (the decoder calls
+// after_prefill once per layer), so a caller can show prefill progress
+// without the decoder knowing about it.
+template <Protocol P, class Pol>
+  requires kv::Policy<Pol, P>
+class ObservedPolicy {
+ public:
+  ObservedPolicy(Pol& inner, std::function<void(std::size_t layer)> on_layer)
+      : inner_(&inner), on_layer_(std::move(on_layer)) {}
+  std::string name() const { return inner_->name(); }
+  void reset(std::size_t layers, std::size_t heads) { inner_->reset(layers, heads); }
+  Task<void> after_prefill(P& p, const kv::PrefillView<P>& view) {
+    co_await inner_->after_prefill(p, view);
+    if (on_layer_) on_layer_(view.layer);
+  }
+  Task<kv::Selection<P>> select(P& p, const kv::StepView<P>& step) { return inner_->select(p, step); }
+  // Sharing layers' early gathers (MPCache) must not be hidden by the wrapper.
+  Task<void> prefetch(P& p, std::size_t layer, std::size_t position)
+    requires kv::Prefetching<Pol, P>
+  {
+    return inner_->prefetch(p, layer, position);
+  }
+  Task<void> observe(P& p, const kv::StepView<P>& step, const std::vector<typename P::Share>& probs) {
+    return inner_->observe(p, step, probs);
+  }
+
+ private:
+  Pol* inner_;
+  std::function<void(std::size_t)> on_layer_;
+};
+
+// Greedy private generation, one party's side. Returns the chosen tokens at
+// the client and an empty vector elsewhere.
+template <Protocol P, class Pol>
+  requires kv::Policy<Pol, P>
+Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy, GenerationRequest request,
+                                          GenerationObserver observer = {}) {
+  const ModelConfig& c = decoder.config();
+  if (request.prompt_length == 0) throw Error(ErrorCode::invalid_argument, "generate: empty prompt");
+  if (request.new_tokens == 0) throw Error(ErrorCode::invalid_argument, "generate: zero new tokens");
+  // The last chosen token is not decoded, so the cache ends one short of this.
+  if (request.prompt_length + request.new_tokens > c.max_positions)
+    throw Error(ErrorCode::invalid_argument,
+                "generate: prompt (" + std::to_string(request.prompt_length) + ") + new tokens (" +
+                    std::to_string(request.new_tokens) + ") exceed the model's " +
+                    std::to_string(c.max_positions) + " positions");
+  const bool is_client = p.party_id() == request.client;
+  if (is_client && !request.prompt)
+    throw Error(ErrorCode::invalid_argument, "generate: the client (party " + std::to_string(request.client) +
+                                                 ") gave no prompt");
+  if (!is_client && request.prompt)
+    throw Error(ErrorCode::invalid_argument, "generate: party " + std::to_string(p.party_id()) +
+                                                 " is not the client but gave a prompt");
+  if (request.prompt && request.prompt->size() != request.prompt_length)
+    throw Error(ErrorCode::invalid_argument, "generate: prompt of " + std::to_string(request.prompt->size()) +
+                                                 " tokens, announced " + std::to_string(request.prompt_length));
+
+  using Clock = std::chrono::steady_clock;
+  auto snapshot = [&] { return observer.costs ? observer.costs() : CostCounters{}; };
+  const CostCounters prefill_start = snapshot();
+  ObservedPolicy<P, Pol> observed(policy, [&](std::size_t layer) {
+    if (observer.prefill_layer)
+      observer.prefill_layer({layer, c.num_layers, request.prompt_length, snapshot() - prefill_start});
+  });
+
+  std::vector<std::uint32_t> generated;
+  std::optional<std::uint32_t> next;  // the last chosen token, at the client
+  typename P::Share logits;
+  for (std::size_t step = 0; step < request.new_tokens; ++step) {
+    const CostCounters before = snapshot();
+    const auto t0 = Clock::now();
+    if (step == 0) {
+      logits = co_await decoder.prefill(p, observed, request.client, std::move(request.prompt),
+                                        request.prompt_length);
+    } else {
+      logits = co_await decoder.decode(p, observed, request.client, next);
+    }
+    const std::size_t rows = P::shape(logits).at(0);
+    auto last = kv::rows<P>(logits, rows - 1, rows);
+    auto best = co_await ops::argmax_last(p, last);
+    auto opened = co_await p.reveal_to(request.client, best.index);  // only the client learns it
+    next.reset();
+    if (opened) {
+      next = static_cast<std::uint32_t>((*opened)(0, 0));
+      generated.push_back(*next);
+    }
+    const CostCounters after = snapshot();
+    if (observer.step)
+      observer.step({step == 0 ? GenerationPhase::prefill : GenerationPhase::decode, step, next,
+                     std::chrono::duration<double>(Clock::now() - t0).count(), after - before, before.rounds,
+                     after.rounds});
+  }
+  co_return generated;
+}
+
+// A policy by name: "mpcache" (MPCache with `budget` tokens per KV head per
+// step) or "full" (the whole cache).
+template <Protocol P>
+kv::AnyPolicy<P> generation_policy(const std::string& name, std::size_t budget) {
+  if (name == "full") return kv::AnyPolicy<P>(kv::FullCache<P>{});
+  if (name == "mpcache") {
+    if (budget == 0) throw Error(ErrorCode::invalid_argument, "policy mpcache: budget must be at least 1 token");
+    return kv::AnyPolicy<P>(kv::MpCache<P>(budget));
+  }
+  throw Error(ErrorCode::invalid_argument, "unknown policy '" + name + "' (mpcache or full)");
+}
+
+// One party's whole generation job under rss3.
+struct GenerationJob {
+  std::filesystem::path model_dir;  // config.json (public shape, read by all) + model.safetensors (owner only)
+  PartyId client = 0;               // gives the prompt, learns the text
+  PartyId owner = 1;                // alone reads the weights file
+  // At the client only: the prompt and how many tokens to generate. The
+  // client announces the prompt length and token count to the others (both
+  // are public: they fix the shapes), so other parties ignore these.
+  std::optional<std::vector<std::uint32_t>> prompt;
+  std::size_t new_tokens = 16;
+  // Every party passes these; they must agree with the client's.
+  std::string policy = "mpcache";
+  std::size_t budget = 48;
+  UnusedTensors unused_weights = UnusedTensors::reject;  // owner: tensors the config leaves unused
+  Rss3Options rss3;
+};
+
+struct GenerationResult {
+  std::vector<std::uint32_t> tokens;  // at the client only
+  std::size_t prompt_length = 0;
+  std::size_t new_tokens = 0;
+  double setup_seconds = 0;  // keys, job header, weight sharing
+  CostCounters setup_costs;
+};
+
+// The public job header the client sends to every other party first.
+struct GenerationHeader {
+  std::uint64_t prompt_length = 0, new_tokens = 0, budget = 0;
+  std::string policy;
+
+  std::vector<std::byte> encode() const {
+    std::vector<std::byte> out(24 + policy.size());
+    const std::uint64_t words[3] = {prompt_length, new_tokens, budget};
+    std::memcpy(out.data(), words, 24);
+    std::memcpy(out.data() + 24, policy.data(), policy.size());
+    return out;
+  }
+  static GenerationHeader decode(const std::vector<std::byte>& bytes, PartyId from) {
+    if (bytes.size() < 24 || bytes.size() > 24 + 64)
+      throw Error(ErrorCode::protocol, "generation header from party " + std::to_string(from) + " has " +
+                                           std::to_string(bytes.size()) + " bytes");
+    GenerationHeader h;
+    std::uint64_t words[3];
+    std::memcpy(words, bytes.data(), 24);
+    h.prompt_length = words[0];
+    h.new_tokens = words[1];
+    h.budget = words[2];
+    h.policy.assign(reinterpret_cast<const char*>(bytes.data()) + 24, bytes.size() - 24);
+    return h;
+  }
+};
+
+inline constexpr StreamId generation_header_stream = 0x67656E6572617465ull;  // "generate"
+
+inline Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
+                                             GenerationObserver observer = {}) {
+  using Clock = std::chrono::steady_clock;
+  const PartyId id = endpoint.id();
+  if (endpoint.parties() != 3)
+    throw Error(ErrorCode::invalid_argument, "generate: rss3 needs 3 parties, not " +
+                                                 std::to_string(endpoint.parties()));
+  if (job.client >= 3 || job.owner >= 3)
+    throw Error(ErrorCode::invalid_argument, "generate: client and model owner must be parties 0-2");
+  // Shapes first, so that a bad model folder fails before any traffic.
+  const ModelConfig config = ModelConfig::from_json_file(job.model_dir / "config.json");
+  const auto t0 = Clock::now();
+  const CostCounters start = endpoint.costs();
+  auto state = co_await Rss3Party::setup(endpoint, job.rss3);
+
+  GenerationHeader header;
+  if (id == job.client) {
+    if (!job.prompt) throw Error(ErrorCode::invalid_argument, "generate: the client has no prompt");
+    header = {job.prompt->size(), job.new_tokens, job.budget, job.policy};
+    for (PartyId peer = 0; peer < 3; ++peer)
+      if (peer != id) endpoint.send(peer, generation_header_stream, header.encode());
+  } else {
+    header = GenerationHeader::decode(co_await endpoint.recv(job.client, generation_header_stream), job.client);
+    if (header.policy != job.policy || header.budget != job.budget)
+      throw Error(ErrorCode::invalid_argument,
+                  "generate: the client (party " + std::to_string(job.client) + ") asks for policy " +
+                      header.policy + " with budget " + std::to_string(header.budget) + ", but party " +
+                      std::to_string(id) + " was started with policy " + job.policy + " and budget " +
+                      std::to_string(job.budget));
+    job.prompt.reset();
+  }
+
+  Rss3 p = state->session();
+  // Only the model owner reads the weights file.
+  const WeightSource source = id == job.owner ? weights_from_file(job.model_dir / "model.safetensors", job.unused_weights)
+                                                : no_weights();
+  auto weights = co_await load_decoder(p, config, source, job.owner);
+  Decoder<Rss3> decoder(weights);
+  auto policy = generation_policy<Rss3>(job.policy, job.budget);
+  GenerationResult result;
+  result.prompt_length = header.prompt_length;
+  result.new_tokens = header.new_tokens;
+  result.setup_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  result.setup_costs = endpoint.costs() - start;
+  if (!observer.costs) observer.costs = [&endpoint] { return endpoint.costs(); };
+  GenerationRequest request{job.client, std::move(job.prompt), header.prompt_length, header.new_tokens};
+  result.tokens = co_await generate(p, decoder, policy, std::move(request), std::move(observer));
+  co_return result;
+}
+
+}  // namespace mpcache

@@ -1,0 +1,68 @@
+# `mpcache keygen`: secret keys are born 0600, existing keys and links are
+# never overwritten without --force (and --force replaces a link, not its
+# target), only the last folder of --out is created.
+#   -DCLI=path/to/mpcache -DWORK_DIR=dir
+cmake_minimum_required(VERSION 3.28)
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+function(run expect_rc regex)
+  execute_process(COMMAND "${CLI}" keygen ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("keygen ${ARGN}: ${rc}\n${out}${err}")
+  if(expect_rc STREQUAL "0" AND NOT rc STREQUAL "0")
+    message(FATAL_ERROR "keygen ${ARGN}: expected success, got '${rc}'")
+  elseif(expect_rc STREQUAL "nonzero" AND NOT rc MATCHES "^[1-9][0-9]*$")
+    message(FATAL_ERROR "keygen ${ARGN}: expected a failure exit status, got '${rc}'")
+  endif()
+  if(NOT "${out}${err}" MATCHES "${regex}")
+    message(FATAL_ERROR "keygen ${ARGN}: output does not match '${regex}'")
+  endif()
+endfunction()
+function(mode_of file out_var)
+  execute_process(COMMAND stat -c %a "${file}" OUTPUT_VARIABLE m OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(${out_var} "${m}" PARENT_SCOPE)
+endfunction()
+
+# A fresh folder (its parent exists): created, keys 0600, public keys 0644.
+run(0 "created folder .*keys.*p2.key" --out "${WORK_DIR}/keys")
+mode_of("${WORK_DIR}/keys/p0.key" m)
+if(NOT m STREQUAL "600")
+  message(FATAL_ERROR "p0.key has mode ${m}, not 600")
+endif()
+mode_of("${WORK_DIR}/keys" m)
+if(NOT m STREQUAL "700")
+  message(FATAL_ERROR "the key folder has mode ${m}, not 700")
+endif()
+file(READ "${WORK_DIR}/keys/p0.key" first)
+
+# A second run keeps the keys unless --force.
+run(nonzero "p0.key' already exists; refusing to overwrite a key file \\(--force replaces it\\)" --out "${WORK_DIR}/keys")
+file(READ "${WORK_DIR}/keys/p0.key" again)
+if(NOT again STREQUAL first)
+  message(FATAL_ERROR "a refused keygen changed p0.key")
+endif()
+run(0 "p0.key" --out "${WORK_DIR}/keys" --force)
+file(READ "${WORK_DIR}/keys/p0.key" forced)
+if(forced STREQUAL first)
+  message(FATAL_ERROR "keygen --force did not replace p0.key")
+endif()
+
+# A link planted at the key's path is not followed.
+file(MAKE_DIRECTORY "${WORK_DIR}/planted")
+file(WRITE "${WORK_DIR}/target" "precious\n")
+file(CREATE_LINK "${WORK_DIR}/target" "${WORK_DIR}/planted/p0.key" SYMBOLIC)
+run(nonzero "already exists" --out "${WORK_DIR}/planted" --parties 1)
+run(0 "p0.key" --out "${WORK_DIR}/planted" --parties 1 --force)
+file(READ "${WORK_DIR}/target" target)
+if(NOT target STREQUAL "precious\n")
+  message(FATAL_ERROR "keygen wrote through a symbolic link")
+endif()
+if(IS_SYMLINK "${WORK_DIR}/planted/p0.key")
+  message(FATAL_ERROR "keygen --force left the link in place")
+endif()
+
+# Only the last folder is created.
+run(nonzero "its parent folder '.*/no/such' does not exist" --out "${WORK_DIR}/no/such/dir")
+if(EXISTS "${WORK_DIR}/no")
+  message(FATAL_ERROR "keygen created parent folders")
+endif()
+file(REMOVE_RECURSE "${WORK_DIR}")

@@ -1,0 +1,157 @@
+// Exact round counts of MPCache on rss3 (in-process, deterministic): the
+// selection does not grow with the KV head count, summaries are paid once
+// per cluster, and a sharing layer does no selection work.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache;
+
+#include "../support/parties.hpp"
+
+using namespace mpcache;
+
+namespace {
+using testing::critical_rounds;
+using testing::random_real;
+using testing::share_of;
+
+struct Setting {
+  std::size_t heads = 1, d = 8, g = 2;
+  std::size_t prompt = 96;  // tokens at prefill
+  std::size_t steps = 6;    // decode selections after it
+  std::size_t budget = 16;
+  std::size_t layers = 1;   // all run the same prompt; layer l >= 2 odd shares l - 1
+  kv::MpCacheOptions options;
+};
+
+struct Rounds {
+  std::vector<std::uint64_t> prefill;            // per layer
+  std::vector<std::vector<std::uint64_t>> step;  // [step][layer]
+};
+
+// Prefill then `steps` selections on random keys, every layer in turn;
+// returns each call's critical-path rounds.
+Rounds measure(const Setting& s) {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  const std::size_t total = s.prompt + s.steps;
+  const std::size_t calls = s.layers * (1 + s.steps);
+  std::vector<std::array<CostCounters, 3>> before(calls), after(calls);
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 5});
+    Rss3 p = state->session();
+    const FixedPoint fp(p.frac_bits());
+    std::vector<kv::HeadCache<Rss3>> full, prompt;
+    std::vector<Rss3::Share> probs, queries;
+    for (std::size_t h = 0; h < s.heads; ++h) {
+      auto k = co_await share_of(p, 0, fp.encode(random_real({total, s.d}, -1, 1, 10 + h)));
+      auto v = co_await share_of(p, 0, fp.encode(random_real({total, s.d}, -1, 1, 30 + h)));
+      probs.push_back(co_await share_of(p, 0, fp.encode(random_real({s.g * s.prompt, s.prompt}, 0, 0.05, 50 + h))));
+      queries.push_back(co_await share_of(p, 0, fp.encode(random_real({s.g, s.d}, -1, 1, 70 + h))));
+      prompt.push_back({kv::rows<Rss3>(k, 0, s.prompt), kv::rows<Rss3>(v, 0, s.prompt)});
+      full.push_back({std::move(k), std::move(v)});
+    }
+    kv::MpCache<Rss3> mc(s.budget, s.options);
+    mc.reset(s.layers, s.heads);
+    std::size_t call = 0;
+    for (std::size_t l = 0; l < s.layers; ++l) {
+      kv::PrefillView<Rss3> view{l, s.prompt, s.g, &probs, &prompt};
+      before[call][id] = network.endpoint(id).costs();
+      co_await mc.after_prefill(p, view);
+      after[call++][id] = network.endpoint(id).costs();
+    }
+    for (std::size_t step = 0; step < s.steps; ++step) {
+      std::vector<kv::HeadCache<Rss3>> cache;
+      for (const auto& hc : full)
+        cache.push_back({kv::rows<Rss3>(hc.keys, 0, s.prompt + step + 1), kv::rows<Rss3>(hc.values, 0, s.prompt + step + 1)});
+      for (std::size_t l = 0; l < s.layers; ++l) {
+        kv::StepView<Rss3> view{l, s.prompt + step, s.g, &queries, &cache};
+        before[call][id] = network.endpoint(id).costs();
+        auto sel = co_await mc.select(p, view);
+        after[call++][id] = network.endpoint(id).costs();
+        REQUIRE(sel.keys.size() == s.heads);
+        CHECK(Rss3::shape(sel.keys[0]).at(0) <= s.budget);
+      }
+    }
+  });
+  Rounds r;
+  std::size_t call = 0;
+  for (std::size_t l = 0; l < s.layers; ++l) r.prefill.push_back(critical_rounds(before[call], after[call])), ++call;
+  for (std::size_t step = 0; step < s.steps; ++step) {
+    r.step.emplace_back();
+    for (std::size_t l = 0; l < s.layers; ++l) r.step.back().push_back(critical_rounds(before[call], after[call])), ++call;
+  }
+  return r;
+}
+
+kv::MpCacheOptions small_clusters(kv::Similarity similarity = kv::Similarity::linear) {
+  kv::MpCacheOptions o;
+  o.cluster = 4;  // budget 16: first cluster + 2 picked + the tail
+  o.similarity = similarity;
+  return o;
+}
+}  // namespace
+
+TEST_SUITE("kv rounds") {
+  TEST_CASE("MPCache prefill and selection rounds do not grow with the KV head count") {
+    for (auto similarity : {kv::Similarity::linear, kv::Similarity::bound})
+    for (std::size_t flat_up_to : {0u, 64u}) {
+      CAPTURE(similarity == kv::Similarity::bound);
+      CAPTURE(flat_up_to);
+      std::vector<Rounds> runs;
+      for (std::size_t heads : {1u, 2u, 8u}) {
+        Setting s;
+        s.heads = heads;
+        s.steps = 2;
+        s.options = small_clusters(similarity);
+        s.options.flat_up_to = flat_up_to;
+        runs.push_back(measure(s));
+      }
+      MESSAGE("prefill rounds " << runs[0].prefill[0] << ", selection rounds " << runs[0].step[1][0]);
+      for (const auto& r : runs) {
+        CHECK(r.prefill == runs[0].prefill);
+        CHECK(r.step == runs[0].step);
+      }
+      // Exact counts (deterministic in-process). Prefill: rank top-48 of 96,
+      // the k-th key comparison, the slot one-hot, one compaction matmul and
+      // the prompt's cluster summaries. A step: similarity, top-k, gather
+      // (the bound's query sign split adds 11; the coarse level 20).
+      const bool bound = similarity == kv::Similarity::bound;
+      CHECK(runs[0].prefill[0] == 66);
+      CHECK(runs[0].step[1][0] == (flat_up_to == 0 ? 40u : 20u) + (bound ? 11u : 0u));
+    }
+  }
+
+  TEST_CASE("MPCache pays a summary only in the step where a cluster fills") {
+    Setting s;
+    s.heads = 2;
+    s.prompt = 97;  // keeps 48 + 1: the prompt's full clusters are summarised at prefill
+    s.steps = 9;
+    s.options = small_clusters();
+    const Rounds r = measure(s);
+    // Kept list length after step i: 49 + i + 1 tokens; a cluster fills when
+    // it reaches a multiple of 4 (steps 2 and 6).
+    const std::uint64_t steady = r.step[0][0];
+    for (std::size_t i = 0; i < s.steps; ++i) {
+      CAPTURE(i);
+      const std::size_t length = 49 + i + 1;
+      if (length % 4 == 0) CHECK(r.step[i][0] > steady);
+      else CHECK(r.step[i][0] == steady);
+    }
+  }
+
+  TEST_CASE("a sharing layer does no summary and no selection: one gather round, none when prefetched") {
+    Setting s;
+    s.heads = 2;
+    s.layers = 4;  // layer 3 shares layer 2
+    s.steps = 3;
+    s.options = small_clusters();
+    const Rounds r = measure(s);
+    CHECK(r.prefill[3] == 1);  // the owner's compaction matrix, one matmul
+    for (std::size_t i = 0; i < s.steps; ++i) {
+      CAPTURE(i);
+      CHECK(r.step[i][3] == 1);             // gather with layer 2's one-hot rows
+      CHECK(r.step[i][2] == r.step[i][1]);  // layer 2 selects like any layer
+      CHECK(r.step[i][2] == 20);            // similarity 1, rank top-2 of 11 18, gather 1
+    }
+  }
+}

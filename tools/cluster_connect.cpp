@@ -1,0 +1,28 @@
+// See cluster_connect.hpp.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <cstdio>
+import mpcache;
+#include "cluster_connect.hpp"
+
+namespace mpcache::tools {
+
+ConnectOptions cluster_connect_options(const ClusterConfig& config, const std::string& config_path, PartyId id,
+                                       bool insecure, int timeout_ms) {
+  ConnectOptions connect;
+  connect.timeout = std::chrono::milliseconds(timeout_ms);
+  connect.on_dropped = [](const std::string& line) { std::fprintf(stderr, "mpcache %s\n", line.c_str()); };
+  connect.encrypted = !insecure;
+  if (!connect.encrypted) return connect;
+  for (std::size_t i = 0; i < config.parties.size(); ++i) {
+    if (config.parties[i].public_key.empty())
+      throw Error(ErrorCode::invalid_argument, config_path + ": party " + std::to_string(i) +
+                                                   " has no public_key (encrypted channels need pinned keys; or --insecure)");
+    connect.public_keys_pem.push_back(
+        read_text_file(config.parties[i].public_key, "public key of party " + std::to_string(i)));
+  }
+  connect.secret_key_pem =
+      read_text_file(config.parties[id].secret_key, "secret key of party " + std::to_string(id));
+  return connect;
+}
+
+}  // namespace mpcache::tools

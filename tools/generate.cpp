@@ -1,0 +1,506 @@
+// `mpcache generate` (see generate.hpp): flags in, text and costs out. The
+// generation itself is mpcache::generate_party (modules/model/generate.cppm).
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+import mpcache;
+#include "cluster_config.hpp"
+#include "cluster_connect.hpp"
+#include "generate.hpp"
+#include "local_cluster.hpp"
+
+namespace mpcache::tools {
+namespace {
+
+using nlohmann::json;
+constexpr PartyId client_id = 0;  // gives the prompt, alone learns the text
+constexpr PartyId owner_id = 1;   // alone reads the weights file
+
+const char* role(PartyId id) {
+  return id == client_id ? "client" : id == owner_id ? "model owner" : "helper";
+}
+
+// Bytes as a C-like string body: printable ASCII, \n, \t, \", \\, \xNN.
+std::string escaped(const std::vector<std::uint32_t>& bytes) {
+  std::string s;
+  for (auto b : bytes) {
+    if (b == '\n') s += "\\n";
+    else if (b == '\t') s += "\\t";
+    else if (b == '"' || b == '\\') s += '\\', s += static_cast<char>(b);
+    else if (b >= 32 && b < 127) s += static_cast<char>(b);
+    else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", b & 0xFFu);
+      s += hex;
+    }
+  }
+  return s;
+}
+
+std::vector<std::uint32_t> bytes_of(const std::string& text) {
+  std::vector<std::uint32_t> out;
+  for (unsigned char c : text) out.push_back(c);
+  return out;
+}
+
+long peak_rss_kb() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;  // kilobytes on Linux
+}
+
+double mb(std::uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+
+// What the client sees on its terminal: a progress line on stderr during the
+// prefill (only when stderr is a terminal) and one line per step on stdout.
+class ClientConsole {
+ public:
+  ClientConsole() : tty_(::isatty(2) != 0) {}
+  void progress(const PrefillProgress& p) {
+    if (!tty_) return;
+    std::fprintf(stderr, "\r\033[K  prefill: layer %zu/%zu done, %zu tokens, %.2f MB sent", p.layer + 1, p.layers,
+                 p.tokens, mb(p.costs.payload_bytes_sent()));
+    std::fflush(stderr);
+  }
+  void step(const GenerationStep& s) {
+    if (tty_ && s.step == 0) {
+      std::fprintf(stderr, "\r\033[K");
+      std::fflush(stderr);
+    }
+    if (s.token) text_.push_back(*s.token);
+    std::string tail = escaped(text_);
+    if (tail.size() > 40) tail = "..." + tail.substr(tail.size() - 37);
+    std::printf("  %-7s %4zu %9.3f s %10.3f MB %7llu rounds  +\"%s\"  %s\n", phase_name(s.phase), s.step, s.seconds,
+                mb(s.costs.payload_bytes_sent()), static_cast<unsigned long long>(s.clock_after - s.clock_before),
+                s.token ? escaped({*s.token}).c_str() : "?", tail.c_str());
+    std::fflush(stdout);
+  }
+  static void columns() {
+    std::printf("  %-7s %4s %11s %13s %14s  %s\n", "phase", "step", "latency", "client sent", "rounds", "token, text");
+  }
+
+ private:
+  bool tty_;
+  std::vector<std::uint32_t> text_;
+};
+
+json step_row(const GenerationStep& s, PartyId id) {
+  json row = {{"row", "step"},
+              {"party", id},
+              {"phase", phase_name(s.phase)},
+              {"step", s.step},
+              {"latency_s", s.seconds},
+              {"bytes_sent", s.costs.payload_bytes_sent()},
+              {"rounds", s.clock_after - s.clock_before},
+              {"clock_before", s.clock_before},
+              {"clock_after", s.clock_after}};
+  if (s.token) row["token"] = *s.token;
+  return row;
+}
+
+// Steps across parties: latency of the slowest party, bytes of the busiest,
+// rounds on the critical path (parties' Lamport clocks differ: compare the
+// highest ones before and after).
+json merge_steps(const std::array<std::vector<json>, 3>& rows) {
+  json out = json::array();
+  const std::size_t steps = std::min({rows[0].size(), rows[1].size(), rows[2].size()});
+  for (std::size_t k = 0; k < steps; ++k) {
+    double latency = 0;
+    std::uint64_t bytes_max = 0, bytes_total = 0, before = 0, after = 0;
+    for (const auto& party : rows) {
+      const json& r = party[k];
+      latency = std::max(latency, r.at("latency_s").get<double>());
+      bytes_max = std::max(bytes_max, r.at("bytes_sent").get<std::uint64_t>());
+      bytes_total += r.at("bytes_sent").get<std::uint64_t>();
+      before = std::max(before, r.at("clock_before").get<std::uint64_t>());
+      after = std::max(after, r.at("clock_after").get<std::uint64_t>());
+    }
+    out.push_back({{"row", "step"},
+                   {"phase", rows[0][k].at("phase")},
+                   {"step", k},
+                   {"latency_s", latency},
+                   {"bytes_max_party", bytes_max},
+                   {"bytes_total", bytes_total},
+                   {"rounds", after - before}});
+  }
+  return out;
+}
+
+UnusedTensors unused_weights(const GenerateOptions& o) {
+  return o.allow_unused_weights ? UnusedTensors::allow : UnusedTensors::reject;
+}
+
+// The float64 reference check, a debugging aid for a launcher that sees both
+// the prompt and the weights: the Ref logits after the prompt and the chosen
+// tokens (teacher-forced, same policy); each chosen token should be their
+// argmax (exact) or within 0.05 of it (a near-tie may flip under fixed point).
+json float64_check(const GenerateOptions& o, const std::vector<std::uint32_t>& prompt,
+                   const std::vector<std::uint32_t>& chosen) {
+  const ModelConfig c = ModelConfig::from_json_file(o.model_dir + "/config.json");
+  Scheduler scheduler;
+  Ref p;
+  auto weights = sync_wait(scheduler, load_decoder(p, c, weights_from_file(o.model_dir + "/model.safetensors", unused_weights(o))));
+  Decoder<Ref> decoder(weights);
+  auto policy = generation_policy<Ref>(o.policy, o.budget);
+  std::size_t exact = 0, near = 0;
+  double worst_gap = 0;
+  std::vector<std::uint32_t> argmaxes;
+  Ref::Share logits;
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    logits = i == 0 ? sync_wait(scheduler, decoder.prefill(p, policy, 0, prompt, prompt.size()))
+                    : sync_wait(scheduler, decoder.decode(p, policy, 0, chosen[i - 1]));
+    const auto r = p.to_real(logits);
+    const std::size_t rows = r.shape()[0], v = r.shape()[1];
+    const double* last = r.data() + (rows - 1) * v;
+    const auto best = static_cast<std::uint32_t>(std::max_element(last, last + v) - last);
+    argmaxes.push_back(best);
+    const double gap = last[best] - last[chosen[i]];
+    worst_gap = std::max(worst_gap, gap);
+    exact += chosen[i] == best ? 1 : 0;
+    near += gap <= 0.05 ? 1 : 0;
+  }
+  return {{"exact", exact}, {"near", near}, {"tokens", chosen.size()}, {"worst_gap", worst_gap},
+          {"float64_argmax", argmaxes}, {"ok", near == chosen.size()}};
+}
+
+void print_check(const json& check) {
+  std::printf("float64 check (debugging aid: this launcher sees both the prompt and the weights; "
+              "a real cluster cannot check): %zu/%zu tokens are the float64 argmax, %zu/%zu within 0.05 "
+              "(worst gap %.3g)\n",
+              check["exact"].get<std::size_t>(), check["tokens"].get<std::size_t>(), check["near"].get<std::size_t>(),
+              check["tokens"].get<std::size_t>(), check["worst_gap"].get<double>());
+}
+
+// Summary of merged step rows: the prefill, and decode steps on average.
+json summarize(const json& steps) {
+  json s = json::object();
+  double decode_s = 0, decode_bytes = 0, decode_rounds = 0;
+  std::size_t decodes = 0;
+  for (const auto& r : steps) {
+    if (r["phase"] == "prefill") {
+      s["prefill_latency_s"] = r["latency_s"];
+      s["prefill_bytes_max_party"] = r["bytes_max_party"];
+      s["prefill_rounds"] = r["rounds"];
+    } else {
+      decode_s += r["latency_s"].get<double>();
+      decode_bytes += r["bytes_max_party"].get<double>();
+      decode_rounds += r["rounds"].get<double>();
+      ++decodes;
+    }
+  }
+  if (decodes > 0) {
+    s["decode_steps"] = decodes;
+    s["decode_latency_s_mean"] = decode_s / double(decodes);
+    s["decode_bytes_max_party_mean"] = decode_bytes / double(decodes);
+    s["decode_rounds_mean"] = decode_rounds / double(decodes);
+  }
+  return s;
+}
+
+void print_summary(const json& s, const json& parties) {
+  if (s.contains("prefill_latency_s"))
+    std::printf("prefill: %.3f s, %.3f MB (busiest party), %llu rounds\n", s["prefill_latency_s"].get<double>(),
+                mb(s["prefill_bytes_max_party"].get<std::uint64_t>()),
+                static_cast<unsigned long long>(s["prefill_rounds"].get<std::uint64_t>()));
+  if (s.contains("decode_steps"))
+    std::printf("per decoded token (mean of %zu): %.3f s, %.3f MB (busiest party), %.0f rounds\n",
+                s["decode_steps"].get<std::size_t>(), s["decode_latency_s_mean"].get<double>(),
+                s["decode_bytes_max_party_mean"].get<double>() / 1e6, s["decode_rounds_mean"].get<double>());
+  std::string rss;
+  for (const auto& p : parties)
+    if (p.contains("peak_rss_kb"))
+      rss += (rss.empty() ? "" : ", ") + std::string("party ") + std::to_string(p["party"].get<int>()) + " " +
+             std::to_string(p["peak_rss_kb"].get<long>() / 1024) + " MB";
+  if (!rss.empty()) std::printf("peak RSS: %s\n", rss.c_str());
+}
+
+void write_json_lines(const std::string& path, const std::vector<json>& lines) {
+  if (path.empty()) return;
+  std::string text;
+  for (const auto& l : lines) text += l.dump() + "\n";
+  write_text_file(path, text, false);
+}
+
+GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<std::uint32_t>* prompt) {
+  GenerationJob job;
+  job.model_dir = o.model_dir;
+  job.client = client_id;
+  job.owner = owner_id;
+  if (id == client_id && prompt) job.prompt = *prompt;
+  job.new_tokens = o.tokens;
+  job.policy = o.policy;
+  job.budget = o.budget;
+  job.unused_weights = unused_weights(o);
+  return job;
+}
+
+void print_header(const GenerateOptions& o, const std::string& where, const std::vector<std::uint32_t>& prompt) {
+  std::printf("mpcache generate: private greedy decoding under rss3, %s\n", where.c_str());
+  std::printf("  model %s, policy %s", o.model_dir.c_str(), o.policy.c_str());
+  if (o.policy == "mpcache") std::printf(" (budget %zu tokens per KV head)", o.budget);
+  std::string shown = escaped(prompt);
+  if (shown.size() > 160) shown = shown.substr(0, 120) + "..." + shown.substr(shown.size() - 37);
+  std::printf(", %zu new tokens\n  prompt (client, %zu bytes): \"%s\"\n", o.tokens, prompt.size(), shown.c_str());
+  ClientConsole::columns();
+  std::fflush(stdout);
+}
+
+// The end of a launcher or in-process run: text, summary, check, JSON lines.
+int finish(const GenerateOptions& o, const std::string& mode, const std::string& transport,
+           const std::vector<std::uint32_t>& prompt, const std::vector<std::uint32_t>& tokens, const json& steps,
+           json parties, bool ok, bool print_text) {
+  json summary = summarize(steps);
+  summary["row"] = "summary";
+  summary["mode"] = mode;
+  summary["transport"] = transport;
+  summary["link"] = o.link;
+  summary["encrypted"] = !o.insecure && !o.in_process;
+  summary["policy"] = o.policy;
+  summary["budget"] = o.budget;
+  summary["model"] = o.model_dir;
+  summary["prompt_length"] = prompt.size();
+  summary["new_tokens"] = o.tokens;
+  summary["tokens"] = tokens;
+  summary["text"] = escaped(tokens);
+  if (ok) {
+    if (print_text) std::printf("generated, learned by the client only: \"%s\"\n", escaped(tokens).c_str());
+    print_summary(summary, parties);
+    if (tokens.size() != o.tokens) ok = false;
+  }
+  if (ok && o.check) {
+    summary["check"] = float64_check(o, prompt, tokens);
+    print_check(summary["check"]);
+    ok = summary["check"]["ok"].get<bool>();
+  }
+  summary["ok"] = ok;
+  std::vector<json> lines(steps.begin(), steps.end());
+  lines.push_back(summary);
+  for (auto& p : parties) {
+    p["row"] = "party";
+    lines.push_back(p);
+  }
+  write_json_lines(o.json, lines);
+  std::printf("%s\n", ok ? "OK" : "FAILED");
+  return ok ? 0 : 1;
+}
+
+int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& prompt) {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::optional<TimerLoop> timers;
+  std::optional<LinkEmulator> emulator;
+  const LinkSpec link = link_named(o.link);
+  if (link.name != "none") {
+    timers.emplace(scheduler);
+    emulator.emplace(network, timers->timers(), link);
+    for (PartyId id = 0; id < 3; ++id) network.endpoint(id).attach(&*emulator);
+  }
+  const std::string transport = network.endpoint(0).transport()->name();
+  print_header(o, "3 parties in this process (" + transport + ")", prompt);
+  std::array<std::vector<json>, 3> rows;
+  ClientConsole console;
+  auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
+    GenerationObserver observer;
+    observer.step = [&rows, &console, id](const GenerationStep& s) {
+      rows[id].push_back(step_row(s, id));
+      if (id == client_id) console.step(s);
+    };
+    if (id == client_id) observer.prefill_layer = [&console](const PrefillProgress& p) { console.progress(p); };
+    co_return co_await generate_party(network.endpoint(id), job_for(o, id, &prompt), std::move(observer));
+  });
+  const bool others_learned_nothing = results[1].tokens.empty() && results[2].tokens.empty();
+  json parties = json::array();
+  for (int i = 0; i < 3; ++i)
+    parties.push_back({{"party", i}, {"role", role(PartyId(i))}, {"ok", true},
+                       {"setup_s", results[i].setup_seconds},
+                       {"setup_bytes_sent", results[i].setup_costs.payload_bytes_sent()},
+                       // One process: its peak RSS is that of all three parties together.
+                       {"peak_rss_kb", peak_rss_kb()}, {"peak_rss_shared_by_all_parties", true}});
+  return finish(o, "in-process", transport, prompt, results[0].tokens, merge_steps(rows), parties,
+                others_learned_nothing, /*print_text=*/true);
+}
+
+// One party of a cluster (a process). Writes its JSON lines to --json.
+int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>* prompt) {
+  json party = {{"row", "party"}, {"party", o.id}, {"ok", false}};
+  std::vector<json> lines;
+  auto write_lines = [&] {
+    party["peak_rss_kb"] = peak_rss_kb();
+    lines.push_back(party);
+    write_json_lines(o.json, lines);
+  };
+  try {
+    const ClusterConfig config = read_cluster_config(o.config);
+    if (o.id < 0 || static_cast<std::size_t>(o.id) >= config.parties.size())
+      throw Error(ErrorCode::bad_party, "--id " + std::to_string(o.id) + " is not a party of " + o.config);
+    const auto id = static_cast<PartyId>(o.id);
+    party["role"] = role(id);
+    if (id == client_id && !prompt) throw Error(ErrorCode::invalid_argument, "party 0 (the client) needs --prompt");
+    const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : config.timeout_ms;
+    std::vector<PartyAddress> addresses;
+    for (const auto& p : config.parties) addresses.push_back({p.host, p.port});
+    const ConnectOptions connect = cluster_connect_options(config, o.config, id, o.insecure, timeout_ms);
+    const LinkSpec link = link_named(o.link);
+    TcpOptions tcp;
+    tcp.backend = parse_backend(o.transport);
+    tcp.silence_timeout = std::chrono::milliseconds(timeout_ms);
+
+    Scheduler scheduler;
+    Endpoint endpoint(scheduler, id, config.parties.size());
+    TcpTransport transport(scheduler, endpoint, connect_cluster(id, addresses, connect), tcp);
+    std::optional<LinkEmulator> emulator;
+    if (link.name != "none") {
+      emulator.emplace(transport, transport.timers(), link);
+      endpoint.attach(&*emulator);
+    }
+    const std::string transport_name = endpoint.transport()->name();
+    party["transport"] = transport_name;
+    if (!transport.fallback_reason().empty()) party["fallback_reason"] = transport.fallback_reason();
+    ClientConsole console;
+    if (id == client_id)
+      print_header(o, "party 0 (client) of " + o.config + ", " + transport_name + ", link " + o.link, *prompt);
+    GenerationObserver observer;
+    observer.step = [&](const GenerationStep& s) {
+      lines.push_back(step_row(s, id));
+      if (id == client_id) console.step(s);
+      // Tests: die in the middle of decoding (the others wait for step 2).
+      if (o.fault == "exit" && s.step == 1) std::_Exit(3);
+    };
+    if (id == client_id) observer.prefill_layer = [&](const PrefillProgress& p) { console.progress(p); };
+    const auto result = sync_wait(scheduler, generate_party(endpoint, job_for(o, id, prompt), std::move(observer)));
+    transport.shutdown();
+    party["ok"] = true;
+    party["setup_s"] = result.setup_seconds;
+    party["setup_bytes_sent"] = result.setup_costs.payload_bytes_sent();
+    party["prompt_length"] = result.prompt_length;
+    party["new_tokens"] = result.new_tokens;
+    party["wire_bytes_sent"] = transport.wire_bytes_sent();
+    if (id == client_id) {
+      party["tokens"] = result.tokens;
+      std::printf("generated, learned by the client only: \"%s\"\n", escaped(result.tokens).c_str());
+    } else {
+      std::printf("mpcache generate: party %u (%s) done: %zu steps, learned no token\n", id, role(id),
+                  lines.size());
+    }
+    write_lines();
+    return 0;
+  } catch (const std::exception& e) {
+    party["error"] = e.what();
+    std::fflush(stdout);
+    std::fprintf(stderr, "mpcache generate: party %d: %s\n", o.id, e.what());
+    write_lines();
+    return 1;
+  }
+}
+
+std::vector<json> read_json_lines(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+// Three party processes on loopback, fresh keys; the client's stdout is ours.
+int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& prompt, const std::string& self) {
+  const auto [fault_party, fault_kind] = parse_fault(o.fault, {"exit"});
+  if (fault_party >= 0 && o.tokens < 3)
+    throw Error(ErrorCode::invalid_argument, "--fault: the party dies after decode step 1, so --tokens must be >= 3");
+  const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : default_generate_timeout_ms;
+  LocalCluster cluster(o.insecure, timeout_ms);
+  const std::string prompt_file = cluster.file("prompt.txt");  // read by party 0 only
+  write_text_file(prompt_file, std::string(prompt.begin(), prompt.end()), true);
+  std::vector<PartyProcess> processes;
+  for (int i = 0; i < 3; ++i) {
+    PartyProcess p;
+    p.args = {self, "generate", "--config", cluster.config_path(), "--id", std::to_string(i), "--model",
+              o.model_dir, "--tokens", std::to_string(o.tokens), "--policy", o.policy, "--budget",
+              std::to_string(o.budget), "--transport", o.transport, "--link", o.link, "--json",
+              cluster.file("party-" + std::to_string(i) + ".jsonl")};
+    if (o.insecure) p.args.push_back("--insecure");
+    if (o.allow_unused_weights) p.args.push_back("--allow-unused-weights");
+    if (i == 0) p.args.insert(p.args.end(), {"--prompt-file", prompt_file});
+    if (i == fault_party) p.args.insert(p.args.end(), {"--fault", fault_kind});
+    p.quiet = i != 0;  // the client's lines are the output; others' errors still reach stderr
+    processes.push_back(std::move(p));
+  }
+  std::printf("mpcache generate: 3 party processes on this host (loopback TCP, %s, fresh keys), link %s\n",
+              o.insecure ? "plain, --insecure" : "AES-GCM", o.link.c_str());
+  std::fflush(stdout);
+  bool killed_late = false;
+  const auto exits = run_party_processes(processes, fault_party, 3 * timeout_ms + 3600 * 1000, &killed_late);
+
+  std::array<std::vector<json>, 3> rows;
+  json parties = json::array();
+  bool ok = !killed_late;
+  std::string transport;
+  std::vector<std::uint32_t> tokens;
+  for (int i = 0; i < 3; ++i) {
+    json party = {{"party", i}, {"ok", false}, {"error", "no report (the process died)"}};
+    try {
+      for (auto& line : read_json_lines(cluster.file("party-" + std::to_string(i) + ".jsonl"))) {
+        if (line["row"] == "step") rows[i].push_back(line);
+        if (line["row"] == "party") party = line;
+      }
+    } catch (const std::exception&) {
+    }
+    party["exit_status"] = exits[i].status;
+    ok = ok && exits[i].ok && party.value("ok", false);
+    if (party.contains("transport")) transport = party["transport"];
+    if (i == client_id && party.contains("tokens")) tokens = party["tokens"].get<std::vector<std::uint32_t>>();
+    if (!party.value("ok", false) || !exits[i].ok)
+      std::fprintf(stderr, "mpcache generate: party %d failed: %s\n", i,
+                   party.value("error", std::string("exit status ") + std::to_string(exits[i].status)).c_str());
+    parties.push_back(party);
+  }
+  if (killed_late) std::fprintf(stderr, "mpcache generate: parties still running after the limit were killed\n");
+  if (ok) std::printf("transport %s\n", transport.c_str());
+  return finish(o, "3 processes", transport, prompt, tokens, ok ? merge_steps(rows) : json::array(), parties, ok,
+                /*print_text=*/false);  // the client process printed it
+}
+
+}  // namespace
+
+int run_generate(const GenerateOptions& o_in, const std::string& self) {
+  GenerateOptions o = o_in;
+  const bool party_mode = !o.config.empty();
+  if (party_mode && o.id < 0) throw Error(ErrorCode::invalid_argument, "--config needs --id (this party's index)");
+  if (!party_mode && o.id >= 0) throw Error(ErrorCode::invalid_argument, "--id needs --config (the cluster to join)");
+  if (party_mode && o.in_process) throw Error(ErrorCode::invalid_argument, "--in-process and --config exclude each other");
+  if (party_mode && o.check)
+    throw Error(ErrorCode::invalid_argument,
+                "--check needs the prompt and the weights in one launcher (--in-process or the local launcher); "
+                "in a cluster no party can check");
+  if (o.in_process && !o.fault.empty()) throw Error(ErrorCode::invalid_argument, "--fault needs party processes");
+  if (party_mode && !o.fault.empty() && o.fault != "exit")
+    throw Error(ErrorCode::invalid_argument, "--fault in a party: 'exit' (dies after decode step 1)");
+  if (o.in_process && o.insecure) throw Error(ErrorCode::invalid_argument, "--insecure is for TCP parties");
+  (void)link_named(o.link);
+  (void)parse_backend(o.transport);
+  if (o.budget == 0) throw Error(ErrorCode::invalid_argument, "--budget must be at least 1 token");
+  (void)generation_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
+  // The model's shape is public: every party reads config.json first.
+  const ModelConfig c = ModelConfig::from_json_file(o.model_dir + "/config.json");
+
+  // The prompt: the client's (party 0 in a cluster; the launcher otherwise).
+  const bool has_prompt = !party_mode || o.id == static_cast<int>(client_id);
+  std::vector<std::uint32_t> prompt;
+  if (has_prompt) {
+    prompt = bytes_of(o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file"));
+    if (prompt.empty()) throw Error(ErrorCode::invalid_argument, "empty prompt");
+    if (prompt.size() + o.tokens > c.max_positions)
+      throw Error(ErrorCode::invalid_argument,
+                  "prompt (" + std::to_string(prompt.size()) + " bytes) + --tokens " + std::to_string(o.tokens) +
+                      " exceed the model's " + std::to_string(c.max_positions) + " positions");
+  }
+  if (party_mode) return run_cluster_party(o, has_prompt ? &prompt : nullptr);
+  if (o.in_process) return run_in_process(o, prompt);
+  return run_launcher(o, prompt, self);
+}
+
+}  // namespace mpcache::tools

@@ -1,0 +1,45 @@
+// `mpcache generate`: private greedy generation with a KV-cache policy under
+// rss3. Three modes (the generation itself is `mpcache::generate_party`, the
+// same in all three):
+//   * default: this launcher starts three `generate --config --id` processes
+//     on loopback (free ports, fresh keys; TCP, io_uring, AES-GCM), streams
+//     the client's output and merges the parties' reports;
+//   * --config FILE --id N: one party of a real cluster; party 0 is the
+//     client (prompt, learns the text), party 1 the model owner (reads the
+//     weights), party 2 holds nothing;
+//   * --in-process: all three parties in this process (debugging).
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace mpcache::tools {
+
+// Local work between two messages can be long (the owner shares a model's
+// weights; a long prompt's prefill layer on a slow build), so the launcher's
+// default silence deadline is a minute, not the 10 s of a micro job.
+inline constexpr int default_generate_timeout_ms = 60000;
+
+struct GenerateOptions {
+  std::string model_dir;             // config.json + model.safetensors
+  std::string prompt;                // the client's prompt (bytes)
+  std::string prompt_file;           // if set, read the prompt from this file instead
+  std::size_t tokens = 16;           // bytes to generate
+  std::size_t budget = 48;           // MPCache: tokens attended per KV head per step
+  std::string policy = "mpcache";    // mpcache | full
+  std::string link = "none";         // emulated link: none | lan | wan | RTT_MS:MBYTES_PER_S
+  std::string transport = "auto";    // auto | uring | asio
+  int timeout_ms = -1;               // peer silence deadline (-1: the config's, else default_generate_timeout_ms)
+  bool insecure = false;             // plain TCP
+  bool allow_unused_weights = false; // run even if the config leaves tensors of the file unused
+  bool in_process = false;
+  bool check = false;                // float64 reference check (launcher / in-process only)
+  std::string json;                  // JSON lines: one row per step, a summary, parties
+  std::string config;                // join this cluster as party `id`
+  int id = -1;
+  std::string fault;                 // launcher: PARTY:exit; party: exit (dies in decode step 2)
+};
+
+// `self` is this executable (re-run as the parties by the launcher).
+int run_generate(const GenerateOptions& options, const std::string& self);
+
+}  // namespace mpcache::tools
