@@ -86,25 +86,6 @@ PrivateRun run_private(const Settings& s, const ModelConfig& c, const std::vecto
   return out;
 }
 
-// The float64 logits of the same prompt and the tokens rss3 chose.
-Steps run_reference(const DecoderWeights<Ref>& weights, const std::vector<std::uint32_t>& prompt,
-                    const std::vector<std::uint32_t>& chosen, const std::string& policy_name, std::size_t budget) {
-  Scheduler scheduler;
-  Ref p;
-  Decoder<Ref> decoder(weights);
-  auto policy = *make_policy<Ref>(policy_name, budget);
-  Steps out;
-  Ref::Share logits;
-  for (std::size_t i = 0; i < chosen.size(); ++i) {
-    logits = i == 0 ? sync_wait(scheduler, decoder.prefill(p, policy, 0, prompt, prompt.size()))
-                    : sync_wait(scheduler, decoder.decode(p, policy, 0, chosen[i - 1]));
-    const auto r = p.to_real(logits);
-    const std::size_t rows = r.shape()[0], v = r.shape()[1];
-    out.emplace_back(r.data() + (rows - 1) * v, r.data() + rows * v);
-  }
-  return out;
-}
-
 struct Tally {
   std::size_t steps = 0, exact = 0, near = 0;
   double max_error = 0, sum_step_error = 0;
@@ -181,7 +162,10 @@ int private_fidelity_main(int argc, char** argv) {
         std::vector<std::uint32_t> prompt;
         for (std::size_t b = 0; b < s.prompt_bytes; ++b) prompt.push_back(static_cast<unsigned char>(text[start + b]));
         const PrivateRun mpc = run_private(s, c, prompt, policy);
-        const Steps ref_logits = run_reference(ref_weights, prompt, mpc.tokens, policy, s.budget);
+        Decoder<Ref> ref_decoder(ref_weights);
+        auto ref_policy = *make_policy<Ref>(policy, s.budget);
+        const Steps ref_logits =
+            sync_wait(scheduler, teacher_forced_logits(ref, ref_decoder, ref_policy, prompt, mpc.tokens));
         Tally t;
         for (std::size_t k = 0; k < mpc.tokens.size(); ++k) t.add(mpc.logits[k], ref_logits[k], mpc.tokens[k]);
         json row = t.row("prompt", policy, s);

@@ -146,17 +146,13 @@ json float64_check(const GenerateOptions& o, const std::vector<std::uint32_t>& p
   auto weights = sync_wait(scheduler, load_decoder(p, c, weights_from_file(o.model_dir + "/model.safetensors", unused_weights(o))));
   Decoder<Ref> decoder(weights);
   auto policy = generation_policy<Ref>(o.policy, o.budget);
+  const auto steps = sync_wait(scheduler, teacher_forced_logits(p, decoder, policy, prompt, chosen));
   std::size_t exact = 0, near = 0;
   double worst_gap = 0;
   std::vector<std::uint32_t> argmaxes;
-  Ref::Share logits;
   for (std::size_t i = 0; i < chosen.size(); ++i) {
-    logits = i == 0 ? sync_wait(scheduler, decoder.prefill(p, policy, 0, prompt, prompt.size()))
-                    : sync_wait(scheduler, decoder.decode(p, policy, 0, chosen[i - 1]));
-    const auto r = p.to_real(logits);
-    const std::size_t rows = r.shape()[0], v = r.shape()[1];
-    const double* last = r.data() + (rows - 1) * v;
-    const auto best = static_cast<std::uint32_t>(std::max_element(last, last + v) - last);
+    const auto& last = steps[i];
+    const auto best = static_cast<std::uint32_t>(std::max_element(last.begin(), last.end()) - last.begin());
     argmaxes.push_back(best);
     const double gap = last[best] - last[chosen[i]];
     worst_gap = std::max(worst_gap, gap);

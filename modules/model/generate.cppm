@@ -159,6 +159,29 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
   co_return generated;
 }
 
+// Float64 logits of the last position after the prompt and after each of
+// `chosen` but the last (teacher-forced: the Ref decoder reads the tokens a
+// private run chose, under the same policy), one vector per step: what each
+// chosen token should be the argmax of. A debugging and accuracy aid for
+// someone who holds both the prompt and the weights, never part of the
+// protocol.
+template <class Pol>
+  requires kv::Policy<Pol, Ref>
+Task<std::vector<std::vector<double>>> teacher_forced_logits(Ref& p, Decoder<Ref>& decoder, Pol& policy,
+                                                             const std::vector<std::uint32_t>& prompt,
+                                                             const std::vector<std::uint32_t>& chosen) {
+  std::vector<std::vector<double>> out;
+  Ref::Share logits;
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    logits = i == 0 ? co_await decoder.prefill(p, policy, 0, prompt, prompt.size())
+                    : co_await decoder.decode(p, policy, 0, chosen[i - 1]);
+    const auto r = p.to_real(logits);
+    const std::size_t rows = r.shape()[0], v = r.shape()[1];
+    out.emplace_back(r.data() + (rows - 1) * v, r.data() + rows * v);
+  }
+  co_return out;
+}
+
 // A policy by name: "mpcache" (MPCache with `budget` tokens per KV head per
 // step) or "full" (the whole cache).
 template <Protocol P>
