@@ -16,6 +16,7 @@
 //   max_logit_error  largest |rss3 logit - float64 logit| over the vocabulary
 //                    and every step
 //   mean_logit_error mean of that per-step largest error
+//   step_max_logit_error  (prompt rows) that error at each step
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <iostream>
 #include <CLI/CLI.hpp>
@@ -89,6 +90,7 @@ PrivateRun run_private(const Settings& s, const ModelConfig& c, const std::vecto
 struct Tally {
   std::size_t steps = 0, exact = 0, near = 0;
   double max_error = 0, sum_step_error = 0;
+  std::vector<double> step_errors;  // per step, for one prompt's row
 
   void add(const std::vector<double>& mpc, const std::vector<double>& ref, std::uint32_t chosen) {
     const auto best = static_cast<std::uint32_t>(std::max_element(ref.begin(), ref.end()) - ref.begin());
@@ -99,6 +101,7 @@ struct Tally {
     near += ref[best] - ref[chosen] <= 0.05 ? 1 : 0;
     max_error = std::max(max_error, step_error);
     sum_step_error += step_error;
+    step_errors.push_back(step_error);
   }
   void merge(const Tally& t) {
     steps += t.steps;
@@ -171,6 +174,7 @@ int private_fidelity_main(int argc, char** argv) {
         json row = t.row("prompt", policy, s);
         row["prompt"] = i;
         row["offset"] = start;
+        row["step_max_logit_error"] = t.step_errors;
         std::cout << row.dump() << std::endl;
         total.merge(t);
       }
