@@ -2,6 +2,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <CLI/CLI.hpp>
 import mpcache;
 #include "fidelity_common.hpp"
 
@@ -25,6 +26,15 @@ std::string read_text(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+void add_model_and_text_options(CLI::App& app, std::string& preset, std::string& model_dir,
+                                std::string& text_path, const std::string& text_help) {
+  model_dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
+  text_path = default_text_path();
+  app.add_option("--preset", preset)->required();
+  app.add_option("--model", model_dir, "model directory (config.json + model.safetensors)");
+  app.add_option("--text", text_path, text_help);
 }
 
 std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {

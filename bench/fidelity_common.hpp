@@ -2,6 +2,10 @@
 // MPCache ablation suffixes. Include after `import mpcache;`.
 #pragma once
 
+namespace CLI {
+class App;
+}
+
 namespace mpcache::bench {
 
 // The held-out novel where tools/train/extract_austen.py puts it by default:
@@ -10,6 +14,11 @@ std::string default_text_path();
 
 // The whole file; a missing file says how to extract it.
 std::string read_text(const std::string& path);
+
+// The options every fidelity preset has: --preset (required), --model (our
+// Austen model by default) and --text (the extracted held-out novel).
+void add_model_and_text_options(CLI::App& app, std::string& preset, std::string& model_dir,
+                                std::string& text_path, const std::string& text_help);
 
 // "mpcache" plus ablation suffixes, each switching one part off or over:
 // -bound (sign-split bound similarity), -noshare (no layer index sharing),

@@ -273,11 +273,7 @@ int fidelity_main(int argc, char** argv) {
   CLI::App app{"mpcache-bench --preset fidelity: perplexity, passkey, recall per KV policy and budget (float64)"};
   Settings s;
   std::string preset;
-  s.model_dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
-  s.text_path = default_text_path();
-  app.add_option("--preset", preset)->required();
-  app.add_option("--model", s.model_dir, "model directory (config.json + model.safetensors)");
-  app.add_option("--text", s.text_path, "held-out text (bytes)");
+  add_model_and_text_options(app, preset, s.model_dir, s.text_path, "held-out text (bytes)");
   app.add_option("--contexts", s.contexts, "context lengths")->delimiter(',');
   app.add_option("--budgets", s.budgets, "budgets as fractions of the context")->delimiter(',');
   app.add_option("--policies", s.policies, "policies besides full")->delimiter(',');

@@ -130,11 +130,7 @@ int private_fidelity_main(int argc, char** argv) {
   CLI::App app{"mpcache-bench --preset private-fidelity: rss3 greedy tokens against the float64 argmax"};
   Settings s;
   std::string preset;
-  s.model_dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
-  s.text_path = default_text_path();
-  app.add_option("--preset", preset)->required();
-  app.add_option("--model", s.model_dir, "model directory (config.json + model.safetensors)");
-  app.add_option("--text", s.text_path, "held-out text (bytes) the prompts are cut from");
+  add_model_and_text_options(app, preset, s.model_dir, s.text_path, "held-out text (bytes) the prompts are cut from");
   app.add_option("--policies", s.policies, "policies (full, mpcache and its -suffix variants)")->delimiter(',');
   app.add_option("--budget", s.budget, "tokens per KV head per layer")->check(CLI::Range(1, 1 << 20));
   app.add_option("--prompts", s.prompts, "prompts")->check(CLI::Range(1, 10000));

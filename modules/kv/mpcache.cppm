@@ -333,11 +333,14 @@ class MpCache {
     auto mx = rows<P>(*list.max_keys, before, f), mn = rows<P>(*list.min_keys, before, f);
     const std::size_t c0 = st.coarse_count, c = f / 2;
     P pf = p.fork(), pc = p.fork();
-    auto fine_task = [&](P& q) -> Task<Share> {
-      if (o_.similarity == Similarity::bound) co_return ops::concat_last<P>(mx, mn);
-      RingTensor a = ring_filled({n, d}, fp.encode(o_.alpha)), b = ring_filled({n, d}, fp.encode(1 - o_.alpha));
-      co_return co_await q.truncate(q.add(q.mul_public(mx, a), q.mul_public(mn, b)), q.frac_bits());
+    // A summary row from r_max and r_min (rows, d): bound: [max | min];
+    // linear: alpha * max + (1 - alpha) * min (public weights, one truncation).
+    auto mix = [&](P& q, const Share& hi, const Share& lo, std::size_t rows) -> Task<Share> {
+      if (o_.similarity == Similarity::bound) co_return ops::concat_last<P>(hi, lo);
+      RingTensor a = ring_filled({rows, d}, fp.encode(o_.alpha)), b = ring_filled({rows, d}, fp.encode(1 - o_.alpha));
+      co_return co_await q.truncate(q.add(q.mul_public(hi, a), q.mul_public(lo, b)), q.frac_bits());
     };
+    auto fine_task = [&](P& q) -> Task<Share> { co_return co_await mix(q, mx, mn, n); };
     auto coarse_task = [&](P& q) -> Task<std::optional<Share>> {
       if (c <= c0) co_return std::nullopt;
       const std::size_t m = c - c0;
@@ -356,9 +359,7 @@ class MpCache {
       auto best = co_await ops::max_last(q, stacked);  // (2 m d, 1)
       auto cmx = ops::reshape<P>(rows<P>(best, 0, m * d), {m, d});
       auto cmn = ops::reshape<P>(q.neg(rows<P>(best, m * d, 2 * m * d)), {m, d});
-      if (o_.similarity == Similarity::bound) co_return ops::concat_last<P>(cmx, cmn);
-      RingTensor ca = ring_filled({m, d}, fp.encode(o_.alpha)), cb = ring_filled({m, d}, fp.encode(1 - o_.alpha));
-      co_return co_await q.truncate(q.add(q.mul_public(cmx, ca), q.mul_public(cmn, cb)), q.frac_bits());
+      co_return co_await mix(q, cmx, cmn, m);
     };
     auto [fine, coarse] = co_await when_all(fine_task(pf), coarse_task(pc));
     st.fine = st.fine ? stack_rows<P>(*st.fine, fine) : fine;

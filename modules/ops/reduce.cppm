@@ -15,6 +15,7 @@ import mpcache.async;
 import mpcache.proto;
 import :layout;
 import :compare;
+import :link_model;
 
 export namespace mpcache::ops {
 
@@ -40,16 +41,15 @@ inline double tournament_group_words(std::size_t m) {
 }
 
 // The group size in [2, 16] that minimises rounds x RTT + bytes / bandwidth
-// (0.3 ms, 377 MB/s: the paper's LAN) for `rows` rows of length n.
-inline std::size_t tournament_arity(std::size_t rows, std::size_t n) {
+// on `link` (by default the paper's LAN) for `rows` rows of length n.
+inline std::size_t tournament_arity(std::size_t rows, std::size_t n, const LinkModel& link = {}) {
   std::size_t best = 2;
   double best_cost = 0;
   for (std::size_t m = 2; m <= 16; ++m) {
     double cost = 0;
     for (std::size_t len = n; len > 1;) {
       const std::size_t mm = std::min(m, len), groups = (len + mm - 1) / mm;
-      cost += double(tournament_level_rounds(mm)) * 0.3e-3 +
-              double(rows * groups) * tournament_group_words(mm) * 8 / 377e6;
+      cost += link.seconds(double(tournament_level_rounds(mm)), double(rows * groups) * tournament_group_words(mm) * 8);
       len = groups;
     }
     if (m == 2 || cost < best_cost) best = m, best_cost = cost;

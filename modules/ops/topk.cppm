@@ -18,6 +18,7 @@ import :layout;
 import :compare;
 import :one_hot;
 import :reduce;
+import :link_model;
 
 export namespace mpcache::ops {
 
@@ -27,19 +28,13 @@ struct TopK {
   typename P::Share indices;  // (..., k), integers
 };
 
-struct LinkModel {
-  double rtt_s = 0.3e-3;              // the paper's LAN
-  double bytes_per_s = 377e6;
-};
-
 enum class TopKMethod { automatic, network, rank };
 
 struct TopKCost {
   std::uint64_t rounds = 0;
   std::uint64_t bytes_per_party = 0;  // payload, rss3
   double seconds(const LinkModel& link) const {
-    return static_cast<double>(rounds) * link.rtt_s +
-           static_cast<double>(bytes_per_party) / link.bytes_per_s;
+    return link.seconds(static_cast<double>(rounds), static_cast<double>(bytes_per_party));
   }
 };
 
@@ -83,6 +78,13 @@ inline TopKCost topk_rank_cost(std::size_t n, std::size_t k) {
   const std::uint64_t and_rounds = ceil_log2(static_cast<std::size_t>(w));
   return {10 + a2b_rounds + and_rounds + 2 + 1,
           (pairs * 15 + n * a2b_words + n * n * (and_rounds + 2) + n * k) * 8};
+}
+
+// `automatic` becomes the method with the lower modelled time on `link`.
+inline TopKMethod resolve_topk_method(TopKMethod method, std::size_t n, std::size_t k, const LinkModel& link) {
+  if (method != TopKMethod::automatic) return method;
+  return topk_rank_cost(n, k).seconds(link) <= topk_network_cost(n).seconds(link) ? TopKMethod::rank
+                                                                                  : TopKMethod::network;
 }
 
 template <Protocol P>
@@ -138,6 +140,42 @@ Task<TopK<P>> topk_network(P& p, typename P::Share x, std::size_t k) {
   co_return TopK<P>{slice_last<P>(x, 0, k), slice_last<P>(idx, 0, k)};
 }
 
+namespace detail {
+// Rank of each element along the last axis, 0 for the largest (ties: the
+// lower index ranks first): all pairs i < j compared in one batch.
+template <Protocol P>
+Task<typename P::Share> ranks(P& p, const typename P::Share& x) {
+  const Shape shape = P::shape(x);
+  const std::size_t n = shape.back();
+  RingTensor iota = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
+  typename P::Share rank = public_share(p, x, iota);  // j is second in j pairs
+  if (n == 1) co_return rank;
+  const auto key = sort_key(p, x, public_share(p, x, iota), n);
+  std::vector<std::size_t> first, second;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j) {
+      first.push_back(i);
+      second.push_back(j);
+    }
+  // c = 1 when j beats i: rank_i += c; rank_j -= c (it had +1 already).
+  auto beaten = co_await less_than(p, take<P>(key, first), take<P>(key, second));
+  auto spread = P::apply(beaten, [&](const RingTensor& c) {
+    Shape out_shape = shape_of(c);
+    out_shape.back() = n;
+    RingTensor out = ring_zeros(out_shape);
+    const std::size_t pairs = first.size(), rows = c.size() / pairs;
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t q = 0; q < pairs; ++q) {
+        out.data()[r * n + first[q]] += c.data()[r * pairs + q];
+        out.data()[r * n + second[q]] -= c.data()[r * pairs + q];
+      }
+    return out;
+  });
+  co_return p.add(rank, spread);
+}
+}  // namespace detail
+
 template <Protocol P>
 Task<TopK<P>> topk_rank(P& p, typename P::Share x, std::size_t k) {
   const Shape shape = P::shape(x);
@@ -147,32 +185,7 @@ Task<TopK<P>> topk_rank(P& p, typename P::Share x, std::size_t k) {
                 "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
   RingTensor iota = RingTensor::from_shape(shape);
   for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
-  const auto key = detail::sort_key(p, x, public_share(p, x, iota), n);
-  // All pairs i < j at once: c = 1 when j beats i.
-  std::vector<std::size_t> first, second;
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = i + 1; j < n; ++j) {
-      first.push_back(i);
-      second.push_back(j);
-    }
-  typename P::Share rank = public_share(p, x, iota);  // j is second in j pairs
-  if (n > 1) {
-    auto beaten = co_await less_than(p, detail::take<P>(key, first), detail::take<P>(key, second));
-    // rank_i += c for pairs (i, j); rank_j -= c for pairs (i, j) (it had +1 already).
-    auto spread = P::apply(beaten, [&](const RingTensor& c) {
-      Shape out_shape = shape_of(c);
-      out_shape.back() = n;
-      RingTensor out = ring_zeros(out_shape);
-      const std::size_t pairs = first.size(), rows = c.size() / pairs;
-      for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t q = 0; q < pairs; ++q) {
-          out.data()[r * n + first[q]] += c.data()[r * pairs + q];
-          out.data()[r * n + second[q]] -= c.data()[r * pairs + q];
-        }
-      return out;
-    });
-    rank = p.add(rank, spread);
-  }
+  auto rank = co_await detail::ranks(p, x);
   // sel[..., i, r] = [rank_i == r] for r < k.
   auto sel = co_await one_hot(p, rank, n);
   sel = P::apply(sel, [&](const RingTensor& t) { return ring_slice_last(t, 0, k); });
@@ -228,10 +241,7 @@ Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
     }
     co_return TopK<P>{typename P::Share{std::move(values)}, typename P::Share{std::move(indices)}};
   }
-  if (method == TopKMethod::automatic)
-    method = topk_rank_cost(n, k).seconds(link) <= topk_network_cost(n).seconds(link)
-                 ? TopKMethod::rank
-                 : TopKMethod::network;
+  method = resolve_topk_method(method, n, k, link);
   if (method == TopKMethod::rank) co_return co_await topk_rank(p, std::move(x), k);
   co_return co_await topk_network(p, std::move(x), k);
 }
@@ -248,10 +258,7 @@ Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
   if (k == 0 || k > n)
     throw Error(ErrorCode::invalid_argument,
                 "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
-  if (method == TopKMethod::automatic)
-    method = topk_rank_cost(n, k).seconds(link) <= topk_network_cost(n).seconds(link)
-                 ? TopKMethod::rank
-                 : TopKMethod::network;
+  method = resolve_topk_method(method, n, k, link);
   if (!NativeReal<P> && k == 1 && n <= 64 && method == TopKMethod::rank) {
     // The best one: all pairs in one batch, then an AND of n - 1 bits (no
     // ranks, no one-hot encoding): 8 + ceil(log2(n - 1)) + 2 rounds.
@@ -265,32 +272,7 @@ Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
     auto top = co_await topk(p, std::move(x), k, method, link);
     co_return co_await one_hot(p, top.indices, n);
   }
-  RingTensor iota = RingTensor::from_shape(shape);
-  for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
-  typename P::Share rank = public_share(p, x, iota);
-  if (n > 1) {
-    const auto key = detail::sort_key(p, x, public_share(p, x, iota), n);
-    std::vector<std::size_t> first, second;
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t j = i + 1; j < n; ++j) {
-        first.push_back(i);
-        second.push_back(j);
-      }
-    auto beaten = co_await less_than(p, detail::take<P>(key, first), detail::take<P>(key, second));
-    auto spread = P::apply(beaten, [&](const RingTensor& c) {
-      Shape out_shape = shape_of(c);
-      out_shape.back() = n;
-      RingTensor out = ring_zeros(out_shape);
-      const std::size_t pairs = first.size(), rows = c.size() / pairs;
-      for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t q = 0; q < pairs; ++q) {
-          out.data()[r * n + first[q]] += c.data()[r * pairs + q];
-          out.data()[r * n + second[q]] -= c.data()[r * pairs + q];
-        }
-      return out;
-    });
-    rank = p.add(rank, spread);
-  }
+  auto rank = co_await detail::ranks(p, x);
   // (..., n, k): a rank in [k, n) matches no class (compared on log2 n bits).
   auto sel = co_await one_hot(p, rank, k, ceil_log2(n));
   co_return swap_last_two<P>(sel);
