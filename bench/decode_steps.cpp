@@ -70,9 +70,7 @@ void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, 
     auto logits = co_await decoder.prefill(p, pol, 0, std::move(mine), prompt.size());
     for (std::size_t step = 0; step <= tokens; ++step) {
       // token choice (argmax over the vocabulary, opened to the client) + one decode
-      const std::size_t rows = Rss3::shape(logits).at(0);
-      auto best = co_await ops::argmax_last(p, kv::rows<Rss3>(logits, rows - 1, rows));
-      auto token = co_await p.reveal_to(0, best.index);
+      auto token = co_await p.reveal_to(0, co_await next_token(p, logits));
       std::optional<std::uint32_t> next;
       if (token) next = static_cast<std::uint32_t>((*token)(0, 0));
       marks[step + 1][id] = network.endpoint(id).costs();

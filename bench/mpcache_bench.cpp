@@ -1,4 +1,5 @@
-// mpcache-bench --preset NAME [--json] [--repeat N]   (fidelity, private-fidelity: see their files)
+// mpcache-bench --preset NAME [--json] [--repeat N]   (fidelity, private-fidelity and the
+// paper-scale presets paper-fig10/paper-fig11/paper-table8/gpt2-512: see their files)
 // Prints one row per case: latency, payload bytes (busiest party and total),
 // message headers, rounds on the critical path. With --json, one JSON object
 // per line on stdout.
@@ -13,6 +14,7 @@ namespace mpcache::bench {
 std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& options);
 int fidelity_main(int argc, char** argv);  // its own options and row format
 int private_fidelity_main(int argc, char** argv);  // rss3 tokens vs the float64 argmax
+int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-table8, gpt2-512
 std::vector<CaseResult> net_preset(const Options& options);
 }
 
@@ -58,6 +60,10 @@ int main(int argc, char** argv) {
       return mpcache::bench::fidelity_main(argc, argv);
     else if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "private-fidelity")
       return mpcache::bench::private_fidelity_main(argc, argv);
+    else if (std::string_view(argv[i]) == "--preset" &&
+             (std::string_view(argv[i + 1]).starts_with("paper-fig") ||
+              std::string_view(argv[i + 1]) == "paper-table8" || std::string_view(argv[i + 1]) == "gpt2-512"))
+      return mpcache::bench::paper_main(argc, argv);
   CLI::App app{"mpcache benchmarks: latency, bytes and rounds per party"};
   std::string preset;
   bool json = false;

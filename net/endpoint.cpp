@@ -41,7 +41,7 @@ void Endpoint::check_peer(PartyId peer, const char* what) const {
                                           ")");
 }
 
-void Endpoint::send(PartyId to, StreamId stream, std::vector<std::byte>&& payload) {
+void Endpoint::send(PartyId to, StreamId stream, std::vector<std::byte>&& payload, CostTag tag) {
   check_peer(to, "send");
   if (payload.size() > max_frame_payload)
     throw Error(ErrorCode::invalid_argument,
@@ -52,17 +52,18 @@ void Endpoint::send(PartyId to, StreamId stream, std::vector<std::byte>&& payloa
   t.messages_sent += 1;
   t.frame_bytes_sent += frame_header_bytes;
   t.payload_bytes_sent += payload.size();
+  costs_.by_tag[static_cast<std::size_t>(tag)].payload_bytes_sent += payload.size();
   outbox_[to].push_back(
       Frame{stream, static_cast<std::uint32_t>(costs_.rounds), std::move(payload)});
 }
 
-void Endpoint::send(PartyId to, StreamId stream, std::span<const std::byte> payload) {
-  send(to, stream, std::vector<std::byte>(payload.begin(), payload.end()));
+void Endpoint::send(PartyId to, StreamId stream, std::span<const std::byte> payload, CostTag tag) {
+  send(to, stream, std::vector<std::byte>(payload.begin(), payload.end()), tag);
 }
 
-Endpoint::RecvAwaiter Endpoint::recv(PartyId from, StreamId stream) {
+Endpoint::RecvAwaiter Endpoint::recv(PartyId from, StreamId stream, CostTag tag) {
   check_peer(from, "recv");
-  return RecvAwaiter{this, from, stream, {}};
+  return RecvAwaiter{this, from, stream, tag, {}};
 }
 
 bool Endpoint::RecvAwaiter::await_ready() {
@@ -71,7 +72,7 @@ bool Endpoint::RecvAwaiter::await_ready() {
     frame = std::move(it->second.front());
     it->second.pop_front();
     if (it->second.empty()) endpoint->mailbox_.erase(it);
-    endpoint->take(frame, from);
+    endpoint->take(frame, from, tag);
     return true;
   }
   if (!endpoint->failed_[from].empty())
@@ -98,8 +99,16 @@ std::vector<std::byte> Endpoint::RecvAwaiter::await_resume() {
   return std::move(frame.payload);
 }
 
-void Endpoint::take(Frame& frame, PartyId from) {
-  costs_.rounds = std::max<std::uint64_t>(costs_.rounds, std::uint64_t(frame.clock) + 1);
+void Endpoint::take(Frame& frame, PartyId from, CostTag tag) {
+  const std::uint64_t clock = std::uint64_t(frame.clock) + 1;
+  if (clock > costs_.rounds) {
+    auto& t = costs_.by_tag[static_cast<std::size_t>(tag)];
+    const auto now = std::chrono::steady_clock::now();
+    t.rounds += clock - costs_.rounds;
+    t.seconds += std::chrono::duration<double>(now - last_advance_).count();
+    last_advance_ = now;
+    costs_.rounds = clock;
+  }
   costs_.per_peer[from].payload_bytes_received += frame.payload.size();
   costs_.per_peer[from].messages_received += 1;
 }
@@ -113,7 +122,7 @@ void Endpoint::deliver(PartyId from, std::vector<Frame>&& frames) {
       auto h = w->second.handle;
       waiters_.erase(w);
       a->frame = std::move(f);
-      take(a->frame, from);
+      take(a->frame, from, a->tag);
       scheduler_.post(h);
     } else {
       mailbox_[Key{from, f.stream}].push_back(std::move(f));

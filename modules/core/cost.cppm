@@ -18,9 +18,37 @@ struct PeerTraffic {
   PeerTraffic& operator-=(const PeerTraffic& o);
 };
 
+// What a message was sent for, so that a run's cost can be broken down by
+// the operators of a transformer (the paper's Figure 1). A protocol object
+// carries its current tag (forks inherit it); see cost_scope().
+enum class CostTag : std::uint8_t {
+  other,       // untagged work (input, reveal, set-up)
+  linear,      // projections, embedding, LM head, RoPE
+  attention,   // q.K^T and probs.V
+  softmax,
+  norm,        // RMSNorm / LayerNorm
+  activation,  // SiLU / GeLU and the gated product
+  summary,     // cluster summaries (selection)
+  similarity,  // query-vs-summary scores (selection)
+  topk,        // top-k and one-hot of the picks (selection)
+  gather,      // gathering the selected keys and values
+  eviction,    // static eviction after prefill
+  argmax,      // the next token's argmax over the vocabulary
+};
+inline constexpr std::size_t cost_tag_count = 12;
+std::string_view cost_tag_name(CostTag tag);
+
+struct TaggedCost {
+  std::uint64_t rounds = 0;              // critical-path rounds whose message carried the tag
+  std::uint64_t payload_bytes_sent = 0;  // to all peers
+  double seconds = 0;                    // wall time up to those rounds (see Endpoint)
+};
+
 struct CostCounters {
   std::vector<PeerTraffic> per_peer;  // indexed by party id; own entry stays zero
   std::uint64_t rounds = 0;           // depth of the longest chain of dependent messages
+  // Per tag; rounds sum to `rounds`, bytes to payload_bytes_sent().
+  std::array<TaggedCost, cost_tag_count> by_tag{};
 
   std::uint64_t payload_bytes_sent() const;
   std::uint64_t frame_bytes_sent() const;

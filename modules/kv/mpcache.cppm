@@ -36,7 +36,12 @@ export namespace mpcache::kv {
 //           A sharp head (e.g. an induction head copying one token) finds
 //           its token's cluster by the bound, where the linear mix averages
 //           the token away.
-enum class Similarity { linear, bound };
+//   elementwise: the same bound computed the direct way, per step
+//           sum_i max(q_i r_max_i, q_i r_min_i) over the group's summed
+//           query: C*d products and C*d comparisons. It is the paper's
+//           similarity before linearisation and reordering, kept for the
+//           step-by-step ablation (paper-fig11), not for use.
+enum class Similarity { linear, bound, elementwise };
 
 struct MpCacheOptions {
   double keep_ratio = 0.5;      // static eviction keeps this share of the prompt
@@ -87,7 +92,7 @@ class MpCache {
   // prompt's complete clusters are summarised here, not at the first step.
   Task<void> after_prefill(P& p, const PrefillView<P>& view) {
     const std::size_t t = view.tokens, heads = state_[view.layer].size();
-    const std::size_t keep = std::min(t, std::max(budget_, static_cast<std::size_t>(std::llround(o_.keep_ratio * double(t)))));
+    const std::size_t keep = kept_tokens(t);
     const std::size_t window = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(o_.window_ratio * double(t))));
     const bool shared = shares_previous(view.layer);
     auto& layer = state_[view.layer];
@@ -119,34 +124,41 @@ class MpCache {
       if (shared)  // no later layer needs the owner's matrices
         for (auto& own : state_[view.layer - 1]) own.compaction.reset();
     }
-    for (auto& st : layer) {
-      st.prompt_tokens = t;
-      st.kept_count = st.list.length;
+    co_await after_eviction(p, view.layer, t);
+  }
+
+  // Tokens static eviction keeps of a prompt of t.
+  std::size_t kept_tokens(std::size_t t) const {
+    return std::min(t, std::max(budget_, static_cast<std::size_t>(std::llround(o_.keep_ratio * double(t)))));
+  }
+
+  // Cost benchmarks at long contexts: the state static eviction leaves,
+  // without running it. kept[j] holds KV head j's kept_tokens(prompt_tokens)
+  // rows (keys, values (keep, d)), positions[j] their positions (keep).
+  // Only the summaries are computed, as after_prefill would.
+  Task<void> start_evicted(P& p, std::size_t layer, std::size_t prompt_tokens, const std::vector<HeadCache<P>>& kept,
+                           const std::vector<Share>& positions) {
+    auto& heads = state_.at(layer);
+    if (kept.size() != heads.size() || positions.size() != heads.size())
+      throw Error(ErrorCode::invalid_argument, "MPCache: kept rows for " + std::to_string(kept.size()) +
+                                                   " heads, the layer has " + std::to_string(heads.size()));
+    for (std::size_t j = 0; j < heads.size(); ++j) {
+      if (P::shape(kept[j].keys).at(0) != kept_tokens(prompt_tokens))
+        throw Error(ErrorCode::invalid_argument, "MPCache: " + std::to_string(P::shape(kept[j].keys).at(0)) +
+                                                     " kept rows, static eviction keeps " +
+                                                     std::to_string(kept_tokens(prompt_tokens)));
+      heads[j].list.append(p, kept[j].keys, kept[j].values, positions[j]);
     }
-    if (!shared) {
-      std::vector<P> forks;
-      forks.reserve(heads);
-      std::vector<Task<void>> tasks;
-      for (std::size_t j = 0; j < heads; ++j) forks.push_back(p.fork());
-      for (std::size_t j = 0; j < heads; ++j) tasks.push_back(summarise(forks[j], layer[j]));
-      co_await when_all(std::move(tasks));
-    }
+    co_await after_eviction(p, layer, prompt_tokens);
   }
 
   // All KV heads at once (concurrent, so rounds do not grow with the head
   // count). A sharing layer does no summary and no selection: it gathers
   // with the owning layer's one-hot matrix (usually already prefetched).
   Task<Selection<P>> select(P& p, const StepView<P>& step) {
-    const std::size_t heads = step.cache->size();
-    std::vector<P> forks;
-    forks.reserve(heads);
-    std::vector<Task<Selection<P>>> tasks;
-    for (std::size_t j = 0; j < heads; ++j) forks.push_back(p.fork());
-    for (std::size_t j = 0; j < heads; ++j) tasks.push_back(select_head(forks[j], step, j));
-    auto picked = co_await when_all(std::move(tasks));
-    Selection<P> s;
-    for (auto& one : picked) push_head(s, std::move(one));
-    co_return s;
+    co_return co_await select_every_head(p, step.cache->size(), [&](P& q, std::size_t j) {
+      return select_head(q, step, j);
+    });
   }
 
   // Once layer - 1 has selected at `position`, a sharing `layer` can gather
@@ -184,6 +196,23 @@ class MpCache {
     std::optional<Selection<P>> prefetched;  // sharing layer: gathered clusters for prefetch_position
     std::size_t prefetch_position = 0;
   };
+
+  // The prompt's kept rows are in the lists: summarise its complete clusters
+  // (not in a sharing layer: it never scores its own).
+  Task<void> after_eviction(P& p, std::size_t layer_index, std::size_t prompt_tokens) {
+    auto& layer = state_[layer_index];
+    for (auto& st : layer) {
+      st.prompt_tokens = prompt_tokens;
+      st.kept_count = st.list.length;
+    }
+    if (shares_previous(layer_index)) co_return;
+    std::vector<P> forks;
+    forks.reserve(layer.size());
+    std::vector<Task<void>> tasks;
+    for (std::size_t j = 0; j < layer.size(); ++j) forks.push_back(p.fork());
+    for (std::size_t j = 0; j < layer.size(); ++j) tasks.push_back(summarise(forks[j], layer[j]));
+    co_await when_all(std::move(tasks));
+  }
 
   // (keep, T) 0/1 compaction matrices, per KV head, in position order.
   Task<std::vector<Share>> eviction(P& p, const PrefillView<P>& view, std::size_t keep, std::size_t window) {
@@ -323,6 +352,7 @@ class MpCache {
   // r_max / r_min once per cluster, when its last token arrives (at prefill
   // for the prompt's clusters), coarse ones once per pair.
   Task<void> summarise(P& p, State& st) {
+    auto scope = cost_scope(p, CostTag::summary);
     auto& list = st.list;
     const std::size_t before = list.summarised;
     co_await list.summarise_upto(p, list.full());
@@ -336,13 +366,13 @@ class MpCache {
     // A summary row from r_max and r_min (rows, d): bound: [max | min];
     // linear: alpha * max + (1 - alpha) * min (public weights, one truncation).
     auto mix = [&](P& q, const Share& hi, const Share& lo, std::size_t rows) -> Task<Share> {
-      if (o_.similarity == Similarity::bound) co_return ops::concat_last<P>(hi, lo);
+      if (o_.similarity != Similarity::linear) co_return ops::concat_last<P>(hi, lo);
       RingTensor a = ring_filled({rows, d}, fp.encode(o_.alpha)), b = ring_filled({rows, d}, fp.encode(1 - o_.alpha));
       co_return co_await q.truncate(q.add(q.mul_public(hi, a), q.mul_public(lo, b)), q.frac_bits());
     };
     auto fine_task = [&](P& q) -> Task<Share> { co_return co_await mix(q, mx, mn, n); };
     auto coarse_task = [&](P& q) -> Task<std::optional<Share>> {
-      if (c <= c0) co_return std::nullopt;
+      if (!o_.hierarchical || c <= c0) co_return std::nullopt;  // the flat top-k needs no coarse level
       const std::size_t m = c - c0;
       // Coarse max/min of the new pairs: over the two children's max/min.
       auto pairs_max = P::apply(rows<P>(*list.max_keys, 2 * c0, 2 * c), [=](const RingTensor& t) { return pair_columns(t, m, d); });
@@ -383,11 +413,12 @@ class MpCache {
   // The group's query heads (g, d) as one row to score summaries with:
   // linear: (1, d), their sum; bound: (1, 2d), [sum of q+ | sum of q-].
   Task<Share> query_row(P& p, const Share& queries) {
+    auto scope = cost_scope(p, CostTag::similarity);
     const std::size_t d = P::shape(queries).at(1);
     auto head_sum = [d](const Share& x) {
       return ops::reshape<P>(P::apply(x, [](const RingTensor& t) { return ring_sum_second_last(t); }), {1, d});
     };
-    if (o_.similarity == Similarity::linear) co_return head_sum(queries);
+    if (o_.similarity != Similarity::bound) co_return head_sum(queries);
     auto negative = co_await ops::msb(p, queries);             // 1 where q < 0
     auto q_minus = co_await p.mul(negative, queries);          // bit x fixed: no truncation
     auto q_plus = p.sub(queries, q_minus);
@@ -396,8 +427,28 @@ class MpCache {
 
   // Scores of summaries (n, d or 2d) against a query row -> (n).
   Task<Share> similarity(P& p, const Share& query, const Share& summaries) {
+    auto scope = cost_scope(p, CostTag::similarity);
+    const std::size_t n = P::shape(summaries).at(0);
+    if (o_.similarity == Similarity::elementwise) {  // summaries (n, 2d) = [max | min]
+      const std::size_t d = P::shape(query).at(1);
+      auto products = co_await p.mul_trunc(tile_row<P>(ops::concat_last<P>(query, query), n), summaries);
+      auto pairs = P::apply(products, [=](const RingTensor& t) {  // (n * d, 2): [q r_max, q r_min]
+        RingTensor out = RingTensor::from_shape({n * d, 2});
+        for (std::size_t r = 0; r < n; ++r)
+          for (std::size_t i = 0; i < d; ++i) out(r * d + i, 0) = t(r, i), out(r * d + i, 1) = t(r, d + i);
+        return out;
+      });
+      auto best = ops::reshape<P>(co_await ops::max_last(p, pairs), {n, d});
+      co_return ops::reshape<P>(ops::sum_last<P>(best), {n});
+    }
     auto sim = co_await p.matmul_trunc(query, transpose<P>(summaries));
-    co_return ops::reshape<P>(sim, {P::shape(summaries).at(0)});
+    co_return ops::reshape<P>(sim, {n});
+  }
+
+  // One-hot rows (k, n) of the k best of n scores.
+  static Task<Share> top_onehot(P& p, const Share& scores, std::size_t k) {
+    auto scope = cost_scope(p, CostTag::topk);
+    co_return co_await ops::topk_onehot(p, scores, k);
   }
 
   // (k, n) -> (k, n + 1) with a zero first column (cluster 0 is never picked).
@@ -417,7 +468,7 @@ class MpCache {
     const std::size_t f = list.complete(), c = f / 2, s = list.size, d = P::shape(*list.keys).at(1);
     if (!o_.hierarchical || c < 2 || f - 1 <= o_.flat_up_to) {
       auto sim = co_await similarity(p, query, rows<P>(*st.fine, 1, f));
-      auto hot = after_first(p, co_await ops::topk_onehot(p, sim, k));  // (k, f)
+      auto hot = after_first(p, co_await top_onehot(p, sim, k));  // (k, f)
       auto g = co_await gather_hot(p, list, hot);
       co_return std::pair{std::move(hot), std::move(g)};
     }
@@ -426,7 +477,7 @@ class MpCache {
     const std::size_t kc = std::min(candidates_coarse,
                                     std::max<std::size_t>((k + 1) / 2, static_cast<std::size_t>(std::ceil(o_.coarse_ratio * double(candidates_coarse)))));
     auto csim = co_await similarity(p, query, rows<P>(*st.coarse, 1, c));
-    auto chot = co_await ops::topk_onehot(p, csim, kc);  // (kc, c - 1) over coarse 1..c-1
+    auto chot = co_await top_onehot(p, csim, kc);  // (kc, c - 1) over coarse 1..c-1
     // Candidates: children 2i and 2i+1 of the picked coarse clusters, then
     // the public fine cluster 1 and, if f is odd, the unpaired last one.
     std::vector<std::size_t> extra{1};
@@ -448,7 +499,7 @@ class MpCache {
     auto both = co_await p.matmul(cand, ops::concat_last<P>(*st.fine, cluster_table(list, f)));
     auto fsim = co_await similarity(p, query, ops::slice_last<P>(both, 0, w));
     if (n < k) throw Error(ErrorCode::invalid_argument, "MPCache: coarse level left too few clusters");
-    auto fhot = co_await ops::topk_onehot(p, fsim, k);  // (k, n)
+    auto fhot = co_await top_onehot(p, fsim, k);  // (k, n)
     auto picked = co_await p.matmul(fhot, ops::concat_last<P>(cand, ops::slice_last<P>(both, w, P::shape(both).at(1))));
     auto hot = ops::slice_last<P>(picked, 0, f);
     auto g = unpack(ops::slice_last<P>(picked, f, P::shape(picked).at(1)), s, d);

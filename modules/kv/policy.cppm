@@ -189,6 +189,27 @@ Task<void> select_indices(P& p, const HeadCache<P>& cache, const typename P::Sha
   out.positions.push_back(indices);
 }
 
+// Every KV head's selection at once: select_head(fork, j) runs for each head
+// j on its own stream, concurrently, so a step's rounds do not grow with the
+// head count. The one-head selections are joined in head order.
+template <Protocol P, class SelectHead>
+Task<Selection<P>> select_every_head(P& p, std::size_t heads, SelectHead select_head) {
+  std::vector<P> forks;
+  forks.reserve(heads);
+  for (std::size_t j = 0; j < heads; ++j) forks.push_back(p.fork());
+  std::vector<Task<Selection<P>>> tasks;
+  tasks.reserve(heads);
+  for (std::size_t j = 0; j < heads; ++j) tasks.push_back(select_head(forks[j], j));
+  auto picked = co_await when_all(std::move(tasks));
+  Selection<P> all;
+  for (auto& one : picked) {
+    all.keys.push_back(std::move(one.keys.at(0)));
+    all.values.push_back(std::move(one.values.at(0)));
+    all.positions.push_back(std::move(one.positions.at(0)));
+  }
+  co_return all;
+}
+
 // The token count a budget fraction gives for a context, at least `floor`.
 inline std::size_t budget_tokens(double fraction, std::size_t context, std::size_t floor = 8) {
   return std::max(floor, static_cast<std::size_t>(std::llround(fraction * static_cast<double>(context))));

@@ -39,6 +39,9 @@ class Decoder {
   explicit Decoder(const DecoderWeights<P>& weights) : w_(weights), c_(weights.config) {
     if (c_.num_heads % c_.num_kv_heads != 0 || (c_.architecture == Architecture::llama && c_.head_dim % 2 != 0))
       throw Error(ErrorCode::invalid_argument, "decoder: heads must group evenly, head_dim even");
+    if (w_.layers.size() != (w_.tied_layers ? 1 : c_.num_layers))
+      throw Error(ErrorCode::invalid_argument, "decoder: " + std::to_string(w_.layers.size()) +
+                                                   " layer weights for " + std::to_string(c_.num_layers) + " layers");
   }
 
   const ModelConfig& config() const noexcept { return c_; }
@@ -86,6 +89,36 @@ class Decoder {
     co_return logits;
   }
 
+  // Cost benchmarks at long contexts: start a sequence after `count` prompt
+  // tokens whose KV cache ([layer][kv head], keys and values (count,
+  // head_dim)) is given, e.g. as random shares, instead of computed by a
+  // prefill. The policy is reset; the caller then gives it its look at the
+  // prompt (after_prefill over cache(), or a policy's own prepared state).
+  template <class Pol>
+    requires kv::Policy<Pol, P>
+  void start_from_cache(Pol& policy, std::vector<std::vector<kv::HeadCache<P>>> cache, std::size_t count) {
+    if (count == 0 || count >= c_.max_positions)
+      throw Error(ErrorCode::invalid_argument, "start_from_cache: " + std::to_string(count) +
+                                                   " tokens, outside 1.." + std::to_string(c_.max_positions - 1));
+    if (cache.size() != c_.num_layers)
+      throw Error(ErrorCode::invalid_argument, "start_from_cache: a cache of " + std::to_string(cache.size()) +
+                                                   " layers for " + std::to_string(c_.num_layers));
+    for (const auto& layer : cache) {
+      if (layer.size() != c_.num_kv_heads)
+        throw Error(ErrorCode::invalid_argument, "start_from_cache: a layer of " + std::to_string(layer.size()) +
+                                                     " KV heads for " + std::to_string(c_.num_kv_heads));
+      for (const auto& hc : layer)
+        if (P::shape(hc.keys) != Shape{count, c_.head_dim} || P::shape(hc.values) != Shape{count, c_.head_dim})
+          throw Error(ErrorCode::invalid_argument, "start_from_cache: keys " + shape_string(P::shape(hc.keys)) +
+                                                       " and values " + shape_string(P::shape(hc.values)) +
+                                                       ", expected (" + std::to_string(count) + ", " +
+                                                       std::to_string(c_.head_dim) + ") each");
+    }
+    cache_ = std::move(cache);
+    length_ = count;
+    policy.reset(c_.num_layers, c_.num_kv_heads);
+  }
+
   // One token at position length(); returns logits (1, vocab).
   template <class Pol>
     requires kv::Policy<Pol, P>
@@ -106,6 +139,7 @@ class Decoder {
   Task<Share> embed(P& p, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
                     std::size_t count) {
     const std::size_t v = c_.vocab_size;
+    auto scope = cost_scope(p, CostTag::linear);
     std::optional<RingTensor> hot;
     if (tokens) {
       if (tokens->size() != count)
@@ -149,6 +183,7 @@ class Decoder {
 
   // x (count, heads * d) -> x*cos + rotate_half(x)*sin, one truncation.
   Task<Share> rope(P& p, const Share& x, std::size_t first, std::size_t heads) {
+    auto scope = cost_scope(p, CostTag::linear);
     const std::size_t d = c_.head_dim, half = d / 2, count = P::shape(x)[0];
     auto [cs, sn] = rope_tables(first, count, heads);
     std::vector<std::size_t> swap(heads * d);
@@ -167,12 +202,14 @@ class Decoder {
   bool gpt2() const { return c_.architecture == Architecture::gpt2; }
 
   Task<Share> norm(P& p, const Share& x, const Share& gamma, const std::optional<Share>& beta) {
+    auto scope = cost_scope(p, CostTag::norm);
     if (beta) co_return co_await ops::layer_norm(p, x, gamma, *beta, c_.norm_eps);
     co_return co_await ops::rms_norm(p, x, gamma, c_.norm_eps);
   }
 
   // x W (+ b): one matmul round, the bias added locally.
   Task<Share> affine(P& p, const Share& x, const Share& weight, const std::optional<Share>& bias) {
+    auto scope = cost_scope(p, CostTag::linear);
     auto y = co_await p.matmul_trunc(x, weight);
     if (bias) {
       const std::size_t n = P::shape(y).at(0), out = P::shape(y).at(1);
@@ -196,6 +233,7 @@ class Decoder {
   template <class Pol>
   Task<void> policy_prefill(P& p, Pol& policy, std::size_t layer, std::size_t count, std::vector<Share>& probs) {
     kv::PrefillView<P> view{layer, count, c_.num_heads / c_.num_kv_heads, &probs, &cache_[layer]};
+    auto scope = cost_scope(p, CostTag::eviction);
     co_await policy.after_prefill(p, view);
     probs.clear();
   }
@@ -203,7 +241,7 @@ class Decoder {
   template <class Pol>
   Task<Share> attention_block(P& p, Pol& policy, std::size_t layer, const Share& h_in,
                               std::size_t count, bool decode, std::vector<Share>* prefill_probs = nullptr) {
-    const auto& lw = w_.layers[layer];
+    const auto& lw = w_.layers[w_.tied_layers ? 0 : layer];
     const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
     const std::size_t first = length_;
     auto x = co_await norm(p, h_in, lw.input_norm, lw.input_norm_bias);
@@ -258,7 +296,12 @@ class Decoder {
         queries[j] = ops::reshape<P>(ops::slice_last<P>(qr, j * g * c_.head_dim, (j + 1) * g * c_.head_dim),
                                      {g, c_.head_dim});
       kv::StepView<P> view{layer, first, g, &queries, &layer_cache};
-      kv::Selection<P> sel = co_await policy.select(p, view);
+      // Policies tag their own summaries, scores and top-k; the rest of a
+      // selection (copying or gathering rows) counts as gathering.
+      kv::Selection<P> sel = co_await [&]() -> Task<kv::Selection<P>> {
+        auto scope = cost_scope(p, CostTag::gather);
+        co_return co_await policy.select(p, view);
+      }();
       if (sel.keys.size() != kvh || sel.values.size() != kvh)
         throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) +
                                                      " returned a selection for the wrong number of heads");
@@ -273,7 +316,10 @@ class Decoder {
         auto outs = co_await when_all(std::move(tasks));  // (g, d) each
         for (std::size_t j = 0; j < kvh; ++j)
           for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = kv::rows<P>(outs[j], hh, hh + 1);
-        co_await policy.observe(px, view, probs);
+        {
+          auto scope = cost_scope(px, CostTag::summary);  // policy bookkeeping (H2O's scores, ...)
+          co_await policy.observe(px, view, probs);
+        }
         if (probe_)
           for (std::size_t j = 0; j < kvh; ++j) {
             auto scores = co_await px.matmul_trunc(queries[j], kv::transpose<P>(layer_cache[j].keys));
@@ -289,6 +335,7 @@ class Decoder {
         // The next layer's selection may need only this step's indices
         // (index sharing): let it gather while this layer finishes.
         P pr = p.fork(), pf = p.fork();
+        auto prefetch_scope = cost_scope(pf, CostTag::gather);
         auto [out, none] = co_await when_all(rest(pr), policy.prefetch(pf, layer + 1, first));
         (void)none;
         co_return out;
@@ -304,6 +351,7 @@ class Decoder {
   // One KV head's query group over its own prompt: (g*T, d) -> (g*T, d).
   Task<Share> prefill_head(P& p, const Share& queries, const kv::HeadCache<P>& cache, std::size_t g,
                            std::size_t count, Share& probs_out) {
+    auto scope = cost_scope(p, CostTag::attention);
     auto scores = co_await p.matmul_trunc(queries, kv::transpose<P>(cache.keys));  // (g*T, T)
     const FixedPoint fp(p.frac_bits());
     RingTensor bias = ring_zeros({g * count, count}), mask = ring_zeros({g * count, count});
@@ -315,27 +363,37 @@ class Decoder {
         mask(r, c) = future ? 0 : 1;
       }
     scores = p.add_public(scores, bias);  // keeps the row max on visible entries
-    probs_out = co_await ops::softmax_last(p, scores, std::optional<RingTensor>(mask));
+    {
+      auto softmax_scope = cost_scope(p, CostTag::softmax);
+      probs_out = co_await ops::softmax_last(p, scores, std::optional<RingTensor>(mask));
+    }
     co_return co_await p.matmul_trunc(probs_out, cache.values);
   }
 
   Task<Share> decode_head(P& p, const Share& queries, const Share& keys, const Share& values,
                           Share& probs_out) {
+    auto scope = cost_scope(p, CostTag::attention);
     auto scores = co_await p.matmul_trunc(queries, kv::transpose<P>(keys));  // (g, n)
-    probs_out = co_await ops::softmax_last(p, scores);
+    {
+      auto softmax_scope = cost_scope(p, CostTag::softmax);
+      probs_out = co_await ops::softmax_last(p, scores);
+    }
     co_return co_await p.matmul_trunc(probs_out, values);
   }
 
   Task<Share> mlp_block(P& p, std::size_t layer, const Share& h_in) {
-    const auto& lw = w_.layers[layer];
+    const auto& lw = w_.layers[w_.tied_layers ? 0 : layer];
     auto x = co_await norm(p, h_in, lw.post_norm, lw.post_norm_bias);
     Share hidden;
     if (lw.gate) {
       P pg = p.fork(), pu = p.fork();
       auto [gate, up] = co_await when_all(affine(pg, x, *lw.gate, std::nullopt), affine(pu, x, lw.up, lw.b_up));
+      auto scope = cost_scope(p, CostTag::activation);
       hidden = co_await p.mul_trunc(co_await ops::silu(p, gate), up);
     } else {
-      hidden = co_await ops::gelu(p, co_await affine(p, x, lw.up, lw.b_up));
+      auto up = co_await affine(p, x, lw.up, lw.b_up);
+      auto scope = cost_scope(p, CostTag::activation);
+      hidden = co_await ops::gelu(p, up);
     }
     co_return p.add(h_in, co_await affine(p, hidden, lw.down, lw.b_down));
   }

@@ -95,6 +95,16 @@ class ObservedPolicy {
   std::function<void(std::size_t)> on_layer_;
 };
 
+// Greedy choice: the secret id of the largest of the last row's logits
+// (1, vocab), an argmax over the vocabulary.
+template <Protocol P>
+Task<typename P::Share> next_token(P& p, const typename P::Share& logits) {
+  auto scope = cost_scope(p, CostTag::argmax);
+  const std::size_t rows = P::shape(logits).at(0);
+  auto best = co_await ops::argmax_last(p, kv::rows<P>(logits, rows - 1, rows));
+  co_return best.index;
+}
+
 // Greedy private generation, one party's side. Returns the chosen tokens at
 // the client and an empty vector elsewhere.
 template <Protocol P, class Pol>
@@ -141,10 +151,7 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
     } else {
       logits = co_await decoder.decode(p, observed, request.client, next);
     }
-    const std::size_t rows = P::shape(logits).at(0);
-    auto last = kv::rows<P>(logits, rows - 1, rows);
-    auto best = co_await ops::argmax_last(p, last);
-    auto opened = co_await p.reveal_to(request.client, best.index);  // only the client learns it
+    auto opened = co_await p.reveal_to(request.client, co_await next_token(p, logits));  // only the client learns it
     next.reset();
     if (opened) {
       next = static_cast<std::uint32_t>((*opened)(0, 0));

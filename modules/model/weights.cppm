@@ -95,11 +95,26 @@ struct DecoderWeights {
   ModelConfig config;
   typename P::Share embed;                       // (vocab, hidden)
   std::optional<typename P::Share> positions;    // GPT-2: (max_positions, hidden)
-  std::vector<LayerWeights<P>> layers;
+  std::vector<LayerWeights<P>> layers;           // one per layer, or one for all (tied_layers)
+  bool tied_layers = false;                      // see tie_layers()
   typename P::Share final_norm;                  // (hidden)
   std::optional<typename P::Share> final_norm_bias;
   typename P::Share lm_head;                     // (hidden, vocab)
 };
+
+// Cost benchmarks at real model shapes: every one of `layers` layers runs
+// with the weights of layer 0, so that a 32-layer model needs the memory of
+// one layer. MPC costs do not depend on weight values; outputs of such a
+// model mean nothing.
+template <Protocol P>
+DecoderWeights<P> tie_layers(DecoderWeights<P> w, std::size_t layers) {
+  if (w.layers.empty() || layers == 0)
+    throw Error(ErrorCode::invalid_argument, "tie_layers: no layer weights to tie, or zero layers");
+  w.layers.resize(1);
+  w.tied_layers = true;
+  w.config.num_layers = layers;
+  return w;
+}
 
 namespace detail {
 // Owner-side transform of an HF [out, in] matrix to [in, out], optionally scaled.

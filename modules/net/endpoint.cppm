@@ -40,14 +40,16 @@ class Endpoint final : public TickListener {
   Scheduler& scheduler() noexcept { return scheduler_; }
   const Transport* transport() const noexcept { return transport_; }
 
-  // Queue a message; it leaves at the end of the current tick.
-  void send(PartyId to, StreamId stream, std::vector<std::byte>&& payload);
-  void send(PartyId to, StreamId stream, std::span<const std::byte> payload);
+  // Queue a message; it leaves at the end of the current tick. `tag` only
+  // sorts the cost counters (CostCounters::by_tag).
+  void send(PartyId to, StreamId stream, std::vector<std::byte>&& payload, CostTag tag = CostTag::other);
+  void send(PartyId to, StreamId stream, std::span<const std::byte> payload, CostTag tag = CostTag::other);
 
   struct RecvAwaiter {
     Endpoint* endpoint;
     PartyId from;
     StreamId stream;
+    CostTag tag;
     Frame frame;
     bool link_failed = false;  // set instead of a frame when the peer is gone
     bool await_ready();
@@ -55,7 +57,8 @@ class Endpoint final : public TickListener {
     std::vector<std::byte> await_resume();
   };
   // `co_await endpoint.recv(peer, stream)` yields the next payload in order.
-  RecvAwaiter recv(PartyId from, StreamId stream);
+  // Rounds this message adds to the critical path count under `tag`.
+  RecvAwaiter recv(PartyId from, StreamId stream, CostTag tag = CostTag::other);
 
   // Transport side: frames that arrived from `from`, in order.
   void deliver(PartyId from, std::vector<Frame>&& frames);
@@ -88,7 +91,7 @@ class Endpoint final : public TickListener {
   };
 
   void check_peer(PartyId peer, const char* what) const;
-  void take(Frame& frame, PartyId from);
+  void take(Frame& frame, PartyId from, CostTag tag);
 
   Scheduler& scheduler_;
   PartyId self_;
@@ -99,6 +102,9 @@ class Endpoint final : public TickListener {
   std::unordered_map<Key, Waiter, KeyHash> waiters_;
   std::vector<std::string> failed_;  // per peer: why the link is gone ("" = fine)
   CostCounters costs_;
+  // When the round clock last advanced: the wall time since then is charged
+  // to the tag of the message that advances it next (a critical-path view).
+  std::chrono::steady_clock::time_point last_advance_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace mpcache

@@ -69,4 +69,32 @@ concept Protocol =
       { p.reveal_bits(x) } -> std::same_as<Task<RingTensor>>;
     };
 
+// Tags the messages a protocol object sends and awaits while the scope lives
+// (forks taken meanwhile inherit the tag), then restores the previous tag.
+// Backends without a network (plain, ref) have nothing to tag. A protocol
+// object serves one coroutine at a time, so a scope held across co_await is
+// safe: concurrent work runs on forks.
+template <class P>
+class CostScope {
+ public:
+  CostScope(P& p, CostTag tag) : p_(&p) {
+    if constexpr (requires { p.set_cost_tag(tag); }) {
+      previous_ = p.cost_tag();
+      p.set_cost_tag(tag);
+    }
+  }
+  ~CostScope() {
+    if constexpr (requires(P& q) { q.set_cost_tag(CostTag::other); }) p_->set_cost_tag(previous_);
+  }
+  CostScope(const CostScope&) = delete;
+  CostScope& operator=(const CostScope&) = delete;
+
+ private:
+  P* p_;
+  CostTag previous_ = CostTag::other;
+};
+
+template <class P>
+CostScope<P> cost_scope(P& p, CostTag tag) { return CostScope<P>(p, tag); }
+
 }  // namespace mpcache

@@ -93,7 +93,10 @@ class Rss3 {
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }
   StreamId stream() const noexcept { return stream_; }
-  Rss3 fork();
+  Rss3 fork();  // inherits the cost tag
+  // What this stream's messages count as (CostCounters::by_tag).
+  CostTag cost_tag() const noexcept { return tag_; }
+  void set_cost_tag(CostTag tag) noexcept { tag_ = tag; }
 
   static Shape shape(const Share& a) { return shape_of(a.own); }
   static Shape shape(const Bits& a) { return shape_of(a.own); }
@@ -157,6 +160,7 @@ class Rss3 {
   std::uint64_t block_next_ = 0;
   std::uint64_t block_prev_ = 0;
   std::uint64_t forks_ = 0;
+  CostTag tag_ = CostTag::other;
 };
 
 }  // namespace mpcache

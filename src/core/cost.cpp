@@ -40,7 +40,20 @@ CostCounters operator-(CostCounters later, const CostCounters& earlier) {
   for (std::size_t i = 0; i < later.per_peer.size() && i < earlier.per_peer.size(); ++i)
     later.per_peer[i] -= earlier.per_peer[i];
   later.rounds -= earlier.rounds;
+  for (std::size_t t = 0; t < cost_tag_count; ++t) {
+    later.by_tag[t].rounds -= earlier.by_tag[t].rounds;
+    later.by_tag[t].payload_bytes_sent -= earlier.by_tag[t].payload_bytes_sent;
+    later.by_tag[t].seconds -= earlier.by_tag[t].seconds;
+  }
   return later;
+}
+
+std::string_view cost_tag_name(CostTag tag) {
+  static constexpr std::array<std::string_view, cost_tag_count> names = {
+      "other", "linear", "attention", "softmax", "norm", "activation",
+      "summary", "similarity", "topk", "gather", "eviction", "argmax"};
+  const auto i = static_cast<std::size_t>(tag);
+  return i < names.size() ? names[i] : "invalid";
 }
 
 }  // namespace mpcache

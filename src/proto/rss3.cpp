@@ -61,7 +61,11 @@ Rss3 Rss3Party::session() { return Rss3(*this, derive_stream(0x5E5510E5ull, ++se
 
 // ---- plumbing ---------------------------------------------------------------
 
-Rss3 Rss3::fork() { return Rss3(*party_, derive_stream(stream_, ++forks_)); }
+Rss3 Rss3::fork() {
+  Rss3 child(*party_, derive_stream(stream_, ++forks_));
+  child.tag_ = tag_;
+  return child;
+}
 
 RingTensor Rss3::draw_next(const Shape& s) { return party_->prg_next_.draw(stream_, block_next_, s); }
 RingTensor Rss3::draw_prev(const Shape& s) { return party_->prg_prev_.draw(stream_, block_prev_, s); }
@@ -73,11 +77,11 @@ RingTensor Rss3::zero_share(const Shape& s) {
 }
 
 void Rss3::send(PartyId to, const RingTensor& t) {
-  party_->endpoint_->send(to, stream_, ring_bytes(t));
+  party_->endpoint_->send(to, stream_, ring_bytes(t), tag_);
 }
 
 Task<RingTensor> Rss3::recv(PartyId from, Shape shape) {
-  auto bytes = co_await party_->endpoint_->recv(from, stream_);
+  auto bytes = co_await party_->endpoint_->recv(from, stream_, tag_);
   if (bytes.size() != element_count(shape) * sizeof(Ring))
     throw Error(ErrorCode::protocol,
                 who(party_->id_, stream_) + ": party " + std::to_string(from) + " sent " +

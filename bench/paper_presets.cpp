@@ -1,0 +1,498 @@
+// mpcache-bench --preset paper-fig10 | paper-fig11 | paper-table8 | gpt2-512
+// The paper's decode benchmarks at real model shapes (its Section 5.3,
+// Figures 10 and 11, Appendix Table 8), under rss3, with random weights of
+// the named shape and a per-operator breakdown of every row.
+//
+// How a row is measured (each row says so in its fields):
+//  * The three parties run in this process ("parties":"in-process"). model_s
+//    is a model, not a measurement: rounds x RTT + the busiest party's
+//    bytes / bandwidth on the paper's LAN (0.3 ms, 377 MB/s) + this
+//    process's wall time / 3 (the three parties compute one after another
+//    on one thread, so a third of it is one party's compute).
+//  * Layers are tied (tie_layers): every layer runs with one set of random
+//    weights, so a 32-layer model needs one layer's memory. MPC costs do not
+//    depend on values.
+//  * "cache":"prefill": a real prefill of random token ids builds the KV
+//    cache and the policy state (its row is "phase":"prefill").
+//    "cache":"prepared": the cache holds random shares of the stated length
+//    and the policy looks at it as after a prefill, with zero attention
+//    weights for static eviction ("phase":"policy-prefill": the eviction's
+//    own cost). Selection correctness is tested elsewhere; costs here do not
+//    depend on values.
+//  * Decode rows: per-token cost = one decode step + the argmax choosing the
+//    next token; "steady" = mean over the steps after the first (LongCache
+//    normalises the whole cache at its first step; the first step is its own
+//    field).
+//  * Breakdown: every message is tagged with the operator that sent it
+//    (CostTag); rounds are charged to the tag of the message that advanced
+//    the critical path, bytes to the sender's tag, compute to the tag whose
+//    round ended the wait. Its model_s shares sum to the row's.
+//  * Peak RSS: this process's peak (all three parties) over the run, reset
+//    before each run; per party = a third of it.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <fstream>
+#include <iostream>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+import mpcache;
+#include "breakdown_svg.hpp"
+
+namespace mpcache::bench {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr ops::LinkModel lan{};  // the paper's LAN
+
+// LLaMA-2 proportions at hidden size 1024: head_dim 128 (8 heads, no GQA),
+// MLP width 2752 (LLaMA-2-7B's 11008 / 4096), 32 layers, vocab 32000.
+ModelConfig llama_1024() {
+  ModelConfig c;
+  c.architecture = Architecture::llama;
+  c.vocab_size = 32000;
+  c.hidden_size = 1024;
+  c.intermediate_size = 2752;
+  c.num_layers = 32;
+  c.num_heads = 8;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.max_positions = 4096;
+  return c;
+}
+
+// GPT-2 124M: 12 layers, hidden 768, 12 heads, MLP 3072, vocab 50257.
+ModelConfig gpt2_124m() {
+  ModelConfig c;
+  c.architecture = Architecture::gpt2;
+  c.vocab_size = 50257;
+  c.hidden_size = 768;
+  c.intermediate_size = 3072;
+  c.num_layers = 12;
+  c.num_heads = 12;
+  c.num_kv_heads = 12;
+  c.head_dim = 64;
+  c.max_positions = 1024;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+// One policy arm of a preset.
+struct Arm {
+  std::string label;   // in rows and plots
+  std::string policy;  // full | longcache | mpcache
+  double budget = 0;   // fraction of the sequence length (0: none)
+  kv::MpCacheOptions options{};
+};
+
+struct Run {
+  std::string preset, model;
+  ModelConfig config;
+  std::size_t length = 0;
+  Arm arm;
+  bool real_prefill = false;
+  bool decode = true;  // false: the prefill is the row (Table 8 without a cache)
+  std::size_t steps = 3;
+  std::size_t evict_up_to = 0;  // prepared caches: MPCache runs static eviction up to this length
+};
+
+std::size_t budget_tokens_of(const Run& r) {
+  return std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(r.arm.budget * double(r.length))));
+}
+
+// Costs of one phase at every party.
+struct Mark {
+  std::array<CostCounters, 3> costs;
+  std::array<Clock::time_point, 3> time;
+};
+
+struct Phase {
+  std::uint64_t rounds = 0, bytes = 0;  // critical path; busiest party's payload bytes
+  double wall_s = 0;                    // first party in to last party out
+  std::array<TaggedCost, cost_tag_count> tags{};
+
+  double model_s() const { return lan.seconds(double(rounds), double(bytes)) + wall_s / 3; }
+};
+
+Phase phase_between(const Mark& a, const Mark& b) {
+  Phase ph;
+  std::size_t critical = 0;
+  std::uint64_t before = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    before = std::max(before, a.costs[i].rounds);
+    if (b.costs[i].rounds > b.costs[critical].rounds) critical = i;
+  }
+  ph.rounds = b.costs[critical].rounds - before;
+  const auto first_in = std::min({a.time[0], a.time[1], a.time[2]});
+  const auto last_out = std::max({b.time[0], b.time[1], b.time[2]});
+  ph.wall_s = std::chrono::duration<double>(last_out - first_in).count();
+  for (std::size_t i = 0; i < 3; ++i) {
+    const CostCounters d = b.costs[i] - a.costs[i];
+    ph.bytes = std::max<std::uint64_t>(ph.bytes, d.payload_bytes_sent());
+    for (std::size_t t = 0; t < cost_tag_count; ++t)
+      ph.tags[t].payload_bytes_sent = std::max(ph.tags[t].payload_bytes_sent, d.by_tag[t].payload_bytes_sent);
+  }
+  // Rounds and compute per operator: the median of the three parties'
+  // views. Each party charges a round to the message that advanced its own
+  // clock; a party that only sends in an operator (party 0 in a truncated
+  // product) falls behind and charges the catch-up to a later operator, so
+  // one party's view is skewed by a few rounds per operator, the median much
+  // less. The medians need not sum to the critical path exactly (the row
+  // says by how much: rounds_unattributed).
+  std::array<CostCounters, 3> d;
+  for (std::size_t i = 0; i < 3; ++i) d[i] = b.costs[i] - a.costs[i];
+  for (std::size_t t = 0; t < cost_tag_count; ++t) {
+    std::array<std::uint64_t, 3> r{d[0].by_tag[t].rounds, d[1].by_tag[t].rounds, d[2].by_tag[t].rounds};
+    std::array<double, 3> sec{d[0].by_tag[t].seconds, d[1].by_tag[t].seconds, d[2].by_tag[t].seconds};
+    std::sort(r.begin(), r.end());
+    std::sort(sec.begin(), sec.end());
+    ph.tags[t].rounds = r[1];
+    ph.tags[t].seconds = sec[1];
+  }
+  (void)critical;
+  return ph;
+}
+
+// Mean of phases (steady decode steps).
+Phase mean(const std::vector<Phase>& phases) {
+  Phase m;
+  if (phases.empty()) return m;
+  const double n = double(phases.size());
+  double rounds = 0, bytes = 0;
+  std::array<double, cost_tag_count> tr{}, tb{};
+  for (const auto& p : phases) {
+    rounds += double(p.rounds), bytes += double(p.bytes), m.wall_s += p.wall_s / n;
+    for (std::size_t t = 0; t < cost_tag_count; ++t) {
+      tr[t] += double(p.tags[t].rounds), tb[t] += double(p.tags[t].payload_bytes_sent);
+      m.tags[t].seconds += p.tags[t].seconds / n;
+    }
+  }
+  m.rounds = std::uint64_t(std::llround(rounds / n));
+  m.bytes = std::uint64_t(std::llround(bytes / n));
+  for (std::size_t t = 0; t < cost_tag_count; ++t) {
+    m.tags[t].rounds = std::uint64_t(std::llround(tr[t] / n));
+    m.tags[t].payload_bytes_sent = std::uint64_t(std::llround(tb[t] / n));
+  }
+  return m;
+}
+
+// Per operator: rounds, bytes, model_s (its rounds and bytes on the LAN plus
+// a third of its compute) and its share of the sum.
+json breakdown(const Phase& ph) {
+  json out = json::object();
+  double total = 0;
+  std::array<double, cost_tag_count> s{};
+  for (std::size_t t = 0; t < cost_tag_count; ++t) {
+    s[t] = lan.seconds(double(ph.tags[t].rounds), double(ph.tags[t].payload_bytes_sent)) + ph.tags[t].seconds / 3;
+    total += s[t];
+  }
+  for (std::size_t t = 0; t < cost_tag_count; ++t) {
+    const auto& c = ph.tags[t];
+    if (c.rounds == 0 && c.payload_bytes_sent == 0 && c.seconds < 1e-4) continue;
+    out[std::string(cost_tag_name(static_cast<CostTag>(t)))] = {
+        {"rounds", c.rounds}, {"bytes", c.payload_bytes_sent}, {"model_s", s[t]},
+        {"share", total > 0 ? s[t] / total : 0.0}};
+  }
+  return out;
+}
+
+json phase_json(const Phase& ph) {
+  std::int64_t attributed = 0;
+  for (const auto& t : ph.tags) attributed += std::int64_t(t.rounds);
+  return {{"latency_s", ph.wall_s}, {"model_s", ph.model_s()}, {"bytes_per_party", ph.bytes},
+          {"rounds", ph.rounds}, {"rounds_unattributed", std::int64_t(ph.rounds) - attributed},
+          {"breakdown", breakdown(ph)}};
+}
+
+// Peak RSS of this process: VmHWM, reset by writing 5 to clear_refs.
+void reset_peak_rss() {
+  std::ofstream("/proc/self/clear_refs") << "5";
+}
+std::uint64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+// Random fixed-point values in [-1, 1) of a shape (the owner's).
+xt::xarray<double> random_values(const Shape& shape) {
+  xt::xarray<double> v = xt::xarray<double>::from_shape(shape);
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (auto& e : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    e = double(x >> 11) * 0x1p-53 * 2.0 - 1.0;
+  }
+  return v;
+}
+
+// Party `id`'s side of one run: weights, the prompt (a real prefill, or a
+// prepared cache and the policy's look at it), then the decode steps.
+template <class Pol>
+Task<void> party(const Run& r, Rss3& p, PartyId id, Pol& policy, std::function<void(Mark&)> mark, Mark& start,
+                 Mark& prefilled, std::vector<Mark>& steps) {
+  const std::size_t kvh = r.config.num_kv_heads, d = r.config.head_dim, group = r.config.num_heads / kvh;
+  ModelConfig one = r.config;
+  one.num_layers = 1;
+  auto weights = tie_layers(co_await load_decoder(p, one, id == 1 ? random_weights(5) : no_weights(), 1),
+                            r.config.num_layers);
+  Decoder<Rss3> decoder(weights);
+  if (r.real_prefill) {
+    std::optional<std::vector<std::uint32_t>> prompt;
+    if (id == 0) {
+      prompt.emplace();
+      for (std::size_t i = 0; i < r.length; ++i) prompt->push_back(std::uint32_t((i * 7919 + 13) % r.config.vocab_size));
+    }
+    mark(start);
+    auto logits = co_await decoder.prefill(p, policy, 0, std::move(prompt), r.length);
+    (void)co_await p.reveal_to(0, co_await next_token(p, logits));
+    mark(prefilled);
+  } else {
+    // Random shares of the stated length; every layer and head holds the
+    // same shares (values do not change costs; memory is the cache's).
+    auto secret = [&](const Shape& shape) {
+      return secret_real(p, 0, id == 0 ? std::optional(random_values(shape)) : std::nullopt, shape);
+    };
+    kv::HeadCache<Rss3> head{co_await secret({r.length, d}), co_await secret({r.length, d})};
+    decoder.start_from_cache(policy, std::vector<std::vector<kv::HeadCache<Rss3>>>(r.config.num_layers, {kvh, head}),
+                             r.length);
+    if constexpr (std::is_same_v<Pol, kv::MpCache<Rss3>>) {
+      if (r.length > r.evict_up_to) {
+        // The state static eviction leaves, prepared: kept rows of random
+        // shares at positions 0..keep-1; summaries computed and counted.
+        const std::size_t keep = policy.kept_tokens(r.length);
+        kv::HeadCache<Rss3> kept{co_await secret({keep, d}), co_await secret({keep, d})};
+        RingTensor iota = RingTensor::from_shape({keep});
+        for (std::size_t i = 0; i < keep; ++i) iota(i) = i;
+        const auto positions = ops::public_share(p, kept.keys, iota);
+        mark(start);
+        for (std::size_t l = 0; l < r.config.num_layers; ++l)
+          co_await policy.start_evicted(p, l, r.length, std::vector<kv::HeadCache<Rss3>>(kvh, kept),
+                                        std::vector<Rss3::Share>(kvh, positions));
+        mark(prefilled);
+      } else {
+        // Static eviction for real, over zero attention weights.
+        const std::vector<Rss3::Share> probs(
+            kvh, ops::public_share(p, head.keys, ring_zeros({group * r.length, r.length})));
+        mark(start);
+        for (std::size_t l = 0; l < r.config.num_layers; ++l) {
+          kv::PrefillView<Rss3> view{l, r.length, group, &probs, &decoder.cache()[l]};
+          auto scope = cost_scope(p, CostTag::eviction);
+          co_await policy.after_prefill(p, view);
+        }
+        mark(prefilled);
+      }
+    } else {
+      mark(start);  // full cache, LongCache: nothing to look at
+      mark(prefilled);
+    }
+  }
+  if (!r.decode) co_return;
+  std::uint32_t token = 1;
+  mark(steps[0]);
+  for (std::size_t s = 0; s < r.steps; ++s) {
+    auto out = co_await decoder.decode(p, policy, 0, id == 0 ? std::optional(token) : std::nullopt);
+    auto chosen = co_await p.reveal_to(0, co_await next_token(p, out));
+    if (chosen) token = static_cast<std::uint32_t>((*chosen)(0, 0));
+    mark(steps[s + 1]);
+  }
+}
+
+std::vector<json> measure(const Run& r) {
+  reset_peak_rss();
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  Mark start, prefilled;
+  std::vector<Mark> steps(r.steps + 1);
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 11});
+    Rss3 p = state->session();
+    auto mark = [&network, id](Mark& m) {
+      m.costs[id] = network.endpoint(id).costs();
+      m.time[id] = Clock::now();
+    };
+    const std::size_t budget = budget_tokens_of(r);
+    if (r.arm.policy == "full") {
+      kv::FullCache<Rss3> policy;
+      co_await party(r, p, id, policy, mark, start, prefilled, steps);
+    } else if (r.arm.policy == "longcache") {
+      kv::LongCache<Rss3> policy(budget);
+      co_await party(r, p, id, policy, mark, start, prefilled, steps);
+    } else if (r.arm.policy == "mpcache") {
+      kv::MpCache<Rss3> policy(budget, r.arm.options);
+      co_await party(r, p, id, policy, mark, start, prefilled, steps);
+    } else {
+      throw Error(ErrorCode::invalid_argument, "paper presets: unknown policy " + r.arm.policy);
+    }
+  });
+  const std::uint64_t rss = peak_rss_bytes();
+  json base = {{"preset", r.preset},
+               {"model", r.model},
+               {"layers", r.config.num_layers},
+               {"hidden", r.config.hidden_size},
+               {"heads", r.config.num_heads},
+               {"length", r.length},
+               {"policy", r.arm.policy},
+               {"arm", r.arm.label},
+               {"budget_tokens", r.arm.policy == "full" ? r.length : budget_tokens_of(r)},
+               {"cache", r.real_prefill                 ? "prefill"
+                         : r.arm.policy != "mpcache"     ? "prepared"
+                         : r.length <= r.evict_up_to     ? "prepared, static eviction run"
+                                                         : "prepared, eviction state prepared (not run)"},
+               {"parties", "in-process"},
+               {"model_s_is", "model: rounds x 0.3 ms + bytes / 377 MB/s + wall / 3"},
+               {"peak_rss_process_bytes", rss},
+               {"peak_rss_per_party_bytes", rss / 3}};
+  std::vector<json> rows;
+  json pre = base;
+  pre["phase"] = r.real_prefill ? "prefill" : "policy-prefill";  // prepared: the policy's look at the prompt
+  pre.update(phase_json(phase_between(start, prefilled)));
+  rows.push_back(pre);
+  if (r.decode) {
+    std::vector<Phase> each;
+    for (std::size_t s = 0; s < r.steps; ++s) each.push_back(phase_between(steps[s], steps[s + 1]));
+    json dec = base;
+    dec["phase"] = "decode";
+    dec["steps"] = r.steps;
+    const std::vector<Phase> steady(each.begin() + (each.size() > 1 ? 1 : 0), each.end());
+    dec.update(phase_json(mean(steady)));
+    dec["first_step"] = {{"rounds", each[0].rounds}, {"bytes_per_party", each[0].bytes}, {"model_s", each[0].model_s()}};
+    json per_step = json::array();
+    for (const auto& ph : each) per_step.push_back({{"rounds", ph.rounds}, {"bytes_per_party", ph.bytes}, {"latency_s", ph.wall_s}});
+    dec["per_step"] = per_step;
+    rows.push_back(dec);
+  }
+  return rows;
+}
+
+struct Settings {
+  std::string preset;
+  std::string out_dir;
+  std::vector<std::size_t> lengths;
+  std::size_t layers = 0;  // 0: the model's
+  std::size_t vocab = 0;   // 0: the model's (smaller only for smoke runs)
+  std::size_t steps = 3;
+  std::size_t evict_up_to = 1024;
+  bool json_stdout = false;
+};
+
+kv::MpCacheOptions paper_defaults() { return kv::MpCacheOptions{}; }
+
+// The paper's Figure 11, one optimisation added per arm.
+std::vector<Arm> ablation_arms(double budget) {
+  kv::MpCacheOptions tokenwise = paper_defaults();
+  tokenwise.keep_ratio = 1.0;
+  tokenwise.cluster = 1;
+  tokenwise.hierarchical = false;
+  tokenwise.share_layers = false;
+  tokenwise.similarity = kv::Similarity::linear;  // one key per "cluster": q . k exactly
+  kv::MpCacheOptions evicted = tokenwise;
+  evicted.keep_ratio = 0.25;  // the paper's 75% static eviction
+  kv::MpCacheOptions clustered = evicted;
+  clustered.cluster = 16;
+  clustered.hierarchical = true;
+  clustered.flat_up_to = 0;
+  clustered.similarity = kv::Similarity::elementwise;
+  kv::MpCacheOptions linearised = clustered;
+  linearised.similarity = kv::Similarity::linear;
+  kv::MpCacheOptions shared = linearised;
+  shared.share_layers = true;
+  return {{"1 token-wise", "mpcache", budget, tokenwise},
+          {"2 +static eviction", "mpcache", budget, evicted},
+          {"3 +clustering", "mpcache", budget, clustered},
+          {"4 +linearised similarity", "mpcache", budget, linearised},
+          {"5 +layer sharing", "mpcache", budget, shared}};
+}
+
+std::vector<Run> plan(const Settings& s) {
+  std::vector<Run> runs;
+  auto shaped = [&](ModelConfig c) {
+    if (s.layers) c.num_layers = s.layers;
+    if (s.vocab) c.vocab_size = s.vocab;
+    return c;
+  };
+  auto lengths_or = [&](std::vector<std::size_t> d) { return s.lengths.empty() ? d : s.lengths; };
+  if (s.preset == "paper-fig10") {
+    const auto c = shaped(llama_1024());
+    for (std::size_t t : lengths_or({512, 1024, 2048}))
+      for (const Arm& a : std::vector<Arm>{{"full cache", "full"},
+                                          {"LongCache 10%", "longcache", 0.10},
+                                          {"MPCache 10%", "mpcache", 0.10, paper_defaults()},
+                                          {"MPCache 20%", "mpcache", 0.20, paper_defaults()}})
+        runs.push_back({s.preset, "llama2-h1024", c, t, a, false, true, s.steps, s.evict_up_to});
+  } else if (s.preset == "paper-fig11") {
+    const auto c = shaped(llama_1024());
+    for (std::size_t t : lengths_or({512, 1024, 2048}))
+      for (const Arm& a : ablation_arms(0.10)) runs.push_back({s.preset, "llama2-h1024", c, t, a, false, true, s.steps, s.evict_up_to});
+  } else if (s.preset == "paper-table8") {
+    const auto c = shaped(gpt2_124m());
+    for (std::size_t t : lengths_or({6, 16})) {
+      runs.push_back({s.preset, "gpt2-124m", c, t, {"with KV cache", "full"}, true, true, s.steps});
+      runs.push_back({s.preset, "gpt2-124m", c, t, {"without KV cache", "full"}, true, false, 0});
+    }
+  } else if (s.preset == "gpt2-512") {
+    const auto c = shaped(gpt2_124m());
+    for (std::size_t t : lengths_or({512}))
+      for (const Arm& a : std::vector<Arm>{{"full cache", "full"}, {"MPCache 10%", "mpcache", 0.10, paper_defaults()}})
+        runs.push_back({s.preset, "gpt2-124m", c, t, a, true, true, s.steps});
+  }
+  return runs;
+}
+
+}  // namespace
+
+int paper_main(int argc, char** argv) {
+  CLI::App app{"The paper's decode benchmarks at real model shapes (rss3, in-process)"};
+  Settings s;
+  app.add_option("--preset", s.preset)->required()->check(
+      CLI::IsMember({"paper-fig10", "paper-fig11", "paper-table8", "gpt2-512"}));
+  app.add_option("--out", s.out_dir, "write <preset>.jsonl and <preset>.svg here");
+  app.add_option("--lengths", s.lengths, "sequence lengths (default: the preset's)")->delimiter(',');
+  app.add_option("--layers", s.layers, "override the layer count (smoke runs)")->check(CLI::Range(1, 128));
+  app.add_option("--vocab", s.vocab, "override the vocabulary size (smoke runs)")->check(CLI::Range(16, 1 << 20));
+  app.add_option("--steps", s.steps, "decode steps per run; the first is reported apart")->check(CLI::Range(1, 64));
+  app.add_option("--evict-up-to", s.evict_up_to,
+                 "prepared caches: MPCache runs static eviction up to this length; above it, its state is "
+                 "prepared (eviction is quadratic in the length and not part of a decode step)");
+  app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    for (std::size_t t : s.lengths)
+      if (t < 2) throw Error(ErrorCode::invalid_argument, "--lengths: a length must be at least 2");
+    std::vector<json> rows;
+    std::unique_ptr<std::ofstream> file;
+    if (!s.out_dir.empty()) {
+      const auto path = std::filesystem::path(s.out_dir) / (s.preset + ".jsonl");
+      file = std::make_unique<std::ofstream>(path);
+      if (!*file) throw Error(ErrorCode::invalid_argument, "cannot write " + path.string());
+    }
+    if (!s.json_stdout)
+      std::printf("%-14s %6s %-26s %-14s %10s %10s %14s %8s %10s\n", "model", "length", "arm", "phase",
+                  "latency_s", "model_s", "bytes/party", "rounds", "rss/party");
+    for (const Run& r : plan(s)) {
+      for (auto& row : measure(r)) {
+        if (file) *file << row.dump() << "\n" << std::flush;
+        if (s.json_stdout) {
+          std::cout << row.dump() << std::endl;
+        } else {
+          std::printf("%-14s %6zu %-26s %-14s %10.3f %10.3f %14llu %8llu %8.2f GB\n", r.model.c_str(), r.length,
+                      r.arm.label.c_str(), row["phase"].get<std::string>().c_str(), row["latency_s"].get<double>(),
+                      row["model_s"].get<double>(), static_cast<unsigned long long>(row["bytes_per_party"].get<std::uint64_t>()),
+                      static_cast<unsigned long long>(row["rounds"].get<std::uint64_t>()),
+                      double(row["peak_rss_per_party_bytes"].get<std::uint64_t>()) / 1e9);
+          std::fflush(stdout);
+        }
+        rows.push_back(std::move(row));
+      }
+    }
+    if (!s.out_dir.empty())
+      write_breakdown_svg(std::filesystem::path(s.out_dir) / (s.preset + ".svg"), s.preset, rows);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mpcache-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace mpcache::bench
