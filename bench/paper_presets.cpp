@@ -48,33 +48,16 @@ constexpr ops::LinkModel lan{};  // the paper's LAN
 // LLaMA-2 proportions at hidden size 1024: head_dim 128 (8 heads, no GQA),
 // MLP width 2752 (LLaMA-2-7B's 11008 / 4096), 32 layers, vocab 32000.
 ModelConfig llama_1024() {
-  ModelConfig c;
-  c.architecture = Architecture::llama;
-  c.vocab_size = 32000;
-  c.hidden_size = 1024;
-  c.intermediate_size = 2752;
-  c.num_layers = 32;
-  c.num_heads = 8;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  c.max_positions = 4096;
-  return c;
+  return {.architecture = Architecture::llama, .vocab_size = 32000, .hidden_size = 1024,
+          .intermediate_size = 2752, .num_layers = 32, .num_heads = 8, .num_kv_heads = 8,
+          .head_dim = 128, .max_positions = 4096};
 }
 
 // GPT-2 124M: 12 layers, hidden 768, 12 heads, MLP 3072, vocab 50257.
 ModelConfig gpt2_124m() {
-  ModelConfig c;
-  c.architecture = Architecture::gpt2;
-  c.vocab_size = 50257;
-  c.hidden_size = 768;
-  c.intermediate_size = 3072;
-  c.num_layers = 12;
-  c.num_heads = 12;
-  c.num_kv_heads = 12;
-  c.head_dim = 64;
-  c.max_positions = 1024;
-  c.tie_word_embeddings = true;
-  return c;
+  return {.architecture = Architecture::gpt2, .vocab_size = 50257, .hidden_size = 768,
+          .intermediate_size = 3072, .num_layers = 12, .num_heads = 12, .num_kv_heads = 12,
+          .head_dim = 64, .max_positions = 1024, .tie_word_embeddings = true};
 }
 
 // One policy arm of a preset.
@@ -456,8 +439,19 @@ int paper_main(int argc, char** argv) {
                  "prepared caches: MPCache runs static eviction up to this length; above it, its state is "
                  "prepared (eviction is quadratic in the length and not part of a decode step)");
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
+  std::string svg_from;
+  app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!svg_from.empty()) {
+      std::ifstream in(svg_from);
+      if (!in) throw Error(ErrorCode::invalid_argument, "cannot read " + svg_from);
+      std::vector<json> rows;
+      for (std::string line; std::getline(in, line);)
+        if (!line.empty()) rows.push_back(json::parse(line));
+      write_breakdown_svg(std::filesystem::path(s.out_dir.empty() ? "." : s.out_dir) / (s.preset + ".svg"), s.preset, rows);
+      return 0;
+    }
     for (std::size_t t : s.lengths)
       if (t < 2) throw Error(ErrorCode::invalid_argument, "--lengths: a length must be at least 2");
     std::vector<json> rows;
