@@ -357,6 +357,7 @@ struct Settings {
   std::size_t vocab = 0;   // 0: the model's (smaller only for smoke runs)
   std::size_t steps = 3;
   std::size_t evict_up_to = 1024;
+  std::vector<std::string> policies;  // empty: every arm
   bool json_stdout = false;
 };
 
@@ -420,6 +421,10 @@ std::vector<Run> plan(const Settings& s) {
       for (const Arm& a : std::vector<Arm>{{"full cache", "full"}, {"MPCache 10%", "mpcache", 0.10, paper_defaults()}})
         runs.push_back({s.preset, "gpt2-124m", c, t, a, true, true, s.steps});
   }
+  if (!s.policies.empty())
+    std::erase_if(runs, [&](const Run& r) {
+      return std::find(s.policies.begin(), s.policies.end(), r.arm.policy) == s.policies.end();
+    });
   return runs;
 }
 
@@ -435,6 +440,9 @@ int paper_main(int argc, char** argv) {
   app.add_option("--layers", s.layers, "override the layer count (smoke runs)")->check(CLI::Range(1, 128));
   app.add_option("--vocab", s.vocab, "override the vocabulary size (smoke runs)")->check(CLI::Range(16, 1 << 20));
   app.add_option("--steps", s.steps, "decode steps per run; the first is reported apart")->check(CLI::Range(1, 64));
+  app.add_option("--policies", s.policies, "only the arms of these policies (full, longcache, mpcache)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"full", "longcache", "mpcache"}));
   app.add_option("--evict-up-to", s.evict_up_to,
                  "prepared caches: MPCache runs static eviction up to this length; above it, its state is "
                  "prepared (eviction is quadratic in the length and not part of a decode step)");
