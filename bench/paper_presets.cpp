@@ -99,21 +99,21 @@ struct Phase {
 
 Phase phase_between(const Mark& a, const Mark& b) {
   Phase ph;
-  std::size_t critical = 0;
-  std::uint64_t before = 0;
+  std::uint64_t before = 0, after = 0;  // critical path: the highest clocks
   for (std::size_t i = 0; i < 3; ++i) {
     before = std::max(before, a.costs[i].rounds);
-    if (b.costs[i].rounds > b.costs[critical].rounds) critical = i;
+    after = std::max(after, b.costs[i].rounds);
   }
-  ph.rounds = b.costs[critical].rounds - before;
+  ph.rounds = after - before;
   const auto first_in = std::min({a.time[0], a.time[1], a.time[2]});
   const auto last_out = std::max({b.time[0], b.time[1], b.time[2]});
   ph.wall_s = std::chrono::duration<double>(last_out - first_in).count();
+  std::array<CostCounters, 3> d;
   for (std::size_t i = 0; i < 3; ++i) {
-    const CostCounters d = b.costs[i] - a.costs[i];
-    ph.bytes = std::max<std::uint64_t>(ph.bytes, d.payload_bytes_sent());
+    d[i] = b.costs[i] - a.costs[i];
+    ph.bytes = std::max<std::uint64_t>(ph.bytes, d[i].payload_bytes_sent());
     for (std::size_t t = 0; t < cost_tag_count; ++t)
-      ph.tags[t].payload_bytes_sent = std::max(ph.tags[t].payload_bytes_sent, d.by_tag[t].payload_bytes_sent);
+      ph.tags[t].payload_bytes_sent = std::max(ph.tags[t].payload_bytes_sent, d[i].by_tag[t].payload_bytes_sent);
   }
   // Rounds and compute per operator: the median of the three parties'
   // views. Each party charges a round to the message that advanced its own
@@ -122,8 +122,6 @@ Phase phase_between(const Mark& a, const Mark& b) {
   // one party's view is skewed by a few rounds per operator, the median much
   // less. The medians need not sum to the critical path exactly (the row
   // says by how much: rounds_unattributed).
-  std::array<CostCounters, 3> d;
-  for (std::size_t i = 0; i < 3; ++i) d[i] = b.costs[i] - a.costs[i];
   for (std::size_t t = 0; t < cost_tag_count; ++t) {
     std::array<std::uint64_t, 3> r{d[0].by_tag[t].rounds, d[1].by_tag[t].rounds, d[2].by_tag[t].rounds};
     std::array<double, 3> sec{d[0].by_tag[t].seconds, d[1].by_tag[t].seconds, d[2].by_tag[t].seconds};
@@ -132,7 +130,6 @@ Phase phase_between(const Mark& a, const Mark& b) {
     ph.tags[t].rounds = r[1];
     ph.tags[t].seconds = sec[1];
   }
-  (void)critical;
   return ph;
 }
 
@@ -199,17 +196,6 @@ std::uint64_t peak_rss_bytes() {
   return 0;
 }
 
-// Random fixed-point values in [-1, 1) of a shape (the owner's).
-xt::xarray<double> random_values(const Shape& shape) {
-  xt::xarray<double> v = xt::xarray<double>::from_shape(shape);
-  std::uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (auto& e : v) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    e = double(x >> 11) * 0x1p-53 * 2.0 - 1.0;
-  }
-  return v;
-}
-
 // Party `id`'s side of one run: weights, the prompt (a real prefill, or a
 // prepared cache and the policy's look at it), then the decode steps.
 template <class Pol>
@@ -234,9 +220,9 @@ Task<void> party(const Run& r, Rss3& p, PartyId id, Pol& policy, std::function<v
   } else {
     // Random shares of the stated length; every layer and head holds the
     // same shares (values do not change costs; memory is the cache's).
-    auto secret = [&](const Shape& shape) {
-      return secret_real(p, 0, id == 0 ? std::optional(random_values(shape)) : std::nullopt, shape);
-    };
+    // Uniform in [-1, 1) (standard deviation 1/sqrt(3)), the owner's only.
+    const WeightSource values = id == 0 ? random_weights(9, 1 / std::sqrt(3.0)) : no_weights();
+    auto secret = [&](const Shape& shape) { return secret_real(p, 0, values("prepared-cache", shape), shape); };
     kv::HeadCache<Rss3> head{co_await secret({r.length, d}), co_await secret({r.length, d})};
     decoder.start_from_cache(policy, std::vector<std::vector<kv::HeadCache<Rss3>>>(r.config.num_layers, {kvh, head}),
                              r.length);

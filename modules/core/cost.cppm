@@ -35,7 +35,7 @@ enum class CostTag : std::uint8_t {
   eviction,    // static eviction after prefill
   argmax,      // the next token's argmax over the vocabulary
 };
-inline constexpr std::size_t cost_tag_count = 12;
+inline constexpr std::size_t cost_tag_count = static_cast<std::size_t>(CostTag::argmax) + 1;  // argmax is last
 std::string_view cost_tag_name(CostTag tag);
 
 struct TaggedCost {

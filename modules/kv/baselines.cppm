@@ -353,10 +353,11 @@ class LongCache {
       st.normalised = t;
       sim = co_await group_scores(p, (*step.queries)[j], rows<P>(*st.unit, sinks_, t - recent_));
     }
-    auto top = co_await [&]() -> Task<ops::TopK<P>> {
+    ops::TopK<P> top;
+    {
       auto scope = cost_scope(p, CostTag::topk);
-      co_return co_await ops::topk(p, *sim, budget_ - sinks_ - recent_);
-    }();
+      top = co_await ops::topk(p, *sim, budget_ - sinks_ - recent_);
+    }
     RingTensor offset = ring_filled(P::shape(top.indices), sinks_);
     auto picked = p.add_public(top.indices, offset);
     auto k = rows<P>(hc.keys, 0, sinks_), v = rows<P>(hc.values, 0, sinks_);

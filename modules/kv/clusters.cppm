@@ -119,13 +119,6 @@ void append_selection(Selection<P>& into, Selection<P>&& more) {
   into.positions[0] = ops::concat_last<P>(into.positions[0], more.positions[0]);
 }
 
-template <Protocol P>
-void push_head(Selection<P>& all, Selection<P>&& one) {
-  all.keys.push_back(std::move(one.keys[0]));
-  all.values.push_back(std::move(one.values[0]));
-  all.positions.push_back(std::move(one.positions[0]));
-}
-
 // Tile a (1, d) row to (n, d).
 template <Protocol P>
 typename P::Share tile_row(const typename P::Share& row, std::size_t n) {

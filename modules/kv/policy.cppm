@@ -189,6 +189,14 @@ Task<void> select_indices(P& p, const HeadCache<P>& cache, const typename P::Sha
   out.positions.push_back(indices);
 }
 
+// Appends a one-head selection as the next head of `all`.
+template <Protocol P>
+void push_head(Selection<P>& all, Selection<P>&& one) {
+  all.keys.push_back(std::move(one.keys.at(0)));
+  all.values.push_back(std::move(one.values.at(0)));
+  all.positions.push_back(std::move(one.positions.at(0)));
+}
+
 // Every KV head's selection at once: select_head(fork, j) runs for each head
 // j on its own stream, concurrently, so a step's rounds do not grow with the
 // head count. The one-head selections are joined in head order.
@@ -202,11 +210,7 @@ Task<Selection<P>> select_every_head(P& p, std::size_t heads, SelectHead select_
   for (std::size_t j = 0; j < heads; ++j) tasks.push_back(select_head(forks[j], j));
   auto picked = co_await when_all(std::move(tasks));
   Selection<P> all;
-  for (auto& one : picked) {
-    all.keys.push_back(std::move(one.keys.at(0)));
-    all.values.push_back(std::move(one.values.at(0)));
-    all.positions.push_back(std::move(one.positions.at(0)));
-  }
+  for (auto& one : picked) push_head(all, std::move(one));
   co_return all;
 }
 

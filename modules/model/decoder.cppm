@@ -201,6 +201,9 @@ class Decoder {
 
   bool gpt2() const { return c_.architecture == Architecture::gpt2; }
 
+  // Layer l's weights; one set for all with tie_layers().
+  const LayerWeights<P>& layer_weights(std::size_t layer) const { return w_.layers[w_.tied_layers ? 0 : layer]; }
+
   Task<Share> norm(P& p, const Share& x, const Share& gamma, const std::optional<Share>& beta) {
     auto scope = cost_scope(p, CostTag::norm);
     if (beta) co_return co_await ops::layer_norm(p, x, gamma, *beta, c_.norm_eps);
@@ -241,7 +244,7 @@ class Decoder {
   template <class Pol>
   Task<Share> attention_block(P& p, Pol& policy, std::size_t layer, const Share& h_in,
                               std::size_t count, bool decode, std::vector<Share>* prefill_probs = nullptr) {
-    const auto& lw = w_.layers[w_.tied_layers ? 0 : layer];
+    const auto& lw = layer_weights(layer);
     const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
     const std::size_t first = length_;
     auto x = co_await norm(p, h_in, lw.input_norm, lw.input_norm_bias);
@@ -298,10 +301,11 @@ class Decoder {
       kv::StepView<P> view{layer, first, g, &queries, &layer_cache};
       // Policies tag their own summaries, scores and top-k; the rest of a
       // selection (copying or gathering rows) counts as gathering.
-      kv::Selection<P> sel = co_await [&]() -> Task<kv::Selection<P>> {
+      kv::Selection<P> sel;
+      {
         auto scope = cost_scope(p, CostTag::gather);
-        co_return co_await policy.select(p, view);
-      }();
+        sel = co_await policy.select(p, view);
+      }
       if (sel.keys.size() != kvh || sel.values.size() != kvh)
         throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) +
                                                      " returned a selection for the wrong number of heads");
@@ -382,7 +386,7 @@ class Decoder {
   }
 
   Task<Share> mlp_block(P& p, std::size_t layer, const Share& h_in) {
-    const auto& lw = w_.layers[w_.tied_layers ? 0 : layer];
+    const auto& lw = layer_weights(layer);
     auto x = co_await norm(p, h_in, lw.post_norm, lw.post_norm_bias);
     Share hidden;
     if (lw.gate) {
