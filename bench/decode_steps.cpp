@@ -92,6 +92,18 @@ void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, 
   std::printf("  mean per token (decode + token choice): %.1f rounds (%.1f per layer), %.3f MB; last step %llu rounds\n",
               double(sum_r) / double(tokens), double(sum_r) / double(tokens) / double(c.num_layers),
               double(sum_b) / double(tokens) / 1e6, static_cast<unsigned long long>(steady));
+  if (tokens > 0) {  // where the last step's rounds went, at the party with the longest chain
+    std::size_t busiest_party = 0;
+    for (std::size_t i = 1; i < 3; ++i)
+      if (marks[tokens + 1][i].rounds > marks[tokens + 1][busiest_party].rounds) busiest_party = i;
+    const CostCounters last = marks[tokens + 1][busiest_party] - marks[tokens][busiest_party];
+    std::printf("  last step by operator (rounds, MB):");
+    for (std::size_t t = 0; t < cost_tag_count; ++t)
+      if (last.by_tag[t].rounds > 0 || last.by_tag[t].payload_bytes_sent > 0)
+        std::printf(" %s %llu %.2f;", std::string(cost_tag_name(static_cast<CostTag>(t))).c_str(),
+                    static_cast<unsigned long long>(last.by_tag[t].rounds), double(last.by_tag[t].payload_bytes_sent) / 1e6);
+    std::printf("\n");
+  }
 }
 
 }  // namespace

@@ -72,8 +72,7 @@ PrivateRun run_private(const Settings& s, const ModelConfig& c, const std::vecto
                          : co_await decoder.decode(p, policy, 0, next);
       const std::size_t rows = Rss3::shape(logits).at(0);
       auto last = kv::rows<Rss3>(logits, rows - 1, rows);
-      auto best = co_await ops::argmax_last(p, last);
-      auto token = co_await p.reveal_to(0, best.index);
+      auto token = co_await p.reveal_to(0, co_await next_token(p, last));
       const RingTensor opened = co_await p.reveal(last);
       next.reset();
       if (token) next = static_cast<std::uint32_t>((*token)(0, 0));

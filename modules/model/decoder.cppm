@@ -204,21 +204,29 @@ class Decoder {
   // Layer l's weights; one set for all with tie_layers().
   const LayerWeights<P>& layer_weights(std::size_t layer) const { return w_.layers[w_.tied_layers ? 0 : layer]; }
 
-  Task<Share> norm(P& p, const Share& x, const Share& gamma, const std::optional<Share>& beta) {
+  // norm(h) W_i (+ b_i) for each projection: the norm's last product scales
+  // the projections' rows (ops::norm_project), one round fewer than the
+  // norm followed by the matmuls. The matmuls count as linear, the rest as norm.
+  Task<std::vector<Share>> norm_affine(P& p, const Share& h, const Share& gamma, const std::optional<Share>& beta,
+                                       std::vector<std::pair<const Share*, const std::optional<Share>*>> projections) {
     auto scope = cost_scope(p, CostTag::norm);
-    if (beta) co_return co_await ops::layer_norm(p, x, gamma, *beta, c_.norm_eps);
-    co_return co_await ops::rms_norm(p, x, gamma, c_.norm_eps);
+    std::vector<const Share*> weights;
+    for (const auto& pr : projections) weights.push_back(pr.first);
+    auto out = co_await ops::norm_project(p, h, gamma, beta, c_.norm_eps, weights);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = with_bias(p, std::move(out[i]), *projections[i].second);
+    co_return out;
+  }
+
+  Share with_bias(const P& p, Share y, const std::optional<Share>& bias) const {
+    if (!bias) return y;
+    const std::size_t n = P::shape(y).at(0), out = P::shape(y).at(1);
+    return p.add(y, kv::tile_row<P>(ops::reshape<P>(*bias, {1, out}), n));
   }
 
   // x W (+ b): one matmul round, the bias added locally.
   Task<Share> affine(P& p, const Share& x, const Share& weight, const std::optional<Share>& bias) {
     auto scope = cost_scope(p, CostTag::linear);
-    auto y = co_await p.matmul_trunc(x, weight);
-    if (bias) {
-      const std::size_t n = P::shape(y).at(0), out = P::shape(y).at(1);
-      y = p.add(y, kv::tile_row<P>(ops::reshape<P>(*bias, {1, out}), n));
-    }
-    co_return y;
+    co_return with_bias(p, co_await p.matmul_trunc(x, weight), bias);
   }
 
   // Columns [h*d, (h+1)*d) of a (count, heads*d) tensor.
@@ -247,10 +255,9 @@ class Decoder {
     const auto& lw = layer_weights(layer);
     const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
     const std::size_t first = length_;
-    auto x = co_await norm(p, h_in, lw.input_norm, lw.input_norm_bias);
-    P pq = p.fork(), pk = p.fork(), pv = p.fork();
-    auto [q, k, v] = co_await when_all(affine(pq, x, lw.wq, lw.bq), affine(pk, x, lw.wk, lw.bk),
-                                       affine(pv, x, lw.wv, lw.bv));
+    auto qkv = co_await norm_affine(p, h_in, lw.input_norm, lw.input_norm_bias,
+                                    {{&lw.wq, &lw.bq}, {&lw.wk, &lw.bk}, {&lw.wv, &lw.bv}});
+    const Share &q = qkv[0], &k = qkv[1], &v = qkv[2];
     Share qr = q, kr = k;
     if (!gpt2()) {  // GPT-2 has learned absolute positions instead of RoPE
       P pq2 = p.fork(), pk2 = p.fork();
@@ -367,48 +374,42 @@ class Decoder {
         mask(r, c) = future ? 0 : 1;
       }
     scores = p.add_public(scores, bias);  // keeps the row max on visible entries
-    {
-      auto softmax_scope = cost_scope(p, CostTag::softmax);
-      probs_out = co_await ops::softmax_last(p, scores, std::optional<RingTensor>(mask));
-    }
-    co_return co_await p.matmul_trunc(probs_out, cache.values);
+    auto softmax_scope = cost_scope(p, CostTag::softmax);
+    co_return co_await ops::softmax_matmul(p, scores, cache.values, std::optional<RingTensor>(mask), &probs_out);
   }
 
   Task<Share> decode_head(P& p, const Share& queries, const Share& keys, const Share& values,
                           Share& probs_out) {
     auto scope = cost_scope(p, CostTag::attention);
     auto scores = co_await p.matmul_trunc(queries, kv::transpose<P>(keys));  // (g, n)
-    {
-      auto softmax_scope = cost_scope(p, CostTag::softmax);
-      probs_out = co_await ops::softmax_last(p, scores);
-    }
-    co_return co_await p.matmul_trunc(probs_out, values);
+    auto softmax_scope = cost_scope(p, CostTag::softmax);
+    co_return co_await ops::softmax_matmul(p, scores, values, std::nullopt, &probs_out);
   }
 
   Task<Share> mlp_block(P& p, std::size_t layer, const Share& h_in) {
     const auto& lw = layer_weights(layer);
-    auto x = co_await norm(p, h_in, lw.post_norm, lw.post_norm_bias);
     Share hidden;
     if (lw.gate) {
-      P pg = p.fork(), pu = p.fork();
-      auto [gate, up] = co_await when_all(affine(pg, x, *lw.gate, std::nullopt), affine(pu, x, lw.up, lw.b_up));
+      auto gate_up = co_await norm_affine(p, h_in, lw.post_norm, lw.post_norm_bias,
+                                          {{&*lw.gate, &no_bias_}, {&lw.up, &lw.b_up}});
       auto scope = cost_scope(p, CostTag::activation);
-      hidden = co_await p.mul_trunc(co_await ops::silu(p, gate), up);
+      hidden = co_await ops::silu_times(p, gate_up[0], gate_up[1]);
     } else {
-      auto up = co_await affine(p, x, lw.up, lw.b_up);
+      auto up = co_await norm_affine(p, h_in, lw.post_norm, lw.post_norm_bias, {{&lw.up, &lw.b_up}});
       auto scope = cost_scope(p, CostTag::activation);
-      hidden = co_await ops::gelu(p, up);
+      hidden = co_await ops::gelu(p, up[0]);
     }
     co_return p.add(h_in, co_await affine(p, hidden, lw.down, lw.b_down));
   }
 
   Task<Share> head(P& p, const Share& h) {
-    auto x = co_await norm(p, h, w_.final_norm, w_.final_norm_bias);
-    co_return co_await p.matmul_trunc(x, w_.lm_head);
+    auto logits = co_await norm_affine(p, h, w_.final_norm, w_.final_norm_bias, {{&w_.lm_head, &no_bias_}});
+    co_return std::move(logits[0]);
   }
 
   const DecoderWeights<P>& w_;
   ModelConfig c_;
+  const std::optional<Share> no_bias_;  // for projections without one
   std::size_t length_ = 0;
   std::vector<std::vector<kv::HeadCache<P>>> cache_;  // [layer][kv head]
   StepProbe<P> probe_;

@@ -4,7 +4,8 @@
 //         fit error <= 4.1e-4; total (fixed point) <= 1e-3 (tested)
 //   SiLU: 0 below -10 | degree 5 on [-10, -3) | degree 8 on [-3, 3) |
 //         degree 5 on [3, 10) | x;  fit error <= 4.6e-4; total <= 1e-3 (tested)
-//   cost (rss3): 11 rounds (comparisons overlap the polynomials)
+//   range: |x| < 2^12 (the comparisons are narrowed to it, see piecewise.cppm)
+//   cost (rss3): 10 rounds (comparisons overlap the polynomials)
 module;
 #include "prelude.hpp"
 export module mpcache.ops:activations;
@@ -60,6 +61,14 @@ template <Protocol P>
 Task<typename P::Share> silu(P& p, const typename P::Share& x) {
   if constexpr (NativeReal<P>) co_return p.map_real(x, [](double v) { return v / (1 + std::exp(-v)); });
   co_return co_await piecewise(p, x, silu_spec());
+}
+
+// silu(x) * y (LLaMA's gated MLP) in SiLU's rounds: y multiplies each
+// piece while the comparisons run. Error: <= 1e-3 |y| + 2^-17 (tested).
+template <Protocol P>
+Task<typename P::Share> silu_times(P& p, const typename P::Share& x, const typename P::Share& y) {
+  if constexpr (NativeReal<P>) co_return co_await p.mul_trunc(co_await silu(p, x), y);
+  co_return co_await piecewise(p, x, silu_spec(), std::optional<typename P::Share>(y));
 }
 
 }  // namespace mpcache::ops

@@ -1,6 +1,8 @@
 // Comparisons and selection, generic over the backend.
-//   msb(a)            A2B (64 bits) + B2A: 10 rounds on rss3, 15 words/element/party
-//   less_than(a, b)   msb(a - b); requires |a - b| < 2^63
+//   msb(a, w)         A2B of the low w bits + B2A: 2 + ceil(log2 w) + 2 rounds
+//                     on rss3 (10 for w = 64, 9 for w <= 32); requires
+//                     |a| < 2^(w-1): modulo 2^w the sign is then bit w - 1
+//   less_than(a, b, w) msb(a - b, w); requires |a - b| < 2^(w-1)
 //   select(c, x, y)   c ? x : y for an arithmetic 0/1 c: 1 multiplication
 //   is_zero(a, w)     a == 0 for |a| < 2^w: A2B of w bits, AND tree, B2A
 //   equal(a, b, w)    is_zero(a - b, w): short values pay for w bits, not 64
@@ -19,24 +21,46 @@ inline int ceil_log2(std::size_t n) {
   return l;
 }
 
-// 1 where a < 0 (signed view), else 0.
+// rss3 cost of to_bits(a, w), w >= 2: the carry-save AND, the generate AND,
+// then Kogge-Stone levels of two ANDs in one message (one in the last).
+inline std::size_t a2b_rounds(int width) { return 2 + static_cast<std::size_t>(ceil_log2(static_cast<std::size_t>(width))); }
+inline std::size_t a2b_words(int width) { return 2 * static_cast<std::size_t>(ceil_log2(static_cast<std::size_t>(width))) + 1; }
+
+// Activations, attention scores and logits are assumed to satisfy
+// |x| < 2^12 (real): the range the narrowed comparisons of softmax, exp and
+// the piecewise activations are exact on.
+inline constexpr int activation_magnitude_bits = 12;
+
+// Width of a comparison of fixed-point values with |value| < 2^magnitude_bits
+// (real), so that |a - b| < 2^(magnitude_bits + 1) and the sign fits:
+// frac + magnitude + 2 bits.
+inline int comparison_width(int frac_bits, int magnitude_bits) {
+  return std::min(ring_bits, frac_bits + magnitude_bits + 2);
+}
+
+// 1 where a < 0 (signed view), else 0. With width < 64 only the low `width`
+// bits are converted, which is exact when |a| < 2^(width-1): fewer rounds
+// (the adder is shorter) and fewer bytes.
 template <Protocol P>
-Task<typename P::Share> msb(P& p, const typename P::Share& a) {
+Task<typename P::Share> msb(P& p, const typename P::Share& a, int width = ring_bits) {
   if constexpr (NativeReal<P>) {
     auto out = a;
     for (auto& v : out.value) v = v < 0 ? 1.0 : 0.0;
     co_return out;
   }
-  auto bits = co_await p.to_bits(a, ring_bits);
-  co_return co_await p.bit_to_arith(p.bits_shift_right(bits, ring_bits - 1));
+  if (width < 2 || width > ring_bits)
+    throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
+  auto bits = co_await p.to_bits(a, width);
+  co_return co_await p.bit_to_arith(p.bits_shift_right(bits, width - 1));
 }
 
 // (A coroutine, not a forwarding function: the difference must live in this
 // frame until msb, which takes it by reference, has finished.)
 template <Protocol P>
-Task<typename P::Share> less_than(P& p, const typename P::Share& a, const typename P::Share& b) {
+Task<typename P::Share> less_than(P& p, const typename P::Share& a, const typename P::Share& b,
+                                  int width = ring_bits) {
   const auto difference = p.sub(a, b);
-  co_return co_await msb(p, difference);
+  co_return co_await msb(p, difference, width);
 }
 
 // c ? x : y, with c an arithmetic 0/1 sharing of the same shape. The product

@@ -1,8 +1,8 @@
 // LayerNorm and RMSNorm over the last axis (d), with secret gamma (and beta).
 //   layer_norm: y = (x - mean) rsqrt(var + eps) gamma + beta
 //   rms_norm:   y = x rsqrt(mean(x^2) + eps) gamma
-// Range: rows whose variance + eps lies in [2^-10, 2^14] (LayerNorm), whose
-// mean square + eps lies in [2^-10, 2^13] (RMSNorm).
+// Range: rows whose variance + eps (LayerNorm) or mean square + eps
+// (RMSNorm) lies in [2^-10, 2^13).
 // Error: <= 2e-3 relative to the normalised scale (tested against float64).
 module;
 #include "prelude.hpp"
@@ -44,25 +44,97 @@ Shape leading_shape(const typename P::Share& x) {
 }
 }  // namespace detail
 
+namespace detail {
+// The mean of squares over d as one truncation: 2^b <= d < 2^(b+1), so
+// sum(x^2) / 2^(f+b) = mean(x^2) r with r = d / 2^b in [1, 2); the caller
+// multiplies its numerator by sqrt(r) (rsqrt(ms r) sqrt(r) = rsqrt(ms)).
+inline int mean_shift(std::size_t d) {
+  int b = 0;
+  while ((std::size_t{2} << b) <= d) ++b;
+  return b;
+}
+inline double mean_ratio(std::size_t d) { return static_cast<double>(d) / std::ldexp(1.0, mean_shift(d)); }
+
+// A norm is numerator * rsqrt(spread) (+ beta): spread (..., 1) is the
+// mean square or variance plus eps, numerator (..., d) the (centred) row
+// times gamma, with any public correction folded in.
+template <Protocol P>
+struct NormParts {
+  typename P::Share spread;
+  typename P::Share numerator;
+};
+
+// RMSNorm: the squares truncated by f + b (each loses up to an ulp of
+// 2^-(f+b), so the mean square carries up to d/2 ulps of error: fine above
+// 2^-10 for d <= 512, coarse for small mean squares of wide rows), and
+// x gamma sqrt(r) meanwhile. 1 round.
+template <Protocol P>
+Task<NormParts<P>> rms_parts(P& p, const typename P::Share& x, const typename P::Share& gamma, double eps) {
+  const std::size_t d = P::shape(x).back();
+  const Shape lead = leading_shape<P>(x);
+  const int b = mean_shift(d);
+  const double r = mean_ratio(d);
+  const FixedPoint fp(p.frac_bits());
+  auto mean_square = [&](P& q) -> Task<typename P::Share> {  // (mean(x^2) + eps) r
+    auto sq = co_await q.mul_trunc(x, x, q.frac_bits() + b);
+    co_return add_constant(q, sum_last<P>(sq), eps * r);
+  };
+  auto numerator = [&](P& q) -> Task<typename P::Share> {  // x gamma sqrt(r)
+    const Shape gs = P::shape(gamma);
+    auto g = co_await q.truncate(q.mul_public(gamma, ring_filled(gs, fp.encode(std::sqrt(r)))), q.frac_bits());
+    co_return co_await q.mul_trunc(x, rows_of<P>(g, lead));
+  };
+  P pa = p.fork(), pb = p.fork();
+  auto [ms, xg] = co_await when_all(mean_square(pa), numerator(pb));
+  co_return NormParts<P>{std::move(ms), std::move(xg)};
+}
+
+// LayerNorm: the mean, the squares, the variance (a sum, then one
+// truncation: folding 1/d into the squares' truncation would cost a
+// low-variance row d/2 ulps), and (x - mean) gamma meanwhile. 2 rounds.
+template <Protocol P>
+Task<NormParts<P>> layer_parts(P& p, const typename P::Share& x, const typename P::Share& gamma, double eps) {
+  const std::size_t d = P::shape(x).back();
+  const Shape lead = leading_shape<P>(x);
+  auto mean = co_await mean_last(p, x);
+  auto centered = p.sub(x, broadcast_last<P>(mean, d));
+  auto variance = [&](P& q) -> Task<typename P::Share> {
+    auto var = co_await mean_last(q, co_await q.mul_trunc(centered, centered));
+    co_return add_constant(q, var, eps);
+  };
+  auto numerator = [&](P& q) -> Task<typename P::Share> {
+    co_return co_await q.mul_trunc(centered, rows_of<P>(gamma, lead));
+  };
+  P pa = p.fork(), pb = p.fork();
+  auto [var, cg] = co_await when_all(variance(pa), numerator(pb));
+  co_return NormParts<P>{std::move(var), std::move(cg)};
+}
+}  // namespace detail
+
+// Critical path (rss3): layer_parts 2 (the mean's truncation is party 0's
+// alone, so it overlaps), then rsqrt_times 19, whose last product is the
+// norm's: 20 rounds. Range: variance + eps in [2^-10, 2^14).
 template <Protocol P>
 Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,
                                    const typename P::Share& beta, double eps = 1e-5) {
   const std::size_t d = P::shape(x).back();
-  auto mean = co_await detail::mean_last(p, x);
-  auto centered = p.sub(x, broadcast_last<P>(mean, d));
-  auto var = co_await detail::mean_last(p, co_await p.mul_trunc(centered, centered));
-  var = add_constant(p, var, eps);
-  auto inv = co_await rsqrt(p, var);
-  auto normed = co_await p.mul_trunc(centered, broadcast_last<P>(inv, d));
   const Shape lead = detail::leading_shape<P>(x);
-  co_return p.add(co_await p.mul_trunc(normed, detail::rows_of<P>(gamma, lead)),
-                  detail::rows_of<P>(beta, lead));
+  if constexpr (NativeReal<P>) {
+    auto mean = co_await detail::mean_last(p, x);
+    auto centered = p.sub(x, broadcast_last<P>(mean, d));
+    auto var = add_constant(p, co_await detail::mean_last(p, co_await p.mul_trunc(centered, centered)), eps);
+    auto normed = co_await p.mul_trunc(centered, broadcast_last<P>(co_await rsqrt(p, var), d));
+    co_return p.add(co_await p.mul_trunc(normed, detail::rows_of<P>(gamma, lead)), detail::rows_of<P>(beta, lead));
+  } else {
+    auto parts = co_await detail::layer_parts(p, x, gamma, eps);
+    auto scaled = co_await rsqrt_times(p, parts.spread, std::optional<typename P::Share>(std::move(parts.numerator)));
+    co_return p.add(scaled, detail::rows_of<P>(beta, lead));
+  }
 }
 
-// Critical path (rss3): x^2 (truncated by f + b, 2^b <= d < 2^(b+1), so no
-// separate mean), rsqrt, one product: 29 rounds. gamma's public correction
-// sqrt(d / 2^b) and the product x * gamma run concurrently with the rsqrt.
-// Range: mean square + eps in [2^-10, 2^13] (the rsqrt input is up to twice it).
+// Critical path (rss3): rms_parts 1, then rsqrt_times 19, whose last product
+// is the norm's: 20 rounds. Range: mean square + eps in [2^-10, 2^13) (the
+// rsqrt input is up to twice it).
 template <Protocol P>
 Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,
                                  double eps = 1e-5) {
@@ -75,22 +147,60 @@ Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typenam
     auto normed = co_await p.mul_trunc(x, broadcast_last<P>(inv, d));
     co_return co_await p.mul_trunc(normed, detail::rows_of<P>(gamma, lead));
   } else {
-    int b = 0;
-    while ((std::size_t{2} << b) <= d) ++b;
-    const double r = static_cast<double>(d) / std::ldexp(1.0, b);  // in [1, 2)
-    const FixedPoint fp(p.frac_bits());
-    auto scaled_ms = [&](P& q) -> Task<typename P::Share> {  // mean square * r (+ eps * r), then rsqrt
-      auto sq = co_await q.mul_trunc(x, x, q.frac_bits() + b);
-      co_return co_await rsqrt(q, add_constant(q, sum_last<P>(sq), eps * r));
-    };
-    auto scaled_xg = [&](P& q) -> Task<typename P::Share> {  // x * gamma * sqrt(r)
-      const Shape gs = P::shape(gamma);
-      auto g = co_await q.truncate(q.mul_public(gamma, ring_filled(gs, fp.encode(std::sqrt(r)))), q.frac_bits());
-      co_return co_await q.mul_trunc(x, detail::rows_of<P>(g, lead));
-    };
-    P pa = p.fork(), pb = p.fork();
-    auto [inv, xg] = co_await when_all(scaled_ms(pa), scaled_xg(pb));
-    co_return co_await p.mul_trunc(xg, broadcast_last<P>(inv, d));
+    auto parts = co_await detail::rms_parts(p, x, gamma, eps);
+    co_return co_await rsqrt_times(p, parts.spread, std::optional<typename P::Share>(std::move(parts.numerator)));
+  }
+}
+
+// The projections x W_i (no bias) of x = norm(h): RMSNorm, or LayerNorm
+// when beta is given. The projections run while rsqrt's series does, and
+// the norm's last product scales their rows instead of x's (beta W_i is
+// added after): one round fewer than the norm followed by the matmuls,
+// the same values up to truncation. weights[i]: (d, out_i). The projection
+// matmuls are charged to CostTag::linear, the rest to the caller's tag.
+template <Protocol P>
+Task<std::vector<typename P::Share>> norm_project(P& p, const typename P::Share& h, const typename P::Share& gamma,
+                                                  const std::optional<typename P::Share>& beta, double eps,
+                                                  const std::vector<const typename P::Share*>& weights) {
+  using Share = typename P::Share;
+  const std::size_t d = P::shape(h).back();
+  const Shape lead = detail::leading_shape<P>(h);
+  // x W_i for every i, concurrently (and beta W_i alongside when asked).
+  std::vector<Share> beta_w(weights.size());
+  auto project = [&](P& q, const Share& x, bool with_beta) -> Task<std::vector<Share>> {
+    auto scope = cost_scope(q, CostTag::linear);
+    std::vector<P> forks;
+    std::vector<Task<Share>> products;
+    for (std::size_t i = 0; i < weights.size(); ++i) forks.push_back(q.fork());
+    if (with_beta)
+      for (std::size_t i = 0; i < weights.size(); ++i) forks.push_back(q.fork());
+    const std::optional<Share> beta_row = with_beta ? std::optional(reshape<P>(*beta, {1, d})) : std::nullopt;
+    for (std::size_t i = 0; i < weights.size(); ++i) products.push_back(forks[i].matmul_trunc(x, *weights[i]));
+    if (with_beta)
+      for (std::size_t i = 0; i < weights.size(); ++i)
+        products.push_back(forks[weights.size() + i].matmul_trunc(*beta_row, *weights[i]));
+    auto done = co_await when_all(std::move(products));
+    std::vector<Share> out;
+    for (std::size_t i = 0; i < weights.size(); ++i) out.push_back(std::move(done[i]));
+    if (with_beta)
+      for (std::size_t i = 0; i < weights.size(); ++i) beta_w[i] = std::move(done[weights.size() + i]);
+    co_return out;
+  };
+  if constexpr (NativeReal<P>) {
+    Share x;
+    if (beta) x = co_await layer_norm(p, h, gamma, *beta, eps);
+    else x = co_await rms_norm(p, h, gamma, eps);
+    co_return co_await project(p, x, false);
+  } else {
+    std::optional<detail::NormParts<P>> parts;
+    if (beta) parts = co_await detail::layer_parts(p, h, gamma, eps);
+    else parts = co_await detail::rms_parts(p, h, gamma, eps);
+    auto then = [&](P& q, const Share& factor) { return project(q, factor, beta.has_value()); };
+    auto out = co_await rsqrt_then(p, parts->spread, std::optional<Share>(std::move(parts->numerator)), then);
+    if (beta)
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = p.add(out[i], detail::rows_of<P>(reshape<P>(beta_w[i], {P::shape(beta_w[i]).back()}), lead));
+    co_return out;
   }
 }
 

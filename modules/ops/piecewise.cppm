@@ -3,7 +3,9 @@
 // round of products with the segment indicators.
 // A polynomial piece is fitted in t = (x - center) / half_width, t in [-1, 1],
 // so that coefficient rounding (2^-(f+1) each) costs at most sum|c| 2^-(f+1).
-//   cost (rss3): max(10, 2 + ceil(log2 degree)) + 1 rounds
+// Inputs must satisfy |x| < 2^12 (activation_magnitude_bits) and the
+// breakpoints |b| < 2^12: the comparisons are narrowed to that range.
+//   cost (rss3): max(9, 2 + ceil(log2 degree)) + 1 rounds
 module;
 #include "prelude.hpp"
 export module mpcache.ops:piecewise;
@@ -60,8 +62,11 @@ Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece
   co_return co_await p.truncate(acc, p.frac_bits());
 }
 
+// With `times`, returns f(x) * times: each piece's value is multiplied by it
+// while the comparisons run, so the product costs no extra round.
 template <Protocol P>
-Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecewise& spec) {
+Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecewise& spec,
+                                  const std::optional<typename P::Share>& times = std::nullopt) {
   const std::size_t cuts = spec.breakpoints.size();
   if (spec.pieces.size() != cuts + 1)
     throw Error(ErrorCode::invalid_argument, "piecewise: " + std::to_string(spec.pieces.size()) +
@@ -80,15 +85,21 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
   auto spread = P::apply(x, [&](const RingTensor& t) { return ring_repeat_last(t, cuts); });
   auto compare = [&](P& q) -> Task<typename P::Share> {
     const auto shifted = q.add_public(spread, offsets);
-    co_return co_await msb(q, shifted);
+    co_return co_await msb(q, shifted, comparison_width(q.frac_bits(), activation_magnitude_bits));
   };
   std::vector<Task<typename P::Share>> work;
   std::vector<P> forks;
   for (std::size_t j = 0; j <= spec.pieces.size(); ++j) forks.push_back(p.fork());
+  // A piece's value, times the multiplier when there is one.
+  auto piece_value = [&](P& q, const Piece& piece) -> Task<typename P::Share> {
+    typename P::Share v = x;
+    if (piece.kind == Piece::Kind::polynomial) v = co_await polynomial(q, x, piece);
+    if (!times) co_return v;
+    co_return co_await q.mul_trunc(v, *times);
+  };
   work.push_back(compare(forks[0]));
   for (std::size_t j = 0; j < spec.pieces.size(); ++j)
-    if (spec.pieces[j].kind == Piece::Kind::polynomial)
-      work.push_back(polynomial(forks[j + 1], x, spec.pieces[j]));
+    if (spec.pieces[j].kind != Piece::Kind::zero) work.push_back(piece_value(forks[j + 1], spec.pieces[j]));
   auto done = co_await when_all(std::move(work));
   auto below_all = std::move(done[0]);
   auto below = [&](std::size_t i) {
@@ -100,14 +111,14 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
   std::vector<Task<typename P::Share>> terms;
   std::vector<P> term_forks;
   std::vector<typename P::Share> indicators, values;
-  std::size_t next_poly = 1;
+  std::size_t next_poly = 1;  // done[1..]: the non-zero pieces' values, in order
   for (std::size_t j = 0; j < spec.pieces.size(); ++j) {
     const Piece& piece = spec.pieces[j];
     if (piece.kind == Piece::Kind::zero) continue;
     typename P::Share ind = j < cuts ? below(j) : public_share(p, x, ring_filled(s, 1));
     if (j > 0) ind = p.sub(ind, below(j - 1));
     indicators.push_back(std::move(ind));
-    values.push_back(piece.kind == Piece::Kind::identity ? x : done[next_poly++]);
+    values.push_back(std::move(done[next_poly++]));
   }
   for (std::size_t j = 0; j < indicators.size(); ++j) term_forks.push_back(p.fork());
   for (std::size_t j = 0; j < indicators.size(); ++j)

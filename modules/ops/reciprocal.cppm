@@ -1,14 +1,21 @@
-// 1/x for positive x by normalisation and Newton's method (as SPU/PUMA):
-//   1. A2B of x and a prefix-OR from the top give the highest set bit p;
-//   2. B2A of that one-hot word bit by bit (K+1 bits, one batch) gives
+// 1/x for positive x by normalisation and a factored Newton series (as
+// SPU/PUMA normalise; the series replaces their sequential Newton steps):
+//   1. A2B of x's low w bits and a prefix-OR from the top give the highest
+//      set bit p; w = f + max_log2 covers x < 2^max_log2;
+//   2. B2A of that one-hot word bit by bit (w bits, one batch) gives
 //      s = 2^(K-p) as a local weighted sum;
-//   3. x' = x s / 2^(K-f+1) lies in [0.5, 1); y0 = 2.9142 - 2x';
-//   4. three Newton steps y <- y (2 - x' y); 1/x = y s / 2^(K-f+1).
-//   range: 1/8 <= x < 2^(K+1-f) with K = 40 (x < 2^23 at f = 18); below 1/8
-//     the last product y s exceeds 2^44 and truncation's failure
-//     probability (2^(l-64)) grows past 2^-20
+//   3. x' = x s / 2^(K-f+1) lies in [0.5, 1); y0 = 2.9142 - 2x', so that
+//      e = 1 - x' y0 lies in [-0.062, 0.086];
+//   4. 1/x' = y0 / (1 - e) = y0 (1 + e)(1 + e^2) up to a relative e^4
+//      < 5.5e-5, and 1/x = 1/x' s / 2^(K-f+1): z0 = y0 s and e in one
+//      round, z0 (1 + e) and e^2 in the next, then (1 + e^2). Three Newton
+//      steps took six rounds for the same accuracy.
+//   range: 1/8 <= x < 2^max_log2, max_log2 <= 23 (K = 40, f = 18); below 1/8
+//     the product y0 s exceeds 2^44 and truncation's failure probability
+//     (2^(l-64)) grows past 2^-20
 //   error: relative <= 2e-4 + 2^-f/x (tested on dense samples of the range)
-//   cost (rss3): A2B 8 + prefix-OR 6 + B2A 2 + 1 + Newton 6 + 1 = 24 rounds (tested)
+//   cost (rss3): A2B (2 + ceil(log2 w)) + prefix-OR ceil(log2 w) + B2A 2
+//     + 4 = 20 rounds at w = 41, 18 at w <= 32 (tested)
 module;
 #include "prelude.hpp"
 export module mpcache.ops:reciprocal;
@@ -19,25 +26,30 @@ import :layout;
 
 export namespace mpcache::ops {
 
-inline constexpr int reciprocal_scale_bits = 40;  // K
-inline constexpr int reciprocal_newton_steps = 3;
+inline constexpr int reciprocal_scale_bits = 40;    // K
+inline constexpr int reciprocal_max_log2 = 23;      // default range: x < 2^23
+inline constexpr int reciprocal_guard_bits = 4;     // z carried at 2^(f+4)
 
 namespace detail {
-// One-hot (arithmetic 0/1, shape (..., K+1)) of the highest set bit p of x > 0
-// (p <= K): A2B of K+1 bits, prefix-OR from the top, one B2A batch. Any
-// public function g(p) is then a local weighted sum of these bits.
+// One-hot (arithmetic 0/1, shape (..., w)) of the highest set bit p of
+// 0 < x < 2^w (as a ring integer): A2B of w bits, prefix-OR from the top,
+// one B2A batch. Any public function g(p) is then a local weighted sum of
+// these bits.
 template <Protocol P>
-Task<typename P::Share> highest_bit_one_hot(P& p, const typename P::Share& x) {
-  constexpr int K = reciprocal_scale_bits;
-  auto bits = co_await p.to_bits(x, K + 1);
+Task<typename P::Share> highest_bit_one_hot(P& p, const typename P::Share& x, int width) {
+  if (width < 2 || width > reciprocal_scale_bits + 1)
+    throw Error(ErrorCode::invalid_argument, "highest set bit over " + std::to_string(width) +
+                                                 " bits, outside [2, " +
+                                                 std::to_string(reciprocal_scale_bits + 1) + "]");
+  auto bits = co_await p.to_bits(x, width);
   // Prefix-OR from the top: afterwards every bit at or below p is set.
-  for (int s = 1; s <= K; s *= 2) {
+  for (int s = 1; s < width; s *= 2) {
     auto shifted = p.bits_shift_right(bits, s);
     auto both = co_await p.bits_and(bits, shifted);
     bits = p.bits_xor(p.bits_xor(bits, shifted), both);  // a | b
   }
   auto top = p.bits_xor(bits, p.bits_shift_right(bits, 1));  // only bit p
-  auto spread = P::apply(top, [](const RingTensor& t) { return ring_bits_to_axis(t, K + 1); });
+  auto spread = P::apply(top, [width](const RingTensor& t) { return ring_bits_to_axis(t, width); });
   co_return co_await p.bit_to_arith(spread);
 }
 
@@ -46,34 +58,38 @@ typename P::Share weighted_bits(const typename P::Share& one_hot, const std::vec
   return P::apply(one_hot, [&](const RingTensor& t) { return ring_weighted_sum_last(t, weights); });
 }
 
-// s = 2^(K - p) (integer).
+// Bits of a fixed-point value below 2^max_log2 (real).
+inline int value_width(int frac_bits, int max_log2) { return frac_bits + max_log2; }
+
+// s = 2^(K - p) (integer), for 0 < x < 2^width.
 template <Protocol P>
-Task<typename P::Share> normaliser(P& p, const typename P::Share& x) {
+Task<typename P::Share> normaliser(P& p, const typename P::Share& x, int width) {
   constexpr int K = reciprocal_scale_bits;
-  auto one_hot = co_await highest_bit_one_hot(p, x);
-  std::vector<Ring> weights(K + 1);
-  for (int t = 0; t <= K; ++t) weights[t] = Ring{1} << (K - t);
+  auto one_hot = co_await highest_bit_one_hot(p, x, width);
+  std::vector<Ring> weights(static_cast<std::size_t>(width));
+  for (int t = 0; t < width; ++t) weights[t] = Ring{1} << (K - t);
   co_return weighted_bits<P>(one_hot, weights);
 }
 }  // namespace detail
 
 template <Protocol P>
-Task<typename P::Share> reciprocal(P& p, const typename P::Share& x) {
+Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log2 = reciprocal_max_log2) {
   if constexpr (NativeReal<P>) co_return p.map_real(x, [](double v) { return 1.0 / v; });
-  constexpr int K = reciprocal_scale_bits;
+  constexpr int K = reciprocal_scale_bits, G = reciprocal_guard_bits;
   const int f = p.frac_bits();
   const Shape shape = P::shape(x);
   const FixedPoint fp(f);
-  auto s = co_await detail::normaliser(p, x);
+  auto s = co_await detail::normaliser(p, x, detail::value_width(f, max_log2));
   auto xn = co_await p.mul_trunc(x, s, K - f + 1);  // in [0.5, 1)
-  // y0 = 2.9142 - 2 x': relative error at most 0.0858 on [0.5, 1).
-  auto y = p.add_public(p.neg(p.add(xn, xn)), ring_filled(shape, fp.encode(2.9142)));
-  const RingTensor two = ring_filled(shape, fp.encode(2.0));
-  for (int i = 0; i < reciprocal_newton_steps; ++i) {
-    auto xy = co_await p.mul_trunc(xn, y);
-    y = co_await p.mul_trunc(y, p.add_public(p.neg(xy), two));
-  }
-  co_return co_await p.mul_trunc(y, s, K - f + 1);
+  auto y0 = p.add_public(p.neg(p.add(xn, xn)), ring_filled(shape, fp.encode(2.9142)));
+  const RingTensor one = ring_filled(shape, fp.encode(1.0));
+  // e = 1 - x' y0 and z0 = y0 s (the unrefined 1/x at scale 2^(f+G)).
+  P pe = p.fork(), pz = p.fork();
+  auto [xy, z0] = co_await when_all(pe.mul_trunc(xn, y0), pz.mul_trunc(y0, s, K - f + 1 - G));
+  auto e = p.add_public(p.neg(xy), one);
+  P pe2 = p.fork(), pz1 = p.fork();
+  auto [e2, z1] = co_await when_all(pe2.mul_trunc(e, e), pz1.mul_trunc(z0, p.add_public(e, one)));
+  co_return co_await p.mul_trunc(z1, p.add_public(e2, one), f + G);
 }
 
 }  // namespace mpcache::ops

@@ -1,11 +1,15 @@
 // max and argmax along the last axis by a tournament of groups of m adjacent
 // elements: in each group all m(m-1)/2 comparisons run in one batch (A2B
-// only, 8 rounds on rss3); a candidate wins if it beats every other one (an
-// AND of m-1 bits, ceil(log2(m-1)) rounds), one B2A (2 rounds) and one
-// product select the winner's value and index. A level costs 11 rounds for
-// m = 2 (pairs), 13 for m = 4, 14 for m = 8, 15 for m = 16, so larger groups
-// shorten the critical path at the price of more comparisons; m is chosen
-// by a link model (the paper's LAN) from the row count and the length.
+// only, 8 rounds on rss3 at 64 bits, 7 at <= 32); a candidate wins if it
+// beats every other one (an AND of m-1 bits, ceil(log2(m-1)) rounds), one
+// B2A (2 rounds) and one product select the winner's value and index. At
+// 64 bits a level costs 11 rounds for m = 2 (pairs), 13 for m = 4, 14 for
+// m = 8, 15 for m = 16, 17 for m = 64: larger groups shorten the critical
+// path at the price of more comparisons. Each level's m is chosen by a link
+// model (the paper's LAN) from the row count and the remaining length, so
+// a long row may take wide groups first and one all-pairs group last.
+// Comparisons may be narrowed to `width` bits when the caller bounds the
+// values: |x| < 2^(width-2) (fixed point, as ring integers).
 // Ties keep the lower index, so every backend returns the same index.
 module;
 #include "prelude.hpp"
@@ -31,30 +35,40 @@ inline std::size_t tournament_and_rounds(std::size_t m) {
 }
 }  // namespace detail
 
+inline constexpr std::size_t tournament_max_group = 64;
+
 // Rounds of one tournament level of groups of m on rss3, and words sent per
-// group per party: A2B (13 words per comparison), the AND tree, B2A, and the
-// value and index products.
-inline std::size_t tournament_level_rounds(std::size_t m) { return 11 + detail::tournament_and_rounds(m); }
-inline double tournament_group_words(std::size_t m) {
+// group per party: A2B of the differences (`width` bits), the AND tree,
+// B2A, and the value and index products.
+inline std::size_t tournament_level_rounds(std::size_t m, int width = ring_bits) {
+  return a2b_rounds(width) + detail::tournament_and_rounds(m) + 3;
+}
+inline double tournament_group_words(std::size_t m, int width = ring_bits) {
   const double pairs = double(m) * double(m - 1) / 2;
-  return 13 * pairs + double(m * detail::tournament_and_rounds(m)) + 4 * double(m);
+  return double(a2b_words(width)) * pairs + double(m * detail::tournament_and_rounds(m)) + 4 * double(m);
 }
 
-// The group size in [2, 16] that minimises rounds x RTT + bytes / bandwidth
-// on `link` (by default the paper's LAN) for `rows` rows of length n.
-inline std::size_t tournament_arity(std::size_t rows, std::size_t n, const LinkModel& link = {}) {
-  std::size_t best = 2;
-  double best_cost = 0;
-  for (std::size_t m = 2; m <= 16; ++m) {
-    double cost = 0;
-    for (std::size_t len = n; len > 1;) {
-      const std::size_t mm = std::min(m, len), groups = (len + mm - 1) / mm;
-      cost += link.seconds(double(tournament_level_rounds(mm)), double(rows * groups) * tournament_group_words(mm) * 8);
-      len = groups;
+// The group size of every level, first to last, that minimises
+// rounds x RTT + bytes / bandwidth on `link` (by default the paper's LAN)
+// for `rows` rows of length n: a shortest path over the remaining lengths.
+inline std::vector<std::size_t> tournament_plan(std::size_t rows, std::size_t n, int width = ring_bits,
+                                                const LinkModel& link = {}) {
+  // best[len] = (cost to reduce len candidates to one, first group size).
+  std::vector<std::pair<double, std::size_t>> best(n + 1, {0.0, 0});
+  for (std::size_t len = 2; len <= n; ++len) {
+    best[len].first = std::numeric_limits<double>::infinity();
+    for (std::size_t m = 2; m <= std::min(len, tournament_max_group); ++m) {
+      const std::size_t groups = (len + m - 1) / m;
+      const double cost = link.seconds(double(tournament_level_rounds(m, width)),
+                                       double(rows * groups) * tournament_group_words(m, width) * 8) +
+                          best[groups].first;
+      if (cost < best[len].first) best[len] = {cost, m};
     }
-    if (m == 2 || cost < best_cost) best = m, best_cost = cost;
   }
-  return best;
+  std::vector<std::size_t> plan;
+  for (std::size_t len = n; len > 1; len = (len + best[len].second - 1) / best[len].second)
+    plan.push_back(best[len].second);
+  return plan;
 }
 
 inline std::size_t x_rows(const Shape& shape) {
@@ -65,9 +79,9 @@ inline std::size_t x_rows(const Shape& shape) {
 
 // Arithmetic 0/1 per element of xs (..., groups * m): 1 for the winner of
 // its group of m adjacent elements (the largest, the lowest index on ties).
-// A2B 8 + AND ceil(log2(m - 1)) + B2A 2 rounds on rss3.
+// A2B (8 rounds at 64 bits) + AND ceil(log2(m - 1)) + B2A 2 rounds on rss3.
 template <Protocol P>
-Task<typename P::Share> group_wins(P& p, const typename P::Share& xs, std::size_t m) {
+Task<typename P::Share> group_wins(P& p, const typename P::Share& xs, std::size_t m, int width = ring_bits) {
   using Share = typename P::Share;
   const std::size_t padded = P::shape(xs).back(), groups = padded / m;
   // Pairs (a, b), a < b, of every group.
@@ -84,7 +98,7 @@ Task<typename P::Share> group_wins(P& p, const typename P::Share& xs, std::size_
   const std::size_t pairs = first.size();
   // Bit 0: x_a < x_b, i.e. b beats a (a beats b on ties: lower index).
   const Share difference = p.sub(take(xs, first), take(xs, second));
-  auto sign = p.bits_shift_right(co_await p.to_bits(difference, ring_bits), ring_bits - 1);
+  auto sign = p.bits_shift_right(co_await p.to_bits(difference, width), width - 1);
   // Candidate a's word: bit t says whether a beats its t-th opponent.
   const std::size_t per = m * (m - 1) / 2;
   auto words = P::apply(sign, [&](const RingTensor& s) {
@@ -108,10 +122,10 @@ Task<typename P::Share> group_wins(P& p, const typename P::Share& xs, std::size_
   // Flip the literals "a beats b" for a < b, and set the bits above m - 1.
   RingTensor pattern = ring_zeros(P::shape(words));
   {
-    const int width = std::max<int>(1, static_cast<int>(m) - 1);
+    const int and_width = std::max<int>(1, static_cast<int>(m) - 1);
     std::vector<Ring> per_candidate(m, 0);
     for (std::size_t a = 0; a < m; ++a) {
-      Ring w = ~Ring{0} << width;
+      Ring w = ~Ring{0} << and_width;
       for (std::size_t t = 0; t < m - 1 - a; ++t) w |= Ring{1} << (a + t);  // slots a.. are opponents b > a
       per_candidate[a] = w;
     }
@@ -126,7 +140,7 @@ Task<typename P::Share> group_wins(P& p, const typename P::Share& xs, std::size_
 template <Protocol P>
 Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const typename P::Share& x,
                                                                  const typename P::Share& idx,
-                                                                 std::size_t m, bool with_index) {
+                                                                 std::size_t m, bool with_index, int width) {
   using Share = typename P::Share;
   const Shape shape = P::shape(x);
   const std::size_t len = shape.back(), groups = (len + m - 1) / m, padded = groups * m;
@@ -134,10 +148,12 @@ Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const ty
   if (padded > len) {
     Shape pad = shape;
     pad.back() = padded - len;
-    xs = concat_last<P>(xs, public_share(p, x, ring_filled(pad, static_cast<Ring>(-(std::int64_t{1} << 61)))));
+    // Below every value yet within comparison range of all: |x| < 2^(width-2).
+    const Ring lowest = static_cast<Ring>(-(std::int64_t{1} << std::min(width - 2, 61)));
+    xs = concat_last<P>(xs, public_share(p, x, ring_filled(pad, lowest)));
     is = concat_last<P>(is, public_share(p, x, ring_zeros(pad)));
   }
-  auto wins = co_await group_wins(p, xs, m);
+  auto wins = co_await group_wins(p, xs, m, width);
   auto group_sum = [=](const Share& t) {
     return P::apply(t, [=](const RingTensor& r) {
       Shape out_shape = shape_of(r);
@@ -157,13 +173,20 @@ Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const ty
   co_return std::pair{group_sum(slice_last<P>(both, 0, padded)), group_sum(slice_last<P>(both, padded, 2 * padded))};
 }
 
-// arity 0: chosen by tournament_arity; 2 is the classic pairwise tournament.
+// arity 0: each level's group size from tournament_plan; otherwise every
+// level uses groups of `arity` (2 is the classic pairwise tournament).
+// width < 64 narrows the comparisons: the caller promises
+// |x| < 2^(width-2) as ring integers (padding stays below every value).
 template <Protocol P>
-Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, std::size_t arity = 0) {
+Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, std::size_t arity = 0,
+                            int width = ring_bits) {
   Shape shape = P::shape(x);
   if (shape.empty() || shape.back() == 0)
     throw Error(ErrorCode::invalid_argument,
                 "argmax over an empty last axis, shape " + shape_string(shape));
+  if (width < 3 || width > ring_bits)
+    throw Error(ErrorCode::invalid_argument, "argmax: comparison width " + std::to_string(width) +
+                                                 " is outside [3, 64]");
   const std::size_t n = shape.back();
   if constexpr (NativeReal<P>) {
     Shape out_shape = shape;
@@ -180,9 +203,11 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, s
   RingTensor iota = RingTensor::from_shape(shape);
   for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
   typename P::Share idx = public_share(p, x, iota);
-  const std::size_t m = arity == 0 ? tournament_arity(x_rows(shape), n) : arity;
-  while (P::shape(x).back() > 1) {
-    auto [v, i] = co_await group_level(p, x, idx, std::min(m, P::shape(x).back()), with_index);
+  std::vector<std::size_t> plan;
+  if (arity == 0) plan = tournament_plan(x_rows(shape), n, width);
+  for (std::size_t level = 0; P::shape(x).back() > 1; ++level) {
+    const std::size_t m = arity != 0 ? arity : plan.at(level);
+    auto [v, i] = co_await group_level(p, x, idx, std::min(m, P::shape(x).back()), with_index, width);
     x = std::move(v);
     idx = std::move(i);
   }
@@ -190,8 +215,8 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, s
 }
 
 template <Protocol P>
-Task<typename P::Share> max_last(P& p, typename P::Share x, std::size_t arity = 0) {
-  auto r = co_await argmax_last(p, std::move(x), false, arity);
+Task<typename P::Share> max_last(P& p, typename P::Share x, std::size_t arity = 0, int width = ring_bits) {
+  auto r = co_await argmax_last(p, std::move(x), false, arity, width);
   co_return std::move(r.value);
 }
 

@@ -1,11 +1,20 @@
-// 1/sqrt(x) for positive x: the highest set bit p of x (as in reciprocal)
-// gives x' = x 2^(K-p) / 2^(K-f+1) in [0.5, 1) and the public correction
-// g(p) = 2^(-(p-f+1)/2) as local weighted sums; three Newton steps
-// y <- y (1.5 - (x'/2) y^2) from y0 = 1.828 - 0.828 x'; result y g.
-//   range: 2^-10 <= x <= 2^14 (variances and mean squares in LayerNorm/RMSNorm)
+// 1/sqrt(x) for positive x: the highest set bit p of x (as in reciprocal,
+// over w = f + 14 bits) gives x' = x 2^(K-p) / 2^(K-f+1) in [0.5, 1) and
+// the public correction g(p) = 2^(-(p-f+1)/2) as local weighted sums; so
+// does the initial guess y0 = a - b x' (its slope folded into the weights),
+// chosen so that e = 1 - x' y0^2 stays within |e| <= 0.045. Then
+// 1/sqrt(x') = y0 (1 - e)^(-1/2) = y0 (1 + e/2 + 3e^2/8) up to 2.8e-5
+// relative, and 1/sqrt(x) = 1/sqrt(x') g.
+//   rounds after the highest bit: x' and y0 | y0^2 and y0 g | e = 1 - x' y0^2
+//   | 3e^2/4 | y0 g (2 + e + 3e^2/4) / 2: five, where three Newton steps and
+//   the scalings took eleven.
+// rsqrt_times(x, m) multiplies m (..., d) by rsqrt(x) (..., 1) in the last
+// product, so a norm pays no extra round for it; rsqrt_then also applies a
+// row-linear map (a norm's projections) while the series is computed.
+//   range: 2^-10 <= x < 2^14 (variances and mean squares in LayerNorm/RMSNorm)
 //   error: relative <= 1e-3 + 2^-17 absolute (tested on dense samples)
-//   cost (rss3): 27 rounds on the critical path (tested): 16 for the highest
-//   bit, 1 + 1 + Newton 9 + 1, less one where only party 0 sends (truncation)
+//   cost (rss3): 19 rounds: 14 for the highest bit (A2B 7, prefix-OR 5,
+//   B2A 2), then 5 (tested)
 module;
 #include "prelude.hpp"
 export module mpcache.ops:rsqrt;
@@ -17,36 +26,87 @@ import :reciprocal;
 
 export namespace mpcache::ops {
 
-inline constexpr int rsqrt_extra_bits = 4;  // g(p) carried at 2^(f+4)
+inline constexpr int rsqrt_max_log2 = 14;   // x < 2^14
+inline constexpr int rsqrt_extra_bits = 2;  // g and y0 g carried at 2^(f+2)
+// The initial guess y0 = a - b x' that minimises max |1 - x' y0^2| on [0.5, 1).
+inline constexpr double rsqrt_guess_a = 1.7875, rsqrt_guess_b = 0.81;
 
-template <Protocol P>
-Task<typename P::Share> rsqrt(P& p, const typename P::Share& x) {
-  if constexpr (NativeReal<P>) co_return p.map_real(x, [](double v) { return 1.0 / std::sqrt(v); });
-  constexpr int K = reciprocal_scale_bits;
+// The rows of `then(m y0 g)` times the series (2 + e + 3e^2/4) / 2, i.e.
+// then(m) * broadcast(1/sqrt(x)) for any `then` that is linear in the rows
+// of its argument (the identity, or a projection x W): `then` runs while
+// the series is computed, so a norm followed by projections pays one round
+// less. x (..., 1), m (..., d); without m, then(1/sqrt(x) before the series).
+template <Protocol P, class Then>
+Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x,
+                                                const std::optional<typename P::Share>& m, Then then) {
+  using Share = typename P::Share;
+  constexpr int K = reciprocal_scale_bits, E = rsqrt_extra_bits;
   const int f = p.frac_bits();
   const Shape shape = P::shape(x);
   const FixedPoint fp(f);
-  auto one_hot = co_await detail::highest_bit_one_hot(p, x);
-  std::vector<Ring> scale(K + 1), correction(K + 1);
-  for (int t = 0; t <= K; ++t) {
+  const int width = detail::value_width(f, rsqrt_max_log2);
+  auto one_hot = co_await detail::highest_bit_one_hot(p, x, width);
+  std::vector<Ring> scale(width), slope(width), correction(width);
+  for (int t = 0; t < width; ++t) {
     scale[t] = Ring{1} << (K - t);
-    correction[t] = static_cast<Ring>(
-        std::llround(std::exp2(-(t - f + 1) / 2.0) * std::exp2(f + rsqrt_extra_bits)));
+    slope[t] = static_cast<Ring>(std::llround(-rsqrt_guess_b * std::exp2(K - t)));
+    correction[t] = static_cast<Ring>(std::llround(std::exp2(-(t - f + 1) / 2.0) * std::exp2(f + E)));
   }
-  auto s = detail::weighted_bits<P>(one_hot, scale);
-  auto g = detail::weighted_bits<P>(one_hot, correction);
-  auto xn = co_await p.mul_trunc(x, s, K - f + 1);  // [0.5, 1)
-  const auto y0_wide = p.add_public(p.mul_public(xn, ring_filled(shape, fp.encode(-0.828))),
-                                    ring_filled(shape, fp.encode(1.828) << f));
-  P ph = p.fork(), py = p.fork();
-  auto [half_xn, y] = co_await when_all(ph.truncate(xn, 1), py.truncate(y0_wide, f));
-  const RingTensor one_and_half = ring_filled(shape, fp.encode(1.5));
-  for (int i = 0; i < 3; ++i) {
-    auto y2 = co_await p.mul_trunc(y, y);
-    auto z = co_await p.mul_trunc(half_xn, y2);
-    y = co_await p.mul_trunc(y, p.add_public(p.neg(z), one_and_half));
+  const Share s = detail::weighted_bits<P>(one_hot, scale);
+  const Share s_slope = detail::weighted_bits<P>(one_hot, slope);
+  const Share g = detail::weighted_bits<P>(one_hot, correction);
+  // x' and -b x' in one round; y0 = a - b x'.
+  P px = p.fork(), pb = p.fork();
+  auto [xn, minus_bx] = co_await when_all(px.mul_trunc(x, s, K - f + 1), pb.mul_trunc(x, s_slope, K - f + 1));
+  const Share y0 = p.add_public(minus_bx, ring_filled(shape, fp.encode(rsqrt_guess_a)));
+  P py = p.fork(), pg = p.fork();
+  auto [y0_sq, y0g] = co_await when_all(py.mul_trunc(y0, y0), pg.mul_trunc(y0, g));  // y0 g at 2^(f+E)
+  // m y0 g, formed while e is computed; then `then` of it while 3e^2/4 is.
+  auto factor = [&](P& q) -> Task<Share> {
+    if (!m) co_return y0g;
+    co_return co_await q.mul_trunc(*m, broadcast_last<P>(y0g, P::shape(*m).back()), f + E);  // at 2^f
+  };
+  auto error = [&](P& q) -> Task<Share> {
+    auto xy2 = co_await q.mul_trunc(xn, y0_sq);
+    co_return q.add_public(q.neg(xy2), ring_filled(shape, fp.encode(1.0)));
+  };
+  P pm = p.fork(), pe = p.fork();
+  auto [scaled, e] = co_await when_all(factor(pm), error(pe));
+  auto series_of = [&](P& q) -> Task<Share> {  // 2 + e + 3e^2/4 at 2^f: e (3e) / 2^(f+2)
+    auto e2_34 = co_await q.mul_trunc(e, q.mul_public(e, ring_filled(shape, 3)), f + 2);
+    co_return q.add_public(q.add(e, e2_34), ring_filled(shape, fp.encode(2.0)));
+  };
+  P pt = p.fork(), ps = p.fork();
+  auto [outputs, series] = co_await when_all(then(pt, scaled), series_of(ps));
+  const int bits = (m ? f : f + E) + 1;
+  // The row factors must outlive the tasks, which start inside when_all.
+  std::vector<Share> row_factors;
+  for (const Share& o : outputs) row_factors.push_back(m ? broadcast_last<P>(series, P::shape(o).back()) : series);
+  std::vector<P> forks;
+  std::vector<Task<Share>> products;
+  for (std::size_t i = 0; i < outputs.size(); ++i) forks.push_back(p.fork());
+  for (std::size_t i = 0; i < outputs.size(); ++i) products.push_back(forks[i].mul_trunc(outputs[i], row_factors[i], bits));
+  co_return co_await when_all(std::move(products));
+}
+
+// m * broadcast(1/sqrt(x)): x (..., 1), m (..., d); without m, 1/sqrt(x).
+template <Protocol P>
+Task<typename P::Share> rsqrt_times(P& p, const typename P::Share& x, const std::optional<typename P::Share>& m) {
+  using Share = typename P::Share;
+  if constexpr (NativeReal<P>) {
+    auto inv = p.map_real(x, [](double v) { return 1.0 / std::sqrt(v); });
+    if (!m) co_return inv;
+    co_return co_await p.mul_trunc(*m, broadcast_last<P>(inv, P::shape(*m).back()));
+  } else {
+    auto itself = [](P&, const Share& v) -> Task<std::vector<Share>> { co_return std::vector<Share>{v}; };
+    auto out = co_await rsqrt_then(p, x, m, itself);
+    co_return std::move(out.front());
   }
-  co_return co_await p.mul_trunc(y, g, f + rsqrt_extra_bits);
+}
+
+template <Protocol P>
+Task<typename P::Share> rsqrt(P& p, const typename P::Share& x) {
+  co_return co_await rsqrt_times(p, x, std::nullopt);
 }
 
 }  // namespace mpcache::ops

@@ -250,9 +250,12 @@ Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
 // r-th best element (same order as topk()). The rank method produces this
 // matrix on its way anyway, so this saves the value product and, for the
 // caller, a second one-hot of the indices: gather with one matmul.
+// With k = 1 the comparisons may be narrowed to `width` bits when the
+// caller bounds the values: |x| < 2^(width-2) (see argmax_last).
 template <Protocol P>
 Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
-                                    TopKMethod method = TopKMethod::automatic, LinkModel link = {}) {
+                                    TopKMethod method = TopKMethod::automatic, LinkModel link = {},
+                                    int width = ring_bits) {
   const Shape shape = P::shape(x);
   const std::size_t n = shape.back();
   if (k == 0 || k > n)
@@ -263,7 +266,7 @@ Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
     // The best one: all pairs in one batch, then an AND of n - 1 bits (no
     // ranks, no one-hot encoding): 8 + ceil(log2(n - 1)) + 2 rounds.
     if (n == 1) co_return public_share(p, x, ring_filled(shape, 1));
-    auto wins = co_await group_wins(p, x, n);
+    auto wins = co_await group_wins(p, x, n, width);
     Shape out = shape;
     out.insert(out.end() - 1, 1);
     co_return reshape<P>(wins, out);

@@ -37,6 +37,31 @@ TEST_CASE("msb is the sign bit for every value, edges included") {
   CHECK(secure.results[1] == secure.results[0]);
 }
 
+TEST_CASE("a narrowed msb is the sign of every value within its range, edges included") {
+  // Width 32: exact for |a| < 2^31; the low 32 bits of the shares are all it reads.
+  RingTensor x = random_ring({300}, 85);
+  for (std::size_t i = 0; i < x.size(); ++i) x(i) = static_cast<Ring>(static_cast<std::int64_t>(x(i)) >> 33);
+  const std::int64_t edges[] = {0, 1, -1, (std::int64_t{1} << 31) - 1, -(std::int64_t{1} << 31) + 1};
+  for (std::size_t i = 0; i < std::size(edges); ++i) x(i) = static_cast<Ring>(edges[i]);
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
+    auto a = co_await share_of(p, 0, x);
+    co_return co_await p.reveal(co_await ops::msb(p, a, 32));
+  });
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const Ring want = static_cast<std::int64_t>(x(i)) < 0 ? 1 : 0;
+    CHECK(secure.results[0](i) == want);
+    CHECK(clear(i) == want);
+  }
+  // A value outside the range is misjudged: the width is a promise, not a check.
+  const RingTensor outside = ring_filled({1}, Ring{1} << 31);
+  auto [wrong, unused] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
+    auto a = co_await share_of(p, 0, outside);
+    co_return co_await p.reveal(co_await ops::msb(p, a, 32));
+  });
+  (void)unused;
+  CHECK(wrong.results[0](0) == 1);
+}
+
 TEST_CASE("less_than and select on fixed-point values, ties included") {
   FixedPoint fp;
   xt::xarray<double> xr = mpcache::testing::random_real({200}, -1000, 1000, 82);
@@ -85,12 +110,20 @@ TEST_CASE("comparison and equality costs: rounds and bytes are exact") {
   const auto zero = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
     return ops::is_zero(p, a, 7);
   });
+  const auto narrow = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
+    return ops::msb(p, a, 32);
+  });
   // msb: A2B(64) = 2 + 6 rounds, 13 words; B2A = 2 rounds, 2 words.
   CHECK(msb.rounds == 10);
+  // msb over 32 bits: A2B(32) = 2 + 5 rounds, 11 words; B2A as above.
+  CHECK(narrow.rounds == 9);
+  CHECK(ops::a2b_rounds(32) + 2 == 9);
   // is_zero(7): A2B(7) = 2 + 3 rounds, 1+1+2*3-1 = 7 words; AND tree 3 rounds, 3 words; B2A 2.
   CHECK(zero.rounds == 10);
   for (PartyId id = 0; id < 3; ++id) {
     CHECK(msb.bytes[id] == 15 * n * 8);
+    CHECK(narrow.bytes[id] == (ops::a2b_words(32) + 2) * n * 8);
+    CHECK(ops::a2b_words(32) == 11);
     CHECK(zero.bytes[id] == 12 * n * 8);
   }
 }

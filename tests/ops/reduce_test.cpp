@@ -53,7 +53,67 @@ TEST_CASE("argmax rounds follow the tournament depth and the group size") {
   CHECK(rounds(16) == 15);
   CHECK(ops::tournament_level_rounds(16) == 15);
   // The link model picks one group for two short rows, pairs for many long ones.
-  CHECK(ops::tournament_arity(2, 16) == 16);
+  CHECK(ops::tournament_plan(2, 16) == std::vector<std::size_t>{16});
   CHECK(rounds(0) == 15);
-  CHECK(ops::tournament_arity(4096, 1024) == 2);
+  CHECK(ops::tournament_plan(4096, 1024) == std::vector<std::size_t>(10, 2));
+  // Per level: the plan costs no more on the link model than any single
+  // group size, and for a long row of a few rows fewer rounds than groups
+  // of 16 (14 rounds a level at 32 bits, three levels for 1000).
+  auto plan_cost = [](const std::vector<std::size_t>& plan, std::size_t rows, std::size_t n, int width) {
+    double seconds = 0;
+    std::size_t rounds = 0;
+    for (std::size_t m : plan) {
+      const std::size_t mm = std::min(m, n), groups = (n + mm - 1) / mm;
+      rounds += ops::tournament_level_rounds(mm, width);
+      seconds += ops::LinkModel{}.seconds(double(ops::tournament_level_rounds(mm, width)),
+                                          double(rows * groups) * ops::tournament_group_words(mm, width) * 8);
+      n = groups;
+    }
+    CHECK(n == 1);
+    return std::pair{seconds, rounds};
+  };
+  for (std::size_t rows : {1u, 2u, 64u})
+    for (std::size_t n : {7u, 100u, 1000u, 4096u}) {
+      CAPTURE(rows);
+      CAPTURE(n);
+      const auto best = plan_cost(ops::tournament_plan(rows, n, 32), rows, n, 32);
+      for (std::size_t m = 2; m <= ops::tournament_max_group; ++m) {
+        std::vector<std::size_t> uniform;
+        for (std::size_t len = n; len > 1; len = (len + m - 1) / m) uniform.push_back(m);
+        CHECK(best.first <= plan_cost(uniform, rows, n, 32).first + 1e-12);
+      }
+    }
+  CHECK(plan_cost(ops::tournament_plan(2, 1000, 32), 2, 1000, 32).second < 3 * ops::tournament_level_rounds(16, 32));
+}
+
+TEST_CASE("argmax with narrowed comparisons: same values and indices within range, fewer rounds") {
+  FixedPoint fp;
+  const std::size_t n = 300;
+  xt::xarray<double> xr = mpcache::testing::random_real({3, n}, -4000, 4000, 95);
+  for (std::size_t j = 0; j < n; ++j) xr(1, j) = -4095.0;  // all equal, at the bottom of the range
+  xr(2, 17) = xr(2, 250) = 4095.0;                          // tie at the top
+  const RingTensor x = fp.encode(xr);
+  const int width = ops::comparison_width(fp.frac_bits(), ops::activation_magnitude_bits);
+  CHECK(width == 32);
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+    auto a = co_await share_of(p, 1, x);
+    auto r = co_await ops::argmax_last(p, a, true, 0, width);
+    co_return std::array<RingTensor, 2>{co_await p.reveal(r.value), co_await p.reveal(r.index)};
+  });
+  for (std::size_t i = 0; i < 3; ++i) {
+    std::size_t best = 0;
+    for (std::size_t j = 1; j < n; ++j)
+      if (xr(i, j) > xr(i, best)) best = j;
+    CHECK(secure.results[0][1](i, 0) == best);
+    CHECK(secure.results[0][0](i, 0) == x(i, best));
+  }
+  CHECK(clear == secure.results[0]);
+  const RingTensor row = ring_slice_last(x, 0, 16);
+  auto rounds = [&](int w) {
+    return mpcache::testing::measure_op(row, [w](Rss3& p, const Rss3Share& a) {
+      return ops::argmax_last(p, a, true, 16, w);
+    }).rounds;
+  };
+  CHECK(rounds(64) == 15);
+  CHECK(rounds(32) == 14);
 }
