@@ -2,7 +2,7 @@
 //   layer_norm: y = (x - mean) rsqrt(var + eps) gamma + beta
 //   rms_norm:   y = x rsqrt(mean(x^2) + eps) gamma
 // Range: rows whose variance + eps (LayerNorm) or mean square + eps
-// (RMSNorm) lies in [2^-10, 2^13).
+// (RMSNorm) lies in [2^-10, 2^22).
 // Error: <= 2e-3 relative to the normalised scale (tested against float64).
 module;
 #include "prelude.hpp"
@@ -112,8 +112,8 @@ Task<NormParts<P>> layer_parts(P& p, const typename P::Share& x, const typename 
 }  // namespace detail
 
 // Critical path (rss3): layer_parts 2 (the mean's truncation is party 0's
-// alone, so it overlaps), then rsqrt_times 19, whose last product is the
-// norm's: 20 rounds. Range: variance + eps in [2^-10, 2^14).
+// alone, so it overlaps), then rsqrt_times 21, whose last product is the
+// norm's: 22 rounds. Range: variance + eps in [2^-10, 2^23).
 template <Protocol P>
 Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,
                                    const typename P::Share& beta, double eps = 1e-5) {
@@ -132,8 +132,8 @@ Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typen
   }
 }
 
-// Critical path (rss3): rms_parts 1, then rsqrt_times 19, whose last product
-// is the norm's: 20 rounds. Range: mean square + eps in [2^-10, 2^13) (the
+// Critical path (rss3): rms_parts 1, then rsqrt_times 21, whose last product
+// is the norm's: 22 rounds. Range: mean square + eps in [2^-10, 2^22) (the
 // rsqrt input is up to twice it).
 template <Protocol P>
 Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,

@@ -1,5 +1,5 @@
 // 1/sqrt(x) for positive x: the highest set bit p of x (as in reciprocal,
-// over w = f + 14 bits) gives x' = x 2^(K-p) / 2^(K-f+1) in [0.5, 1) and
+// over w = f + 23 bits) gives x' = x 2^(K-p) / 2^(K-f+1) in [0.5, 1) and
 // the public correction g(p) = 2^(-(p-f+1)/2) as local weighted sums; so
 // does the initial guess y0 = a - b x' (its slope folded into the weights),
 // chosen so that e = 1 - x' y0^2 stays within |e| <= 0.045. Then
@@ -11,9 +11,9 @@
 // rsqrt_times(x, m) multiplies m (..., d) by rsqrt(x) (..., 1) in the last
 // product, so a norm pays no extra round for it; rsqrt_then also applies a
 // row-linear map (a norm's projections) while the series is computed.
-//   range: 2^-10 <= x < 2^14 (variances and mean squares in LayerNorm/RMSNorm)
+//   range: 2^-10 <= x < 2^23 (variances and mean squares in LayerNorm/RMSNorm)
 //   error: relative <= 1e-3 + 2^-17 absolute (tested on dense samples)
-//   cost (rss3): 19 rounds: 14 for the highest bit (A2B 7, prefix-OR 5,
+//   cost (rss3): 21 rounds: 16 for the highest bit (A2B 8, prefix-OR 6,
 //   B2A 2), then 5 (tested)
 module;
 #include "prelude.hpp"
@@ -26,7 +26,11 @@ import :reciprocal;
 
 export namespace mpcache::ops {
 
-inline constexpr int rsqrt_max_log2 = 14;   // x < 2^14
+// x < 2^23: norms of trained models meet rows with mean squares far above
+// 2^13 (massive activations); a narrower highest-bit search (32 bits, two
+// rounds fewer) turned those rows into garbage in the private-fidelity run.
+inline constexpr int rsqrt_max_log2 = 23;
+inline constexpr int rsqrt_slope_guard_bits = 2;  // -b 2^(K-t) keeps 2 more bits
 inline constexpr int rsqrt_extra_bits = 2;  // g and y0 g carried at 2^(f+2)
 // The initial guess y0 = a - b x' that minimises max |1 - x' y0^2| on [0.5, 1).
 inline constexpr double rsqrt_guess_a = 1.7875, rsqrt_guess_b = 0.81;
@@ -49,7 +53,7 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
   std::vector<Ring> scale(width), slope(width), correction(width);
   for (int t = 0; t < width; ++t) {
     scale[t] = Ring{1} << (K - t);
-    slope[t] = static_cast<Ring>(std::llround(-rsqrt_guess_b * std::exp2(K - t)));
+    slope[t] = static_cast<Ring>(std::llround(-rsqrt_guess_b * std::exp2(K - t + rsqrt_slope_guard_bits)));
     correction[t] = static_cast<Ring>(std::llround(std::exp2(-(t - f + 1) / 2.0) * std::exp2(f + E)));
   }
   const Share s = detail::weighted_bits<P>(one_hot, scale);
@@ -57,7 +61,8 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
   const Share g = detail::weighted_bits<P>(one_hot, correction);
   // x' and -b x' in one round; y0 = a - b x'.
   P px = p.fork(), pb = p.fork();
-  auto [xn, minus_bx] = co_await when_all(px.mul_trunc(x, s, K - f + 1), pb.mul_trunc(x, s_slope, K - f + 1));
+  auto [xn, minus_bx] = co_await when_all(px.mul_trunc(x, s, K - f + 1),
+                                          pb.mul_trunc(x, s_slope, K - f + 1 + rsqrt_slope_guard_bits));
   const Share y0 = p.add_public(minus_bx, ring_filled(shape, fp.encode(rsqrt_guess_a)));
   P py = p.fork(), pg = p.fork();
   auto [y0_sq, y0g] = co_await when_all(py.mul_trunc(y0, y0), pg.mul_trunc(y0, g));  // y0 g at 2^(f+E)
