@@ -445,13 +445,10 @@ class MpCache {
     co_return ops::reshape<P>(sim, {n});
   }
 
-  // One-hot rows (k, n) of the k best of n scores. Scores are bounded like
-  // attention scores (|s| < 2^12), so the comparisons of a single pick are
-  // narrowed to that range.
+  // One-hot rows (k, n) of the k best of n scores.
   static Task<Share> top_onehot(P& p, const Share& scores, std::size_t k) {
     auto scope = cost_scope(p, CostTag::topk);
-    const int width = ops::comparison_width(p.frac_bits(), ops::activation_magnitude_bits);
-    co_return co_await ops::topk_onehot(p, scores, k, ops::TopKMethod::automatic, {}, width);
+    co_return co_await ops::topk_onehot(p, scores, k);
   }
 
   // (k, n) -> (k, n + 1) with a zero first column (cluster 0 is never picked).

@@ -374,16 +374,22 @@ class Decoder {
         mask(r, c) = future ? 0 : 1;
       }
     scores = p.add_public(scores, bias);  // keeps the row max on visible entries
-    auto softmax_scope = cost_scope(p, CostTag::softmax);
-    co_return co_await ops::softmax_matmul(p, scores, cache.values, std::optional<RingTensor>(mask), &probs_out);
+    {
+      auto softmax_scope = cost_scope(p, CostTag::softmax);
+      probs_out = co_await ops::softmax_last(p, scores, std::optional<RingTensor>(mask));
+    }
+    co_return co_await p.matmul_trunc(probs_out, cache.values);
   }
 
   Task<Share> decode_head(P& p, const Share& queries, const Share& keys, const Share& values,
                           Share& probs_out) {
     auto scope = cost_scope(p, CostTag::attention);
     auto scores = co_await p.matmul_trunc(queries, kv::transpose<P>(keys));  // (g, n)
-    auto softmax_scope = cost_scope(p, CostTag::softmax);
-    co_return co_await ops::softmax_matmul(p, scores, values, std::nullopt, &probs_out);
+    {
+      auto softmax_scope = cost_scope(p, CostTag::softmax);
+      probs_out = co_await ops::softmax_last(p, scores);
+    }
+    co_return co_await p.matmul_trunc(probs_out, values);
   }
 
   Task<Share> mlp_block(P& p, std::size_t layer, const Share& h_in) {

@@ -96,14 +96,12 @@ class ObservedPolicy {
 };
 
 // Greedy choice: the secret id of the largest of the last row's logits
-// (1, vocab), an argmax over the vocabulary. Logits must lie within
-// |x| < 2^12 (ops::activation_magnitude_bits): the comparisons are narrowed.
+// (1, vocab), an argmax over the vocabulary.
 template <Protocol P>
 Task<typename P::Share> next_token(P& p, const typename P::Share& logits) {
   auto scope = cost_scope(p, CostTag::argmax);
   const std::size_t rows = P::shape(logits).at(0);
-  const int width = ops::comparison_width(p.frac_bits(), ops::activation_magnitude_bits);
-  auto best = co_await ops::argmax_last(p, kv::rows<P>(logits, rows - 1, rows), true, 0, width);
+  auto best = co_await ops::argmax_last(p, kv::rows<P>(logits, rows - 1, rows));
   co_return best.index;
 }
 

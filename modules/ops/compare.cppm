@@ -26,11 +26,9 @@ inline int ceil_log2(std::size_t n) {
 inline std::size_t a2b_rounds(int width) { return 2 + static_cast<std::size_t>(ceil_log2(static_cast<std::size_t>(width))); }
 inline std::size_t a2b_words(int width) { return 2 * static_cast<std::size_t>(ceil_log2(static_cast<std::size_t>(width))) + 1; }
 
-// Activations, attention scores and logits are assumed to satisfy
-// |x| < 2^12 (real): the range the narrowed comparisons of softmax, exp and
-// the piecewise activations are exact on.
-inline constexpr int activation_magnitude_bits = 12;
-
+// (The ops of a model do not narrow their comparisons: nothing bounds a
+// trained model's MLP inputs or hidden states below, e.g., 2^12, which 32
+// bits would need.)
 // Width of a comparison of fixed-point values with |value| < 2^magnitude_bits
 // (real), so that |a - b| < 2^(magnitude_bits + 1) and the sign fits:
 // frac + magnitude + 2 bits.

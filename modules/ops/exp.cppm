@@ -1,9 +1,9 @@
 // exp for non-positive inputs (softmax after max subtraction), PUMA-style:
 // exp(x) ~ (1 + x/2^8)^(2^8) by 8 squarings, and 0 below -14 (exp(-14) < 1e-6).
 // The clipping comparison runs concurrently with the squarings.
-//   range: -2^13 < x <= 0 (the comparison is narrowed to that range)
+//   range: x <= 0 (fixed point, 18 fraction bits)
 //   error: |exp_neg(x) - exp(x)| <= 2.5e-3 on [-14, 0], <= 1e-6 below (tested)
-//   cost (rss3): 10 rounds = max(truncate + 8 squarings, comparison 9) + select
+//   cost (rss3): 11 rounds = max(truncate + 8 squarings, comparison) + select
 module;
 #include "prelude.hpp"
 export module mpcache.ops:exp;
@@ -36,9 +36,7 @@ Task<typename P::Share> exp_neg(P& p, const typename P::Share& x) {
   const FixedPoint fp(p.frac_bits());
   const auto clip = public_share(p, x, ring_filled(s, fp.encode(exp_clip_below)));
   P pe = p.fork(), pc = p.fork();
-  // |x - clip| < 2^13: the width of values below 2^12, see compare.cppm.
-  const int width = comparison_width(p.frac_bits(), activation_magnitude_bits);
-  auto [y, below] = co_await when_all(detail::exp_by_squaring(pe, x), less_than(pc, x, clip, width));
+  auto [y, below] = co_await when_all(detail::exp_by_squaring(pe, x), less_than(pc, x, clip));
   co_return p.sub(y, co_await p.mul(below, y));  // below ? 0 : y
 }
 

@@ -3,9 +3,7 @@
 // round of products with the segment indicators.
 // A polynomial piece is fitted in t = (x - center) / half_width, t in [-1, 1],
 // so that coefficient rounding (2^-(f+1) each) costs at most sum|c| 2^-(f+1).
-// Inputs must satisfy |x| < 2^12 (activation_magnitude_bits) and the
-// breakpoints |b| < 2^12: the comparisons are narrowed to that range.
-//   cost (rss3): max(9, 2 + ceil(log2 degree)) + 1 rounds
+//   cost (rss3): max(10, 2 + ceil(log2 degree)) + 1 rounds
 module;
 #include "prelude.hpp"
 export module mpcache.ops:piecewise;
@@ -85,7 +83,7 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
   auto spread = P::apply(x, [&](const RingTensor& t) { return ring_repeat_last(t, cuts); });
   auto compare = [&](P& q) -> Task<typename P::Share> {
     const auto shifted = q.add_public(spread, offsets);
-    co_return co_await msb(q, shifted, comparison_width(q.frac_bits(), activation_magnitude_bits));
+    co_return co_await msb(q, shifted);
   };
   std::vector<Task<typename P::Share>> work;
   std::vector<P> forks;

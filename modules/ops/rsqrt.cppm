@@ -26,9 +26,9 @@ import :reciprocal;
 
 export namespace mpcache::ops {
 
-// x < 2^23: norms of trained models meet rows with mean squares far above
-// 2^13 (massive activations); a narrower highest-bit search (32 bits, two
-// rounds fewer) turned those rows into garbage in the private-fidelity run.
+// x < 2^23: norms of trained models can meet rows with mean squares far
+// above 2^13 (outlier activations); a narrower highest-bit search (32 bits,
+// two rounds fewer) would turn those rows into garbage.
 inline constexpr int rsqrt_max_log2 = 23;
 inline constexpr int rsqrt_slope_guard_bits = 2;  // -b 2^(K-t) keeps 2 more bits
 inline constexpr int rsqrt_extra_bits = 2;  // g and y0 g carried at 2^(f+2)

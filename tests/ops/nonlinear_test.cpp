@@ -79,7 +79,7 @@ TEST_CASE("reciprocal narrowed to x < 2^11 (a softmax sum): the same bound on [1
   }
 }
 
-TEST_CASE("softmax at the edges of its range: scores within 2^12, one row of equal scores") {
+TEST_CASE("softmax with scores up to +-4095, close maxima, one row of equal scores") {
   const std::size_t rows = 3, n = 70;
   xt::xarray<double> x = mpcache::testing::random_real({rows, n}, -4000, 4000, 402);
   x(0, 5) = 4095.0, x(0, 6) = 4094.0, x(0, 7) = -4095.0;  // two close maxima at the top
@@ -101,53 +101,6 @@ TEST_CASE("softmax at the edges of its range: scores within 2^12, one row of equ
   CHECK(std::fabs(y(2, 0) - 1.0 / n) <= 4e-3);
   const xt::xarray<double> c = fp.decode(clear);
   for (std::size_t i = 0; i < c.size(); ++i) CHECK(std::fabs(c.data()[i] - y.data()[i]) <= 4e-3);
-}
-
-TEST_CASE("softmax_matmul: softmax(x) v and the probabilities, in softmax's rounds") {
-  const std::size_t rows = 3, n = 40, d = 6;
-  const xt::xarray<double> x = mpcache::testing::random_real({rows, n}, -6, 6, 405);
-  const xt::xarray<double> v = mpcache::testing::random_real({n, d}, -2, 2, 406);
-  RingTensor mask = ring_filled({rows, n}, 1);
-  for (std::size_t j = 20; j < n; ++j) mask(2, j) = 0;
-  FixedPoint fp;
-  const RingTensor xe = fp.encode(x), ve = fp.encode(v);
-  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
-    auto a = co_await share_of(p, 0, xe);
-    auto b = co_await share_of(p, 1, ve);
-    typename P::Share probs;
-    auto out = co_await ops::softmax_matmul(p, a, b, std::optional<RingTensor>(mask), &probs);
-    co_return std::array<RingTensor, 2>{co_await p.reveal(out), co_await p.reveal(probs)};
-  });
-  const xt::xarray<double> out = fp.decode(secure.results[0][0]), probs = fp.decode(secure.results[0][1]);
-  for (std::size_t r = 0; r < rows; ++r) {
-    double mx = -1e300, sum = 0;
-    for (std::size_t j = 0; j < n; ++j)
-      if (mask(r, j)) mx = std::max(mx, x(r, j));
-    for (std::size_t j = 0; j < n; ++j)
-      if (mask(r, j)) sum += std::exp(x(r, j) - mx);
-    for (std::size_t j = 0; j < n; ++j)
-      CHECK(std::fabs(probs(r, j) - (mask(r, j) ? std::exp(x(r, j) - mx) / sum : 0.0)) <= 4e-3);
-    for (std::size_t c = 0; c < d; ++c) {
-      double want = 0, scale = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        if (mask(r, j)) want += std::exp(x(r, j) - mx) / sum * v(j, c);
-        scale += std::fabs(v(j, c));
-      }
-      CHECK(std::fabs(out(r, c) - want) <= 4e-3 * scale / n + 4e-3);
-    }
-  }
-  const xt::xarray<double> plain_out = fp.decode(clear[0]);
-  for (std::size_t i = 0; i < plain_out.size(); ++i) CHECK(std::fabs(plain_out.data()[i] - out.data()[i]) <= 4e-3);
-  // The product with v costs no round of its own.
-  const RingTensor row = fp.encode(linspace(-3, 3, 8));
-  const auto separate = mpcache::testing::measure_op(row, [&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
-    auto probs = co_await ops::softmax_last(p, ops::reshape<Rss3>(a, {1, 8}));
-    co_return co_await p.matmul_trunc(probs, ops::reshape<Rss3>(a, {8, 1}));
-  });
-  const auto fused = mpcache::testing::measure_op(row, [&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
-    co_return co_await ops::softmax_matmul(p, ops::reshape<Rss3>(a, {1, 8}), ops::reshape<Rss3>(a, {8, 1}));
-  });
-  CHECK(fused.rounds + 1 == separate.rounds);
 }
 
 TEST_CASE("softmax with and without a mask, against float64") {
@@ -181,12 +134,12 @@ TEST_CASE("softmax with and without a mask, against float64") {
   }
 }
 
-TEST_CASE("exp_neg costs 10 rounds: the clipping comparison overlaps the squarings") {
+TEST_CASE("exp_neg costs 11 rounds: the clipping comparison overlaps the squarings") {
   FixedPoint fp;
   const auto cost = mpcache::testing::measure_op(
       fp.encode(linspace(-10, 0, 32)),
       [](Rss3& p, const Rss3Share& a) { return ops::exp_neg(p, a); });
-  CHECK(cost.rounds == 10);
+  CHECK(cost.rounds == 11);
 }
 
 TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12]") {
@@ -208,11 +161,11 @@ TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12]") {
   MESSAGE("GeLU max error " << worst_g << ", SiLU max error " << worst_s);
 }
 
-TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds; SiLU exact at the range's edges") {
+TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds, large inputs included") {
   const std::size_t n = 1201;
   xt::xarray<double> x = linspace(-12.0, 12.0, n);
   const xt::xarray<double> y = mpcache::testing::random_real({n}, -5, 5, 404);
-  x(0) = -4095.0, x(n - 1) = 4095.0;  // the edges of |x| < 2^12
+  x(0) = -4095.0, x(n - 1) = 4095.0;  // outliers, as a trained MLP has
   FixedPoint fp;
   const RingTensor xe = fp.encode(x), ye = fp.encode(y);
   auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
@@ -229,7 +182,7 @@ TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds; SiLU
   const auto cost = mpcache::testing::measure_op(xe, [&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
     co_return co_await ops::silu_times(p, a, a);
   });
-  CHECK(cost.rounds == 10);
+  CHECK(cost.rounds == 11);
 }
 
 TEST_CASE("rsqrt: relative error within 1e-3 on [2^-10, 2^23)") {
@@ -357,8 +310,8 @@ TEST_CASE("round counts of the non-linear functions match the documented costs")
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a, 11); }) == 18);
   // rsqrt: highest bit over 41 bits (8 + 6 + 2) + 5.
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); }) == 21);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 10);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 10);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 11);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 11);
   // RMSNorm: x^2 1 + rsqrt_times 21, whose last product is the norm's.
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
           co_return co_await ops::rms_norm(p, ops::reshape<Rss3>(a, {1, 8}), a);
@@ -368,10 +321,10 @@ TEST_CASE("round counts of the non-linear functions match the documented costs")
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
           co_return co_await ops::layer_norm(p, ops::reshape<Rss3>(a, {1, 8}), a, a);
         }) == 22);
-  // softmax over 8: max in one group of 8 over 32 bits (7 + 3 + 2 + 1 = 13),
-  // exp 10, reciprocal of a sum below 16 (w = 22: 7 + 5 + 2 + 4 = 18), product 1.
+  // softmax over 8: max in one group of 8 (8 + 3 + 2 + 1 = 14), exp 11,
+  // reciprocal of a sum below 16 (w = 22: 7 + 5 + 2 + 4 = 18), product 1.
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
           const auto row = ops::reshape<Rss3>(a, {1, 8});
           co_return co_await ops::softmax_last(p, row);
-        }) == 42);
+        }) == 44);
 }

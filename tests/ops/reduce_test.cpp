@@ -93,7 +93,7 @@ TEST_CASE("argmax with narrowed comparisons: same values and indices within rang
   for (std::size_t j = 0; j < n; ++j) xr(1, j) = -4095.0;  // all equal, at the bottom of the range
   xr(2, 17) = xr(2, 250) = 4095.0;                          // tie at the top
   const RingTensor x = fp.encode(xr);
-  const int width = ops::comparison_width(fp.frac_bits(), ops::activation_magnitude_bits);
+  const int width = ops::comparison_width(fp.frac_bits(), 12);  // |x| < 2^12
   CHECK(width == 32);
   auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
     auto a = co_await share_of(p, 1, x);
