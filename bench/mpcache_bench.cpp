@@ -1,4 +1,4 @@
-// mpcache-bench --preset NAME [--json] [--repeat N]   (fidelity, private-fidelity and the
+// mpcache-bench --preset NAME [--json] [--repeat N]   (fidelity, private-fidelity, truncation-audit and the
 // paper-scale presets paper-fig10/paper-fig11/paper-table8/gpt2-512: see their files)
 // Prints one row per case: latency, payload bytes (busiest party and total),
 // message headers, rounds on the critical path. With --json, one JSON object
@@ -14,6 +14,7 @@ namespace mpcache::bench {
 std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& options);
 int fidelity_main(int argc, char** argv);  // its own options and row format
 int private_fidelity_main(int argc, char** argv);  // rss3 tokens vs the float64 argmax
+int truncation_audit_main(int argc, char** argv);  // expected truncation failures per call site
 int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-table8, gpt2-512
 std::vector<CaseResult> net_preset(const Options& options);
 }
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
       return mpcache::bench::fidelity_main(argc, argv);
     else if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "private-fidelity")
       return mpcache::bench::private_fidelity_main(argc, argv);
+    else if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "truncation-audit")
+      return mpcache::bench::truncation_audit_main(argc, argv);
     else if (std::string_view(argv[i]) == "--preset" &&
              (std::string_view(argv[i + 1]).starts_with("paper-fig") ||
               std::string_view(argv[i + 1]) == "paper-table8" || std::string_view(argv[i + 1]) == "gpt2-512"))

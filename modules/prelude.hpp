@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <source_location>
 #include <span>
 #include <stdexcept>
 #include <string>

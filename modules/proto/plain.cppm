@@ -10,6 +10,23 @@ import mpcache.net;
 
 export namespace mpcache {
 
+// What rss3's (and add2's) truncation would risk on these values: the
+// SecureML-style truncation of x fails with probability about (|x|+1)/2^64
+// per element (see rss3.cppm). Plain sees x exactly, so it can add those
+// probabilities up by call site: the expected number of failures a run of
+// the same code would meet under MPC. Forks share their parent's audit.
+struct TruncationSite {
+  double expected_failures = 0;  // sum over elements of (|x| + 1) / 2^64
+  double max_abs = 0;            // largest |x| before truncation (ring units)
+  std::uint64_t elements = 0;
+  std::uint64_t calls = 0;
+};
+struct TruncationAudit {
+  std::map<std::string, TruncationSite> sites;  // "file:line"
+  void record(const RingTensor& before, std::source_location where);
+  double expected_failures() const;
+};
+
 struct PlainShare {
   RingTensor value;
 };
@@ -28,7 +45,13 @@ class Plain {
   PartyId party_id() const noexcept { return 0; }
   bool holds_input(PartyId) const noexcept { return true; }  // one process holds everything
   int frac_bits() const noexcept { return frac_bits_; }
-  Plain fork() const { return Plain(frac_bits_); }
+  Plain fork() const {
+    Plain child(frac_bits_);
+    child.audit_ = audit_;
+    return child;
+  }
+  // Record every truncation's input in `audit` (nullptr: stop recording).
+  void audit_truncations(std::shared_ptr<TruncationAudit> audit) { audit_ = std::move(audit); }
 
   static Shape shape(const Share& a) { return shape_of(a.value); }
   static Shape shape(const Bits& a) { return shape_of(a.value); }
@@ -52,10 +75,13 @@ class Plain {
 
   Task<Share> mul(const Share& a, const Share& b);
   Task<Share> matmul(const Share& a, const Share& b);
-  Task<Share> truncate(const Share& a, int bits);
+  // `where` names the caller for the truncation audit.
+  Task<Share> truncate(const Share& a, int bits, std::source_location where = std::source_location::current());
   // bits < 0: frac_bits(). Other values truncate by `bits` in the same round.
-  Task<Share> mul_trunc(const Share& a, const Share& b, int bits = -1);
-  Task<Share> matmul_trunc(const Share& a, const Share& b);
+  Task<Share> mul_trunc(const Share& a, const Share& b, int bits = -1,
+                        std::source_location where = std::source_location::current());
+  Task<Share> matmul_trunc(const Share& a, const Share& b,
+                           std::source_location where = std::source_location::current());
 
   Task<Bits> to_bits(const Share& a, int width = ring_bits);
   Task<Bits> bits_and(const Bits& x, const Bits& y);
@@ -68,7 +94,10 @@ class Plain {
   Task<RingTensor> reveal_bits(const Bits& x);
 
  private:
+  RingTensor audited(RingTensor before, int bits, std::source_location where) const;
+
   int frac_bits_;
+  std::shared_ptr<TruncationAudit> audit_;
 };
 
 }  // namespace mpcache

@@ -43,14 +43,42 @@ Task<PlainShare> Plain::mul(const Share& a, const Share& b) { co_return PlainSha
 Task<PlainShare> Plain::matmul(const Share& a, const Share& b) {
   co_return PlainShare{ring_matmul(a.value, b.value)};
 }
-Task<PlainShare> Plain::truncate(const Share& a, int bits) {
-  co_return PlainShare{ring_shift_floor(a.value, bits)};
+void TruncationAudit::record(const RingTensor& before, std::source_location where) {
+  std::string file = where.file_name();
+  if (const auto slash = file.find_last_of('/'); slash != std::string::npos) file = file.substr(slash + 1);
+  TruncationSite& site = sites[file + ":" + std::to_string(where.line())];
+  double sum = 0;
+  for (const Ring v : before) {
+    const auto s = static_cast<std::int64_t>(v);
+    // |x| in double; INT64_MIN's magnitude is 2^63 exactly.
+    const double magnitude = s < 0 ? -static_cast<double>(s) : static_cast<double>(s);
+    sum += magnitude + 1;
+    site.max_abs = std::max(site.max_abs, magnitude);
+  }
+  site.expected_failures += sum * 0x1p-64;
+  site.elements += before.size();
+  ++site.calls;
 }
-Task<PlainShare> Plain::mul_trunc(const Share& a, const Share& b, int bits) {
-  co_return PlainShare{ring_shift_floor(ring_mul(a.value, b.value), bits < 0 ? frac_bits_ : bits)};
+
+double TruncationAudit::expected_failures() const {
+  double total = 0;
+  for (const auto& [where, site] : sites) total += site.expected_failures;
+  return total;
 }
-Task<PlainShare> Plain::matmul_trunc(const Share& a, const Share& b) {
-  co_return PlainShare{ring_shift_floor(ring_matmul(a.value, b.value), frac_bits_)};
+
+RingTensor Plain::audited(RingTensor before, int bits, std::source_location where) const {
+  if (audit_) audit_->record(before, where);
+  return ring_shift_floor(before, bits);
+}
+
+Task<PlainShare> Plain::truncate(const Share& a, int bits, std::source_location where) {
+  co_return PlainShare{audited(a.value, bits, where)};
+}
+Task<PlainShare> Plain::mul_trunc(const Share& a, const Share& b, int bits, std::source_location where) {
+  co_return PlainShare{audited(ring_mul(a.value, b.value), bits < 0 ? frac_bits_ : bits, where)};
+}
+Task<PlainShare> Plain::matmul_trunc(const Share& a, const Share& b, std::source_location where) {
+  co_return PlainShare{audited(ring_matmul(a.value, b.value), frac_bits_, where)};
 }
 
 }  // namespace mpcache
