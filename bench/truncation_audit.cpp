@@ -7,6 +7,11 @@
 // call). A site whose expected failures per prompt are not far below 1 is a
 // numerics bug that only a long private run would otherwise show.
 //
+// Some sites truncate values that are then multiplied by an exact 0, where
+// a failure is harmless and the audit overcounts: exp's squarings below its
+// clip (exp.cppm), polynomial pieces evaluated outside their segment
+// (piecewise.cppm), masked scores. Read the others as real risk.
+//
 // One JSON line per policy, phase (prefill: the prompt and the first token;
 // decode: each later step) and call site, the largest first (--top per
 // phase), then one "total" line per policy and phase:

@@ -36,6 +36,10 @@ class Decoder {
  public:
   using Share = typename P::Share;
 
+  // The gated MLP's hidden values are carried at 2^(f-4) into the down
+  // projection (see mlp_block); they keep 2^-14.
+  static constexpr int silu_output_shift = 4;
+
   explicit Decoder(const DecoderWeights<P>& weights) : w_(weights), c_(weights.config) {
     if (c_.num_heads % c_.num_kv_heads != 0 || (c_.architecture == Architecture::llama && c_.head_dim % 2 != 0))
       throw Error(ErrorCode::invalid_argument, "decoder: heads must group evenly, head_dim even");
@@ -399,7 +403,14 @@ class Decoder {
       auto gate_up = co_await norm_affine(p, h_in, lw.post_norm, lw.post_norm_bias,
                                           {{&*lw.gate, &no_bias_}, {&lw.up, &lw.b_up}});
       auto scope = cost_scope(p, CostTag::activation);
-      hidden = co_await ops::silu_times(p, gate_up[0], gate_up[1]);
+      hidden = co_await ops::silu_times(p, gate_up[0], gate_up[1], silu_output_shift);
+      // down x (hidden / 2^s): the product's sums stay 2^s further from
+      // truncation's failure range (they reach 2^44 on the outlier features
+      // at 2^(2f)); scaling back up by the public 2^s is exact and local.
+      auto scope_linear = cost_scope(p, CostTag::linear);
+      auto down = co_await p.matmul_trunc(hidden, lw.down);
+      down = p.mul_public(down, ring_filled(P::shape(down), Ring{1} << silu_output_shift));
+      co_return p.add(h_in, with_bias(p, std::move(down), lw.b_down));
     } else {
       auto up = co_await norm_affine(p, h_in, lw.post_norm, lw.post_norm_bias, {{&lw.up, &lw.b_up}});
       auto scope = cost_scope(p, CostTag::activation);

@@ -16,19 +16,20 @@ import :rsqrt;
 export namespace mpcache::ops {
 
 namespace detail {
-// (..., d) -> (..., 1): sum over the last axis times 1/d, truncated.
+// (..., d) -> (..., 1): sum over the last axis times 1/d, truncated; with
+// extra_shift, divided by 2^extra_shift too.
 template <Protocol P>
-Task<typename P::Share> mean_last(P& p, const typename P::Share& x) {
+Task<typename P::Share> mean_last(P& p, const typename P::Share& x, int extra_shift = 0) {
   const Shape s = P::shape(x);
   const FixedPoint fp(p.frac_bits());
   const auto sum = sum_last<P>(x);
   if constexpr (NativeReal<P>) {  // exact 1/d instead of its fixed-point code
-    const double inv = 1.0 / static_cast<double>(s.back());
+    const double inv = std::ldexp(1.0 / static_cast<double>(s.back()), -extra_shift);
     co_return p.map_real(sum, [inv](double v) { return v * inv; });
   }
   co_return co_await p.truncate(
       p.mul_public(sum, ring_filled(P::shape(sum), fp.encode(1.0 / static_cast<double>(s.back())))),
-      p.frac_bits());
+      p.frac_bits() + extra_shift);
 }
 
 template <Protocol P>
@@ -64,10 +65,23 @@ struct NormParts {
   typename P::Share numerator;
 };
 
-// RMSNorm: the squares truncated by f + b (each loses up to an ulp of
-// 2^-(f+b), so the mean square carries up to d/2 ulps of error: fine above
-// 2^-10 for d <= 512, coarse for small mean squares of wide rows), and
-// x gamma sqrt(r) meanwhile. 1 round.
+// The squares are formed from x truncated by this many bits: x^2 at scale
+// 2^(2f) reaches 2^52 on the outlier features of a trained model (|x| near
+// 300), where truncation fails with probability ~2^-12 per element; the
+// truncation audit counted 0.36 expected failures per 512-token prompt
+// there, each one a garbage norm. At 2^(2f-6) that is 64 times rarer, and
+// the squares keep 2^-15 resolution in x.
+inline constexpr int norm_square_shift = 3;
+// gamma is carried at 2^(f-4) in the numerator x gamma: x near 300 times
+// gamma at 2^(2f) came within 2^45 of truncation's failure range, and a
+// failure there is a garbage row of keys and values. gamma keeps 2^-14.
+inline constexpr int norm_gamma_shift = 4;
+
+// RMSNorm: x truncated by norm_square_shift, its squares truncated to 2^-(f+b)
+// (each loses up to an ulp, so the mean square carries up to d/2 ulps of
+// error: fine above 2^-10 for d <= 512, coarse for small mean squares of
+// wide rows), and x gamma sqrt(r) meanwhile. 2 rounds (1 on the critical
+// path: x's truncation is party 0's message alone).
 template <Protocol P>
 Task<NormParts<P>> rms_parts(P& p, const typename P::Share& x, const typename P::Share& gamma, double eps) {
   const std::size_t d = P::shape(x).back();
@@ -76,34 +90,44 @@ Task<NormParts<P>> rms_parts(P& p, const typename P::Share& x, const typename P:
   const double r = mean_ratio(d);
   const FixedPoint fp(p.frac_bits());
   auto mean_square = [&](P& q) -> Task<typename P::Share> {  // (mean(x^2) + eps) r
-    auto sq = co_await q.mul_trunc(x, x, q.frac_bits() + b);
+    constexpr int S = norm_square_shift;
+    auto low = co_await q.truncate(x, S);
+    auto sq = co_await q.mul_trunc(low, low, q.frac_bits() - 2 * S + b);
     co_return add_constant(q, sum_last<P>(sq), eps * r);
   };
   auto numerator = [&](P& q) -> Task<typename P::Share> {  // x gamma sqrt(r)
     const Shape gs = P::shape(gamma);
-    auto g = co_await q.truncate(q.mul_public(gamma, ring_filled(gs, fp.encode(std::sqrt(r)))), q.frac_bits());
-    co_return co_await q.mul_trunc(x, rows_of<P>(g, lead));
+    constexpr int G = norm_gamma_shift;
+    auto g = co_await q.truncate(q.mul_public(gamma, ring_filled(gs, fp.encode(std::sqrt(r)))), q.frac_bits() + G);
+    co_return co_await q.mul_trunc(x, rows_of<P>(g, lead), q.frac_bits() - G);
   };
   P pa = p.fork(), pb = p.fork();
   auto [ms, xg] = co_await when_all(mean_square(pa), numerator(pb));
   co_return NormParts<P>{std::move(ms), std::move(xg)};
 }
 
-// LayerNorm: the mean, the squares, the variance (a sum, then one
+// LayerNorm: the mean (and, for the squares, x and the mean truncated by
+// norm_square_shift), the squares, the variance (a sum, then one
 // truncation: folding 1/d into the squares' truncation would cost a
 // low-variance row d/2 ulps), and (x - mean) gamma meanwhile. 2 rounds.
 template <Protocol P>
 Task<NormParts<P>> layer_parts(P& p, const typename P::Share& x, const typename P::Share& gamma, double eps) {
+  constexpr int S = norm_square_shift;
   const std::size_t d = P::shape(x).back();
   const Shape lead = leading_shape<P>(x);
-  auto mean = co_await mean_last(p, x);
+  // The mean, and x and the mean at 2^(f-S) for the squares, all at once.
+  constexpr int G = norm_gamma_shift;
+  P pm = p.fork(), pl = p.fork(), px = p.fork(), pg = p.fork();
+  auto [mean, mean_low, x_low, gamma_low] =
+      co_await when_all(mean_last(pm, x), mean_last(pl, x, S), px.truncate(x, S), pg.truncate(gamma, G));
   auto centered = p.sub(x, broadcast_last<P>(mean, d));
+  auto centered_low = p.sub(x_low, broadcast_last<P>(mean_low, d));
   auto variance = [&](P& q) -> Task<typename P::Share> {
-    auto var = co_await mean_last(q, co_await q.mul_trunc(centered, centered));
+    auto var = co_await mean_last(q, co_await q.mul_trunc(centered_low, centered_low, q.frac_bits() - 2 * S));
     co_return add_constant(q, var, eps);
   };
   auto numerator = [&](P& q) -> Task<typename P::Share> {
-    co_return co_await q.mul_trunc(centered, rows_of<P>(gamma, lead));
+    co_return co_await q.mul_trunc(centered, rows_of<P>(gamma_low, lead), q.frac_bits() - G);
   };
   P pa = p.fork(), pb = p.fork();
   auto [var, cg] = co_await when_all(variance(pa), numerator(pb));
@@ -112,8 +136,8 @@ Task<NormParts<P>> layer_parts(P& p, const typename P::Share& x, const typename 
 }  // namespace detail
 
 // Critical path (rss3): layer_parts 2 (the mean's truncation is party 0's
-// alone, so it overlaps), then rsqrt_times 21, whose last product is the
-// norm's: 22 rounds. Range: variance + eps in [2^-10, 2^23).
+// alone, so it overlaps), then rsqrt_times 15, whose last product is the
+// norm's: 16 rounds. Range: variance + eps in [2^-10, 2^23).
 template <Protocol P>
 Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,
                                    const typename P::Share& beta, double eps = 1e-5) {
@@ -132,8 +156,9 @@ Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typen
   }
 }
 
-// Critical path (rss3): rms_parts 1, then rsqrt_times 21, whose last product
-// is the norm's: 22 rounds. Range: mean square + eps in [2^-10, 2^22) (the
+// Critical path (rss3): rms_parts 2 (x's truncation is party 0's message
+// alone and overlaps), then rsqrt_times 15, whose last product is the
+// norm's: 16 rounds. Range: mean square + eps in [2^-10, 2^22) (the
 // rsqrt input is up to twice it).
 template <Protocol P>
 Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,

@@ -60,11 +60,14 @@ Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece
   co_return co_await p.truncate(acc, p.frac_bits());
 }
 
-// With `times`, returns f(x) * times: each piece's value is multiplied by it
-// while the comparisons run, so the product costs no extra round.
+// With `times`, returns f(x) * times / 2^times_shift: each piece's value is
+// multiplied by it while the comparisons run, so the product costs no extra
+// round. (Pieces outside their segment may overflow; the exact 0 of their
+// indicator removes them.)
 template <Protocol P>
 Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecewise& spec,
-                                  const std::optional<typename P::Share>& times = std::nullopt) {
+                                  const std::optional<typename P::Share>& times = std::nullopt,
+                                  int times_shift = 0) {
   const std::size_t cuts = spec.breakpoints.size();
   if (spec.pieces.size() != cuts + 1)
     throw Error(ErrorCode::invalid_argument, "piecewise: " + std::to_string(spec.pieces.size()) +
@@ -93,7 +96,7 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
     typename P::Share v = x;
     if (piece.kind == Piece::Kind::polynomial) v = co_await polynomial(q, x, piece);
     if (!times) co_return v;
-    co_return co_await q.mul_trunc(v, *times);
+    co_return co_await q.mul_trunc(v, *times, q.frac_bits() + times_shift);
   };
   work.push_back(compare(forks[0]));
   for (std::size_t j = 0; j < spec.pieces.size(); ++j)

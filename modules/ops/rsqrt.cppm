@@ -13,8 +13,8 @@
 // row-linear map (a norm's projections) while the series is computed.
 //   range: 2^-10 <= x < 2^23 (variances and mean squares in LayerNorm/RMSNorm)
 //   error: relative <= 1e-3 + 2^-17 absolute (tested on dense samples)
-//   cost (rss3): 21 rounds: 16 for the highest bit (A2B 8, prefix-OR 6,
-//   B2A 2), then 5 (tested)
+//   cost (rss3): 15 rounds: 10 for the highest bit (42-bit comparisons:
+//   A2B 8, B2A 2), then 5 (tested)
 module;
 #include "prelude.hpp"
 export module mpcache.ops:rsqrt;
@@ -32,11 +32,17 @@ export namespace mpcache::ops {
 inline constexpr int rsqrt_max_log2 = 23;
 inline constexpr int rsqrt_slope_guard_bits = 2;  // -b 2^(K-t) keeps 2 more bits
 inline constexpr int rsqrt_extra_bits = 2;  // g and y0 g carried at 2^(f+2)
+inline constexpr int rsqrt_series_shift = 4;  // the series carried at 2^(f-4)
+// With m, m y0 g (the argument of `then`) is formed at 2^(f-4): a norm's
+// projections of it then stay 16 times further from truncation's failure
+// range (their failures are garbage keys and values); it keeps 2^-14.
+inline constexpr int rsqrt_factor_shift = 4;
 // The initial guess y0 = a - b x' that minimises max |1 - x' y0^2| on [0.5, 1).
 inline constexpr double rsqrt_guess_a = 1.7875, rsqrt_guess_b = 0.81;
 
 // The rows of `then(m y0 g)` times the series (2 + e + 3e^2/4) / 2, i.e.
 // then(m) * broadcast(1/sqrt(x)) for any `then` that is linear in the rows
+// and keeps its argument's fixed-point scale (a matmul_trunc by f does)
 // of its argument (the identity, or a projection x W): `then` runs while
 // the series is computed, so a norm followed by projections pays one round
 // less. x (..., 1), m (..., d); without m, then(1/sqrt(x) before the series).
@@ -44,7 +50,7 @@ template <Protocol P, class Then>
 Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x,
                                                 const std::optional<typename P::Share>& m, Then then) {
   using Share = typename P::Share;
-  constexpr int K = reciprocal_scale_bits, E = rsqrt_extra_bits;
+  constexpr int K = reciprocal_scale_bits, E = rsqrt_extra_bits, F = rsqrt_factor_shift;
   const int f = p.frac_bits();
   const Shape shape = P::shape(x);
   const FixedPoint fp(f);
@@ -69,7 +75,7 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
   // m y0 g, formed while e is computed; then `then` of it while 3e^2/4 is.
   auto factor = [&](P& q) -> Task<Share> {
     if (!m) co_return y0g;
-    co_return co_await q.mul_trunc(*m, broadcast_last<P>(y0g, P::shape(*m).back()), f + E);  // at 2^f
+    co_return co_await q.mul_trunc(*m, broadcast_last<P>(y0g, P::shape(*m).back()), f + E + F);  // at 2^(f-F)
   };
   auto error = [&](P& q) -> Task<Share> {
     auto xy2 = co_await q.mul_trunc(xn, y0_sq);
@@ -77,13 +83,19 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
   };
   P pm = p.fork(), pe = p.fork();
   auto [scaled, e] = co_await when_all(factor(pm), error(pe));
-  auto series_of = [&](P& q) -> Task<Share> {  // 2 + e + 3e^2/4 at 2^f: e (3e) / 2^(f+2)
-    auto e2_34 = co_await q.mul_trunc(e, q.mul_public(e, ring_filled(shape, 3)), f + 2);
-    co_return q.add_public(q.add(e, e2_34), ring_filled(shape, fp.encode(2.0)));
+  // 2 + e + 3e^2/4 = 2 + e (4 + 3e) / 4, at 2^(f-R) when it scales rows of
+  // m (a norm's projections): their products then stay 2^R times further
+  // from truncation's failure range, for a 2^-(f-R+1) relative rounding.
+  // 1/sqrt(x) alone keeps the series at 2^f (its values reach 32).
+  const int R = m ? rsqrt_series_shift : 0;
+  auto series_of = [&](P& q) -> Task<Share> {
+    const auto four_plus_3e = q.add_public(q.mul_public(e, ring_filled(shape, 3)), ring_filled(shape, fp.encode(4.0)));
+    auto tail = co_await q.mul_trunc(e, four_plus_3e, f + 2 + R);
+    co_return q.add_public(tail, ring_filled(shape, Ring{2} << (f - R)));
   };
   P pt = p.fork(), ps = p.fork();
   auto [outputs, series] = co_await when_all(then(pt, scaled), series_of(ps));
-  const int bits = (m ? f : f + E) + 1;
+  const int bits = (m ? f - F : f + E) + 1 - R;
   // The row factors must outlive the tasks, which start inside when_all.
   std::vector<Share> row_factors;
   for (const Share& o : outputs) row_factors.push_back(m ? broadcast_last<P>(series, P::shape(o).back()) : series);

@@ -69,3 +69,33 @@ TEST_CASE("plain refuses a missing value or a wrong shape") {
   CHECK_THROWS_AS(sync_wait(s, p.input(0, ring_zeros({3}), {2})), Error);
   CHECK_THROWS_AS(Plain(64), Error);
 }
+
+TEST_CASE("plain's truncation audit adds (|x|+1)/2^64 per element by call site, forks included") {
+  Scheduler s;
+  Plain p;
+  auto audit = std::make_shared<TruncationAudit>();
+  p.audit_truncations(audit);
+  RingTensor a = ring_zeros({3}), b = ring_zeros({3});
+  a(0) = Ring{1} << 40, a(1) = Ring{0} - (Ring{1} << 40), a(2) = 0;  // +2^40, -2^40, 0
+  b(0) = b(1) = b(2) = Ring{1} << 10;
+  const PlainShare x{a}, y{b};
+  Plain child = p.fork();
+  sync_wait(s, [&]() -> Task<void> {
+    auto product = co_await p.mul_trunc(x, y, 18);  // |x y| = 2^50, 2^50, 0
+    CHECK(product.value(1) == Ring{0} - (Ring{1} << 32));
+    co_await child.truncate(x, 4);                  // 2^40, 2^40, 0
+  }());
+  REQUIRE(audit->sites.size() == 2);
+  double total = 0;
+  for (const auto& [where, site] : audit->sites) {
+    CHECK(where.starts_with("plain_test.cpp:"));
+    CHECK(site.calls == 1);
+    CHECK(site.elements == 3);
+    total += site.expected_failures;
+  }
+  CHECK(audit->expected_failures() == doctest::Approx(total));
+  CHECK(total == doctest::Approx((2 * 0x1p50 + 3 + 2 * 0x1p40 + 3) * 0x1p-64));
+  p.audit_truncations(nullptr);  // recording stops; the fork made before keeps its audit
+  sync_wait(s, [&]() -> Task<void> { co_await p.truncate(x, 4); }());
+  CHECK(audit->sites.size() == 2);
+}
