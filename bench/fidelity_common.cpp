@@ -28,6 +28,22 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
+std::vector<HeldOutPrompt> held_out_prompts(const std::string& path, const ModelConfig& c, std::size_t count,
+                                            std::size_t bytes, std::size_t tokens) {
+  if (bytes + tokens > c.max_positions)
+    throw Error(ErrorCode::invalid_argument, "--prompt-bytes + --tokens exceed the model's " +
+                                                 std::to_string(c.max_positions) + " positions");
+  const std::string text = read_text(path);
+  if (text.size() < bytes) throw Error(ErrorCode::invalid_argument, path + " is shorter than --prompt-bytes");
+  std::vector<HeldOutPrompt> prompts(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    prompts[i].offset = (text.size() - bytes) * i / count;
+    for (std::size_t b = 0; b < bytes; ++b)
+      prompts[i].tokens.push_back(static_cast<unsigned char>(text[prompts[i].offset + b]));
+  }
+  return prompts;
+}
+
 void add_model_and_text_options(CLI::App& app, std::string& preset, std::string& model_dir,
                                 std::string& text_path, const std::string& text_help) {
   model_dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";

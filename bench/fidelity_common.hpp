@@ -15,6 +15,16 @@ std::string default_text_path();
 // The whole file; a missing file says how to extract it.
 std::string read_text(const std::string& path);
 
+// `count` prompts of `bytes` bytes, evenly spaced over the text at `path`
+// (fixed, and far apart), after checking that the text is long enough and
+// that a prompt plus `tokens` decoded tokens fit the model's positions.
+struct HeldOutPrompt {
+  std::size_t offset = 0;  // in the text
+  std::vector<std::uint32_t> tokens;
+};
+std::vector<HeldOutPrompt> held_out_prompts(const std::string& path, const ModelConfig& c, std::size_t count,
+                                            std::size_t bytes, std::size_t tokens);
+
 // The options every fidelity preset has: --preset (required), --model (our
 // Austen model by default) and --text (the extracted held-out novel).
 void add_model_and_text_options(CLI::App& app, std::string& preset, std::string& model_dir,

@@ -142,23 +142,15 @@ int private_fidelity_main(int argc, char** argv) {
       if (!make_policy<Ref>(name, s.budget))
         throw Error(ErrorCode::invalid_argument, "policy " + name + " cannot run with budget " + std::to_string(s.budget));
     }
-    const std::string text = read_text(s.text_path);
     const ModelConfig c = ModelConfig::from_json_file(s.model_dir + "/config.json");
-    if (s.prompt_bytes + s.tokens > c.max_positions)
-      throw Error(ErrorCode::invalid_argument, "--prompt-bytes + --tokens exceed the model's " +
-                                                   std::to_string(c.max_positions) + " positions");
-    if (text.size() < s.prompt_bytes)
-      throw Error(ErrorCode::invalid_argument, s.text_path + " is shorter than --prompt-bytes");
+    const auto prompts = held_out_prompts(s.text_path, c, s.prompts, s.prompt_bytes, s.tokens);
     Scheduler scheduler;
     Ref ref;
     auto ref_weights = sync_wait(scheduler, load_decoder(ref, c, weights_from_file(s.model_dir + "/model.safetensors")));
     for (const auto& policy : s.policies) {
       Tally total;
-      for (std::size_t i = 0; i < s.prompts; ++i) {
-        // Evenly spaced prompts over the text: fixed, and far apart.
-        const std::size_t start = (text.size() - s.prompt_bytes) * i / std::max<std::size_t>(s.prompts, 1);
-        std::vector<std::uint32_t> prompt;
-        for (std::size_t b = 0; b < s.prompt_bytes; ++b) prompt.push_back(static_cast<unsigned char>(text[start + b]));
+      for (std::size_t i = 0; i < prompts.size(); ++i) {
+        const std::vector<std::uint32_t>& prompt = prompts[i].tokens;
         const PrivateRun mpc = run_private(s, c, prompt, policy);
         Decoder<Ref> ref_decoder(ref_weights);
         auto ref_policy = *make_policy<Ref>(policy, s.budget);
@@ -168,7 +160,7 @@ int private_fidelity_main(int argc, char** argv) {
         for (std::size_t k = 0; k < mpc.tokens.size(); ++k) t.add(mpc.logits[k], ref_logits[k], mpc.tokens[k]);
         json row = t.row("prompt", policy, s);
         row["prompt"] = i;
-        row["offset"] = start;
+        row["offset"] = prompts[i].offset;
         row["step_max_logit_error"] = t.step_errors;
         std::cout << row.dump() << std::endl;
         total.merge(t);

@@ -117,24 +117,16 @@ int truncation_audit_main(int argc, char** argv) {
       if (!make_policy<Plain>(name, s.budget))
         throw Error(ErrorCode::invalid_argument, "policy " + name + " cannot run with budget " + std::to_string(s.budget));
     }
-    const std::string text = read_text(s.text_path);
     const ModelConfig c = ModelConfig::from_json_file(s.model_dir + "/config.json");
-    if (s.prompt_bytes + s.tokens > c.max_positions)
-      throw Error(ErrorCode::invalid_argument, "--prompt-bytes + --tokens exceed the model's " +
-                                                   std::to_string(c.max_positions) + " positions");
-    if (text.size() < s.prompt_bytes)
-      throw Error(ErrorCode::invalid_argument, s.text_path + " is shorter than --prompt-bytes");
+    // The prompts private-fidelity uses.
+    const auto prompts = held_out_prompts(s.text_path, c, s.prompts, s.prompt_bytes, s.tokens);
     Scheduler scheduler;
     Plain loader;
     const auto weights = sync_wait(scheduler, load_decoder(loader, c, weights_from_file(s.model_dir + "/model.safetensors")));
     for (const auto& policy : s.policies) {
       PhaseAudits audits;
-      for (std::size_t i = 0; i < s.prompts; ++i) {  // the prompts private-fidelity uses
-        const std::size_t start = (text.size() - s.prompt_bytes) * i / s.prompts;
-        std::vector<std::uint32_t> prompt;
-        for (std::size_t b = 0; b < s.prompt_bytes; ++b) prompt.push_back(static_cast<unsigned char>(text[start + b]));
-        audit_prompt(scheduler, weights, policy, s.budget, prompt, s.tokens, audits);
-      }
+      for (const auto& prompt : prompts)
+        audit_prompt(scheduler, weights, policy, s.budget, prompt.tokens, s.tokens, audits);
       print_phase(policy, "prefill", *audits.prefill, static_cast<double>(s.prompts), s.top);
       print_phase(policy, "decode", *audits.decode, static_cast<double>(s.prompts * (s.tokens - 1)), s.top);
     }

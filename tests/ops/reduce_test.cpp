@@ -11,6 +11,27 @@ using namespace mpcache;
 using mpcache::testing::share_of;
 using mpcache::testing::run_both;
 
+namespace {
+// Shared argmax (values, indices) of every row of x (encoded from xr)
+// against the first of the row's largest values, on rss3 and plain.
+template <class Run>
+void run_and_check_argmax(const xt::xarray<double>& xr, const RingTensor& x, Run argmax) {
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+    auto a = co_await share_of(p, 1, x);
+    auto r = co_await argmax(p, a);
+    co_return std::array<RingTensor, 2>{co_await p.reveal(r.value), co_await p.reveal(r.index)};
+  });
+  for (std::size_t i = 0; i < xr.shape(0); ++i) {
+    std::size_t best = 0;
+    for (std::size_t j = 1; j < xr.shape(1); ++j)
+      if (xr(i, j) > xr(i, best)) best = j;
+    CHECK(secure.results[0][1](i, 0) == best);
+    CHECK(secure.results[0][0](i, 0) == x(i, best));
+  }
+  CHECK(clear == secure.results[0]);
+}
+}  // namespace
+
 TEST_CASE("argmax along the last axis: values, lowest index on ties, every length and group size") {
   FixedPoint fp;
   for (std::size_t arity : {0u, 2u, 3u, 4u, 7u, 16u})
@@ -22,19 +43,9 @@ TEST_CASE("argmax along the last axis: values, lowest index on ties, every lengt
     for (std::size_t j = 0; j < n; ++j) xr(1, j) = 3.5;
     if (n >= 3) xr(2, 0) = xr(2, n - 1) = 99.0;
     const RingTensor x = fp.encode(xr);
-    auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
-      auto a = co_await share_of(p, 1, x);
-      auto r = co_await ops::argmax_last(p, a, true, arity);
-      co_return std::array<RingTensor, 2>{co_await p.reveal(r.value), co_await p.reveal(r.index)};
+    run_and_check_argmax(xr, x, [arity]<class P>(P& p, const typename P::Share& a) {
+      return ops::argmax_last(p, a, true, arity);
     });
-    for (std::size_t i = 0; i < 4; ++i) {
-      std::size_t best = 0;
-      for (std::size_t j = 1; j < n; ++j)
-        if (xr(i, j) > xr(i, best)) best = j;
-      CHECK(secure.results[0][1](i, 0) == best);
-      CHECK(secure.results[0][0](i, 0) == x(i, best));
-    }
-    CHECK(clear == secure.results[0]);
   }
 }
 
@@ -95,19 +106,9 @@ TEST_CASE("argmax with narrowed comparisons: same values and indices within rang
   const RingTensor x = fp.encode(xr);
   const int width = ops::comparison_width(fp.frac_bits(), 12);  // |x| < 2^12
   CHECK(width == 32);
-  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
-    auto a = co_await share_of(p, 1, x);
-    auto r = co_await ops::argmax_last(p, a, true, 0, width);
-    co_return std::array<RingTensor, 2>{co_await p.reveal(r.value), co_await p.reveal(r.index)};
+  run_and_check_argmax(xr, x, [width]<class P>(P& p, const typename P::Share& a) {
+    return ops::argmax_last(p, a, true, 0, width);
   });
-  for (std::size_t i = 0; i < 3; ++i) {
-    std::size_t best = 0;
-    for (std::size_t j = 1; j < n; ++j)
-      if (xr(i, j) > xr(i, best)) best = j;
-    CHECK(secure.results[0][1](i, 0) == best);
-    CHECK(secure.results[0][0](i, 0) == x(i, best));
-  }
-  CHECK(clear == secure.results[0]);
   const RingTensor row = ring_slice_last(x, 0, 16);
   auto rounds = [&](int w) {
     return mpcache::testing::measure_op(row, [w](Rss3& p, const Rss3Share& a) {
