@@ -53,6 +53,16 @@ void add_model_and_text_options(CLI::App& app, std::string& preset, std::string&
   app.add_option("--text", text_path, text_help);
 }
 
+void add_held_out_run_options(CLI::App& app, std::string& preset, HeldOutRun& run, std::size_t min_tokens,
+                              const std::string& tokens_help) {
+  add_model_and_text_options(app, preset, run.model_dir, run.text_path, "held-out text (bytes) the prompts are cut from");
+  app.add_option("--policies", run.policies, "policies (full, mpcache and its -suffix variants)")->delimiter(',');
+  app.add_option("--budget", run.budget, "tokens per KV head per layer")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--prompts", run.prompts, "prompts")->check(CLI::Range(1, 10000));
+  app.add_option("--prompt-bytes", run.prompt_bytes, "bytes per prompt")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--tokens", run.tokens, tokens_help)->check(CLI::Range(min_tokens, std::size_t{1} << 20));
+}
+
 std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
   if (name != "mpcache" && !name.starts_with("mpcache-")) return std::nullopt;
   kv::MpCacheOptions o;

@@ -15,6 +15,23 @@ std::string default_text_path();
 // The whole file; a missing file says how to extract it.
 std::string read_text(const std::string& path);
 
+// What the presets that decode held-out prompts (private-fidelity,
+// truncation-audit) are asked: model, text, policies, budget, prompts.
+struct HeldOutRun {
+  std::string model_dir;
+  std::string text_path;
+  std::vector<std::string> policies;
+  std::size_t budget = 48;  // tokens per KV head per layer
+  std::size_t prompts = 20;
+  std::size_t prompt_bytes = 512;
+  std::size_t tokens = 32;
+};
+
+// Their options: those of add_model_and_text_options, --policies, --budget,
+// --prompts, --prompt-bytes and --tokens (at least min_tokens).
+void add_held_out_run_options(CLI::App& app, std::string& preset, HeldOutRun& run, std::size_t min_tokens,
+                              const std::string& tokens_help);
+
 // `count` prompts of `bytes` bytes, evenly spaced over the text at `path`
 // (fixed, and far apart), after checking that the text is long enough and
 // that a prompt plus `tokens` decoded tokens fit the model's positions.

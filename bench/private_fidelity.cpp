@@ -29,14 +29,8 @@ namespace {
 
 using json = nlohmann::json;
 
-struct Settings {
-  std::string model_dir;
-  std::string text_path;
-  std::vector<std::string> policies{"mpcache", "mpcache-bound"};
-  std::size_t budget = 48;  // tokens per KV head per layer
-  std::size_t prompts = 20;
-  std::size_t prompt_bytes = 512;
-  std::size_t tokens = 32;
+struct Settings : HeldOutRun {
+  Settings() { policies = {"mpcache", "mpcache-bound"}; }
 };
 
 // Logits of the last row as reals, one vector per step.
@@ -129,12 +123,7 @@ int private_fidelity_main(int argc, char** argv) {
   CLI::App app{"mpcache-bench --preset private-fidelity: rss3 greedy tokens against the float64 argmax"};
   Settings s;
   std::string preset;
-  add_model_and_text_options(app, preset, s.model_dir, s.text_path, "held-out text (bytes) the prompts are cut from");
-  app.add_option("--policies", s.policies, "policies (full, mpcache and its -suffix variants)")->delimiter(',');
-  app.add_option("--budget", s.budget, "tokens per KV head per layer")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--prompts", s.prompts, "prompts")->check(CLI::Range(1, 10000));
-  app.add_option("--prompt-bytes", s.prompt_bytes, "bytes per prompt")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--tokens", s.tokens, "greedy tokens per prompt")->check(CLI::Range(1, 1 << 20));
+  add_held_out_run_options(app, preset, s, 1, "greedy tokens per prompt");
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& name : s.policies) {  // names and budgets first, before any file is read

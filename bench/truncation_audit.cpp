@@ -30,14 +30,11 @@ namespace {
 
 using json = nlohmann::json;
 
-struct Settings {
-  std::string model_dir;
-  std::string text_path;
-  std::vector<std::string> policies{"full", "mpcache"};
-  std::size_t budget = 48;
-  std::size_t prompts = 20;
-  std::size_t prompt_bytes = 512;
-  std::size_t tokens = 8;
+struct Settings : HeldOutRun {
+  Settings() {
+    policies = {"full", "mpcache"};
+    tokens = 8;
+  }
   std::size_t top = 12;
 };
 
@@ -102,13 +99,7 @@ int truncation_audit_main(int argc, char** argv) {
   CLI::App app{"mpcache-bench --preset truncation-audit: expected truncation failures per call site"};
   Settings s;
   std::string preset;
-  add_model_and_text_options(app, preset, s.model_dir, s.text_path, "held-out text (bytes) the prompts are cut from");
-  app.add_option("--policies", s.policies, "policies (full, mpcache and its -suffix variants)")->delimiter(',');
-  app.add_option("--budget", s.budget, "tokens per KV head per layer")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--prompts", s.prompts, "prompts")->check(CLI::Range(1, 10000));
-  app.add_option("--prompt-bytes", s.prompt_bytes, "bytes per prompt")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--tokens", s.tokens, "greedy tokens per prompt (the first comes with prefill)")
-      ->check(CLI::Range(2, 1 << 20));
+  add_held_out_run_options(app, preset, s, 2, "greedy tokens per prompt (the first comes with prefill)");
   app.add_option("--top", s.top, "call sites listed per policy and phase")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   try {
