@@ -78,4 +78,12 @@ std::optional<kv::AnyPolicy<Q>> make_policy(const std::string& name, std::size_t
   }
 }
 
+// Every name known and buildable with `budget`: checked before any file is read.
+template <Protocol Q>
+void check_policies(const std::vector<std::string>& names, std::size_t budget) {
+  for (const auto& name : names)
+    if (!make_policy<Q>(name, budget))
+      throw Error(ErrorCode::invalid_argument, "policy " + name + " cannot run with budget " + std::to_string(budget));
+}
+
 }  // namespace mpcache::bench

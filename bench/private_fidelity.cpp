@@ -126,11 +126,7 @@ int private_fidelity_main(int argc, char** argv) {
   add_held_out_run_options(app, preset, s, 1, "greedy tokens per prompt");
   CLI11_PARSE(app, argc, argv);
   try {
-    for (const auto& name : s.policies) {  // names and budgets first, before any file is read
-      check_policy_name(name);
-      if (!make_policy<Ref>(name, s.budget))
-        throw Error(ErrorCode::invalid_argument, "policy " + name + " cannot run with budget " + std::to_string(s.budget));
-    }
+    check_policies<Ref>(s.policies, s.budget);
     const ModelConfig c = ModelConfig::from_json_file(s.model_dir + "/config.json");
     const auto prompts = held_out_prompts(s.text_path, c, s.prompts, s.prompt_bytes, s.tokens);
     Scheduler scheduler;

@@ -103,11 +103,7 @@ int truncation_audit_main(int argc, char** argv) {
   app.add_option("--top", s.top, "call sites listed per policy and phase")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   try {
-    for (const auto& name : s.policies) {
-      check_policy_name(name);
-      if (!make_policy<Plain>(name, s.budget))
-        throw Error(ErrorCode::invalid_argument, "policy " + name + " cannot run with budget " + std::to_string(s.budget));
-    }
+    check_policies<Plain>(s.policies, s.budget);
     const ModelConfig c = ModelConfig::from_json_file(s.model_dir + "/config.json");
     // The prompts private-fidelity uses.
     const auto prompts = held_out_prompts(s.text_path, c, s.prompts, s.prompt_bytes, s.tokens);
