@@ -37,7 +37,8 @@ class Decoder {
   using Share = typename P::Share;
 
   // The gated MLP's hidden values are carried at 2^(f-4) into the down
-  // projection (see mlp_block); they keep 2^-14.
+  // projection, whose sums reach 2^44 at 2^(2f) on outlier features (see
+  // affine); they keep 2^-14.
   static constexpr int silu_output_shift = 4;
 
   explicit Decoder(const DecoderWeights<P>& weights) : w_(weights), c_(weights.config) {
@@ -227,10 +228,16 @@ class Decoder {
     return p.add(y, kv::tile_row<P>(ops::reshape<P>(*bias, {1, out}), n));
   }
 
-  // x W (+ b): one matmul round, the bias added locally.
-  Task<Share> affine(P& p, const Share& x, const Share& weight, const std::optional<Share>& bias) {
+  // x W (+ b): one matmul round, the bias added locally. With input_shift,
+  // x is carried at 2^(f-s): the product's sums stay 2^s further from
+  // truncation's failure range, and scaling back up by the public 2^s is
+  // exact and local.
+  Task<Share> affine(P& p, const Share& x, const Share& weight, const std::optional<Share>& bias,
+                     int input_shift = 0) {
     auto scope = cost_scope(p, CostTag::linear);
-    co_return with_bias(p, co_await p.matmul_trunc(x, weight), bias);
+    auto y = co_await p.matmul_trunc(x, weight);
+    if (input_shift > 0) y = p.mul_public(y, ring_filled(P::shape(y), Ring{1} << input_shift));
+    co_return with_bias(p, std::move(y), bias);
   }
 
   // Columns [h*d, (h+1)*d) of a (count, heads*d) tensor.
@@ -399,24 +406,19 @@ class Decoder {
   Task<Share> mlp_block(P& p, std::size_t layer, const Share& h_in) {
     const auto& lw = layer_weights(layer);
     Share hidden;
+    int hidden_shift = 0;
     if (lw.gate) {
       auto gate_up = co_await norm_affine(p, h_in, lw.post_norm, lw.post_norm_bias,
                                           {{&*lw.gate, &no_bias_}, {&lw.up, &lw.b_up}});
       auto scope = cost_scope(p, CostTag::activation);
       hidden = co_await ops::silu_times(p, gate_up[0], gate_up[1], silu_output_shift);
-      // down x (hidden / 2^s): the product's sums stay 2^s further from
-      // truncation's failure range (they reach 2^44 on the outlier features
-      // at 2^(2f)); scaling back up by the public 2^s is exact and local.
-      auto scope_linear = cost_scope(p, CostTag::linear);
-      auto down = co_await p.matmul_trunc(hidden, lw.down);
-      down = p.mul_public(down, ring_filled(P::shape(down), Ring{1} << silu_output_shift));
-      co_return p.add(h_in, with_bias(p, std::move(down), lw.b_down));
+      hidden_shift = silu_output_shift;
     } else {
       auto up = co_await norm_affine(p, h_in, lw.post_norm, lw.post_norm_bias, {{&lw.up, &lw.b_up}});
       auto scope = cost_scope(p, CostTag::activation);
       hidden = co_await ops::gelu(p, up[0]);
     }
-    co_return p.add(h_in, co_await affine(p, hidden, lw.down, lw.b_down));
+    co_return p.add(h_in, co_await affine(p, hidden, lw.down, lw.b_down, hidden_shift));
   }
 
   Task<Share> head(P& p, const Share& h) {

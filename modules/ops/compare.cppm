@@ -3,6 +3,7 @@
 //                     on rss3 (10 for w = 64, 9 for w <= 32); requires
 //                     |a| < 2^(w-1): modulo 2^w the sign is then bit w - 1
 //   less_than(a, b, w) msb(a - b, w); requires |a - b| < 2^(w-1)
+//   below_each(x, c)  [x < c_j] for public thresholds c_j, one batched msb
 //   select(c, x, y)   c ? x : y for an arithmetic 0/1 c: 1 multiplication
 //   is_zero(a, w)     a == 0 for |a| < 2^w: A2B of w bits, AND tree, B2A
 //   equal(a, b, w)    is_zero(a - b, w): short values pay for w bits, not 64
@@ -50,6 +51,21 @@ Task<typename P::Share> msb(P& p, const typename P::Share& a, int width = ring_b
     throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
   auto bits = co_await p.to_bits(a, width);
   co_return co_await p.bit_to_arith(p.bits_shift_right(bits, width - 1));
+}
+
+// [x < c_j] for every public threshold c_j (ring-encoded), on a new last
+// axis: (...) -> (..., k), all in one batched msb of x - c_j over `width`
+// bits (|x - c_j| < 2^(width-1) required).
+template <Protocol P>
+Task<typename P::Share> below_each(P& p, const typename P::Share& x, const std::vector<Ring>& thresholds,
+                                   int width = ring_bits) {
+  const std::size_t k = thresholds.size();
+  Shape spread_shape = P::shape(x);
+  spread_shape.push_back(k);
+  RingTensor minus = RingTensor::from_shape(spread_shape);
+  for (std::size_t i = 0; i < minus.size(); ++i) minus.data()[i] = Ring{0} - thresholds[i % k];
+  const auto shifted = p.add_public(P::apply(x, [k](const RingTensor& t) { return ring_repeat_last(t, k); }), minus);
+  co_return co_await msb(p, shifted, width);
 }
 
 // (A coroutine, not a forwarding function: the difference must live in this

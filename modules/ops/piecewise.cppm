@@ -76,18 +76,9 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
   const Shape s = P::shape(x);
   const FixedPoint fp(p.frac_bits());
   // below[..., i] = [x < b_i], all in one msb call.
-  RingTensor offsets = RingTensor::from_shape([&] {
-    Shape w = s;
-    w.push_back(cuts);
-    return w;
-  }());
-  for (std::size_t i = 0; i < offsets.size(); ++i)
-    offsets.data()[i] = Ring{0} - fp.encode(spec.breakpoints[i % cuts]);
-  auto spread = P::apply(x, [&](const RingTensor& t) { return ring_repeat_last(t, cuts); });
-  auto compare = [&](P& q) -> Task<typename P::Share> {
-    const auto shifted = q.add_public(spread, offsets);
-    co_return co_await msb(q, shifted);
-  };
+  std::vector<Ring> breakpoints;
+  for (double b : spec.breakpoints) breakpoints.push_back(fp.encode(b));
+  auto compare = [&](P& q) { return below_each(q, x, breakpoints); };
   std::vector<Task<typename P::Share>> work;
   std::vector<P> forks;
   for (std::size_t j = 0; j <= spec.pieces.size(); ++j) forks.push_back(p.fork());

@@ -2,8 +2,8 @@
 // SPU/PUMA normalise; the series replaces their sequential Newton steps):
 //   1. comparisons x < 2^t for every t < w in one batch give the highest
 //      set bit p; w = f + max_log2 covers x < 2^max_log2;
-//   2. B2A of that one-hot word bit by bit (w bits, one batch) gives
-//      s = 2^(K-p) as a local weighted sum;
+//   2. that one-hot (arithmetic, w bits) gives s = 2^(K-p) as a local
+//      weighted sum;
 //   3. x' = x s / 2^(K-f+1) lies in [0.5, 1); y0 = 2.9142 - 2x', so that
 //      e = 1 - x' y0 lies in [-0.062, 0.086];
 //   4. 1/x' = y0 / (1 - e) = y0 (1 + e)(1 + e^2) up to a relative e^4
@@ -48,17 +48,13 @@ Task<typename P::Share> highest_bit_one_hot(P& p, const typename P::Share& x, in
                                                  " bits, outside [2, " +
                                                  std::to_string(reciprocal_scale_bits + 1) + "]");
   const auto w = static_cast<std::size_t>(width);
-  Shape spread_shape = P::shape(x);
-  spread_shape.push_back(w);
-  RingTensor minus_powers = RingTensor::from_shape(spread_shape);
-  RingTensor top_is_one = ring_zeros(spread_shape);  // below_w = 1
-  for (std::size_t i = 0; i < minus_powers.size(); ++i) {
-    minus_powers.data()[i] = Ring{0} - (Ring{1} << (i % w));
-    if (i % w == w - 1) top_is_one.data()[i] = 1;
-  }
-  const auto spread = P::apply(x, [w](const RingTensor& t) { return ring_repeat_last(t, w); });
-  const auto below = co_await msb(p, p.add_public(spread, minus_powers), width + 1);
-  Shape column = spread_shape;
+  std::vector<Ring> powers(w);
+  for (std::size_t t = 0; t < w; ++t) powers[t] = Ring{1} << t;
+  const auto below = co_await below_each(p, x, powers, width + 1);
+  const Shape shape = P::shape(below);
+  RingTensor top_is_one = ring_zeros(shape);  // below_w = 1
+  for (std::size_t i = w - 1; i < top_is_one.size(); i += w) top_is_one.data()[i] = 1;
+  Shape column = shape;
   column.back() = 1;
   const auto below_next = P::apply(below, [&](const RingTensor& t) {  // below_{t+1}, 0 at t = w - 1
     return ring_concat_last(ring_slice_last(t, 1, w), ring_zeros(column));

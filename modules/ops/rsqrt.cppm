@@ -42,8 +42,8 @@ inline constexpr double rsqrt_guess_a = 1.7875, rsqrt_guess_b = 0.81;
 
 // The rows of `then(m y0 g)` times the series (2 + e + 3e^2/4) / 2, i.e.
 // then(m) * broadcast(1/sqrt(x)) for any `then` that is linear in the rows
-// and keeps its argument's fixed-point scale (a matmul_trunc by f does)
-// of its argument (the identity, or a projection x W): `then` runs while
+// of its argument and keeps its fixed-point scale (the identity, or a
+// projection x W by matmul_trunc): `then` runs while
 // the series is computed, so a norm followed by projections pays one round
 // less. x (..., 1), m (..., d); without m, then(1/sqrt(x) before the series).
 template <Protocol P, class Then>

@@ -94,7 +94,7 @@ class Plain {
   Task<RingTensor> reveal_bits(const Bits& x);
 
  private:
-  RingTensor audited(RingTensor before, int bits, std::source_location where) const;
+  RingTensor audited(const RingTensor& before, int bits, std::source_location where) const;
 
   int frac_bits_;
   std::shared_ptr<TruncationAudit> audit_;

@@ -66,7 +66,7 @@ double TruncationAudit::expected_failures() const {
   return total;
 }
 
-RingTensor Plain::audited(RingTensor before, int bits, std::source_location where) const {
+RingTensor Plain::audited(const RingTensor& before, int bits, std::source_location where) const {
   if (audit_) audit_->record(before, where);
   return ring_shift_floor(before, bits);
 }
