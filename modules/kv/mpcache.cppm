@@ -161,17 +161,51 @@ class MpCache {
     });
   }
 
-  // Once layer - 1 has selected at `position`, a sharing `layer` can gather
-  // its clusters: they hold only earlier tokens. The decoder runs this
-  // concurrently with the rest of layer - 1.
+  // Once layer - 1 has selected at `position`, the decoder runs this
+  // concurrently with the rest of layer - 1: a sharing `layer` gathers its
+  // clusters (they hold only earlier tokens), and layer - 1 summarises the
+  // cluster this token completed, so that no later step (an early rank
+  // included) waits for that summary.
   Task<void> prefetch(P& p, std::size_t layer, std::size_t position) {
-    if (layer >= state_.size() || !shares_previous(layer)) co_return;
-    const std::size_t heads = state_[layer].size();
     std::vector<P> forks;
-    forks.reserve(heads);
     std::vector<Task<void>> tasks;
-    for (std::size_t j = 0; j < heads; ++j) forks.push_back(p.fork());
-    for (std::size_t j = 0; j < heads; ++j) tasks.push_back(prefetch_head(forks[j], layer, j, position));
+    const std::size_t owner = layer - 1;
+    const bool summarising = owner < state_.size() && !shares_previous(owner);
+    const bool gathering = layer < state_.size() && shares_previous(layer);
+    const std::size_t heads = state_.empty() ? 0 : state_[0].size();
+    forks.reserve(2 * heads);
+    for (std::size_t j = 0; j < heads; ++j) {
+      if (summarising && state_[owner][j].list.full() > state_[owner][j].list.summarised) {
+        forks.push_back(p.fork());
+        tasks.push_back(summarise(forks.back(), state_[owner][j], state_[owner][j].list.full()));
+      }
+      if (gathering) {
+        forks.push_back(p.fork());
+        tasks.push_back(prefetch_head(forks.back(), layer, j, position));
+      }
+    }
+    co_await when_all(std::move(tasks));
+  }
+
+  // Early ranking (kv::EarlyRanking): every similarity here is positively
+  // homogeneous in the query, so the scaled queries rank clusters as q does.
+  // A sharing layer has nothing to rank.
+  bool ranks_early(std::size_t layer) const { return !shares_previous(layer); }
+
+  // Every KV head's pick for view.position, concurrently, before the current
+  // token is in the lists: over the clusters whose tokens are all there.
+  Task<void> rank(P& p, const RankView<P>& view) {
+    auto& layer = state_.at(view.layer);
+    if (view.scaled_queries->size() != layer.size())
+      throw Error(ErrorCode::invalid_argument, "MPCache: scaled queries for " +
+                                                   std::to_string(view.scaled_queries->size()) + " KV heads, the layer has " +
+                                                   std::to_string(layer.size()));
+    std::vector<P> forks;
+    forks.reserve(layer.size());
+    std::vector<Task<void>> tasks;
+    for (std::size_t j = 0; j < layer.size(); ++j) forks.push_back(p.fork());
+    for (std::size_t j = 0; j < layer.size(); ++j)
+      tasks.push_back(choose(forks[j], layer[j], (*view.scaled_queries)[j], view.position, layer[j].list.full()));
     co_await when_all(std::move(tasks));
   }
 
@@ -183,6 +217,16 @@ class MpCache {
   }
 
  private:
+  // A pick for the query at `position` among fine clusters [1, clusters);
+  // no hot/ids/gathered when everything fitted.
+  struct Ranked {
+    std::size_t position = 0;
+    std::size_t clusters = 0;
+    std::optional<Share> hot;  // (k, clusters)
+    std::optional<Share> ids;  // (k)
+    std::optional<Selection<P>> gathered;
+  };
+
   struct State {
     ClusterList<P> list;
     std::optional<Share> compaction;  // (keep, T) 0/1: static eviction, until the sharing layer used it
@@ -193,6 +237,9 @@ class MpCache {
     std::size_t coarse_count = 0;
     std::optional<Share> hot;         // (k, F) one-hot of the fine clusters picked at the last step
     std::optional<Share> last_ids;
+    std::optional<Ranked> ranked;     // rank()'s pick, until select() at its position takes it
+    std::size_t decided_at = std::size_t(-1);  // position of the last select()
+    std::size_t picked_from = 0;      // its F (0: everything fitted, nothing picked)
     std::optional<Selection<P>> prefetched;  // sharing layer: gathered clusters for prefetch_position
     std::size_t prefetch_position = 0;
   };
@@ -210,7 +257,7 @@ class MpCache {
     forks.reserve(layer.size());
     std::vector<Task<void>> tasks;
     for (std::size_t j = 0; j < layer.size(); ++j) forks.push_back(p.fork());
-    for (std::size_t j = 0; j < layer.size(); ++j) tasks.push_back(summarise(forks[j], layer[j]));
+    for (std::size_t j = 0; j < layer.size(); ++j) tasks.push_back(summarise(forks[j], layer[j], layer[j].list.full()));
     co_await when_all(std::move(tasks));
   }
 
@@ -300,62 +347,90 @@ class MpCache {
   Task<void> prefetch_head(P& p, std::size_t layer, std::size_t j, std::size_t position) {
     State& st = state_[layer][j];
     const State& own = state_[layer - 1][j];
-    if (!own.hot || !st.list.keys) co_return;
-    const std::size_t f = P::shape(*own.hot).at(1);
+    if (!own.hot || own.decided_at != position || !st.list.keys) co_return;
+    const std::size_t f = own.picked_from;
     if (st.list.length < f * st.list.size) co_return;
     st.prefetched = co_await gather_hot(p, st.list, *own.hot);
     st.prefetch_position = position;
   }
 
+  // The owning layer's choice for this step: from rank() when the decoder
+  // ranked early (before this token was in the list, over the clusters
+  // whose s tokens were all there: the same clusters complete() counts once
+  // it is), else ranked here. A sharing layer follows its owner's choice.
   Task<Selection<P>> select_head(P& p, const StepView<P>& step, std::size_t j) {
     const std::size_t t = step.position + 1;
     State& st = state_[step.layer][j];
     auto& list = st.list;
     const std::size_t appended = list.length - st.kept_count;
     list.append_rows(p, (*step.cache)[j], st.prompt_tokens + appended, t);
-    const std::size_t f = list.complete(), k = picked_clusters(), s = list.size;
-    st.hot.reset();
-    if (f <= k + 1) {  // everything fits the budget
-      st.prefetched.reset();
-      co_return list_rows(list, 0, list.length);
-    }
+    const std::size_t s = list.size;
+    std::size_t f = 0;  // clusters [1, f) were candidates; the tail starts at f * s
     Selection<P> gathered;
     if (shares_previous(step.layer)) {
       const State& own = state_[step.layer - 1][j];
-      if (!own.hot || P::shape(*own.hot).at(1) != f)
+      if (own.decided_at != step.position)
         throw Error(ErrorCode::invalid_argument, "MPCache: a sharing layer selects before its owner");
-      if (st.prefetched && st.prefetch_position == step.position) {
-        gathered = std::move(*st.prefetched);
-      } else {
-        gathered = co_await gather_hot(p, list, *own.hot);
+      f = own.picked_from;
+      if (f > 0) {
+        if (st.prefetched && st.prefetch_position == step.position) {
+          gathered = std::move(*st.prefetched);
+        } else {
+          gathered = co_await gather_hot(p, list, *own.hot);
+        }
+        st.last_ids = own.last_ids;
       }
       st.prefetched.reset();
-      st.last_ids = own.last_ids;
     } else {
-      P ps = p.fork(), pq = p.fork();
-      auto [done, query] = co_await when_all(summarise(ps, st), query_row(pq, (*step.queries)[j]));
-      (void)done;
-      auto [hot, g] = co_await pick(p, st, query, k);
-      RingTensor iota = RingTensor::from_shape({f, 1});
-      for (std::size_t i = 0; i < f; ++i) iota(i, 0) = i;
-      st.last_ids = ops::reshape<P>(p.matmul_public(hot, iota), {k});
-      st.hot = std::move(hot);
-      gathered = std::move(g);
+      if (!st.ranked || st.ranked->position != step.position)
+        co_await choose(p, st, (*step.queries)[j], step.position, list.complete());
+      Ranked r = std::move(*st.ranked);
+      st.ranked.reset();
+      st.decided_at = step.position;
+      st.hot = std::move(r.hot);
+      if (st.hot) {
+        f = r.clusters;
+        st.last_ids = std::move(r.ids);
+        gathered = std::move(*r.gathered);
+      }
+      st.picked_from = f;
     }
+    if (f == 0) co_return list_rows(list, 0, list.length);  // everything fits the budget
     Selection<P> one = list_rows(list, 0, s);  // the first cluster
     append_selection(one, std::move(gathered));
     append_list_rows(list, f * s, list.length, one);
     co_return one;
   }
 
-  // Summaries of the clusters filled since the last call, only those: fine
-  // r_max / r_min once per cluster, when its last token arrives (at prefill
-  // for the prompt's clusters), coarse ones once per pair.
-  Task<void> summarise(P& p, State& st) {
+  // Picks k of fine clusters [1, f) for the query group at `position`: the
+  // one-hot, ids and gathered rows, kept in st.ranked; no pick when f <= k + 1
+  // (every cluster fits the budget).
+  Task<void> choose(P& p, State& st, const Share& queries, std::size_t position, std::size_t f) {
+    const std::size_t k = picked_clusters();
+    Ranked r{position, f, std::nullopt, std::nullopt, std::nullopt};
+    if (f > k + 1) {
+      P ps = p.fork(), pq = p.fork();
+      auto [done, query] = co_await when_all(summarise(ps, st, f), query_row(pq, queries));
+      (void)done;
+      auto [hot, g] = co_await pick(p, st, query, k, f);
+      RingTensor iota = RingTensor::from_shape({f, 1});
+      for (std::size_t i = 0; i < f; ++i) iota(i, 0) = i;
+      r.ids = ops::reshape<P>(p.matmul_public(hot, iota), {k});
+      r.hot = std::move(hot);
+      r.gathered = std::move(g);
+    }
+    st.ranked = std::move(r);
+  }
+
+  // Summaries of clusters [summarised, upto), only those: fine r_max / r_min
+  // once per cluster, when its last token arrives (at prefill for the
+  // prompt's clusters; during decode in prefetch, off the critical path),
+  // coarse ones once per pair.
+  Task<void> summarise(P& p, State& st, std::size_t upto) {
     auto scope = cost_scope(p, CostTag::summary);
     auto& list = st.list;
     const std::size_t before = list.summarised;
-    co_await list.summarise_upto(p, list.full());
+    co_await list.summarise_upto(p, upto);
     const std::size_t f = list.summarised;
     if (f == before) co_return;
     const FixedPoint fp(p.frac_bits());
@@ -457,15 +532,15 @@ class MpCache {
     return ops::concat_last<P>(ops::public_share(p, x, ring_zeros({k, 1})), x);
   }
 
-  // Fine clusters (never cluster 0, always attended anyway): the one-hot
-  // (k, F) of the picked ones and their gathered rows. Hierarchical: the
+  // Fine clusters among [1, f) (never cluster 0, always attended anyway): the one-hot
+  // (k, f) of the picked ones and their gathered rows. Hierarchical: the
   // coarse top-k's one-hot rows expand locally into the candidates' one-hot
   // rows; one matmul gathers the candidates' summaries and rows together;
   // the fine top-k's one-hot rows then pick both the clusters' one-hot and
   // their rows in one more matmul. No index is ever one-hot encoded twice.
-  Task<std::pair<Share, Selection<P>>> pick(P& p, State& st, const Share& query, std::size_t k) {
+  Task<std::pair<Share, Selection<P>>> pick(P& p, State& st, const Share& query, std::size_t k, std::size_t f) {
     auto& list = st.list;
-    const std::size_t f = list.complete(), c = f / 2, s = list.size, d = P::shape(*list.keys).at(1);
+    const std::size_t c = f / 2, s = list.size, d = P::shape(*list.keys).at(1);
     if (!o_.hierarchical || c < 2 || f - 1 <= o_.flat_up_to) {
       auto sim = co_await similarity(p, query, rows<P>(*st.fine, 1, f));
       auto hot = after_first(p, co_await top_onehot(p, sim, k));  // (k, f)

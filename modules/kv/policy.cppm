@@ -47,6 +47,18 @@ struct StepView {
   const std::vector<HeadCache<P>>* cache = nullptr;
 };
 
+// The step's queries up to one unknown positive factor c per step (and
+// layer): for each KV head (group, d), c q after RoPE and 1/sqrt(d). The
+// decoder's are the pre-norm hidden state projected by diag(gamma) W_q, so c
+// is the norm's 1/rms.
+template <Protocol P>
+struct RankView {
+  std::size_t layer = 0;
+  std::size_t position = 0;  // of the current token, not yet in the cache
+  std::size_t group = 1;
+  const std::vector<typename P::Share>* scaled_queries = nullptr;
+};
+
 template <Protocol P>
 struct Selection {
   std::vector<typename P::Share> keys;       // per KV head (n, d)
@@ -75,6 +87,21 @@ concept Policy =
 template <class Pol, class P>
 concept Prefetching = Protocol<P> && requires(Pol& pol, P& p, std::size_t n) {
   { pol.prefetch(p, n, n) } -> std::same_as<Task<void>>;
+};
+
+// Optional: a policy whose ranking of cached tokens is invariant under a
+// positive scaling of the query (q . r, or a per-dimension upper bound such
+// as q+ . r_max + q- . r_min) can rank from RankView's scaled queries,
+// which exist before the norm has produced q: the decoder calls rank()
+// concurrently with the layer's norm and projections (for layers where
+// ranks_early(layer)), then select() at the same position, which uses what
+// rank() chose. rank() may use only tokens before the current one; select()
+// without a matching rank() must rank by itself.
+template <class Pol, class P>
+concept EarlyRanking = Protocol<P> && requires(Pol& pol, const Pol& cpol, P& p, const RankView<P>& view,
+                                               std::size_t n) {
+  { cpol.ranks_early(n) } -> std::convertible_to<bool>;
+  { pol.rank(p, view) } -> std::same_as<Task<void>>;
 };
 
 // ---------------------------------------------------------------------------

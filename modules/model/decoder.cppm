@@ -53,6 +53,10 @@ class Decoder {
   std::size_t length() const noexcept { return length_; }
   const std::vector<std::vector<kv::HeadCache<P>>>& cache() const noexcept { return cache_; }
   void set_probe(StepProbe<P> probe) { probe_ = std::move(probe); }
+  // Let policies that can (kv::EarlyRanking) rank while the norm runs: on
+  // by default; off gives the same selections (up to rounding near ties),
+  // ranked after the norm, for comparisons.
+  void set_early_ranking(bool on) noexcept { early_ranking_ = on; }
 
   // Prefill `count` tokens (the owner's ids; others pass nullopt). Starts a
   // new sequence. Returns logits (count, vocab).
@@ -260,14 +264,58 @@ class Decoder {
     probs.clear();
   }
 
+  // Early ranking (kv::EarlyRanking) needs q up to a positive factor: LLaMA
+  // layers (RMSNorm, no query bias) give it as h wq_ranking.
+  template <class Pol>
+  bool ranks_early(const Pol& policy, std::size_t layer) const {
+    if constexpr (kv::EarlyRanking<Pol, P>) {
+      const auto& lw = layer_weights(layer);
+      return early_ranking_ && lw.wq_ranking && !lw.bq && !lw.input_norm_bias && policy.ranks_early(layer);
+    } else {
+      return false;
+    }
+  }
+
+  // h wq_ranking = q rms(h) / 16 after RoPE: two rounds (the projection,
+  // RoPE's truncation) where the norm takes sixteen; then the policy's rank.
+  template <class Pol>
+  Task<void> rank_early(P& p, Pol& policy, std::size_t layer, const Share& h_in, std::size_t position) {
+    if constexpr (kv::EarlyRanking<Pol, P>) {
+      const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
+      std::vector<Share> queries(kvh);
+      {
+        auto scope = cost_scope(p, CostTag::similarity);
+        auto scaled = co_await rope(p, co_await p.matmul_trunc(h_in, *layer_weights(layer).wq_ranking), position,
+                                    c_.num_heads);
+        for (std::size_t j = 0; j < kvh; ++j)
+          queries[j] = ops::reshape<P>(ops::slice_last<P>(scaled, j * g * c_.head_dim, (j + 1) * g * c_.head_dim),
+                                       {g, c_.head_dim});
+      }
+      auto scope = cost_scope(p, CostTag::gather);  // as select(): policies tag their own scores and top-k
+      co_await policy.rank(p, kv::RankView<P>{layer, position, g, &queries});
+    }
+    co_return;
+  }
+
   template <class Pol>
   Task<Share> attention_block(P& p, Pol& policy, std::size_t layer, const Share& h_in,
                               std::size_t count, bool decode, std::vector<Share>* prefill_probs = nullptr) {
     const auto& lw = layer_weights(layer);
     const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
     const std::size_t first = length_;
-    auto qkv = co_await norm_affine(p, h_in, lw.input_norm, lw.input_norm_bias,
-                                    {{&lw.wq, &lw.bq}, {&lw.wk, &lw.bk}, {&lw.wv, &lw.bv}});
+    auto project = [&](P& pn) {
+      return norm_affine(pn, h_in, lw.input_norm, lw.input_norm_bias,
+                         {{&lw.wq, &lw.bq}, {&lw.wk, &lw.bk}, {&lw.wv, &lw.bv}});
+    };
+    std::vector<Share> qkv;
+    if (decode && ranks_early(policy, layer)) {  // the policy ranks while the norm runs
+      P pn = p.fork(), pe = p.fork();
+      auto [projected, none] = co_await when_all(project(pn), rank_early(pe, policy, layer, h_in, first));
+      (void)none;
+      qkv = std::move(projected);
+    } else {
+      qkv = co_await project(p);
+    }
     const Share &q = qkv[0], &k = qkv[1], &v = qkv[2];
     Share qr = q, kr = k;
     if (!gpt2()) {  // GPT-2 has learned absolute positions instead of RoPE
@@ -432,6 +480,7 @@ class Decoder {
   std::size_t length_ = 0;
   std::vector<std::vector<kv::HeadCache<P>>> cache_;  // [layer][kv head]
   StepProbe<P> probe_;
+  bool early_ranking_ = true;
 };
 
 }  // namespace mpcache

@@ -88,7 +88,15 @@ struct LayerWeights {
   std::optional<Share> gate;                         // LLaMA only
   Share up, down;                                    // [in, out]
   std::optional<Share> b_up, b_down;
+  // LLaMA: diag(input_norm) wq / 2^ranking_query_shift, so that h wq_ranking
+  // = q rms(h) / 16 for the pre-norm hidden state h: the step's queries up
+  // to a positive factor, rounds before the norm gives q (see
+  // kv::EarlyRanking). The 1/16 keeps the sums of hidden states with
+  // outlier features far from truncation's failure range.
+  std::optional<Share> wq_ranking;
 };
+
+inline constexpr int ranking_query_shift = 4;
 
 template <Protocol P>
 struct DecoderWeights {
@@ -125,6 +133,17 @@ inline std::optional<xt::xarray<double>> transposed(std::optional<xt::xarray<dou
   if (scale != 1.0) t *= scale;
   return t;
 }
+
+// Owner-side diag(v) w scale: row i of an [in, out] matrix times v_i and scale.
+inline std::optional<xt::xarray<double>> rows_scaled(const std::optional<xt::xarray<double>>& w,
+                                                     const std::optional<xt::xarray<double>>& v, double scale) {
+  if (!w || !v) return std::nullopt;
+  xt::xarray<double> out = *w;
+  const std::size_t rows = out.shape()[0], cols = out.shape()[1];
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) out(r, c) *= (*v)(r) * scale;
+  return out;
+}
 }  // namespace detail
 
 template <Protocol P>
@@ -147,12 +166,14 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
   for (std::size_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
     LayerWeights<P> lw;
-    lw.input_norm = co_await secret_real(p, owner, get(pre + "input_layernorm.weight", {h}), {h});
+    auto input_norm = get(pre + "input_layernorm.weight", {h});
+    lw.input_norm = co_await secret_real(p, owner, input_norm, {h});
     lw.post_norm =
         co_await secret_real(p, owner, get(pre + "post_attention_layernorm.weight", {h}), {h});
-    lw.wq = co_await secret_real(
-        p, owner, detail::transposed(get(pre + "self_attn.q_proj.weight", {q_out, h}), 1.0 / std::sqrt(double(hd))),
-        {h, q_out});
+    auto wq = detail::transposed(get(pre + "self_attn.q_proj.weight", {q_out, h}), 1.0 / std::sqrt(double(hd)));
+    lw.wq = co_await secret_real(p, owner, wq, {h, q_out});
+    lw.wq_ranking = co_await secret_real(p, owner, detail::rows_scaled(wq, input_norm, std::ldexp(1.0, -ranking_query_shift)),
+                                         {h, q_out});
     lw.wk = co_await secret_real(p, owner, detail::transposed(get(pre + "self_attn.k_proj.weight", {kv_out, h})),
                                  {h, kv_out});
     lw.wv = co_await secret_real(p, owner, detail::transposed(get(pre + "self_attn.v_proj.weight", {kv_out, h})),

@@ -261,3 +261,80 @@ TEST_SUITE("decoder rounds") {
     CHECK(with.per_token + 20 <= without.per_token);
   }
 }
+
+namespace {
+struct RankingRun {
+  std::uint64_t per_token = 0;                          // critical path of the last (steady) step
+  std::vector<std::uint64_t> step_rounds;               // of each step
+  std::uint64_t bytes = 0;                              // its bytes, party 0
+  std::vector<std::vector<std::uint64_t>> picked_ids;   // per step: every layer's and head's picked clusters
+};
+
+// The 4-layer random LLaMA of decode_rounds (layer 3 shares layer 2's
+// picks), MPCache ranking before or after the norm; 3 decode steps, the
+// second one fills a cluster.
+RankingRun ranking_run(bool early) {
+  ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+  c.num_layers = 4;
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<CostCounters, 3> before, after;
+  std::vector<std::vector<std::uint64_t>> ids;
+  std::vector<std::uint64_t> rounds;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 3});
+    Rss3 p = state->session();
+    auto weights = co_await load_llama(p, c, id == 0 ? random_weights(4, 0.3) : no_weights());
+    Decoder<Rss3> decoder(weights);
+    decoder.set_early_ranking(early);
+    kv::MpCacheOptions o;
+    o.cluster = 4;
+    kv::MpCache<Rss3> policy(16, o);
+    std::vector<std::uint32_t> prompt;
+    for (std::size_t i = 0; i < 60; ++i) prompt.push_back(static_cast<std::uint32_t>((i * 37) % 251));
+    auto mine = [id](auto v) { return id == 0 ? std::optional(v) : std::nullopt; };
+    co_await decoder.prefill(p, policy, 0, mine(prompt), prompt.size());
+    for (std::uint32_t token : {7u, 9u, 11u}) {
+      before[id] = network.endpoint(id).costs();
+      co_await decoder.decode(p, policy, 0, mine(token));
+      after[id] = network.endpoint(id).costs();
+      if (id == 0) rounds.push_back(after[id].rounds - before[id].rounds);
+      std::vector<std::uint64_t> step;
+      for (std::size_t l = 0; l < c.num_layers; ++l)
+        for (std::size_t j = 0; j < c.num_kv_heads; ++j) {
+          auto opened = co_await p.reveal(*policy.last_ids(l, j));
+          step.insert(step.end(), opened.begin(), opened.end());
+        }
+      if (id == 0) ids.push_back(std::move(step));
+    }
+  });
+  RankingRun r;
+  r.per_token = testing::critical_rounds(before, after);
+  r.bytes = after[0].payload_bytes_sent() - before[0].payload_bytes_sent();
+  r.picked_ids = std::move(ids);
+  r.step_rounds = std::move(rounds);
+  return r;
+}
+}  // namespace
+
+TEST_SUITE("decoder rounds") {
+  TEST_CASE("early ranking: the same clusters, picked while the norm runs") {
+    const RankingRun early = ranking_run(true), late = ranking_run(false);
+    MESSAGE("rounds per token: " << early.per_token << " ranking early, " << late.per_token << " after the norm; bytes "
+                                 << early.bytes << " / " << late.bytes);
+    // The same picks at every step, the cluster-filling one included.
+    CHECK(early.picked_ids == late.picked_ids);
+    // After the norm, a selecting layer waits for the norm (16 rounds), RoPE
+    // (1) and the selection (20: tests/kv/rounds_test.cpp). Early, the
+    // selection starts after the ranking projection and RoPE (2 rounds) and
+    // ends 22 rounds in, where q is ready at 17: 15 rounds fewer in each of
+    // the three selecting layers.
+    CHECK(early.per_token + 3 * 15 == late.per_token);
+    // The cluster the second step's token completes is summarised while
+    // the rest of its layer runs (prefetch): that step costs no more than
+    // the steady third (party 0's rounds).
+    REQUIRE(early.step_rounds.size() == 3);
+    CHECK(early.step_rounds[1] == early.step_rounds[2]);
+    CHECK(late.step_rounds[1] == late.step_rounds[2]);
+  }
+}
