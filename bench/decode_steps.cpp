@@ -1,12 +1,14 @@
 // mpcache-decode-steps [--tokens N] [--prompt-bytes B] [--budget K] [--policies full,mpcache,...]
+//                      [--late-ranking]
 // Private decoding of our model under rss3 (three parties in one process,
 // in-process transport): rounds and payload bytes (busiest party) of the
 // prefill and of every decode step, for each policy. Counts, not timings:
 // deterministic, so before/after comparisons of a change are exact.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cstdio>
-#include <cstring>
+#include <CLI/CLI.hpp>
 import mpcache;
+#include "fidelity_common.hpp"
 
 using namespace mpcache;
 
@@ -28,16 +30,6 @@ Costs busiest(const std::array<CostCounters, 3>& before, const std::array<CostCo
   return c;
 }
 
-kv::AnyPolicy<Rss3> make(const std::string& name, std::size_t budget) {
-  if (name == "full") return kv::AnyPolicy<Rss3>(kv::FullCache<Rss3>{});
-  kv::MpCacheOptions o;
-  if (name == "mpcache-bound") o.similarity = kv::Similarity::bound;
-  else if (name == "mpcache-hier") o.flat_up_to = 0;  // the paper's two levels always
-  else if (name == "mpcache-noshare") o.share_layers = false;
-  else if (name != "mpcache") throw Error(ErrorCode::invalid_argument, "unknown policy " + name);
-  return kv::AnyPolicy<Rss3>(kv::MpCache<Rss3>(budget, o));
-}
-
 std::vector<std::uint32_t> prompt_bytes(std::size_t n) {
   const std::string text =
       "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
@@ -50,7 +42,7 @@ std::vector<std::uint32_t> prompt_bytes(std::size_t n) {
   return out;
 }
 
-void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, std::size_t budget) {
+void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, std::size_t budget, bool late_ranking) {
   const std::string dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
   const ModelConfig c = ModelConfig::from_json_file(dir + "/config.json");
   const auto prompt = prompt_bytes(prompt_len);
@@ -63,7 +55,11 @@ void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, 
     const WeightSource source = id == 1 ? weights_from_file(dir + "/model.safetensors") : no_weights();
     auto weights = co_await load_decoder(p, c, source, /*owner=*/1);
     Decoder<Rss3> decoder(weights);
-    auto pol = make(policy, budget);
+    decoder.set_early_ranking(!late_ranking);
+    auto made = bench::make_policy<Rss3>(policy, budget);
+    if (!made) throw Error(ErrorCode::invalid_argument, "policy " + policy + " cannot work with a budget of " +
+                                                            std::to_string(budget));
+    auto pol = std::move(*made);
     std::optional<std::vector<std::uint32_t>> mine;
     if (id == 0) mine = prompt;
     marks[0][id] = network.endpoint(id).costs();
@@ -110,24 +106,19 @@ void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, 
 
 int main(int argc, char** argv) {
   std::size_t tokens = 16, prompt = 1000, budget = 48;
-  std::string policies = "full,mpcache";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tokens")) tokens = std::stoul(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--prompt-bytes")) prompt = std::stoul(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--budget")) budget = std::stoul(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--policies")) policies = argv[i + 1];
-    else {
-      std::fprintf(stderr, "usage: mpcache-decode-steps [--tokens N] [--prompt-bytes B] [--budget K] [--policies a,b]\n");
-      return 2;
-    }
-  }
+  std::vector<std::string> policy_names{"full", "mpcache"};
+  bool late_ranking = false;
+  CLI::App app{"mpcache-decode-steps: rounds and bytes of private prefill and decode steps, per policy (rss3, in-process)"};
+  app.add_option("--tokens", tokens, "decode steps");
+  app.add_option("--prompt-bytes", prompt, "prompt length (bytes of a fixed English text)");
+  app.add_option("--budget", budget, "tokens per KV head a policy attends to");
+  app.add_option("--policies", policy_names, "full, mpcache[-bound|-noshare|-noevict|-flat|-rmax|-hier...], quest, ...")
+      ->delimiter(',');
+  app.add_flag("--late-ranking", late_ranking, "rank after the norm (no early ranking), for before/after comparisons");
+  CLI11_PARSE(app, argc, argv);
   try {
-    std::size_t start = 0;
-    while (start <= policies.size()) {
-      const std::size_t end = std::min(policies.find(',', start), policies.size());
-      run(policies.substr(start, end - start), tokens, prompt, budget);
-      start = end + 1;
-    }
+    for (const auto& name : policy_names) bench::check_policy_name(name);
+    for (const auto& name : policy_names) run(name, tokens, prompt, budget, late_ranking);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

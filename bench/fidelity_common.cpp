@@ -75,8 +75,9 @@ std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
     else if (part == "noevict") o.keep_ratio = 1.0;
     else if (part == "flat") o.hierarchical = false;
     else if (part == "rmax") o.alpha = 1.0;
+    else if (part == "hier") o.flat_up_to = 0;
     else throw Error(ErrorCode::invalid_argument, "fidelity: unknown MPCache variant '" + part + "' in '" + name +
-                                                      "' (bound, noshare, noevict, flat, rmax)");
+                                                      "' (bound, noshare, noevict, flat, rmax, hier)");
   }
   return o;
 }

@@ -49,7 +49,8 @@ void add_model_and_text_options(CLI::App& app, std::string& preset, std::string&
 
 // "mpcache" plus ablation suffixes, each switching one part off or over:
 // -bound (sign-split bound similarity), -noshare (no layer index sharing),
-// -noevict (no static eviction), -flat (no coarse level), -rmax (alpha 1).
+// -noevict (no static eviction), -flat (no coarse level), -rmax (alpha 1),
+// -hier (the coarse level at every size, as the paper).
 // nullopt if `name` is not an MPCache name; an unknown suffix is an error.
 std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name);
 

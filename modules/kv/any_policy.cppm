@@ -24,6 +24,8 @@ class AnyPolicy {
     virtual Task<Selection<P>> select(P& p, const StepView<P>& step) = 0;
     virtual Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) = 0;
     virtual Task<void> prefetch(P& p, std::size_t layer, std::size_t position) = 0;
+    virtual bool ranks_early(std::size_t layer) const = 0;
+    virtual Task<void> rank(P& p, const RankView<P>& view) = 0;
     virtual std::unique_ptr<Iface> clone() const = 0;
   };
   template <class Pol>
@@ -40,6 +42,14 @@ class AnyPolicy {
     Task<void> prefetch(P& p, std::size_t layer, std::size_t position) override {
       if constexpr (Prefetching<Pol, P>) return policy.prefetch(p, layer, position);
       else return nothing();
+    }
+    bool ranks_early(std::size_t layer) const override {
+      if constexpr (EarlyRanking<Pol, P>) return policy.ranks_early(layer);
+      else return false;
+    }
+    Task<void> rank(P& p, const RankView<P>& view) override {
+      if constexpr (EarlyRanking<Pol, P>) return policy.rank(p, view);
+      else throw Error(ErrorCode::invalid_argument, "policy " + policy.name() + " does not rank early");
     }
     static Task<void> nothing() { co_return; }
     std::unique_ptr<Iface> clone() const override { return std::make_unique<Impl>(policy); }
@@ -67,6 +77,8 @@ class AnyPolicy {
   Task<void> prefetch(P& p, std::size_t layer, std::size_t position) {
     return impl_->prefetch(p, layer, position);
   }
+  bool ranks_early(std::size_t layer) const { return impl_->ranks_early(layer); }
+  Task<void> rank(P& p, const RankView<P>& view) { return impl_->rank(p, view); }
 };
 
 // Feeds one prefill to every policy in `targets`; not for decoding.
