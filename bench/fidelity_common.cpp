@@ -65,11 +65,13 @@ void add_held_out_run_options(CLI::App& app, std::string& preset, HeldOutRun& ru
 
 std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
   if (name != "mpcache" && !name.starts_with("mpcache-")) return std::nullopt;
-  kv::MpCacheOptions o;
+  if (name == "mpcache") return kv::MpCacheOptions{};  // our defaults
+  kv::MpCacheOptions o = kv::MpCacheOptions::paper();
   std::stringstream parts(name.substr(7));
   std::string part;
   while (std::getline(parts, part, '-')) {
     if (part.empty()) continue;
+    if (part == "paper") continue;  // the base every suffix starts from
     if (part == "bound") o.similarity = kv::Similarity::bound;
     else if (part == "noshare") o.share_layers = false;
     else if (part == "noevict") o.keep_ratio = 1.0;
@@ -77,7 +79,7 @@ std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
     else if (part == "rmax") o.alpha = 1.0;
     else if (part == "hier") o.flat_up_to = 0;
     else throw Error(ErrorCode::invalid_argument, "fidelity: unknown MPCache variant '" + part + "' in '" + name +
-                                                      "' (bound, noshare, noevict, flat, rmax, hier)");
+                                                      "' (paper, bound, noshare, noevict, flat, rmax, hier)");
   }
   return o;
 }

@@ -47,7 +47,9 @@ std::vector<HeldOutPrompt> held_out_prompts(const std::string& path, const Model
 void add_model_and_text_options(CLI::App& app, std::string& preset, std::string& model_dir,
                                 std::string& text_path, const std::string& text_help);
 
-// "mpcache" plus ablation suffixes, each switching one part off or over:
+// "mpcache" (our defaults, kv::MpCacheOptions{}), or "mpcache-paper" (the
+// paper's options) and the paper's options with ablation suffixes, each
+// switching one part off or over:
 // -bound (sign-split bound similarity), -noshare (no layer index sharing),
 // -noevict (no static eviction), -flat (no coarse level), -rmax (alpha 1),
 // -hier (the coarse level at every size, as the paper).

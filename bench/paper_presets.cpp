@@ -65,7 +65,7 @@ struct Arm {
   std::string label;   // in rows and plots
   std::string policy;  // full | longcache | mpcache
   double budget = 0;   // fraction of the sequence length (0: none)
-  kv::MpCacheOptions options{};
+  kv::MpCacheOptions options = kv::MpCacheOptions::paper();
 };
 
 struct Run {
@@ -347,7 +347,7 @@ struct Settings {
   bool json_stdout = false;
 };
 
-kv::MpCacheOptions paper_defaults() { return kv::MpCacheOptions{}; }
+kv::MpCacheOptions paper_defaults() { return kv::MpCacheOptions::paper(); }
 
 // The paper's Figure 11, one optimisation added per arm.
 std::vector<Arm> ablation_arms(double budget) {

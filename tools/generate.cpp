@@ -237,7 +237,7 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
 void print_header(const GenerateOptions& o, const std::string& where, const std::vector<std::uint32_t>& prompt) {
   std::printf("mpcache generate: private greedy decoding under rss3, %s\n", where.c_str());
   std::printf("  model %s, policy %s", o.model_dir.c_str(), o.policy.c_str());
-  if (o.policy == "mpcache") std::printf(" (budget %zu tokens per KV head)", o.budget);
+  if (o.policy.starts_with("mpcache")) std::printf(" (budget %zu tokens per KV head)", o.budget);
   std::string shown = escaped(prompt);
   if (shown.size() > 160) shown = shown.substr(0, 120) + "..." + shown.substr(shown.size() - 37);
   std::printf(", %zu new tokens\n  prompt (client, %zu bytes): \"%s\"\n", o.tokens, prompt.size(), shown.c_str());

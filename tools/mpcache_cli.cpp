@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--prompt-file", gen.prompt_file, "read the client's prompt from this file (instead of --prompt)")
       ->excludes(prompt_opt);
   gen_cmd->add_option("--tokens", gen.tokens, "bytes to generate")->check(CLI::Range(1, 4096));
-  gen_cmd->add_option("--policy", gen.policy, "KV-cache policy: mpcache or full")
-      ->check(CLI::IsMember({"mpcache", "full"}));
+  gen_cmd->add_option("--policy", gen.policy, "KV-cache policy: mpcache (our defaults), mpcache-paper (the paper's) or full")
+      ->check(CLI::IsMember({"mpcache", "mpcache-paper", "full"}));
   gen_cmd->add_option("--budget", gen.budget, "MPCache: tokens attended per KV head per step")
       ->check(CLI::Range(1, 1 << 20));
   gen_cmd->add_option("--link", gen.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")->check(link_check);
@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   decode_cmd->add_option("--tokens", decode.tokens, "bytes to generate")->check(CLI::Range(1, 256));
   decode_cmd->add_option("--budget", decode.budget, "tokens attended per KV head per step (MPCache; at least 3 clusters)")
       ->check(CLI::Range(1, 1 << 20));
-  decode_cmd->add_option("--policy", decode.policy, "mpcache or full")->check(CLI::IsMember({"mpcache", "full"}));
+  decode_cmd->add_option("--policy", decode.policy, "mpcache, mpcache-paper or full")
+      ->check(CLI::IsMember({"mpcache", "mpcache-paper", "full"}));
   decode_cmd->add_flag("--allow-unused-weights", decode.allow_unused_weights,
                        "run even if the config leaves tensors of the weights file unused");
   decode_cmd->add_option("--json", decode.json, "write JSON lines: one row per step, a summary");

@@ -86,6 +86,17 @@ class ObservedPolicy {
   {
     return inner_->prefetch(p, layer, position);
   }
+  // Nor its ranking while the norm runs.
+  bool ranks_early(std::size_t layer) const
+    requires kv::EarlyRanking<Pol, P>
+  {
+    return inner_->ranks_early(layer);
+  }
+  Task<void> rank(P& p, const kv::RankView<P>& view)
+    requires kv::EarlyRanking<Pol, P>
+  {
+    return inner_->rank(p, view);
+  }
   Task<void> observe(P& p, const kv::StepView<P>& step, const std::vector<typename P::Share>& probs) {
     return inner_->observe(p, step, probs);
   }
@@ -190,15 +201,16 @@ Task<std::vector<std::vector<double>>> teacher_forced_logits(Ref& p, Decoder<Ref
 }
 
 // A policy by name: "mpcache" (MPCache with `budget` tokens per KV head per
-// step) or "full" (the whole cache).
+// step, our defaults), "mpcache-paper" (the paper's options) or "full" (the
+// whole cache).
 template <Protocol P>
 kv::AnyPolicy<P> generation_policy(const std::string& name, std::size_t budget) {
   if (name == "full") return kv::AnyPolicy<P>(kv::FullCache<P>{});
-  if (name == "mpcache") {
-    if (budget == 0) throw Error(ErrorCode::invalid_argument, "policy mpcache: budget must be at least 1 token");
-    return kv::AnyPolicy<P>(kv::MpCache<P>(budget));
+  if (name == "mpcache" || name == "mpcache-paper") {
+    if (budget == 0) throw Error(ErrorCode::invalid_argument, "policy " + name + ": budget must be at least 1 token");
+    return kv::AnyPolicy<P>(kv::MpCache<P>(budget, name == "mpcache" ? kv::MpCacheOptions{} : kv::MpCacheOptions::paper()));
   }
-  throw Error(ErrorCode::invalid_argument, "unknown policy '" + name + "' (mpcache or full)");
+  throw Error(ErrorCode::invalid_argument, "unknown policy '" + name + "' (mpcache, mpcache-paper or full)");
 }
 
 // One party's whole generation job under rss3.

@@ -224,7 +224,7 @@ TEST_SUITE("kv policies") {
   }
 
   TEST_CASE("MPCache hierarchical selection equals the brute-force reference, on ref and plain") {
-    kv::MpCacheOptions o;
+    auto o = kv::MpCacheOptions::paper();
     o.keep_ratio = 1.0;
     o.flat_up_to = 0;  // the paper's two levels, as the reference
     for (auto similarity : {kv::Similarity::linear, kv::Similarity::bound})
@@ -256,7 +256,7 @@ TEST_SUITE("kv policies") {
     s.keys(40, 2) = -12.0;
     for (std::size_t r = 64; r < 80; ++r) s.keys(r, 2) = 1.5;
     auto picked = [&](kv::Similarity similarity) {
-      kv::MpCacheOptions o;
+      auto o = kv::MpCacheOptions::paper();
       o.keep_ratio = 1.0;
       o.hierarchical = false;
       o.similarity = similarity;
@@ -277,7 +277,7 @@ TEST_SUITE("kv policies") {
   TEST_CASE("MPCache static eviction keeps the attended tokens; odd layers reuse the indices") {
     Ref p;
     const Scene s = scene(200, 4, 1, 31);
-    kv::MpCacheOptions o;
+    auto o = kv::MpCacheOptions::paper();
     o.keep_ratio = 0.25;  // keep 50 of 199 prompt tokens
     kv::MpCache<Ref> mc(48, o);
     std::vector<std::size_t> hot;

@@ -94,7 +94,7 @@ Rounds measure(const Setting& s) {
 }
 
 kv::MpCacheOptions small_clusters(kv::Similarity similarity = kv::Similarity::linear) {
-  kv::MpCacheOptions o;
+  auto o = kv::MpCacheOptions::paper();
   o.cluster = 4;  // budget 16: first cluster + 2 picked + the tail
   o.similarity = similarity;
   return o;

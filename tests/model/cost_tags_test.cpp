@@ -33,7 +33,7 @@ Measured measure(bool mpcache) {
     Rss3 p = state->session();
     auto weights = co_await load_llama(p, c, id == 0 ? random_weights(4, 0.3) : no_weights());
     Decoder<Rss3> decoder(weights);
-    kv::MpCacheOptions o;
+    auto o = kv::MpCacheOptions::paper();
     o.cluster = 4;
     auto policy = mpcache ? kv::AnyPolicy<Rss3>(kv::MpCache<Rss3>(16, o)) : kv::AnyPolicy<Rss3>(kv::FullCache<Rss3>{});
     std::vector<std::uint32_t> prompt;
@@ -152,7 +152,7 @@ TEST_SUITE("prepared cache") {
       kv::HeadCache<Rss3> head{co_await secret({t, d}, 1), co_await secret({t, d}, 2)};
       const std::vector<Rss3::Share> probs(kvh, co_await testing::share_of(
                                                     p, 0, fp.encode(testing::random_real({g * t, t}, 0, 0.05, 3))));
-      kv::MpCacheOptions o;
+      auto o = kv::MpCacheOptions::paper();
       o.cluster = 4;
       kv::MpCache<Rss3> policy(16, o);
       using Cache = std::vector<std::vector<kv::HeadCache<Rss3>>>;

@@ -158,7 +158,7 @@ TEST_SUITE("decoder with policies") {
     for (unsigned char ch : std::string("Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy"))
       tokens.push_back(ch);
     const std::size_t prefix = 64;
-    kv::MpCacheOptions o;
+    auto o = kv::MpCacheOptions::paper();
     o.cluster = 4;
     auto last_logits = [&](auto& p) {
       using Proto = std::remove_cvref_t<decltype(p)>;
@@ -223,7 +223,7 @@ TokenRounds decode_rounds(bool share_layers) {
     Rss3 p = state->session();
     auto weights = co_await load_llama(p, c, id == 0 ? random_weights(4, 0.3) : no_weights());
     Decoder<Rss3> decoder(weights);
-    kv::MpCacheOptions o;
+    auto o = kv::MpCacheOptions::paper();
     o.cluster = 4;
     o.share_layers = share_layers;
     CountingMpCache policy{kv::MpCache<Rss3>(16, o), [&network, id] { return network.endpoint(id).costs().rounds; },
@@ -287,7 +287,7 @@ RankingRun ranking_run(bool early) {
     auto weights = co_await load_llama(p, c, id == 0 ? random_weights(4, 0.3) : no_weights());
     Decoder<Rss3> decoder(weights);
     decoder.set_early_ranking(early);
-    kv::MpCacheOptions o;
+    auto o = kv::MpCacheOptions::paper();
     o.cluster = 4;
     kv::MpCache<Rss3> policy(16, o);
     std::vector<std::uint32_t> prompt;
@@ -316,6 +316,12 @@ RankingRun ranking_run(bool early) {
   return r;
 }
 }  // namespace
+
+// The wrappers a private generation goes through (run-time choice, progress
+// reports) must not hide early ranking from the decoder.
+static_assert(kv::EarlyRanking<kv::MpCache<Rss3>, Rss3>);
+static_assert(kv::EarlyRanking<kv::AnyPolicy<Rss3>, Rss3>);
+static_assert(kv::EarlyRanking<ObservedPolicy<Rss3, kv::AnyPolicy<Rss3>>, Rss3>);
 
 TEST_SUITE("decoder rounds") {
   TEST_CASE("early ranking: the same clusters, picked while the norm runs") {
