@@ -587,7 +587,9 @@ class MpCache {
     for (std::size_t e = 0; e < extra.size(); ++e) fixed(e, extra[e]) = 1;
     auto cand = stack_rows<P>(children, ops::public_share(p, children, fixed));  // (n, f)
     const std::size_t w = P::shape(*st.fine).at(1);
-    auto both = co_await p.matmul(cand, ops::concat_last<P>(*st.fine, cluster_table(list, f)));
+    // (st.fine may hold more than f rows: a cluster the current token just
+    // filled is summarised but is still the tail.)
+    auto both = co_await p.matmul(cand, ops::concat_last<P>(rows<P>(*st.fine, 0, f), cluster_table(list, f)));
     auto fsim = co_await similarity(p, query, ops::slice_last<P>(both, 0, w));
     if (n < k) throw Error(ErrorCode::invalid_argument, "MPCache: coarse level left too few clusters");
     auto fhot = co_await top_onehot(p, fsim, k);  // (k, n)

@@ -228,11 +228,13 @@ TEST_SUITE("kv policies") {
     o.keep_ratio = 1.0;
     o.flat_up_to = 0;  // the paper's two levels, as the reference
     for (auto similarity : {kv::Similarity::linear, kv::Similarity::bound})
-    for (std::uint64_t seed : {21u, 22u, 23u, 24u}) {
+    for (std::uint64_t seed : {21u, 22u, 23u, 24u})
+    for (std::size_t t : {16u * 13 + 5, 16u * 13}) {  // the second fills a cluster with the current token
       CAPTURE(seed);
+      CAPTURE(t);
       CAPTURE(similarity == kv::Similarity::bound);
       o.similarity = similarity;
-      const Scene s = scene(16 * 13 + 5, 8, 2, seed);
+      const Scene s = scene(t, 8, 2, seed);
       const std::size_t budget = 16 * 6;
       const auto expect = mpcache_reference(s, budget, o);
       Ref r;
