@@ -44,8 +44,8 @@ export namespace mpcache::kv {
 enum class Similarity { linear, bound, elementwise };
 
 // The defaults are ours, chosen on our model with the fidelity preset
-// (float64, passkey retrieval and perplexity at 5, 10 and 20% budgets, 1k
-// and 2k contexts): the bound similarity, no static eviction and no layer
+// (float64, passkey retrieval and perplexity at 5, 10 and 20% budgets at
+// 1k, 10% at 2k): the bound similarity, no static eviction and no layer
 // index sharing keep passkey retrieval at 0.91-1.00 where the paper's
 // options score 0.00-0.03 (README, "Choosing MPCache's defaults").
 // paper() gives the paper's options.
