@@ -264,6 +264,15 @@ class Decoder {
     probs.clear();
   }
 
+  // One decode row of queries (1, heads * d) as each KV head's query group (g, d).
+  std::vector<Share> query_groups(const Share& q) const {
+    const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh, d = c_.head_dim;
+    std::vector<Share> out(kvh);
+    for (std::size_t j = 0; j < kvh; ++j)
+      out[j] = ops::reshape<P>(ops::slice_last<P>(q, j * g * d, (j + 1) * g * d), {g, d});
+    return out;
+  }
+
   // Early ranking (kv::EarlyRanking) needs q up to a positive factor: LLaMA
   // layers (RMSNorm, no query bias) give it as h wq_ranking.
   template <class Pol>
@@ -281,18 +290,14 @@ class Decoder {
   template <class Pol>
   Task<void> rank_early(P& p, Pol& policy, std::size_t layer, const Share& h_in, std::size_t position) {
     if constexpr (kv::EarlyRanking<Pol, P>) {
-      const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
-      std::vector<Share> queries(kvh);
+      std::vector<Share> queries;
       {
         auto scope = cost_scope(p, CostTag::similarity);
-        auto scaled = co_await rope(p, co_await p.matmul_trunc(h_in, *layer_weights(layer).wq_ranking), position,
-                                    c_.num_heads);
-        for (std::size_t j = 0; j < kvh; ++j)
-          queries[j] = ops::reshape<P>(ops::slice_last<P>(scaled, j * g * c_.head_dim, (j + 1) * g * c_.head_dim),
-                                       {g, c_.head_dim});
+        queries = query_groups(co_await rope(p, co_await p.matmul_trunc(h_in, *layer_weights(layer).wq_ranking),
+                                             position, c_.num_heads));
       }
       auto scope = cost_scope(p, CostTag::gather);  // as select(): policies tag their own scores and top-k
-      co_await policy.rank(p, kv::RankView<P>{layer, position, g, &queries});
+      co_await policy.rank(p, kv::RankView<P>{layer, position, c_.num_heads / c_.num_kv_heads, &queries});
     }
     co_return;
   }
@@ -360,10 +365,7 @@ class Decoder {
           outputs[j * g + hh] = kv::rows<P>(outs[j], hh * count, (hh + 1) * count);
       *prefill_probs = std::move(probs);  // for the policy, see prefill()
     } else {  // the whole layer: attention, then the MLP
-      std::vector<Share> queries(kvh);
-      for (std::size_t j = 0; j < kvh; ++j)
-        queries[j] = ops::reshape<P>(ops::slice_last<P>(qr, j * g * c_.head_dim, (j + 1) * g * c_.head_dim),
-                                     {g, c_.head_dim});
+      std::vector<Share> queries = query_groups(qr);
       kv::StepView<P> view{layer, first, g, &queries, &layer_cache};
       // Policies tag their own summaries, scores and top-k; the rest of a
       // selection (copying or gathering rows) counts as gathering.
