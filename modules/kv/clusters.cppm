@@ -163,8 +163,8 @@ class Quest {
         auto qh = tile_row<P>(rows<P>(q, h, h + 1), f);
         P pa = p.fork(), pb = p.fork();
         auto [a, b] = co_await when_all(pa.mul_trunc(qh, *list.max_keys), pb.mul_trunc(qh, *list.min_keys));
-        auto a_less = co_await ops::less_than(p, a, b);
-        auto m = co_await ops::select(p, a_less, b, a);
+        auto a_less = co_await ops::less_than_bits(p, a, b);
+        auto m = co_await ops::select_by_bit(p, a_less, b, a);
         auto ub = ops::reshape<P>(ops::sum_last<P>(m), {f});
         bound = bound ? p.add(*bound, ub) : ub;
       }

@@ -510,8 +510,7 @@ class MpCache {
       return ops::reshape<P>(P::apply(x, [](const RingTensor& t) { return ring_sum_second_last(t); }), {1, d});
     };
     if (o_.similarity != Similarity::bound) co_return head_sum(queries);
-    auto negative = co_await ops::msb(p, queries);             // 1 where q < 0
-    auto q_minus = co_await p.mul(negative, queries);          // bit x fixed: no truncation
+    auto q_minus = co_await ops::msb_times(p, queries, queries);  // [q < 0] q: the sign bit selects
     auto q_plus = p.sub(queries, q_minus);
     co_return ops::concat_last<P>(head_sum(q_plus), head_sum(q_minus));
   }

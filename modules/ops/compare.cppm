@@ -2,9 +2,16 @@
 //   msb(a, w)         A2B of the low w bits + B2A: 2 + ceil(log2 w) + 2 rounds
 //                     on rss3 (10 for w = 64, 9 for w <= 32); requires
 //                     |a| < 2^(w-1): modulo 2^w the sign is then bit w - 1
+//   msb_bits(a, w)    the same bit before B2A (boolean), for bit_dot
+//   bit_times(b, x)   b x elementwise for a boolean bit b: B2A fused with the
+//                     product, 2 rounds where B2A then a product took 3
+//   msb_times(a, x, w) [a < 0] x: 2 + ceil(log2 w) + 2 rounds
 //   less_than(a, b, w) msb(a - b, w); requires |a - b| < 2^(w-1)
 //   below_each(x, c)  [x < c_j] for public thresholds c_j, one batched msb
 //   select(c, x, y)   c ? x : y for an arithmetic 0/1 c: 1 multiplication
+//   select_by_bit(b, x, y) b ? x : y for a boolean b: a bit_times, 2 rounds
+//                     (less_than_bits then this: one round less than
+//                     less_than then select)
 //   is_zero(a, w)     a == 0 for |a| < 2^w: A2B of w bits, AND tree, B2A
 //   equal(a, b, w)    is_zero(a - b, w): short values pay for w bits, not 64
 module;
@@ -13,6 +20,7 @@ export module mpcache.ops:compare;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;
+import :layout;
 
 export namespace mpcache::ops {
 
@@ -41,31 +49,74 @@ inline int comparison_width(int frac_bits, int magnitude_bits) {
 // bits are converted, which is exact when |a| < 2^(width-1): fewer rounds
 // (the adder is shorter) and fewer bytes.
 template <Protocol P>
+Task<typename P::Bits> msb_bits(P& p, const typename P::Share& a, int width = ring_bits) {
+  if (width < 2 || width > ring_bits)
+    throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
+  auto bits = co_await p.to_bits(a, width);
+  co_return p.bits_shift_right(bits, width - 1);
+}
+
+template <Protocol P>
 Task<typename P::Share> msb(P& p, const typename P::Share& a, int width = ring_bits) {
   if constexpr (NativeReal<P>) {
     auto out = a;
     for (auto& v : out.value) v = v < 0 ? 1.0 : 0.0;
     co_return out;
   }
-  if (width < 2 || width > ring_bits)
-    throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
-  auto bits = co_await p.to_bits(a, width);
-  co_return co_await p.bit_to_arith(p.bits_shift_right(bits, width - 1));
+  co_return co_await p.bit_to_arith(co_await msb_bits(p, a, width));
+}
+
+// b x elementwise (bit 0 of each word of b), truncated by `bits` (0: exact,
+// as a bit times a fixed-point value needs): bit_dot over a last axis of one.
+template <Protocol P>
+Task<typename P::Share> bit_times(P& p, const typename P::Bits& b, const typename P::Share& x, int bits = 0) {
+  const Shape s = P::shape(x);
+  Shape column = s;
+  column.push_back(1);
+  auto out = co_await p.bit_dot(reshape<P>(b, column), reshape<P>(x, column), bits);
+  co_return reshape<P>(out, s);
+}
+
+// [a < 0] x elementwise; |a| < 2^(width-1) required.
+template <Protocol P>
+Task<typename P::Share> msb_times(P& p, const typename P::Share& a, const typename P::Share& x,
+                                  int width = ring_bits) {
+  if constexpr (NativeReal<P>) {
+    co_return co_await p.mul(co_await msb(p, a, width), x);
+  } else {
+    co_return co_await bit_times(p, co_await msb_bits(p, a, width), x);
+  }
 }
 
 // [x < c_j] for every public threshold c_j (ring-encoded), on a new last
 // axis: (...) -> (..., k), all in one batched msb of x - c_j over `width`
 // bits (|x - c_j| < 2^(width-1) required).
+namespace detail {
+// x - c_j on a new last axis (..., k).
 template <Protocol P>
-Task<typename P::Share> below_each(P& p, const typename P::Share& x, const std::vector<Ring>& thresholds,
-                                   int width = ring_bits) {
+typename P::Share minus_each(const P& p, const typename P::Share& x, const std::vector<Ring>& thresholds) {
   const std::size_t k = thresholds.size();
   Shape spread_shape = P::shape(x);
   spread_shape.push_back(k);
   RingTensor minus = RingTensor::from_shape(spread_shape);
   for (std::size_t i = 0; i < minus.size(); ++i) minus.data()[i] = Ring{0} - thresholds[i % k];
-  const auto shifted = p.add_public(P::apply(x, [k](const RingTensor& t) { return ring_repeat_last(t, k); }), minus);
+  return p.add_public(P::apply(x, [k](const RingTensor& t) { return ring_repeat_last(t, k); }), minus);
+}
+}  // namespace detail
+
+template <Protocol P>
+Task<typename P::Share> below_each(P& p, const typename P::Share& x, const std::vector<Ring>& thresholds,
+                                   int width = ring_bits) {
+  const auto shifted = detail::minus_each(p, x, thresholds);
   co_return co_await msb(p, shifted, width);
+}
+
+// The same bits before B2A (boolean), for bit_dot.
+template <Protocol P>
+Task<typename P::Bits> below_each_bits(P& p, const typename P::Share& x, const std::vector<Ring>& thresholds,
+                                       int width = ring_bits) {
+  const auto shifted = detail::minus_each(p, x, thresholds);
+  co_return co_await msb_bits(p, shifted, width);
 }
 
 // (A coroutine, not a forwarding function: the difference must live in this
@@ -75,6 +126,22 @@ Task<typename P::Share> less_than(P& p, const typename P::Share& a, const typena
                                   int width = ring_bits) {
   const auto difference = p.sub(a, b);
   co_return co_await msb(p, difference, width);
+}
+
+// The bit of less_than before B2A (boolean), for select_by_bit / bit_dot.
+template <Protocol P>
+Task<typename P::Bits> less_than_bits(P& p, const typename P::Share& a, const typename P::Share& b,
+                                      int width = ring_bits) {
+  const auto difference = p.sub(a, b);
+  co_return co_await msb_bits(p, difference, width);
+}
+
+// b ? x : y for a boolean bit b (bit 0 of each word), elementwise.
+template <Protocol P>
+Task<typename P::Share> select_by_bit(P& p, const typename P::Bits& b, const typename P::Share& x,
+                                      const typename P::Share& y) {
+  const auto difference = p.sub(x, y);
+  co_return p.add(y, co_await bit_times(p, b, difference));
 }
 
 // c ? x : y, with c an arithmetic 0/1 sharing of the same shape. The product

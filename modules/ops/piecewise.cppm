@@ -1,9 +1,10 @@
 // Piecewise polynomials, the PUMA way of computing activations: all segment
-// comparisons in one batched msb, all polynomial pieces concurrently, then one
-// round of products with the segment indicators.
+// comparisons in one batched A2B, all polynomial pieces concurrently, then
+// the segment indicators (boolean: adjacent comparison bits XORed, locally)
+// select the pieces in one bit_dot (B2A fused with the products).
 // A polynomial piece is fitted in t = (x - center) / half_width, t in [-1, 1],
 // so that coefficient rounding (2^-(f+1) each) costs at most sum|c| 2^-(f+1).
-//   cost (rss3): max(10, 2 + ceil(log2 degree)) + 1 rounds
+//   cost (rss3): max(8, 2 + ceil(log2 degree)) + 2 rounds
 module;
 #include "prelude.hpp"
 export module mpcache.ops:piecewise;
@@ -75,10 +76,14 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
                                                  " breakpoints");
   const Shape s = P::shape(x);
   const FixedPoint fp(p.frac_bits());
-  // below[..., i] = [x < b_i], all in one msb call.
+  // below[..., i] = [x < b_i] (boolean), all in one A2B.
   std::vector<Ring> breakpoints;
   for (double b : spec.breakpoints) breakpoints.push_back(fp.encode(b));
-  auto compare = [&](P& q) { return below_each(q, x, breakpoints); };
+  std::optional<typename P::Bits> below_all;
+  auto compare = [&](P& q) -> Task<typename P::Share> {
+    below_all = co_await below_each_bits(q, x, breakpoints);
+    co_return x;  // (when_all wants one result type)
+  };
   std::vector<Task<typename P::Share>> work;
   std::vector<P> forks;
   for (std::size_t j = 0; j <= spec.pieces.size(); ++j) forks.push_back(p.fork());
@@ -93,32 +98,38 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
   for (std::size_t j = 0; j < spec.pieces.size(); ++j)
     if (spec.pieces[j].kind != Piece::Kind::zero) work.push_back(piece_value(forks[j + 1], spec.pieces[j]));
   auto done = co_await when_all(std::move(work));
-  auto below_all = std::move(done[0]);
-  auto below = [&](std::size_t i) {
-    return P::apply(below_all, [&](const RingTensor& t) {
-      return ring_reshape(ring_slice_last(t, i, i + 1), s);
-    });
-  };
-  // Indicator of piece j: [x < b_j] - [x < b_{j-1}] (first: [x < b_0], last: 1 - [x < b_last]).
-  std::vector<Task<typename P::Share>> terms;
-  std::vector<P> term_forks;
-  std::vector<typename P::Share> indicators, values;
-  std::size_t next_poly = 1;  // done[1..]: the non-zero pieces' values, in order
-  for (std::size_t j = 0; j < spec.pieces.size(); ++j) {
-    const Piece& piece = spec.pieces[j];
-    if (piece.kind == Piece::Kind::zero) continue;
-    typename P::Share ind = j < cuts ? below(j) : public_share(p, x, ring_filled(s, 1));
-    if (j > 0) ind = p.sub(ind, below(j - 1));
-    indicators.push_back(std::move(ind));
-    values.push_back(std::move(done[next_poly++]));
+  // Indicator of piece j: [x < b_j] xor [x < b_{j-1}] (the breakpoints ascend;
+  // first: [x < b_0], last: 1 xor [x < b_last]), as bits on a new last axis
+  // (..., J) over the J non-zero pieces, beside their values (..., J).
+  std::vector<std::size_t> live;
+  for (std::size_t j = 0; j < spec.pieces.size(); ++j)
+    if (spec.pieces[j].kind != Piece::Kind::zero) live.push_back(j);
+  const std::size_t count = live.size();
+  if (count == 0) co_return public_share(p, x, ring_zeros(s));
+  Shape stacked = s;
+  stacked.push_back(count);
+  auto indicators = P::apply(*below_all, [&](const RingTensor& t) {  // XOR is component-wise
+    RingTensor out = ring_zeros(stacked);
+    const std::size_t elements = out.size() / count;
+    for (std::size_t e = 0; e < elements; ++e)
+      for (std::size_t c = 0; c < count; ++c) {
+        const std::size_t j = live[c];
+        Ring bit = j < cuts ? t.data()[e * cuts + j] : 0;
+        if (j > 0) bit ^= t.data()[e * cuts + j - 1];
+        out.data()[e * count + c] = bit;
+      }
+    return out;
+  });
+  if (live.back() == cuts) {  // the last piece's indicator is 1 xor [x < b_last]
+    RingTensor last = ring_zeros(stacked);
+    for (std::size_t i = count - 1; i < last.size(); i += count) last.data()[i] = 1;
+    indicators = p.bits_xor_public(indicators, last);
   }
-  for (std::size_t j = 0; j < indicators.size(); ++j) term_forks.push_back(p.fork());
-  for (std::size_t j = 0; j < indicators.size(); ++j)
-    terms.push_back(term_forks[j].mul(indicators[j], values[j]));
-  auto products = co_await when_all(std::move(terms));
-  auto result = public_share(p, x, ring_zeros(s));
-  for (auto& t : products) result = p.add(result, t);
-  co_return result;
+  Shape column = s;
+  column.push_back(1);
+  typename P::Share values = reshape<P>(done[1], column);
+  for (std::size_t c = 1; c < count; ++c) values = concat_last<P>(values, reshape<P>(done[1 + c], column));
+  co_return reshape<P>(co_await p.bit_dot(indicators, values), s);
 }
 
 }  // namespace mpcache::ops

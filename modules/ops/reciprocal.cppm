@@ -2,8 +2,9 @@
 // SPU/PUMA normalise; the series replaces their sequential Newton steps):
 //   1. comparisons x < 2^t for every t < w in one batch give the highest
 //      set bit p; w = f + max_log2 covers x < 2^max_log2;
-//   2. that one-hot (arithmetic, w bits) gives s = 2^(K-p) as a local
-//      weighted sum;
+//   2. that one-hot (w bits) gives s = 2^(K-p) as a local weighted sum
+//      after B2A, and meanwhile x s as a bit_dot of the bits with x 2^(K-t)
+//      (B2A fused with the product: the round a product after B2A took);
 //   3. x' = x s / 2^(K-f+1) lies in [0.5, 1); y0 = 2.9142 - 2x', so that
 //      e = 1 - x' y0 lies in [-0.062, 0.086];
 //   4. 1/x' = y0 / (1 - e) = y0 (1 + e)(1 + e^2) up to a relative e^4
@@ -14,8 +15,8 @@
 //     the product y0 s exceeds 2^44 and truncation's failure probability
 //     (2^(l-64)) grows past 2^-20
 //   error: relative <= 2e-4 + 2^-f/x (tested on dense samples of the range)
-//   cost (rss3): comparisons (A2B 2 + ceil(log2(w + 1)), B2A 2) + 4 = 14
-//     rounds at w = 41, 13 at w <= 31 (tested)
+//   cost (rss3): comparisons (A2B 2 + ceil(log2(w + 1))) + x' (bit_dot, 2)
+//     + 3 = 13 rounds at w = 41, 12 at w <= 31 (tested)
 module;
 #include "prelude.hpp"
 export module mpcache.ops:reciprocal;
@@ -32,17 +33,18 @@ inline constexpr int reciprocal_max_log2 = 23;      // default range: x < 2^23
 inline constexpr int reciprocal_guard_bits = 4;     // z carried at 2^(f+4)
 
 namespace detail {
-// One-hot (arithmetic 0/1, shape (..., w)) of the highest set bit p of
+// One-hot (boolean bits, shape (..., w)) of the highest set bit p of
 // 0 < x < 2^w (as a ring integer): below_t = [x < 2^t] for every t in one
-// batched msb of x - 2^t (w + 1 bits, since |x - 2^t| < 2^w), then
-// one_hot_t = below_{t+1} - below_t (below_w = 1) locally. Any public
-// function g(p) is then a local weighted sum of these bits.
-// 2 + ceil(log2(w + 1)) + 2 rounds: 10 for w = 41, 9 for w <= 31. An A2B of
-// x and a prefix-OR from its top bit take ceil(log2 w) rounds more; the
+// batched A2B of x - 2^t (w + 1 bits, since |x - 2^t| < 2^w), then
+// one_hot_t = below_{t+1} xor below_t (below_w = 1) locally. Any public
+// function g(p) is a local weighted sum of these bits after one B2A, and
+// x g(p) one bit_dot (times_weight_of).
+// 2 + ceil(log2(w + 1)) rounds: 8 for w = 41, 7 for w <= 31. An A2B of x
+// and a prefix-OR from its top bit take ceil(log2 w) rounds more; the
 // comparisons cost w A2Bs per element instead of one, cheap where x is one
 // value per row (norms, softmax sums).
 template <Protocol P>
-Task<typename P::Share> highest_bit_one_hot(P& p, const typename P::Share& x, int width) {
+Task<typename P::Bits> highest_bit_bits(P& p, const typename P::Share& x, int width) {
   if (width < 2 || width > reciprocal_scale_bits + 1)
     throw Error(ErrorCode::invalid_argument, "highest set bit over " + std::to_string(width) +
                                                  " bits, outside [2, " +
@@ -50,16 +52,33 @@ Task<typename P::Share> highest_bit_one_hot(P& p, const typename P::Share& x, in
   const auto w = static_cast<std::size_t>(width);
   std::vector<Ring> powers(w);
   for (std::size_t t = 0; t < w; ++t) powers[t] = Ring{1} << t;
-  const auto below = co_await below_each(p, x, powers, width + 1);
-  const Shape shape = P::shape(below);
-  RingTensor top_is_one = ring_zeros(shape);  // below_w = 1
-  for (std::size_t i = w - 1; i < top_is_one.size(); i += w) top_is_one.data()[i] = 1;
-  Shape column = shape;
-  column.back() = 1;
-  const auto below_next = P::apply(below, [&](const RingTensor& t) {  // below_{t+1}, 0 at t = w - 1
-    return ring_concat_last(ring_slice_last(t, 1, w), ring_zeros(column));
+  const auto below = co_await below_each_bits(p, x, powers, width + 1);
+  // XOR is component-wise; the public 1 of below_w goes in once, below.
+  auto hot = P::apply(below, [w](const RingTensor& t) {
+    RingTensor out = RingTensor::from_shape(shape_of(t));
+    for (std::size_t i = 0; i < t.size(); ++i)
+      out.data()[i] = (i % w + 1 < w ? t.data()[i + 1] : 0) ^ t.data()[i];
+    return out;
   });
-  co_return p.add_public(p.sub(below_next, below), top_is_one);
+  RingTensor top_is_one = ring_zeros(P::shape(below));
+  for (std::size_t i = w - 1; i < top_is_one.size(); i += w) top_is_one.data()[i] = 1;
+  co_return p.bits_xor_public(hot, top_is_one);
+}
+
+// x (...) times weights[p] for the highest bit p marked in one_hot (..., w),
+// truncated by `bits`: one bit_dot (2 rounds) of the bits with x weights[t].
+// (The other bits' terms may wrap; their exact 0 removes them.)
+template <Protocol P>
+Task<typename P::Share> times_weight_of(P& p, const typename P::Bits& one_hot, const typename P::Share& x,
+                                        const std::vector<Ring>& weights, int bits) {
+  const Shape s = P::shape(x);
+  const std::size_t w = weights.size();
+  Shape spread = s;
+  spread.push_back(w);
+  RingTensor scale = RingTensor::from_shape(spread);
+  for (std::size_t i = 0; i < scale.size(); ++i) scale.data()[i] = weights[i % w];
+  auto terms = p.mul_public(P::apply(x, [w](const RingTensor& t) { return ring_repeat_last(t, w); }), scale);
+  co_return reshape<P>(co_await p.bit_dot(one_hot, terms, bits), s);
 }
 
 template <Protocol P>
@@ -70,14 +89,11 @@ typename P::Share weighted_bits(const typename P::Share& one_hot, const std::vec
 // Bits of a fixed-point value below 2^max_log2 (real).
 inline int value_width(int frac_bits, int max_log2) { return frac_bits + max_log2; }
 
-// s = 2^(K - p) (integer), for 0 < x < 2^width.
-template <Protocol P>
-Task<typename P::Share> normaliser(P& p, const typename P::Share& x, int width) {
-  constexpr int K = reciprocal_scale_bits;
-  auto one_hot = co_await highest_bit_one_hot(p, x, width);
+// s = 2^(K - p) for the highest set bit p of 0 < x < 2^width, as public weights.
+inline std::vector<Ring> normaliser_weights(int width) {
   std::vector<Ring> weights(static_cast<std::size_t>(width));
-  for (int t = 0; t < width; ++t) weights[t] = Ring{1} << (K - t);
-  co_return weighted_bits<P>(one_hot, weights);
+  for (int t = 0; t < width; ++t) weights[t] = Ring{1} << (reciprocal_scale_bits - t);
+  return weights;
 }
 }  // namespace detail
 
@@ -88,8 +104,15 @@ Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log
   const int f = p.frac_bits();
   const Shape shape = P::shape(x);
   const FixedPoint fp(f);
-  auto s = co_await detail::normaliser(p, x, detail::value_width(f, max_log2));
-  auto xn = co_await p.mul_trunc(x, s, K - f + 1);  // in [0.5, 1)
+  const int width = detail::value_width(f, max_log2);
+  const auto weights = detail::normaliser_weights(width);
+  const auto hot = co_await detail::highest_bit_bits(p, x, width);
+  // s (B2A, for z0 below) while x' = x s / 2^(K-f+1), in [0.5, 1), is formed.
+  auto normaliser = [&](P& q) -> Task<typename P::Share> {
+    co_return detail::weighted_bits<P>(co_await q.bit_to_arith(hot), weights);
+  };
+  P pn = p.fork(), px = p.fork();
+  auto [s, xn] = co_await when_all(normaliser(pn), detail::times_weight_of(px, hot, x, weights, K - f + 1));
   auto y0 = p.add_public(p.neg(p.add(xn, xn)), ring_filled(shape, fp.encode(2.9142)));
   const RingTensor one = ring_filled(shape, fp.encode(1.0));
   // e = 1 - x' y0 and z0 = y0 s (the unrefined 1/x at scale 2^(f+G)).

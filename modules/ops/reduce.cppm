@@ -1,10 +1,10 @@
 // max and argmax along the last axis by a tournament of groups of m adjacent
 // elements: in each group all m(m-1)/2 comparisons run in one batch (A2B
 // only, 8 rounds on rss3 at 64 bits, 7 at <= 32); a candidate wins if it
-// beats every other one (an AND of m-1 bits, ceil(log2(m-1)) rounds), one
-// B2A (2 rounds) and one product select the winner's value and index. At
-// 64 bits a level costs 11 rounds for m = 2 (pairs), 13 for m = 4, 14 for
-// m = 8, 15 for m = 16, 17 for m = 64: larger groups shorten the critical
+// beats every other one (an AND of m-1 bits, ceil(log2(m-1)) rounds), and
+// its bit selects its value and index (bit_dot: B2A fused with the product,
+// 2 rounds). At 64 bits a level costs 10 rounds for m = 2 (pairs), 12 for
+// m = 4, 13 for m = 8, 14 for m = 16, 16 for m = 64: larger groups shorten the critical
 // path at the price of more comparisons. Each level's m is chosen by a link
 // model (the paper's LAN) from the row count and the remaining length, so
 // a long row may take wide groups first and one all-pairs group last.
@@ -39,13 +39,13 @@ inline constexpr std::size_t tournament_max_group = 64;
 
 // Rounds of one tournament level of groups of m on rss3, and words sent per
 // group per party: A2B of the differences (`width` bits), the AND tree,
-// B2A, and the value and index products.
+// and bit_dot of the winners' bits with values and indices.
 inline std::size_t tournament_level_rounds(std::size_t m, int width = ring_bits) {
-  return a2b_rounds(width) + detail::tournament_and_rounds(m) + 3;
+  return a2b_rounds(width) + detail::tournament_and_rounds(m) + 2;
 }
 inline double tournament_group_words(std::size_t m, int width = ring_bits) {
   const double pairs = double(m) * double(m - 1) / 2;
-  return double(a2b_words(width)) * pairs + double(m * detail::tournament_and_rounds(m)) + 4 * double(m);
+  return double(a2b_words(width)) * pairs + double(m * detail::tournament_and_rounds(m)) + 4 * double(m) + 2;
 }
 
 // The group size of every level, first to last, that minimises
@@ -77,11 +77,11 @@ inline std::size_t x_rows(const Shape& shape) {
   return r;
 }
 
-// Arithmetic 0/1 per element of xs (..., groups * m): 1 for the winner of
+// Boolean bit 0 per element of xs (..., groups * m): 1 for the winner of
 // its group of m adjacent elements (the largest, the lowest index on ties).
-// A2B (8 rounds at 64 bits) + AND ceil(log2(m - 1)) + B2A 2 rounds on rss3.
+// A2B (8 rounds at 64 bits) + AND ceil(log2(m - 1)) rounds on rss3.
 template <Protocol P>
-Task<typename P::Share> group_wins(P& p, const typename P::Share& xs, std::size_t m, int width = ring_bits) {
+Task<typename P::Bits> group_win_bits(P& p, const typename P::Share& xs, std::size_t m, int width = ring_bits) {
   using Share = typename P::Share;
   const std::size_t padded = P::shape(xs).back(), groups = padded / m;
   // Pairs (a, b), a < b, of every group.
@@ -132,7 +132,13 @@ Task<typename P::Share> group_wins(P& p, const typename P::Share& xs, std::size_
     for (std::size_t i = 0; i < pattern.size(); ++i) pattern.data()[i] = per_candidate[(i % padded) % m];
   }
   auto literals = p.bits_xor_public(words, pattern);
-  co_return co_await p.bit_to_arith(co_await and_low_bits(p, std::move(literals), std::max<int>(1, static_cast<int>(m) - 1)));
+  co_return co_await and_low_bits(p, std::move(literals), std::max<int>(1, static_cast<int>(m) - 1));
+}
+
+// The same as arithmetic 0/1 (B2A: 2 rounds more).
+template <Protocol P>
+Task<typename P::Share> group_wins(P& p, const typename P::Share& xs, std::size_t m, int width = ring_bits) {
+  co_return co_await p.bit_to_arith(co_await group_win_bits(p, xs, m, width));
 }
 
 // One level: groups of m adjacent elements (the last group padded with
@@ -153,24 +159,23 @@ Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const ty
     xs = concat_last<P>(xs, public_share(p, x, ring_filled(pad, lowest)));
     is = concat_last<P>(is, public_share(p, x, ring_zeros(pad)));
   }
-  auto wins = co_await group_wins(p, xs, m, width);
-  auto group_sum = [=](const Share& t) {
-    return P::apply(t, [=](const RingTensor& r) {
-      Shape out_shape = shape_of(r);
-      out_shape.back() = groups;
-      RingTensor out = ring_zeros(out_shape);
-      const std::size_t rows = r.size() / padded;
-      for (std::size_t row = 0; row < rows; ++row)
-        for (std::size_t i = 0; i < padded; ++i) out.data()[row * groups + i / m] += r.data()[row * padded + i];
-      return out;
-    });
-  };
+  // The winners' bits select their values (and indices) with bit_dot, one
+  // group per row: B2A fused with the selecting product.
+  auto wins = co_await group_win_bits(p, xs, m, width);
+  const std::size_t total = x_rows(shape) * groups;  // groups over all rows
+  Shape out_shape = shape;
+  out_shape.back() = groups;
   if (!with_index) {
-    auto v = co_await p.mul(wins, xs);
-    co_return std::pair{group_sum(v), group_sum(is)};  // indices unused
+    auto v = co_await p.bit_dot(reshape<P>(wins, {total, m}), reshape<P>(xs, {total, m}));
+    co_return std::pair{reshape<P>(v, out_shape), reshape<P>(slice_last<P>(is, 0, groups), out_shape)};  // indices unused
   }
-  auto both = co_await p.mul(concat_last<P>(wins, wins), concat_last<P>(xs, is));
-  co_return std::pair{group_sum(slice_last<P>(both, 0, padded)), group_sum(slice_last<P>(both, padded, 2 * padded))};
+  const Shape flat{1, total * m};
+  auto twice = P::apply(reshape<P>(wins, flat), [](const RingTensor& t) { return ring_concat_last(t, t); });
+  auto both = co_await p.bit_dot(reshape<P>(twice, {2 * total, m}),
+                                 reshape<P>(concat_last<P>(reshape<P>(xs, flat), reshape<P>(is, flat)), {2 * total, m}));
+  auto row = reshape<P>(both, {1, 2 * total});
+  co_return std::pair{reshape<P>(slice_last<P>(row, 0, total), out_shape),
+                      reshape<P>(slice_last<P>(row, total, 2 * total), out_shape)};
 }
 
 // arity 0: each level's group size from tournament_plan; otherwise every

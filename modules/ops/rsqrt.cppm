@@ -5,16 +5,17 @@
 // chosen so that e = 1 - x' y0^2 stays within |e| <= 0.045. Then
 // 1/sqrt(x') = y0 (1 - e)^(-1/2) = y0 (1 + e/2 + 3e^2/8) up to 2.8e-5
 // relative, and 1/sqrt(x) = 1/sqrt(x') g.
-//   rounds after the highest bit: x' and y0 | y0^2 and y0 g | e = 1 - x' y0^2
-//   | 3e^2/4 | y0 g (2 + e + 3e^2/4) / 2: five, where three Newton steps and
-//   the scalings took eleven.
+//   rounds after the highest bit's A2B: x' and y0 (bit_dot, 2) | y0^2 and
+//   y0 g | e = 1 - x' y0^2 | 3e^2/4 | y0 g (2 + e + 3e^2/4) / 2: six, where
+//   B2A, three Newton steps and the scalings took thirteen.
 // rsqrt_times(x, m) multiplies m (..., d) by rsqrt(x) (..., 1) in the last
 // product, so a norm pays no extra round for it; rsqrt_then also applies a
 // row-linear map (a norm's projections) while the series is computed.
 //   range: 2^-10 <= x < 2^23 (variances and mean squares in LayerNorm/RMSNorm)
 //   error: relative <= 1e-3 + 2^-17 absolute (tested on dense samples)
-//   cost (rss3): 15 rounds: 10 for the highest bit (42-bit comparisons:
-//   A2B 8, B2A 2), then 5 (tested)
+//   cost (rss3): 14 rounds: 8 for the highest bit (42-bit comparisons,
+//   A2B), x' and -b x' by bit_dot (2: B2A fused with the products), then 4
+//   (tested)
 module;
 #include "prelude.hpp"
 export module mpcache.ops:rsqrt;
@@ -55,20 +56,23 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
   const Shape shape = P::shape(x);
   const FixedPoint fp(f);
   const int width = detail::value_width(f, rsqrt_max_log2);
-  auto one_hot = co_await detail::highest_bit_one_hot(p, x, width);
+  const auto one_hot = co_await detail::highest_bit_bits(p, x, width);
   std::vector<Ring> scale(width), slope(width), correction(width);
   for (int t = 0; t < width; ++t) {
     scale[t] = Ring{1} << (K - t);
     slope[t] = static_cast<Ring>(std::llround(-rsqrt_guess_b * std::exp2(K - t + rsqrt_slope_guard_bits)));
     correction[t] = static_cast<Ring>(std::llround(std::exp2(-(t - f + 1) / 2.0) * std::exp2(f + E)));
   }
-  const Share s = detail::weighted_bits<P>(one_hot, scale);
-  const Share s_slope = detail::weighted_bits<P>(one_hot, slope);
-  const Share g = detail::weighted_bits<P>(one_hot, correction);
-  // x' and -b x' in one round; y0 = a - b x'.
-  P px = p.fork(), pb = p.fork();
-  auto [xn, minus_bx] = co_await when_all(px.mul_trunc(x, s, K - f + 1),
-                                          pb.mul_trunc(x, s_slope, K - f + 1 + rsqrt_slope_guard_bits));
+  // x' and -b x' straight from the bits (bit_dot: B2A fused with the
+  // products), g by B2A meanwhile; y0 = a - b x'.
+  auto correction_of = [&](P& q) -> Task<Share> {
+    co_return detail::weighted_bits<P>(co_await q.bit_to_arith(one_hot), correction);
+  };
+  P px = p.fork(), pb = p.fork(), pc = p.fork();
+  auto [xn, minus_bx, g] =
+      co_await when_all(detail::times_weight_of(px, one_hot, x, scale, K - f + 1),
+                        detail::times_weight_of(pb, one_hot, x, slope, K - f + 1 + rsqrt_slope_guard_bits),
+                        correction_of(pc));
   const Share y0 = p.add_public(minus_bx, ring_filled(shape, fp.encode(rsqrt_guess_a)));
   P py = p.fork(), pg = p.fork();
   auto [y0_sq, y0g] = co_await when_all(py.mul_trunc(y0, y0), pg.mul_trunc(y0, g));  // y0 g at 2^(f+E)

@@ -1,8 +1,8 @@
 // Top-k along the last axis, two ways, both ordering by (value descending,
 // index ascending) so that ties are broken by index and every backend agrees:
 //   * topk_network: bitonic sorting network on (value, index) pairs,
-//     log2(n)(log2(n)+1)/2 compare-exchange layers of one comparison and one
-//     round of selects each;
+//     log2(n)(log2(n)+1)/2 compare-exchange layers of one comparison's A2B
+//     and one select by its bit (bit_times, 2 rounds) each;
 //   * topk_rank: constant rounds: all n(n-1)/2 comparisons in one batch,
 //     ranks by local sums, one-hot of the ranks, one multiplication round;
 // and topk(), which picks the cheaper for n, k and a link model.
@@ -61,13 +61,14 @@ typename P::Share take(const typename P::Share& a, const std::vector<std::size_t
 }
 }  // namespace detail
 
-// Cost on rss3 per row (payload bytes per party): comparison = 15 words,
-// select = 1 word; see compare.cppm.
+// Cost on rss3 per row (payload bytes per party): a layer's comparison
+// bits = 13 words (A2B), its two selects by those bits = 3 words each
+// (bit_times); 8 + 2 rounds; see compare.cppm.
 inline TopKCost topk_network_cost(std::size_t n) {
   const std::uint64_t L = static_cast<std::uint64_t>(ceil_log2(detail::next_pow2(n)));
   const std::uint64_t layers = L * (L + 1) / 2;
   const std::uint64_t pairs = detail::next_pow2(n) / 2;
-  return {layers * 11, layers * pairs * (15 + 2) * 8};
+  return {layers * 10, layers * pairs * (13 + 2 * 3) * 8};
 }
 
 inline TopKCost topk_rank_cost(std::size_t n, std::size_t k) {
@@ -120,10 +121,11 @@ Task<TopK<P>> topk_network(P& p, typename P::Share x, std::size_t k) {
       }
       auto xu = detail::take<P>(x, u), xv = detail::take<P>(x, v);
       auto iu = detail::take<P>(idx, u), iv = detail::take<P>(idx, v);
-      auto swap = co_await less_than(p, detail::sort_key(p, xu, iu, m),
-                                     detail::sort_key(p, xv, iv, m));
+      auto swap = co_await less_than_bits(p, detail::sort_key(p, xu, iu, m),
+                                          detail::sort_key(p, xv, iv, m));
       P pv = p.fork(), pi = p.fork();
-      auto [new_xu, new_iu] = co_await when_all(select(pv, swap, xv, xu), select(pi, swap, iv, iu));
+      auto [new_xu, new_iu] =
+          co_await when_all(select_by_bit(pv, swap, xv, xu), select_by_bit(pi, swap, iv, iu));
       auto new_xv = p.sub(p.add(xu, xv), new_xu);
       auto new_iv = p.sub(p.add(iu, iv), new_iu);
       // Scatter back: position u[t] <- new_u[t], v[t] <- new_v[t].

@@ -91,6 +91,8 @@ class Plain {
   Bits bits_shift_left(const Bits& x, int n) const;
   Bits bits_shift_right(const Bits& x, int n) const;
   Task<Share> bit_to_arith(const Bits& x);
+  Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0,
+                      std::source_location where = std::source_location::current());
   Task<RingTensor> reveal_bits(const Bits& x);
 
  private:

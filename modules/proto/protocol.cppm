@@ -66,6 +66,10 @@ concept Protocol =
       { cp.bits_shift_left(x, n) } -> std::same_as<typename P::Bits>;
       { cp.bits_shift_right(x, n) } -> std::same_as<typename P::Bits>;
       { p.bit_to_arith(x) } -> std::same_as<Task<typename P::Share>>;
+      // sum over the last axis of (bit 0 of x) * a, truncated by n bits (0:
+      // exact): B2A fused with a product, (..., k) -> (..., 1). Where a
+      // compared bit selects or weights values this saves B2A's extra round.
+      { p.bit_dot(x, a, n) } -> std::same_as<Task<typename P::Share>>;
       { p.reveal_bits(x) } -> std::same_as<Task<RingTensor>>;
     };
 

@@ -98,6 +98,7 @@ class Ref {
   Bits bits_shift_left(const Bits& x, int n) const;
   Bits bits_shift_right(const Bits& x, int n) const;
   Task<Share> bit_to_arith(const Bits& x);
+  Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);
   Task<RingTensor> reveal_bits(const Bits& x);
 
   // Native float64 entry points (only Ref has them; generic code reaches

@@ -11,6 +11,8 @@
 //   bits_and       every party sends n words                     1 round
 //   to_bits(w)     (A2B) 1 + (2 + ceil(log2 w)) words, 2+ceil(log2 w) rounds (w >= 2)
 //   bit_to_arith   (B2A of bit 0) every party sends 2n           2 rounds
+//   bit_dot        (B2A fused with a product summed over the last axis:
+//                  (..., k) -> (..., 1)) every party sends 2n + n/k  2 rounds
 // Zero-sharings come from pairwise AES-CTR keys: party i shares k_i with
 // party i+1, agreed at setup (one round, keys from the OS RNG).
 //
@@ -140,6 +142,8 @@ class Rss3 {
   Bits bits_shift_right(const Bits& x, int n) const;  // logical
   // B2A of bit 0 of every word (other bits are ignored): arithmetic 0 or 1.
   Task<Share> bit_to_arith(const Bits& x);
+  // sum_last (bit 0 of b) * x, truncated by `bits` (0: exact); see rss3.cpp.
+  Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);
   Task<RingTensor> reveal_bits(const Bits& x);
 
  private:

@@ -114,5 +114,18 @@ Task<PlainShare> Plain::bit_to_arith(const Bits& x) {
   co_return out;
 }
 Task<RingTensor> Plain::reveal_bits(const Bits& x) { co_return x.value; }
+Task<PlainShare> Plain::bit_dot(const Bits& b, const Share& x, int bits, std::source_location where) {
+  require_same_shape(b.value, x.value, "plain bit_dot");
+  Shape s = shape_of(x.value);
+  if (s.empty() || s.back() == 0)
+    throw Error(ErrorCode::invalid_argument, "plain bit_dot over an empty last axis, shape " + shape_string(s));
+  RingTensor picked = x.value;
+  for (std::size_t i = 0; i < picked.size(); ++i)
+    if ((b.value.data()[i] & 1) == 0) picked.data()[i] = 0;
+  const std::size_t k = s.back();
+  s.back() = 1;
+  RingTensor summed = ring_reshape(ring_weighted_sum_last(picked, std::vector<Ring>(k, Ring{1})), s);
+  co_return PlainShare{bits > 0 ? audited(summed, bits, where) : std::move(summed)};
+}
 
 }  // namespace mpcache

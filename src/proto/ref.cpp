@@ -169,6 +169,21 @@ Task<RefShare> Ref::bit_to_arith(const Bits& x) {
   co_return RefShare{std::move(out)};
 }
 Task<RingTensor> Ref::reveal_bits(const Bits& x) { co_return x.value; }
+Task<RefShare> Ref::bit_dot(const Bits& b, const Share& x, int bits) {
+  if (shape_of(b.value) != shape(x))
+    throw Error(ErrorCode::invalid_argument, "ref bit_dot: bits " + shape_string(shape_of(b.value)) +
+                                                 ", values " + shape_string(shape(x)));
+  Shape s = shape(x);
+  if (s.empty() || s.back() == 0)
+    throw Error(ErrorCode::invalid_argument, "ref bit_dot over an empty last axis, shape " + shape_string(s));
+  const std::size_t k = s.back(), rows = x.value.size() / k;
+  s.back() = 1;
+  RealTensor out = xt::zeros<double>(s);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t i = 0; i < k; ++i)
+      if (b.value.data()[r * k + i] & 1) out.data()[r] += x.value.data()[r * k + i];
+  co_return RefShare{out * std::ldexp(1.0, -bits)};
+}
 
 RefShare Ref::from_real(const RealTensor& x) const { return {x * std::ldexp(1.0, frac_bits_)}; }
 RealTensor Ref::to_real(const Share& a) const { return a.value * std::ldexp(1.0, -frac_bits_); }

@@ -123,11 +123,13 @@ TEST_SUITE("kv rounds") {
       }
       // Exact counts (deterministic in-process). Prefill: rank top-48 of 96,
       // the k-th key comparison, the slot one-hot, one compaction matmul and
-      // the prompt's cluster summaries. A step: similarity, top-k, gather
-      // (the bound's query sign split adds 11; the coarse level 20).
+      // the prompt's cluster summaries (linear: one truncation more, the
+      // coarse mix). A step: similarity, top-k, gather (the bound's query
+      // sign split adds 10: A2B, then the sign bit selects q by bit_dot; the
+      // coarse level 20).
       const bool bound = similarity == kv::Similarity::bound;
-      CHECK(runs[0].prefill[0] == 66);
-      CHECK(runs[0].step[1][0] == (flat_up_to == 0 ? 40u : 20u) + (bound ? 11u : 0u));
+      CHECK(runs[0].prefill[0] == (bound ? 64u : 65u));
+      CHECK(runs[0].step[1][0] == (flat_up_to == 0 ? 40u : 20u) + (bound ? 10u : 0u));
     }
   }
 

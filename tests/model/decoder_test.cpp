@@ -330,12 +330,12 @@ TEST_SUITE("decoder rounds") {
                                  << early.bytes << " / " << late.bytes);
     // The same picks at every step, the cluster-filling one included.
     CHECK(early.picked_ids == late.picked_ids);
-    // After the norm, a selecting layer waits for the norm (16 rounds), RoPE
+    // After the norm, a selecting layer waits for the norm (15 rounds), RoPE
     // (1) and the selection (20: tests/kv/rounds_test.cpp). Early, the
     // selection starts after the ranking projection and RoPE (2 rounds) and
-    // ends 22 rounds in, where q is ready at 17: 15 rounds fewer in each of
+    // ends 22 rounds in, where q is ready at 16: 14 rounds fewer in each of
     // the three selecting layers.
-    CHECK(early.per_token + 3 * 15 == late.per_token);
+    CHECK(early.per_token + 3 * 14 == late.per_token);
     // The cluster the second step's token completes is summarised while
     // the rest of its layer runs (prefetch): that step costs no more than
     // the steady third (party 0's rounds).

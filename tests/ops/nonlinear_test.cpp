@@ -186,7 +186,7 @@ TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds, larg
   const auto cost = mpcache::testing::measure_op(xe, [&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
     co_return co_await ops::silu_times(p, a, a);
   });
-  CHECK(cost.rounds == 11);
+  CHECK(cost.rounds == 10);
 }
 
 TEST_CASE("rsqrt: relative error within 1e-3 on [2^-10, 2^23)") {
@@ -300,8 +300,8 @@ TEST_CASE("norm_project: norm(h) W for RMSNorm and LayerNorm, the projections in
       co_return std::move(out[0]);
     }).rounds;
   };
-  CHECK(rounds_of(false) == 16);
-  CHECK(rounds_of(true) == 16);
+  CHECK(rounds_of(false) == 15);
+  CHECK(rounds_of(true) == 15);
 }
 
 TEST_CASE("norms truncate nothing above 2^47 on rows with outlier features of 300") {
@@ -344,29 +344,30 @@ TEST_CASE("round counts of the non-linear functions match the documented costs")
   FixedPoint fp;
   const RingTensor x = fp.encode(linspace(0.5, 4.0, 8));
   auto rounds_of = [&](auto op) { return mpcache::testing::measure_op(x, op).rounds; };
-  // reciprocal: highest bit over 41 bits (42-bit comparisons: A2B 8, B2A 2)
-  // + 4; over 29 bits (x < 2^11) A2B 7.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a); }) == 14);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a, 11); }) == 13);
-  // rsqrt: highest bit over 41 bits (8 + 2) + 5.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); }) == 15);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 11);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 11);
+  // reciprocal: highest bit over 41 bits (42-bit comparisons: A2B 8), x'
+  // by bit_dot 2, then 3; over 29 bits (x < 2^11) A2B 7.
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a); }) == 13);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a, 11); }) == 12);
+  // rsqrt: highest bit over 41 bits (A2B 8), x' and y0 by bit_dot 2, then 4.
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); }) == 14);
+  // Piecewise: the comparisons' A2B 8, then the pieces selected by bit_dot 2.
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 10);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 10);
   // RMSNorm: x truncated (party 0's message alone: it overlaps) and x^2 1,
-  // then rsqrt_times 15, whose last product is the norm's.
+  // then rsqrt_times 14, whose last product is the norm's.
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
           co_return co_await ops::rms_norm(p, ops::reshape<Rss3>(a, {1, 8}), a);
-        }) == 16);
+        }) == 15);
   // LayerNorm: mean, squares and variance 2 (the mean's truncation is party
   // 0's alone and overlaps), then as RMSNorm.
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
           co_return co_await ops::layer_norm(p, ops::reshape<Rss3>(a, {1, 8}), a, a);
-        }) == 16);
-  // softmax over 8: max in one group of 8 (8 + 3 + 2 + 1 = 14), exp 11,
-  // reciprocal of a sum below 16 (w = 22: 23-bit comparisons 7 + 2, then
-  // 4 = 13), product 1.
+        }) == 15);
+  // softmax over 8: max in one group of 8 (A2B 8 + AND 3 + bit_dot 2 = 13),
+  // exp 11, reciprocal of a sum below 16 (w = 22: 23-bit comparisons 7,
+  // bit_dot 2, then 3 = 12), product 1.
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
           const auto row = ops::reshape<Rss3>(a, {1, 8});
           co_return co_await ops::softmax_last(p, row);
-        }) == 39);
+        }) == 37);
 }

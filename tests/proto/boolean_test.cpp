@@ -90,3 +90,59 @@ TEST_CASE("B2A turns bit 0 into an arithmetic 0 or 1 in two rounds") {
   for (auto& v : want) v &= 1;
   for (const auto& r : run.results) CHECK(r == want);
 }
+
+TEST_CASE("bit_dot: bits select values, summed over the last axis and truncated, in two rounds") {
+  const std::size_t rows = 6, k = 5;
+  RingTensor x = random_ring({rows, k}, 77), words = random_ring({rows, k}, 78);
+  for (auto& v : x) v = static_cast<Ring>(static_cast<std::int64_t>(v) >> 20);  // |x| < 2^43: wraps nothing
+  RingTensor want = RingTensor::from_shape({rows, 1});
+  for (std::size_t r = 0; r < rows; ++r) {
+    Ring sum = 0;
+    for (std::size_t i = 0; i < k; ++i)
+      if (words(r, i) & 1) sum += x(r, i);
+    want(r, 0) = sum;
+  }
+  auto run = run_rss3([&](Rss3& p) -> Task<std::vector<RingTensor>> {
+    auto bits = co_await p.to_bits(co_await share_of(p, 2, words), 64);
+    auto values = co_await share_of(p, 1, x);
+    std::vector<RingTensor> out;
+    out.push_back(co_await p.reveal(co_await p.bit_dot(bits, values)));
+    out.push_back(co_await p.reveal(co_await p.bit_dot(bits, values, 12)));
+    co_return out;
+  });
+  const RingTensor want_truncated = ring_shift_floor(want, 12);
+  for (const auto& r : run.results) {
+    CHECK(r[0] == want);
+    for (std::size_t i = 0; i < rows; ++i) {  // floor or floor + 1, as every truncation
+      const auto off = static_cast<std::int64_t>(r[1](i, 0) - want_truncated(i, 0));
+      CHECK((off == 0 || off == 1));
+    }
+  }
+  RingTensor plain = run_plain([&](Plain& p) -> Task<RingTensor> {
+    auto bits = co_await p.to_bits(co_await share_of(p, 2, words), 64);
+    co_return co_await p.reveal(co_await p.bit_dot(bits, co_await share_of(p, 1, x)));
+  });
+  CHECK(plain == want);
+
+  // Costs: 2n words (b0 b1 and b2 x) in the first round, one per row in the second.
+  const RingTensor big = random_ring({40, 8}, 79);
+  const auto cost = mpcache::testing::measure_op(big, [](Rss3& p, const Rss3Share& a) {
+    return p.bit_dot(Rss3Bits{a.own, a.next}, a);  // any words are an XOR sharing of some bits
+  });
+  CHECK(cost.rounds == 2);
+  for (auto bytes : cost.bytes) CHECK(bytes == (2 * 320 + 40) * 8);
+}
+
+TEST_CASE("bit_dot refuses bits and values of different shapes") {
+  auto run = run_rss3([&](Rss3& p) -> Task<std::string> {
+    auto a = co_await share_of(p, 0, random_ring({4, 3}, 80));
+    auto b = co_await share_of(p, 0, random_ring({4, 2}, 81));
+    try {
+      (void)co_await p.bit_dot(Rss3Bits{a.own, a.next}, b);
+    } catch (const Error& e) {
+      co_return std::string(e.what());
+    }
+    co_return std::string();
+  });
+  for (const auto& r : run.results) CHECK(r.find("rss3 bit_dot") != std::string::npos);
+}
