@@ -58,9 +58,10 @@ struct MpCacheOptions {
   bool share_layers = false;
   bool hierarchical = true;
   // The coarse level saves comparisons (bytes) but adds a top-k and two
-  // matmuls to the critical path; with at most this many fine candidates
-  // the flat top-k (exact, and fewer rounds) is used instead. 0: always
-  // hierarchical (the paper).
+  // matmuls to the critical path; with at most this many fine candidates,
+  // or a single pick (an argmax: its tournament compares about as many
+  // pairs as the coarse level), the flat top-k (exact, and fewer rounds) is
+  // used instead. 0: always hierarchical (the paper).
   std::size_t flat_up_to = 64;
   Similarity similarity = Similarity::bound;
 
@@ -556,7 +557,11 @@ class MpCache {
   Task<std::pair<Share, Selection<P>>> pick(P& p, State& st, const Share& query, std::size_t k, std::size_t f) {
     auto& list = st.list;
     const std::size_t c = f / 2, s = list.size, d = P::shape(*list.keys).at(1);
-    if (!o_.hierarchical || c < 2 || f - 1 <= o_.flat_up_to) {
+    // One pick (k = 1) is an argmax: the flat tournament is exact and
+    // cheaper than the coarse level at every length (which also gathers
+    // every candidate cluster's rows), unless the paper's hierarchy is forced.
+    const bool argmax = k == 1 && o_.flat_up_to > 0;
+    if (!o_.hierarchical || argmax || c < 2 || f - 1 <= o_.flat_up_to) {
       auto sim = co_await similarity(p, query, rows<P>(*st.fine, 1, f));
       auto hot = after_first(p, co_await top_onehot(p, sim, k));  // (k, f)
       auto g = co_await gather_hot(p, list, hot);

@@ -254,6 +254,67 @@ Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
 // caller, a second one-hot of the indices: gather with one matmul.
 // With k = 1 the comparisons may be narrowed to `width` bits when the
 // caller bounds the values: |x| < 2^(width-2) (see argmax_last).
+// One-hot (..., n), arithmetic 0/1, of the largest element of each row
+// (the lowest index on ties), by the tournament of argmax_last: at each
+// level the winners' bits select their values for the next level (bit_dot),
+// and, after a B2A off the critical path, multiply into the running one-hot
+// of the elements still in the game; the last level's bits select from that
+// directly (bit_times). Rounds: the tournament's, sum of
+// tournament_level_rounds over the plan; comparisons about n, not n^2/2.
+template <Protocol P>
+Task<typename P::Share> argmax_onehot_last(P& p, typename P::Share x, int width = ring_bits) {
+  using Share = typename P::Share;
+  const Shape shape = P::shape(x);
+  if (shape.empty() || shape.back() == 0)
+    throw Error(ErrorCode::invalid_argument, "argmax over an empty last axis, shape " + shape_string(shape));
+  const std::size_t n = shape.back(), rows = x_rows(shape);
+  if constexpr (NativeReal<P>) {
+    auto best = co_await argmax_last(p, std::move(x), true, 0, width);
+    co_return co_await one_hot(p, reshape<P>(best.index, Shape(shape.begin(), shape.end() - 1)), n);
+  } else {
+    if (n == 1) co_return public_share(p, x, ring_filled(shape, 1));
+    const std::vector<std::size_t> plan = tournament_plan(rows, n, width);
+    std::optional<Share> running;  // (rows, n): 1 where the element won every level so far
+    std::size_t span = 1;          // original elements per candidate of the current level
+    Share candidates = reshape<P>(x, {rows, n});
+    for (std::size_t level = 0;; ++level) {
+      const std::size_t len = P::shape(candidates).back(), m = std::min(plan.at(level), len);
+      const std::size_t groups = (len + m - 1) / m, padded = groups * m;
+      Share xs = candidates;
+      if (padded > len) {  // below every value yet within comparison range
+        const Ring lowest = static_cast<Ring>(-(std::int64_t{1} << std::min(width - 2, 61)));
+        xs = concat_last<P>(xs, public_share(p, xs, ring_filled({rows, padded - len}, lowest)));
+      }
+      auto wins = co_await group_win_bits(p, xs, m, width);  // (rows, padded)
+      // Element i of a row follows candidate i / span.
+      auto per_element = P::apply(wins, [=](const RingTensor& t) {
+        RingTensor out = RingTensor::from_shape({rows, n});
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t i = 0; i < n; ++i) out(r, i) = t(r, i / span);
+        return out;
+      });
+      if (groups == 1) {  // the last level
+        auto hot = running ? co_await bit_times(p, per_element, *running) : co_await p.bit_to_arith(per_element);
+        co_return reshape<P>(hot, shape);
+      }
+      auto next_candidates = [&](P& q) -> Task<Share> {
+        auto v = co_await q.bit_dot(reshape<P>(wins, {rows * groups, m}), reshape<P>(xs, {rows * groups, m}));
+        co_return reshape<P>(v, {rows, groups});
+      };
+      auto next_running = [&](P& q) -> Task<Share> {
+        auto won = co_await q.bit_to_arith(per_element);
+        if (!running) co_return won;
+        co_return co_await q.mul(*running, won);
+      };
+      P pc = p.fork(), pr = p.fork();
+      auto [c, r] = co_await when_all(next_candidates(pc), next_running(pr));
+      candidates = std::move(c);
+      running = std::move(r);
+      span *= m;
+    }
+  }
+}
+
 template <Protocol P>
 Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
                                     TopKMethod method = TopKMethod::automatic, LinkModel link = {},
@@ -272,6 +333,14 @@ Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
     Shape out = shape;
     out.insert(out.end() - 1, 1);
     co_return reshape<P>(wins, out);
+  }
+  if (!NativeReal<P> && k == 1 && n > 64) {
+    // The best one of a long row: the tournament's levels, its comparisons
+    // about n (all pairs would be n^2/2, ranks or a sort far more rounds).
+    auto hot = co_await argmax_onehot_last(p, std::move(x), width);
+    Shape out = shape;
+    out.insert(out.end() - 1, 1);
+    co_return reshape<P>(hot, out);
   }
   if (NativeReal<P> || method == TopKMethod::network) {
     auto top = co_await topk(p, std::move(x), k, method, link);

@@ -78,3 +78,36 @@ TEST_CASE("the cost model picks ranks for small n on a LAN and the network for l
   CHECK(ops::topk_rank_cost(64, 16).seconds(lan) < ops::topk_network_cost(64).seconds(lan));
   CHECK(ops::topk_network_cost(4096).seconds(lan) < ops::topk_rank_cost(4096, 1024).seconds(lan));
 }
+
+TEST_CASE("top-1 one-hot of long rows by the tournament: exact, ties by index, the tournament's rounds") {
+  FixedPoint fp;
+  for (std::size_t n : {65u, 124u, 300u}) {
+    CAPTURE(n);
+    xt::xarray<double> xr = mpcache::testing::random_real({3, n}, -100, 100, 600 + n);
+    for (std::size_t j = 0; j < n; ++j) xr(1, j) = 7.25;  // all tied in row 1: index 0 wins
+    xr(2, n - 1) = 150;                                    // the last element, across every level's padding
+    const RingTensor x = fp.encode(xr);
+    auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
+      auto a = co_await share_of(p, 0, x);
+      co_return co_await p.reveal(co_await ops::topk_onehot(p, a, 1));
+    });
+    const RingTensor& hot = secure.results[0];
+    REQUIRE(shape_of(hot) == Shape{3, 1, n});
+    for (std::size_t row = 0; row < 3; ++row) {
+      const std::size_t best = reference_order(xr, row)[0];
+      for (std::size_t j = 0; j < n; ++j) CHECK(hot(row, 0, j) == (j == best ? 1u : 0u));
+    }
+    CHECK(clear == hot);
+  }
+  // Rounds: the tournament's levels (the running one-hot's products hide
+  // behind the next level's comparisons; the last level's bits select it).
+  const RingTensor row = mpcache::testing::random_ring({2, 124}, 97);
+  const auto plan = ops::tournament_plan(2, 124);
+  REQUIRE(plan.size() >= 2);
+  std::size_t want = 0;
+  for (std::size_t m : plan) want += ops::tournament_level_rounds(m);
+  const auto measured = mpcache::testing::measure_op(ring_shift_floor(row, 20), [](Rss3& p, const Rss3Share& a) {
+    return ops::topk_onehot(p, a, 1);
+  });
+  CHECK(measured.rounds == want);
+}
