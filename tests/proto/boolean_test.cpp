@@ -126,8 +126,9 @@ TEST_CASE("bit_dot: bits select values, summed over the last axis and truncated,
 
   // Costs: 2n words (b0 b1 and b2 x) in the first round, one per row in the second.
   const RingTensor big = random_ring({40, 8}, 79);
-  const auto cost = mpcache::testing::measure_op(big, [](Rss3& p, const Rss3Share& a) {
-    return p.bit_dot(Rss3Bits{a.own, a.next}, a);  // any words are an XOR sharing of some bits
+  const auto cost = mpcache::testing::measure_op(big, [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    const Rss3Bits bits{a.own, a.next};  // any words are an XOR sharing of some bits
+    co_return co_await p.bit_dot(bits, a);  // (bits must outlive the task: a coroutine, not a forwarder)
   });
   CHECK(cost.rounds == 2);
   for (auto bytes : cost.bytes) CHECK(bytes == (2 * 320 + 40) * 8);
