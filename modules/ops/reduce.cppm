@@ -141,34 +141,51 @@ Task<typename P::Share> group_wins(P& p, const typename P::Share& xs, std::size_
   co_return co_await p.bit_to_arith(co_await group_win_bits(p, xs, m, width));
 }
 
+// x (..., len) padded to whole groups of m with `fill`.
+template <Protocol P>
+typename P::Share pad_to_groups(const P& p, const typename P::Share& x, std::size_t m, Ring fill) {
+  const Shape shape = P::shape(x);
+  const std::size_t len = shape.back(), padded = (len + m - 1) / m * m;
+  if (padded == len) return x;
+  Shape pad = shape;
+  pad.back() = padded - len;
+  return concat_last<P>(x, public_share(p, x, ring_filled(pad, fill)));
+}
+
+// The padding of a tournament's values: below every value yet within
+// comparison range of all, |x| < 2^(width-2).
+inline Ring tournament_floor(int width) { return static_cast<Ring>(-(std::int64_t{1} << std::min(width - 2, 61))); }
+
+// Each group's winner's value, (..., groups * m) -> (..., groups): the
+// winners' bits select with bit_dot, one group per row (B2A fused with the
+// selecting product, 2 rounds).
+template <Protocol P>
+Task<typename P::Share> group_select(P& p, const typename P::Bits& wins, const typename P::Share& xs, std::size_t m) {
+  Shape out_shape = P::shape(xs);
+  const std::size_t groups = out_shape.back() / m, total = x_rows(out_shape) * groups;
+  out_shape.back() = groups;
+  auto v = co_await p.bit_dot(reshape<P>(wins, {total, m}), reshape<P>(xs, {total, m}));
+  co_return reshape<P>(v, out_shape);
+}
+
 // One level: groups of m adjacent elements (the last group padded with
 // public minimal values that never win) -> their maxima and indices.
 template <Protocol P>
 Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const typename P::Share& x,
                                                                  const typename P::Share& idx,
                                                                  std::size_t m, bool with_index, int width) {
-  using Share = typename P::Share;
   const Shape shape = P::shape(x);
-  const std::size_t len = shape.back(), groups = (len + m - 1) / m, padded = groups * m;
-  Share xs = x, is = idx;
-  if (padded > len) {
-    Shape pad = shape;
-    pad.back() = padded - len;
-    // Below every value yet within comparison range of all: |x| < 2^(width-2).
-    const Ring lowest = static_cast<Ring>(-(std::int64_t{1} << std::min(width - 2, 61)));
-    xs = concat_last<P>(xs, public_share(p, x, ring_filled(pad, lowest)));
-    is = concat_last<P>(is, public_share(p, x, ring_zeros(pad)));
-  }
-  // The winners' bits select their values (and indices) with bit_dot, one
-  // group per row: B2A fused with the selecting product.
+  const std::size_t groups = (shape.back() + m - 1) / m;
+  const auto xs = pad_to_groups(p, x, m, tournament_floor(width)), is = pad_to_groups(p, idx, m, Ring{0});
   auto wins = co_await group_win_bits(p, xs, m, width);
+  if (!with_index) {
+    auto v = co_await group_select(p, wins, xs, m);
+    co_return std::pair{v, v};  // indices unused
+  }
+  // Values and indices in one bit_dot (the bits twice).
   const std::size_t total = x_rows(shape) * groups;  // groups over all rows
   Shape out_shape = shape;
   out_shape.back() = groups;
-  if (!with_index) {
-    auto v = co_await p.bit_dot(reshape<P>(wins, {total, m}), reshape<P>(xs, {total, m}));
-    co_return std::pair{reshape<P>(v, out_shape), reshape<P>(slice_last<P>(is, 0, groups), out_shape)};  // indices unused
-  }
   const Shape flat{1, total * m};
   auto twice = P::apply(reshape<P>(wins, flat), [](const RingTensor& t) { return ring_concat_last(t, t); });
   auto both = co_await p.bit_dot(reshape<P>(twice, {2 * total, m}),

@@ -248,18 +248,12 @@ Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
   co_return co_await topk_network(p, std::move(x), k);
 }
 
-// Top-k as one-hot rows: (..., n) -> (..., k, n), row r the one-hot of the
-// r-th best element (same order as topk()). The rank method produces this
-// matrix on its way anyway, so this saves the value product and, for the
-// caller, a second one-hot of the indices: gather with one matmul.
-// With k = 1 the comparisons may be narrowed to `width` bits when the
-// caller bounds the values: |x| < 2^(width-2) (see argmax_last).
 // One-hot (..., n), arithmetic 0/1, of the largest element of each row
-// (the lowest index on ties), by the tournament of argmax_last: at each
-// level the winners' bits select their values for the next level (bit_dot),
-// and, after a B2A off the critical path, multiply into the running one-hot
-// of the elements still in the game; the last level's bits select from that
-// directly (bit_times). Rounds: the tournament's, sum of
+// (the lowest index on ties), by the tournament of argmax_last. Each
+// level's winner bits select their values for the next level and, off the
+// critical path, the running one-hot of the elements still in the game
+// (both bit_dot: B2A fused with the selecting product); the last level's
+// select is the answer. Rounds: the tournament's, sum of
 // tournament_level_rounds over the plan; comparisons about n, not n^2/2.
 template <Protocol P>
 Task<typename P::Share> argmax_onehot_last(P& p, typename P::Share x, int width = ring_bits) {
@@ -278,13 +272,8 @@ Task<typename P::Share> argmax_onehot_last(P& p, typename P::Share x, int width 
     std::size_t span = 1;          // original elements per candidate of the current level
     Share candidates = reshape<P>(x, {rows, n});
     for (std::size_t level = 0;; ++level) {
-      const std::size_t len = P::shape(candidates).back(), m = std::min(plan.at(level), len);
-      const std::size_t groups = (len + m - 1) / m, padded = groups * m;
-      Share xs = candidates;
-      if (padded > len) {  // below every value yet within comparison range
-        const Ring lowest = static_cast<Ring>(-(std::int64_t{1} << std::min(width - 2, 61)));
-        xs = concat_last<P>(xs, public_share(p, xs, ring_filled({rows, padded - len}, lowest)));
-      }
+      const std::size_t m = std::min(plan.at(level), P::shape(candidates).back());
+      const auto xs = pad_to_groups(p, candidates, m, tournament_floor(width));
       auto wins = co_await group_win_bits(p, xs, m, width);  // (rows, padded)
       // Element i of a row follows candidate i / span.
       auto per_element = P::apply(wins, [=](const RingTensor& t) {
@@ -293,21 +282,13 @@ Task<typename P::Share> argmax_onehot_last(P& p, typename P::Share x, int width 
           for (std::size_t i = 0; i < n; ++i) out(r, i) = t(r, i / span);
         return out;
       });
-      if (groups == 1) {  // the last level
-        auto hot = running ? co_await bit_times(p, per_element, *running) : co_await p.bit_to_arith(per_element);
-        co_return reshape<P>(hot, shape);
-      }
-      auto next_candidates = [&](P& q) -> Task<Share> {
-        auto v = co_await q.bit_dot(reshape<P>(wins, {rows * groups, m}), reshape<P>(xs, {rows * groups, m}));
-        co_return reshape<P>(v, {rows, groups});
+      auto still_in = [&](P& q) -> Task<Share> {
+        if (!running) co_return co_await q.bit_to_arith(per_element);
+        co_return co_await bit_times(q, per_element, *running);
       };
-      auto next_running = [&](P& q) -> Task<Share> {
-        auto won = co_await q.bit_to_arith(per_element);
-        if (!running) co_return won;
-        co_return co_await q.mul(*running, won);
-      };
+      if (P::shape(xs).back() == m) co_return reshape<P>(co_await still_in(p), shape);  // the last level
       P pc = p.fork(), pr = p.fork();
-      auto [c, r] = co_await when_all(next_candidates(pc), next_running(pr));
+      auto [c, r] = co_await when_all(group_select(pc, wins, xs, m), still_in(pr));
       candidates = std::move(c);
       running = std::move(r);
       span *= m;
@@ -315,6 +296,12 @@ Task<typename P::Share> argmax_onehot_last(P& p, typename P::Share x, int width 
   }
 }
 
+// Top-k as one-hot rows: (..., n) -> (..., k, n), row r the one-hot of the
+// r-th best element (same order as topk()). The rank method produces this
+// matrix on its way anyway, so this saves the value product and, for the
+// caller, a second one-hot of the indices: gather with one matmul.
+// With k = 1 the comparisons may be narrowed to `width` bits when the
+// caller bounds the values: |x| < 2^(width-2) (see argmax_last).
 template <Protocol P>
 Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
                                     TopKMethod method = TopKMethod::automatic, LinkModel link = {},

@@ -157,6 +157,9 @@ class Rss3 {
   Task<Share> reshare(RingTensor z);
   Bits component_bits(const Share& a, PartyId j) const;  // XOR-sharing of s_j
   Share component_arith(const Share& a, PartyId j) const;  // arithmetic sharing of s_j
+  // This party's additive (3-out-of-3) term of a b, before the zero share and resharing.
+  static RingTensor local_product(const Share& a, const Share& b);
+  static void check_bits(int bits);  // a truncation's shift: [0, 63]
   Task<Share> reshare_truncated(RingTensor z, int bits);
 
   Rss3Party* party_;

@@ -215,15 +215,22 @@ Task<Rss3Share> Rss3::reshare_truncated(RingTensor z, int bits) {
   }
 }
 
-namespace {
-void check_bits(int bits) {
+void Rss3::check_bits(int bits) {
   if (bits < 0 || bits >= ring_bits)
     throw Error(ErrorCode::invalid_argument,
                 "truncation by " + std::to_string(bits) + " bits is outside [0, 63]");
 }
 
+namespace {
+RingTensor local_matmul(const Rss3Share& a, const Rss3Share& b) {
+  RingTensor z = ring_matmul(a.own, ring_add(b.own, b.next));
+  ring_matmul_accumulate(z, a.next, b.own);
+  return z;
+}
+}  // namespace
+
 // z_i = a_i b_i + a_i b_{i+1} + a_{i+1} b_i, as a_i (b_i + b_{i+1}) + a_{i+1} b_i.
-RingTensor local_product(const Rss3Share& a, const Rss3Share& b) {
+RingTensor Rss3::local_product(const Share& a, const Share& b) {
   require_same_shape(a.own, b.own, "rss3 mul");
   RingTensor z = RingTensor::from_shape(a.own.shape());
   const Ring *a0 = a.own.data(), *a1 = a.next.data(), *b0 = b.own.data(), *b1 = b.next.data();
@@ -231,13 +238,6 @@ RingTensor local_product(const Rss3Share& a, const Rss3Share& b) {
   for (std::size_t i = 0; i < z.size(); ++i) out[i] = a0[i] * (b0[i] + b1[i]) + a1[i] * b0[i];
   return z;
 }
-
-RingTensor local_matmul(const Rss3Share& a, const Rss3Share& b) {
-  RingTensor z = ring_matmul(a.own, ring_add(b.own, b.next));
-  ring_matmul_accumulate(z, a.next, b.own);
-  return z;
-}
-}  // namespace
 
 Task<Rss3Share> Rss3::mul(const Share& a, const Share& b) {
   RingTensor z = local_product(a, b);
@@ -263,48 +263,6 @@ Task<Rss3Share> Rss3::matmul_trunc(const Share& a, const Share& b) {
   RingTensor z = local_matmul(a, b);
   ring_add_inplace(z, zero_share(shape_of(z)));
   return reshare_truncated(std::move(z), frac_bits());
-}
-
-// sum_last b x in two rounds, where B2A and then the product took three.
-// b = b0 ^ b1 ^ b2, each component known to two parties (an arithmetic
-// sharing of it is local). Round 1, one message: t = b0 ^ b1 = b0 + b1 -
-// 2 b0 b1 and y = b2 x. Round 2: b x = (t ^ b2) x = y + t (x - 2y), one
-// product whose local terms take y's own component and are summed over the
-// last axis before the reshare (which truncates when bits > 0).
-Task<Rss3Share> Rss3::bit_dot(const Bits& b, const Share& x, int bits) {
-  require_same_shape(b.own, x.own, "rss3 bit_dot");
-  if (bits != 0) check_bits(bits);
-  const Shape s = shape(x);
-  if (s.empty() || s.back() == 0)
-    throw Error(ErrorCode::invalid_argument, "rss3 bit_dot over an empty last axis, shape " + shape_string(s));
-  const std::size_t n = x.own.size(), k = s.back();
-  const RingTensor one = ring_filled(s, Ring{1});
-  const Share bit{ring_and(b.own, one), ring_and(b.next, one)};
-  const Share b0 = component_arith(bit, 0), b1 = component_arith(bit, 1), b2 = component_arith(bit, 2);
-  auto flat_pair = [n](const RingTensor& u, const RingTensor& v) {
-    RingTensor out = RingTensor::from_shape({2 * n});
-    std::copy(u.begin(), u.end(), out.begin());
-    std::copy(v.begin(), v.end(), out.begin() + static_cast<std::ptrdiff_t>(n));
-    return out;
-  };
-  auto half = [n, &s](const RingTensor& flat, std::size_t which) {
-    RingTensor out = RingTensor::from_shape(s);
-    std::copy(flat.begin() + static_cast<std::ptrdiff_t>(which * n),
-              flat.begin() + static_cast<std::ptrdiff_t>((which + 1) * n), out.begin());
-    return out;
-  };
-  const Share both = co_await mul(Share{flat_pair(b0.own, b2.own), flat_pair(b0.next, b2.next)},
-                                  Share{flat_pair(b1.own, x.own), flat_pair(b1.next, x.next)});
-  const Share b01{half(both.own, 0), half(both.next, 0)}, y{half(both.own, 1), half(both.next, 1)};
-  const Share t = add(add(b0, b1), mul_public(b01, ring_filled(s, Ring{0} - 2)));
-  RingTensor z = local_product(t, sub(x, add(y, y)));
-  ring_add_inplace(z, y.own);
-  Shape out_shape = s;
-  out_shape.back() = 1;
-  RingTensor summed = ring_reshape(ring_weighted_sum_last(z, std::vector<Ring>(k, Ring{1})), out_shape);
-  ring_add_inplace(summed, zero_share(out_shape));
-  if (bits > 0) co_return co_await reshare_truncated(std::move(summed), bits);
-  co_return co_await reshare(std::move(summed));
 }
 
 // Party 0 holds a = s_0 + s_1, parties 1 and 2 hold b = s_2.

@@ -1,5 +1,5 @@
 // rss3 boolean layer: XOR-shared words, AND gates, A2B (carry-save +
-// Kogge-Stone) and B2A of single bits.
+// Kogge-Stone), B2A of single bits and bit_dot (B2A fused with a product).
 module;
 #include "prelude.hpp"
 module mpcache.proto;
@@ -76,6 +76,35 @@ Task<Rss3Bits> Rss3::bits_and(const Bits& x, const Bits& y) {
     z.data()[i] = (x0[i] & (y0[i] ^ y1[i])) ^ (x1[i] & y0[i]) ^ r_next.data()[i] ^ r_prev.data()[i];
   Share r = co_await reshare(std::move(z));
   co_return Bits{std::move(r.own), std::move(r.next)};
+}
+
+// sum_last b x in two rounds, where B2A and then the product took three.
+// Round 1, one message: t = b0 ^ b1 = b0 + b1 - 2 b0 b1 and y = b2 x. Round
+// 2: b x = (t ^ b2) x = y + t (x - 2y), one product whose local terms take
+// y's own component and are summed over the last axis before the reshare
+// (which truncates when bits > 0).
+Task<Rss3Share> Rss3::bit_dot(const Bits& b, const Share& x, int bits) {
+  require_same_shape(b.own, x.own, "rss3 bit_dot");
+  check_bits(bits);
+  const Shape s = shape(x);
+  if (s.empty() || s.back() == 0)
+    throw Error(ErrorCode::invalid_argument, "rss3 bit_dot over an empty last axis, shape " + shape_string(s));
+  const std::size_t k = s.back();
+  const RingTensor one = ring_filled(s, Ring{1});
+  const Share bit{ring_and(b.own, one), ring_and(b.next, one)};
+  const Share b0 = component_arith(bit, 0), b1 = component_arith(bit, 1), b2 = component_arith(bit, 2);
+  const Share both = co_await mul(Share{concat(b0.own, b2.own), concat(b0.next, b2.next)},
+                                  Share{concat(b1.own, x.own), concat(b1.next, x.next)});
+  const Share b01{half(both.own, 0, s), half(both.next, 0, s)}, y{half(both.own, 1, s), half(both.next, 1, s)};
+  const Share t = add(add(b0, b1), mul_public(b01, ring_filled(s, Ring{0} - 2)));
+  RingTensor z = local_product(t, sub(x, add(y, y)));
+  ring_add_inplace(z, y.own);
+  Shape out_shape = s;
+  out_shape.back() = 1;
+  RingTensor summed = ring_reshape(ring_weighted_sum_last(z, std::vector<Ring>(k, Ring{1})), out_shape);
+  ring_add_inplace(summed, zero_share(out_shape));
+  if (bits > 0) co_return co_await reshare_truncated(std::move(summed), bits);
+  co_return co_await reshare(std::move(summed));
 }
 
 Task<RingTensor> Rss3::reveal_bits(const Bits& x) {
