@@ -231,6 +231,7 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
   job.policy = o.policy;
   job.budget = o.budget;
   job.unused_weights = unused_weights(o);
+  job.rss3.exact_truncation = o.truncation == "exact";
   return job;
 }
 
@@ -238,6 +239,7 @@ void print_header(const GenerateOptions& o, const std::string& where, const std:
   std::printf("mpcache generate: private greedy decoding under rss3, %s\n", where.c_str());
   std::printf("  model %s, policy %s", o.model_dir.c_str(), o.policy.c_str());
   if (o.policy.starts_with("mpcache")) std::printf(" (budget %zu tokens per KV head)", o.budget);
+  std::printf(", %s truncation", o.truncation.c_str());
   std::string shown = escaped(prompt);
   if (shown.size() > 160) shown = shown.substr(0, 120) + "..." + shown.substr(shown.size() - 37);
   std::printf(", %zu new tokens\n  prompt (client, %zu bytes): \"%s\"\n", o.tokens, prompt.size(), shown.c_str());
@@ -257,6 +259,7 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
   summary["encrypted"] = !o.insecure && !o.in_process;
   summary["policy"] = o.policy;
   summary["budget"] = o.budget;
+  summary["truncation"] = o.truncation;
   summary["model"] = o.model_dir;
   summary["prompt_length"] = prompt.size();
   summary["new_tokens"] = o.tokens;
@@ -416,7 +419,7 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
     PartyProcess p;
     p.args = {self, "generate", "--config", cluster.config_path(), "--id", std::to_string(i), "--model",
               o.model_dir, "--tokens", std::to_string(o.tokens), "--policy", o.policy, "--budget",
-              std::to_string(o.budget), "--transport", o.transport, "--link", o.link, "--json",
+              std::to_string(o.budget), "--truncation", o.truncation, "--transport", o.transport, "--link", o.link, "--json",
               cluster.file("party-" + std::to_string(i) + ".jsonl")};
     if (o.insecure) p.args.push_back("--insecure");
     if (o.allow_unused_weights) p.args.push_back("--allow-unused-weights");

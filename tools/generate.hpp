@@ -26,6 +26,7 @@ struct GenerateOptions {
   std::size_t tokens = 16;           // bytes to generate
   std::size_t budget = 48;           // MPCache: tokens attended per KV head per step
   std::string policy = "mpcache";    // mpcache | mpcache-paper | full
+  std::string truncation = "exact";  // exact | probabilistic (one round less per product, may fail: rss3.cppm)
   std::string link = "none";         // emulated link: none | lan | wan | RTT_MS:MBYTES_PER_S
   std::string transport = "auto";    // auto | uring | asio
   int timeout_ms = -1;               // peer silence deadline (-1: the config's, else default_generate_timeout_ms)

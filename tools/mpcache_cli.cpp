@@ -51,6 +51,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mpcache", "mpcache-paper", "full"}));
   gen_cmd->add_option("--budget", gen.budget, "MPCache: tokens attended per KV head per step")
       ->check(CLI::Range(1, 1 << 20));
+  const std::string truncation_help =
+      "exact (default), or probabilistic: one round less per product, but each truncated value is garbage with "
+      "probability |x|/2^64 (about 1 prompt in 300 at 57 bytes, more with longer prompts)";
+  gen_cmd->add_option("--truncation", gen.truncation, truncation_help)
+      ->check(CLI::IsMember({"exact", "probabilistic"}));
   gen_cmd->add_option("--link", gen.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")->check(link_check);
   gen_cmd->add_option("--transport", gen.transport, "auto (io_uring, else asio), uring or asio")
       ->check(CLI::IsMember(transports));
@@ -83,6 +88,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   decode_cmd->add_option("--policy", decode.policy, "mpcache, mpcache-paper or full")
       ->check(CLI::IsMember({"mpcache", "mpcache-paper", "full"}));
+  decode_cmd->add_option("--truncation", decode.truncation, truncation_help)
+      ->check(CLI::IsMember({"exact", "probabilistic"}));
   decode_cmd->add_flag("--allow-unused-weights", decode.allow_unused_weights,
                        "run even if the config leaves tensors of the weights file unused");
   decode_cmd->add_option("--json", decode.json, "write JSON lines: one row per step, a summary");

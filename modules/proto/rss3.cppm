@@ -8,6 +8,7 @@
 //   mul, matmul    every party sends n to the previous one      1 round
 //   truncate       party 0 sends n to party 2                    1 round
 //   mul_trunc, matmul_trunc (fused)  every party sends n         1 round
+//   (probabilistic truncation; exact truncation costs more, see below)
 //   bits_and       every party sends n words                     1 round
 //   to_bits(w)     (A2B) 1 + (2 + ceil(log2 w)) words, 2+ceil(log2 w) rounds (w >= 2)
 //   bit_to_arith   (B2A of bit 0) every party sends 2n           2 rounds
@@ -16,12 +17,28 @@
 // Zero-sharings come from pairwise AES-CTR keys: party i shares k_i with
 // party i+1, agreed at setup (one round, keys from the OS RNG).
 //
-// Truncation (SecureML-style, on a 2-out-of-2 view: party 0 holds a, parties
-// 1 and 2 hold b, x = a + b): floor(a/2^d) + ceil(b/2^d). For |x| < 2^l the
-// result is floor(x/2^d) or floor(x/2^d) + 1, except with probability at most
-// (|x|+1)/2^64 <= 2^(l-64) per element, when the result is off by ~2^(64-d).
-// With 18 fraction bits and fixed-point products whose real value stays
-// below 2^10 (|x| < 2^46), that is <= 2^-18 per element.
+// Truncation, on a 2-out-of-2 view (party 0 holds a, parties 1 and 2 hold
+// b, x = a + b): floor(a/2^d) + ceil(b/2^d), which is floor(x/2^d) or one
+// more unless a + b wraps around 2^64 (as signed integers).
+//   exact (Rss3Options::exact_truncation): the wrap is corrected, so the
+//     result is floor(x/2^d) or +1 for every |x| < 2^62. For such x the
+//     wrap depends only on the top two bits of a and of b (both in the top
+//     quarter: +1, both in the bottom quarter: -1); party 0 sends its two
+//     quarter bits masked to party 1, parties 1 and 2 each hold an additive
+//     part of the wrap and exchange it masked: one more round, in which
+//     party 0 takes no part.
+//     Only the low d bits of the wrap's parts matter (its weight is
+//     2^(64-d)), so they travel as ceil(d/8) bytes (c) instead of 8:
+//       mul_trunc, matmul_trunc   2 rounds; party 0 sends 8n + 2cn bytes,
+//                                 1 and 2 send 8n + cn (d = 18: 14n, 11n)
+//       truncate                  2 rounds; party 0 8n + 2cn, 1 and 2 cn
+//   probabilistic (SecureML-style, the default here): one round, but the
+//     wrap happens with probability (|x|+1)/2^64 per element, and then the
+//     result is off by ~2^(64-d): garbage. A real value of 16 at 2^(2f),
+//     f = 18, gives 2^-24 per element. Our 57-token test prompt failed 2
+//     prefills in 650; the risk adds up over every truncated element, so
+//     it grows with prompt length (a 1,000-token prompt: about 1 in 17),
+//     model width and depth. `mpcache generate` runs exact.
 module;
 #include "prelude.hpp"
 export module mpcache.proto:rss3;
@@ -46,6 +63,9 @@ struct Rss3Bits {
 
 struct Rss3Options {
   int frac_bits = default_frac_bits;
+  // Correct the 2-out-of-2 wrap of every truncation (one more round per
+  // truncation, see above); all three parties must agree (checked at setup).
+  bool exact_truncation = false;
   // Derive the pairwise keys from this seed instead of the OS RNG. For tests
   // and reproducible benches only: anyone who knows the seed sees everything.
   std::optional<std::uint64_t> insecure_seed;
@@ -94,6 +114,7 @@ class Rss3 {
   PartyId party_id() const noexcept { return party_->id_; }
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }
+  bool exact_truncation() const noexcept { return party_->options_.exact_truncation; }
   StreamId stream() const noexcept { return stream_; }
   Rss3 fork();  // inherits the cost tag
   // What this stream's messages count as (CostCounters::by_tag).
@@ -152,8 +173,10 @@ class Rss3 {
   RingTensor draw_next(const Shape& s);  // from k_i
   RingTensor draw_prev(const Shape& s);  // from k_{i-1}
   RingTensor zero_share(const Shape& s);
-  void send(PartyId to, const RingTensor& t);
-  Task<RingTensor> recv(PartyId from, Shape shape);
+  // low_bits < 64: only the low bits of each word matter to the receiver,
+  // so only ceil(low_bits / 8) bytes of each are sent (zero-extended).
+  void send(PartyId to, const RingTensor& t, int low_bits = ring_bits);
+  Task<RingTensor> recv(PartyId from, Shape shape, int low_bits = ring_bits);
   Task<Share> reshare(RingTensor z);
   Bits component_bits(const Share& a, PartyId j) const;  // XOR-sharing of s_j
   Share component_arith(const Share& a, PartyId j) const;  // arithmetic sharing of s_j
@@ -161,6 +184,9 @@ class Rss3 {
   static RingTensor local_product(const Share& a, const Share& b);
   static void check_bits(int bits);  // a truncation's shift: [0, 63]
   Task<Share> reshare_truncated(RingTensor z, int bits);
+  // floor(x / 2^bits) (or one more) of x = a + b, from party 0's a or
+  // parties 1 and 2's b (`part`): the 2-out-of-2 view every truncation ends in.
+  Task<Share> truncate_view(RingTensor part, int bits);
 
   Rss3Party* party_;
   StreamId stream_;

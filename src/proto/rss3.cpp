@@ -43,16 +43,29 @@ Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Option
     k_next = insecure_prg_key(*options.insecure_seed, id);
     k_prev = insecure_prg_key(*options.insecure_seed, prev);
   } else {
+    // The key, then the settings every party must share: a party that
+    // truncates differently would desynchronise every later message.
     k_next = random_prg_key();
-    endpoint.send(next, setup_stream,
-                  std::span<const std::byte>(reinterpret_cast<const std::byte*>(k_next.data()),
-                                             k_next.size()));
+    const std::byte settings[2] = {std::byte(options.frac_bits), std::byte(options.exact_truncation)};
+    std::vector<std::byte> message(k_next.size() + 2);
+    std::memcpy(message.data(), k_next.data(), k_next.size());
+    std::memcpy(message.data() + k_next.size(), settings, 2);
+    endpoint.send(next, setup_stream, message);
     auto bytes = co_await endpoint.recv(prev, setup_stream);
-    if (bytes.size() != k_prev.size())
-      throw Error(ErrorCode::protocol, "party " + std::to_string(id) + ": key from party " +
-                                           std::to_string(prev) + " has " +
-                                           std::to_string(bytes.size()) + " bytes, expected 16");
+    const std::string from = "party " + std::to_string(id) + ": party " + std::to_string(prev);
+    if (bytes.size() != message.size())
+      throw Error(ErrorCode::protocol, from + "'s key message has " + std::to_string(bytes.size()) +
+                                           " bytes, expected " + std::to_string(message.size()));
     std::memcpy(k_prev.data(), bytes.data(), k_prev.size());
+    const auto their_frac = static_cast<int>(bytes[k_prev.size()]);
+    const bool their_exact = bytes[k_prev.size() + 1] != std::byte{0};
+    if (their_frac != options.frac_bits || their_exact != options.exact_truncation) {
+      auto describe = [](int frac, bool exact) {
+        return std::to_string(frac) + " fraction bits, " + (exact ? "exact" : "probabilistic") + " truncation";
+      };
+      throw Error(ErrorCode::invalid_argument, from + " uses " + describe(their_frac, their_exact) +
+                                                   ", this party " + describe(options.frac_bits, options.exact_truncation));
+    }
   }
   co_return std::make_unique<Rss3Party>(endpoint, options, k_next, k_prev);
 }
@@ -76,19 +89,41 @@ RingTensor Rss3::zero_share(const Shape& s) {
   return a;
 }
 
-void Rss3::send(PartyId to, const RingTensor& t) {
-  party_->endpoint_->send(to, stream_, ring_bytes(t), tag_);
+namespace {
+int bytes_per_word(int low_bits) { return (low_bits + 7) / 8; }
+}  // namespace
+
+void Rss3::send(PartyId to, const RingTensor& t, int low_bits) {
+  if (low_bits >= ring_bits) {
+    party_->endpoint_->send(to, stream_, ring_bytes(t), tag_);
+    return;
+  }
+  const auto width = static_cast<std::size_t>(bytes_per_word(low_bits));
+  std::vector<std::byte> packed(t.size() * width);
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    Ring v = t.data()[i];
+    for (std::size_t k = 0; k < width; ++k, v >>= 8) packed[i * width + k] = std::byte(v & 0xFF);
+  }
+  party_->endpoint_->send(to, stream_, std::move(packed), tag_);
 }
 
-Task<RingTensor> Rss3::recv(PartyId from, Shape shape) {
+Task<RingTensor> Rss3::recv(PartyId from, Shape shape, int low_bits) {
   auto bytes = co_await party_->endpoint_->recv(from, stream_, tag_);
-  if (bytes.size() != element_count(shape) * sizeof(Ring))
+  const std::size_t width = low_bits >= ring_bits ? sizeof(Ring) : static_cast<std::size_t>(bytes_per_word(low_bits));
+  const std::size_t want = element_count(shape) * width;
+  if (bytes.size() != want)
     throw Error(ErrorCode::protocol,
                 who(party_->id_, stream_) + ": party " + std::to_string(from) + " sent " +
-                    std::to_string(bytes.size()) + " bytes, expected " +
-                    std::to_string(element_count(shape) * sizeof(Ring)) + " for shape " +
-                    shape_string(shape));
-  co_return ring_from_bytes(bytes, shape);
+                    std::to_string(bytes.size()) + " bytes, expected " + std::to_string(want) + " for shape " +
+                    shape_string(shape) + (width == sizeof(Ring) ? "" : " at " + std::to_string(width) + " bytes per word"));
+  if (width == sizeof(Ring)) co_return ring_from_bytes(bytes, shape);
+  RingTensor out = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    Ring v = 0;
+    for (std::size_t k = width; k-- > 0;) v = (v << 8) | static_cast<Ring>(bytes[i * width + k]);
+    out.data()[i] = v;
+  }
+  co_return out;
 }
 
 // ---- input and output -------------------------------------------------------
@@ -190,27 +225,97 @@ Task<Rss3Share> Rss3::reshare(RingTensor z) {
 // swap z_1, z_2 to learn b = z_1 + z_2 (each masked by a key the receiver
 // lacks). y = floor(a/2^d) + ceil(b/2^d) is reshared with y_1 from k_0.
 Task<Rss3Share> Rss3::reshare_truncated(RingTensor z, int bits) {
-  const Shape s = shape_of(z);
+  if (party_->id_ == 0) co_return co_await truncate_view(std::move(z), bits);
+  // Parties 1 and 2 exchange their terms: both then hold b = z_1 + z_2.
+  const PartyId other = party_->id_ == 1 ? 2 : 1;
+  send(other, z);
+  RingTensor b = co_await recv(other, shape_of(z));
+  ring_add_inplace(b, z);
+  co_return co_await truncate_view(std::move(b), bits);
+}
+
+namespace {
+// The quarters of the signed range in which both halves of a 2-out-of-2
+// view must lie for a + b to wrap, when |a + b mod 2^64| < 2^62.
+bool in_top_quarter(Ring v) { return static_cast<std::int64_t>(v) >= (std::int64_t{1} << 62); }
+bool in_bottom_quarter(Ring v) { return static_cast<std::int64_t>(v) < -(std::int64_t{1} << 62); }
+
+// t += m 2^shift, elementwise.
+void add_shifted(RingTensor& t, const RingTensor& m, int shift) {
+  for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] += m.data()[i] << shift;
+}
+}  // namespace
+
+// Party 0 holds a, parties 1 and 2 hold b. The result's components: y1
+// (parties 0, 1) from their shared key, y0 = floor(a/2^d) - y1 (party 0
+// sends it to 2), y2 = ceil(b/2^d). Exact truncation subtracts w 2^(64-d)
+// for the wrap w = A1 B1 - A2 B2 (A1 = a in the top quarter, A2 = a in the
+// bottom one; B1, B2 the same of b): party 0 offers party 1 A1 + rho1 and
+// -A2 + rho2 (rho from its key with party 2); party 1 picks by its B,
+// party 2 subtracts the rho it picks, so their parts add up to w; each
+// sends its part masked (mu from the key of parties 0 and 1, nu from that
+// of parties 0 and 2), y2 takes the total and y1, y0 the masks back.
+Task<Rss3Share> Rss3::truncate_view(RingTensor part, int bits) {
+  const Shape s = shape_of(part);
+  const std::size_t n = part.size();
+  const bool exact = party_->options_.exact_truncation && bits > 0;
+  const int up = ring_bits - bits;  // the wrap's weight in the result: 2^(64-d)
   switch (party_->id_) {
     case 0: {
       RingTensor y1 = draw_next(s);
-      RingTensor y0 = ring_sub(ring_shift_floor(z, bits), y1);
+      RingTensor y0 = ring_sub(ring_shift_floor(part, bits), y1);
+      if (exact) {
+        const RingTensor mu = draw_next(s);
+        const RingTensor rho_top = draw_prev(s), rho_bottom = draw_prev(s), nu = draw_prev(s);
+        RingTensor offer = RingTensor::from_shape({2 * n});
+        for (std::size_t i = 0; i < n; ++i) {
+          offer.data()[i] = Ring{in_top_quarter(part.data()[i])} + rho_top.data()[i];
+          offer.data()[n + i] = rho_bottom.data()[i] - Ring{in_bottom_quarter(part.data()[i])};
+        }
+        send(1, offer, bits);
+        add_shifted(y0, nu, up);
+        add_shifted(y1, mu, up);
+      }
       send(2, y0);
       co_return Rss3Share{std::move(y0), std::move(y1)};
     }
     case 1: {
-      send(2, z);
       RingTensor y1 = draw_prev(s);
-      RingTensor b = co_await recv(2, s);
-      ring_add_inplace(b, z);
-      co_return Rss3Share{std::move(y1), ring_shift_ceil(b, bits)};
+      RingTensor y2 = ring_shift_ceil(part, bits);
+      if (exact) {
+        const RingTensor mu = draw_prev(s);
+        const RingTensor offer = co_await recv(0, {2 * n}, bits);
+        RingTensor mine = RingTensor::from_shape(s);
+        for (std::size_t i = 0; i < n; ++i) {
+          const Ring b = part.data()[i];
+          mine.data()[i] = (in_top_quarter(b) ? offer.data()[i] : 0) +
+                           (in_bottom_quarter(b) ? offer.data()[n + i] : 0) + mu.data()[i];
+        }
+        send(2, mine, bits);
+        const RingTensor theirs = co_await recv(2, s, bits);
+        ring_add_inplace(mine, theirs);
+        add_shifted(y2, ring_neg(mine), up);
+        add_shifted(y1, mu, up);
+      }
+      co_return Rss3Share{std::move(y1), std::move(y2)};
     }
     default: {
-      send(1, z);
-      RingTensor b = co_await recv(1, s);
-      ring_add_inplace(b, z);
+      RingTensor y2 = ring_shift_ceil(part, bits);
+      if (exact) {
+        const RingTensor rho_top = draw_next(s), rho_bottom = draw_next(s), nu = draw_next(s);
+        RingTensor mine = RingTensor::from_shape(s);
+        for (std::size_t i = 0; i < n; ++i) {
+          const Ring b = part.data()[i];
+          mine.data()[i] = nu.data()[i] - (in_top_quarter(b) ? rho_top.data()[i] : 0) -
+                           (in_bottom_quarter(b) ? rho_bottom.data()[i] : 0);
+        }
+        send(1, mine, bits);
+        const RingTensor theirs = co_await recv(1, s, bits);
+        ring_add_inplace(mine, theirs);
+        add_shifted(y2, ring_neg(mine), up);
+      }
       RingTensor y0 = co_await recv(0, s);
-      co_return Rss3Share{ring_shift_ceil(b, bits), std::move(y0)};
+      co_return Rss3Share{std::move(y2), std::move(y0)};
     }
   }
 }
@@ -268,22 +373,10 @@ Task<Rss3Share> Rss3::matmul_trunc(const Share& a, const Share& b) {
 // Party 0 holds a = s_0 + s_1, parties 1 and 2 hold b = s_2.
 Task<Rss3Share> Rss3::truncate(const Share& a, int bits) {
   check_bits(bits);
-  const Shape s = shape(a);
   switch (party_->id_) {
-    case 0: {
-      RingTensor y1 = draw_next(s);
-      RingTensor y0 = ring_sub(ring_shift_floor(ring_add(a.own, a.next), bits), y1);
-      send(2, y0);
-      co_return Rss3Share{std::move(y0), std::move(y1)};
-    }
-    case 1: {
-      RingTensor y1 = draw_prev(s);
-      co_return Rss3Share{std::move(y1), ring_shift_ceil(a.next, bits)};
-    }
-    default: {
-      RingTensor y0 = co_await recv(0, s);
-      co_return Rss3Share{ring_shift_ceil(a.own, bits), std::move(y0)};
-    }
+    case 0: co_return co_await truncate_view(ring_add(a.own, a.next), bits);
+    case 1: co_return co_await truncate_view(a.next, bits);
+    default: co_return co_await truncate_view(a.own, bits);
   }
 }
 

@@ -35,6 +35,19 @@ TEST_CASE("rss3 set-up needs exactly three parties") {
   CHECK(mentions(e, "exactly 3"));
 }
 
+TEST_CASE("parties that would truncate differently stop at set-up, naming the setting") {
+  // Party 1 alone asks for exact truncation: its messages would not match.
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  auto party = [&](PartyId id) -> Task<void> {
+    (void)co_await Rss3Party::setup(network.endpoint(id), {.exact_truncation = id == 1});
+  };
+  auto e = error_of([&] { sync_wait(scheduler, when_all(party(0), party(1), party(2))); });
+  CHECK(e.code() == ErrorCode::invalid_argument);
+  CHECK(mentions(e, "exact truncation"));
+  CHECK(mentions(e, "probabilistic truncation"));
+}
+
 TEST_CASE("shape mismatches in products are clear errors") {
   const RingTensor x = random_ring({2, 3}, 1), y = random_ring({3, 2}, 2);
   auto e = error_of([&] {

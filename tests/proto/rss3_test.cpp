@@ -7,6 +7,7 @@ import mpcache.proto;
 #include "../support/parties.hpp"
 
 using namespace mpcache;
+using mpcache::testing::measure_op;
 using mpcache::testing::random_ring;
 using mpcache::testing::random_real;
 using mpcache::testing::run_rss3;
@@ -205,4 +206,58 @@ TEST_CASE("truncation failures follow the stated bound 2^(l-64)") {
       CHECK(failures < 8192);
     }
   }
+}
+
+TEST_CASE("exact truncation corrects every wrap, where the probabilistic one fails 1 in 16") {
+  // The same values as above at 2^61, where one round of probabilistic
+  // truncation fails about 4,096 times in 65,536, plus the edges of the
+  // exact range (|x| < 2^62): both paths, the fused product and truncate.
+  const Shape shape{65536};
+  RingTensor ones = ring_zeros(shape);
+  std::fill(ones.begin(), ones.end(), Ring{1});
+  RingTensor x = random_ring(shape, 61);
+  for (auto& v : x) v = static_cast<Ring>(static_cast<std::int64_t>(v) >> 2);
+  const std::int64_t edge = (std::int64_t{1} << 62) - 1;
+  for (std::size_t i = 0; i < 64; ++i) x.data()[i] = static_cast<Ring>(i % 2 ? edge - std::int64_t(i) : -edge + std::int64_t(i));
+  const Rss3Options exact{.exact_truncation = true, .insecure_seed = 3};
+  for (int bits : {1, 18, 40, 63}) {
+    auto run = run_rss3(
+        [&](Rss3& p) -> Task<std::array<RingTensor, 2>> {
+          auto a = co_await p.input(0, owned(p, 0, x), shape);
+          auto one = co_await p.input(1, owned(p, 1, ones), shape);
+          auto fused = co_await p.reveal(co_await p.mul_trunc(a, one, bits));
+          auto alone = co_await p.reveal(co_await p.truncate(co_await p.mul(a, one), bits));
+          co_return std::array{fused, alone};
+        },
+        exact);
+    const RingTensor want = ring_shift_floor(x, bits);
+    for (const auto& r : run.results) {
+      check_within_one(r[0], want);
+      check_within_one(r[1], want);
+    }
+  }
+}
+
+TEST_CASE("exact truncation: 2 rounds; the wrap's parts travel as ceil(d/8) bytes per element") {
+  const std::size_t n = 1000;
+  const RingTensor x = random_ring({n}, 9);
+  const Rss3Options exact{.exact_truncation = true, .insecure_seed = 1};
+  auto fused = measure_op(x, [](Rss3& p, const Rss3Share& a) { return p.mul_trunc(a, a); }, exact);
+  // d = 18: 3 bytes per part. Party 0: its half (8) and two offers (2 x 3);
+  // parties 1 and 2: their term (8) and their part of the wrap (3).
+  CHECK(fused.rounds == 2);
+  CHECK(fused.bytes == std::array<std::uint64_t, 3>{14 * n, 11 * n, 11 * n});
+  // After a product (1 round, n each), so that no party starts behind.
+  auto product_then_truncate = [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    co_return co_await p.truncate(co_await p.mul(a, a), 18);
+  };
+  auto alone = measure_op(x, product_then_truncate, exact);
+  CHECK(alone.rounds == 1 + 2);
+  CHECK(alone.bytes == std::array<std::uint64_t, 3>{(8 + 14) * n, (8 + 3) * n, (8 + 3) * n});
+  auto wide = measure_op(x, [](Rss3& p, const Rss3Share& a) { return p.mul_trunc(a, a, 40); }, exact);
+  CHECK(wide.bytes == std::array<std::uint64_t, 3>{(8 + 2 * 5) * n, (8 + 5) * n, (8 + 5) * n});
+  // Probabilistic: one round, every party n (fused); party 0 alone n.
+  auto fast = measure_op(x, [](Rss3& p, const Rss3Share& a) { return p.mul_trunc(a, a); });
+  CHECK(fast.rounds == 1);
+  CHECK(fast.bytes == std::array<std::uint64_t, 3>{n * 8, n * 8, n * 8});
 }

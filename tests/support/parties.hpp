@@ -50,12 +50,12 @@ struct OpCost {
 
 // Shares x from party 0 (seeded keys), then measures op(Rss3&, share) alone.
 template <class Op>
-OpCost measure_op(const RingTensor& x, Op op, std::uint64_t seed = 1) {
+OpCost measure_op(const RingTensor& x, Op op, Rss3Options options) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   std::array<CostCounters, 3> before, after;
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = seed});
+    auto state = co_await Rss3Party::setup(network.endpoint(id), options);
     Rss3 p = state->session();
     auto a = co_await share_of(p, 0, x);
     before[id] = network.endpoint(id).costs();
@@ -71,6 +71,11 @@ OpCost measure_op(const RingTensor& x, Op op, std::uint64_t seed = 1) {
   }
   cost.rounds = a - b;
   return cost;
+}
+
+template <class Op>
+OpCost measure_op(const RingTensor& x, Op op, std::uint64_t seed = 1) {
+  return measure_op(x, op, Rss3Options{.insecure_seed = seed});
 }
 
 // Rounds an operation added to the critical path: parties' clocks differ
