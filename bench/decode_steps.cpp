@@ -42,7 +42,8 @@ std::vector<std::uint32_t> prompt_bytes(std::size_t n) {
   return out;
 }
 
-void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, std::size_t budget, bool late_ranking) {
+void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, std::size_t budget, bool late_ranking,
+         bool exact_truncation) {
   const std::string dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
   const ModelConfig c = ModelConfig::from_json_file(dir + "/config.json");
   const auto prompt = prompt_bytes(prompt_len);
@@ -50,7 +51,8 @@ void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, 
   InProcessNetwork network(scheduler, 3);
   std::vector<std::array<CostCounters, 3>> marks(tokens + 2);
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 1});
+    auto state = co_await Rss3Party::setup(network.endpoint(id),
+                                           {.exact_truncation = exact_truncation, .insecure_seed = 1});
     Rss3 p = state->session();
     const WeightSource source = id == 1 ? weights_from_file(dir + "/model.safetensors") : no_weights();
     auto weights = co_await load_decoder(p, c, source, /*owner=*/1);
@@ -74,7 +76,8 @@ void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, 
     }
   });
   const Costs pre = busiest(marks[0], marks[1]);
-  std::printf("%s: prefill %zu bytes (+ first token choice): %llu rounds, %.3f MB\n", policy.c_str(), prompt_len,
+  std::printf("%s (%s truncation): prefill %zu bytes (+ first token choice): %llu rounds, %.3f MB\n", policy.c_str(),
+              exact_truncation ? "exact" : "probabilistic", prompt_len,
               static_cast<unsigned long long>(pre.rounds), double(pre.bytes) / 1e6);
   std::uint64_t sum_r = 0, sum_b = 0, steady = 0;
   for (std::size_t s = 0; s < tokens; ++s) {
@@ -108,6 +111,7 @@ int main(int argc, char** argv) {
   std::size_t tokens = 16, prompt = 1000, budget = 48;
   std::vector<std::string> policy_names{"full", "mpcache"};
   bool late_ranking = false;
+  std::string truncation = "probabilistic";
   CLI::App app{"mpcache-decode-steps: rounds and bytes of private prefill and decode steps, per policy (rss3, in-process)"};
   app.add_option("--tokens", tokens, "decode steps");
   app.add_option("--prompt-bytes", prompt, "prompt length (bytes of a fixed English text)");
@@ -115,10 +119,13 @@ int main(int argc, char** argv) {
   app.add_option("--policies", policy_names, "full, mpcache[-bound|-noshare|-noevict|-flat|-rmax|-hier...], quest, ...")
       ->delimiter(',');
   app.add_flag("--late-ranking", late_ranking, "rank after the norm (no early ranking), for before/after comparisons");
+  app.add_option("--truncation", truncation,
+                 "probabilistic (default: the one-round truncation papers use) or exact (mpcache generate's default)")
+      ->check(CLI::IsMember({"exact", "probabilistic"}));
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& name : policy_names) bench::check_policy_name(name);
-    for (const auto& name : policy_names) run(name, tokens, prompt, budget, late_ranking);
+    for (const auto& name : policy_names) run(name, tokens, prompt, budget, late_ranking, truncation == "exact");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
