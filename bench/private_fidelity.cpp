@@ -34,6 +34,7 @@ struct Settings : HeldOutRun {
   // The parties' key seed: rss3's truncations fail at random (see the
   // truncation-audit preset), so a study can repeat a run with other draws.
   std::uint64_t seed = 7;
+  std::string truncation = "probabilistic";  // or exact (see rss3.cppm)
 };
 
 // Logits of the last row as reals, one vector per step.
@@ -54,7 +55,8 @@ PrivateRun run_private(const Settings& s, const ModelConfig& c, const std::vecto
   PrivateRun out;
   const FixedPoint fp;
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = s.seed});
+    auto state = co_await Rss3Party::setup(network.endpoint(id),
+                                           {.exact_truncation = s.truncation == "exact", .insecure_seed = s.seed});
     Rss3 p = state->session();
     const WeightSource source = id == 1 ? weights_from_file(s.model_dir + "/model.safetensors") : no_weights();
     auto weights = co_await load_decoder(p, c, source, /*owner=*/1);
@@ -112,6 +114,7 @@ struct Tally {
             {"policy", policy},
             {"budget", s.budget},
             {"seed", s.seed},
+            {"truncation", s.truncation},
             {"prompt_bytes", s.prompt_bytes},
             {"steps", steps},
             {"agreement", double(exact) / double(steps)},
@@ -129,6 +132,8 @@ int private_fidelity_main(int argc, char** argv) {
   std::string preset;
   add_held_out_run_options(app, preset, s, 1, "greedy tokens per prompt");
   app.add_option("--seed", s.seed, "the parties' key seed (other draws of rss3's randomness)");
+  app.add_option("--truncation", s.truncation, "probabilistic (one round, may fail) or exact (rss3.cppm)")
+      ->check(CLI::IsMember({"exact", "probabilistic"}));
   CLI11_PARSE(app, argc, argv);
   try {
     check_policies<Ref>(s.policies, s.budget);
