@@ -114,7 +114,6 @@ class Rss3 {
   PartyId party_id() const noexcept { return party_->id_; }
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }
-  bool exact_truncation() const noexcept { return party_->options_.exact_truncation; }
   StreamId stream() const noexcept { return stream_; }
   Rss3 fork();  // inherits the cost tag
   // What this stream's messages count as (CostCounters::by_tag).

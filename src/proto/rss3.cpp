@@ -240,9 +240,12 @@ namespace {
 bool in_top_quarter(Ring v) { return static_cast<std::int64_t>(v) >= (std::int64_t{1} << 62); }
 bool in_bottom_quarter(Ring v) { return static_cast<std::int64_t>(v) < -(std::int64_t{1} << 62); }
 
-// t += m 2^shift, elementwise.
+// t += m 2^shift and t -= m 2^shift, elementwise.
 void add_shifted(RingTensor& t, const RingTensor& m, int shift) {
   for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] += m.data()[i] << shift;
+}
+void sub_shifted(RingTensor& t, const RingTensor& m, int shift) {
+  for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] -= m.data()[i] << shift;
 }
 }  // namespace
 
@@ -294,7 +297,7 @@ Task<Rss3Share> Rss3::truncate_view(RingTensor part, int bits) {
         send(2, mine, bits);
         const RingTensor theirs = co_await recv(2, s, bits);
         ring_add_inplace(mine, theirs);
-        add_shifted(y2, ring_neg(mine), up);
+        sub_shifted(y2, mine, up);
         add_shifted(y1, mu, up);
       }
       co_return Rss3Share{std::move(y1), std::move(y2)};
@@ -312,7 +315,7 @@ Task<Rss3Share> Rss3::truncate_view(RingTensor part, int bits) {
         send(1, mine, bits);
         const RingTensor theirs = co_await recv(1, s, bits);
         ring_add_inplace(mine, theirs);
-        add_shifted(y2, ring_neg(mine), up);
+        sub_shifted(y2, mine, up);
       }
       RingTensor y0 = co_await recv(0, s);
       co_return Rss3Share{std::move(y2), std::move(y0)};
