@@ -94,14 +94,17 @@ OpCase softmax_case(const RingTensor& scores) {
           }};
 }
 
-// Top-k values and indices (sort = top-n by the network).
+// Comparison width of fixed-point values below 2^magnitude_bits (reals).
+int bounded_width(int magnitude_bits) { return ops::comparison_width(FixedPoint{}.frac_bits(), magnitude_bits); }
+
+// Top-k values and indices (sort = top-n by the network); scores within +-16.
 OpCase topk_case(std::string name, const RingTensor& scores, std::size_t k, ops::TopKMethod method,
                  ops::LinkModel link, std::string note) {
   return {std::move(name), k, std::move(note),
           [scores, k, method, link](Rss3& p, PartyId id, CaseClock& clock) -> Task<bool> {
             auto a = co_await p.input(0, owned(0, id, scores), shape_of(scores));
             co_await clock.begin();
-            auto top = co_await ops::topk(p, a, k, method, link);
+            auto top = co_await ops::topk(p, a, k, method, link, bounded_width(4));
             clock.end();
             auto values = co_await reveal_first(p, top.values, 8);
             auto indices = co_await reveal_first(p, top.indices, 8);
@@ -168,7 +171,8 @@ std::vector<OpCase> ops_only_cases(const ops::LinkModel& link) {
   std::vector<OpCase> out;
   out.push_back(binary_case(
       "compare-100k", 100000, random_fixed({100000}, 11, -100, 100), random_fixed({100000}, 12, -100, 100),
-      [](Rss3& p, const Rss3Share& a, const Rss3Share& b) { return ops::less_than(p, a, b); },
+      // Values within +-128: 27-bit comparisons.
+      [](Rss3& p, const Rss3Share& a, const Rss3Share& b) { return ops::less_than(p, a, b, bounded_width(7)); },
       [](const RingTensor& x, const RingTensor& y, const RingTensor& got) {
         for (std::size_t k = 0; k < got.size(); ++k)
           if (got(k) != Ring(static_cast<std::int64_t>(x(k)) < static_cast<std::int64_t>(y(k)) ? 1 : 0))
@@ -178,9 +182,11 @@ std::vector<OpCase> ops_only_cases(const ops::LinkModel& link) {
   const RingTensor scores = random_fixed({1, 1024}, 13, -10, 10);
   out.push_back(softmax_case(scores));
   out.push_back(topk_case("sort-1024", scores, 1024, ops::TopKMethod::network, link, "bitonic network"));
-  const bool rank = ops::topk_rank_cost(1024, 256).seconds(link) <= ops::topk_network_cost(1024).seconds(link);
+  const auto method = ops::resolve_topk_method(ops::TopKMethod::automatic, 1024, 256, link, bounded_width(4));
   out.push_back(topk_case("top256-of-1024", scores, 256, ops::TopKMethod::automatic, link,
-                          rank ? "rank-based" : "bitonic network"));
+                          method == ops::TopKMethod::rank     ? "rank-based"
+                          : method == ops::TopKMethod::blocks ? "blocks of 256, merged"
+                                                              : "bitonic network"));
   RingTensor indices = RingTensor::from_shape({64});
   for (std::size_t i = 0; i < 64; ++i) indices(i) = (i * 37 + 5) % 64;
   out.push_back(one_hot_case(indices, 64));
@@ -222,7 +228,7 @@ std::vector<OpCase> table2_cases(const ops::LinkModel& link) {
               co_await clock.begin();
               Rss3Share idx;
               if (with_topk) {
-                auto top = co_await ops::topk(p, in, k, ops::TopKMethod::automatic, link);
+                auto top = co_await ops::topk(p, in, k, ops::TopKMethod::automatic, link, bounded_width(4));
                 idx = ops::reshape<Rss3>(top.indices, {k});
               } else {
                 idx = in;

@@ -296,13 +296,19 @@ class MpCache {
       auto row = ops::reshape<P>(accumulated_attention<P>((*view.probs)[j], view.group, t, t - window), {1, t});
       scores = scores ? stack_rows<P>(*scores, row) : row;
     }
-    auto top = co_await ops::topk(p, *scores, keep);
+    // Accumulated attention sums at most t probabilities: |score| < 2t
+    // (twice, for the approximations' error), so comparisons need only
+    // frac + log2(t) + 3 bits, and the keys log2(t) more.
+    const int width = ops::comparison_width(p.frac_bits(), ops::ceil_log2(t) + 1);
+    auto top = co_await ops::topk(p, *scores, keep, ops::TopKMethod::automatic, {}, width);
     RingTensor iota = RingTensor::from_shape({heads, t});
     for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % t;
     const auto keys = ops::detail::sort_key(p, *scores, ops::public_share(p, *scores, iota), t);
     const auto kth = ops::detail::sort_key(p, ops::slice_last<P>(top.values, keep - 1, keep),
                                            ops::slice_last<P>(top.indices, keep - 1, keep), t);
-    auto dropped = co_await ops::less_than(p, keys, ops::broadcast_last<P>(kth, t));  // (heads, T)
+    const auto kth_each = ops::broadcast_last<P>(kth, t);
+    auto dropped = co_await ops::less_than(p, keys, kth_each,
+                                           ops::detail::value_width(width, t) + ops::detail::key_shift(t));  // (heads, T)
     // Slot of kept token i: (kept tokens up to i) - 1; a dropped token gets a
     // slot past the end: (prefix - 1) + (keep + 1) * dropped, in [keep, 2 keep].
     auto kept = p.add_public(p.neg(dropped), ring_filled({heads, t}, 1));

@@ -4,7 +4,7 @@
 //         fit error <= 4.1e-4; total (fixed point) <= 1e-3 (tested)
 //   SiLU: 0 below -10 | degree 5 on [-10, -3) | degree 8 on [-3, 3) |
 //         degree 5 on [3, 10) | x;  fit error <= 4.6e-4; total <= 1e-3 (tested)
-//   cost (rss3): 11 rounds (comparisons overlap the polynomials)
+//   cost (rss3): 8 rounds (comparisons overlap the polynomials; tested)
 module;
 #include "prelude.hpp"
 export module mpcache.ops:activations;

@@ -1,8 +1,12 @@
 // Comparisons and selection, generic over the backend.
-//   msb(a, w)         A2B of the low w bits + B2A: 2 + ceil(log2 w) + 2 rounds
-//                     on rss3 (10 for w = 64, 9 for w <= 32); requires
-//                     |a| < 2^(w-1): modulo 2^w the sign is then bit w - 1
-//   msb_bits(a, w)    the same bit before B2A (boolean), for bit_dot
+//   msb(a, w)         the sign bit of a mod 2^w, then B2A; requires
+//                     |a| < 2^(w-1): modulo 2^w the sign is then bit w - 1.
+//                     On rss3 msb_bits (below) + 2 rounds: 8 at w = 64,
+//                     7 at w = 27, about 8 + 17 bytes per element at w = 64
+//   msb_bits(a, w)    the same bit before B2A (boolean), for bit_dot. A
+//                     backend may provide its own (rss3: packed bit planes,
+//                     2 + ceil(log2((w-1)/g)) rounds, see rss3.cppm); else
+//                     A2B of the low w bits
 //   bit_times(b, x)   b x elementwise for a boolean bit b: B2A fused with the
 //                     product, 2 rounds where B2A then a product took 3
 //   msb_times(a, x, w) [a < 0] x: 2 + ceil(log2 w) + 2 rounds
@@ -35,6 +39,18 @@ inline int ceil_log2(std::size_t n) {
 inline std::size_t a2b_rounds(int width) { return 2 + static_cast<std::size_t>(ceil_log2(static_cast<std::size_t>(width))); }
 inline std::size_t a2b_words(int width) { return 2 * static_cast<std::size_t>(ceil_log2(static_cast<std::size_t>(width))) + 1; }
 
+// rss3 cost of msb_bits over n elements, and of B2A (bit_to_arith, every
+// party sends one word per element in 2 rounds).
+inline std::size_t msb_bits_rounds(int width) { return rss3_msb_cost(width, 1).rounds; }
+inline std::uint64_t msb_bits_max_bytes(int width, std::size_t n) { return rss3_msb_cost(width, n).max_bytes(); }
+// Words (of 8 bytes) per element for the busiest party, for cost models.
+inline double msb_bits_words(int width) {
+  constexpr std::size_t n = 3 * 64 * 1024;
+  return double(msb_bits_max_bytes(width, n)) / double(n) / 8.0;
+}
+inline constexpr std::size_t b2a_rounds = 2;
+inline constexpr std::size_t b2a_words = 1;
+
 // (The ops of a model do not narrow their comparisons: nothing bounds a
 // trained model's MLP inputs or hidden states below, e.g., 2^12, which 32
 // bits would need.)
@@ -52,8 +68,12 @@ template <Protocol P>
 Task<typename P::Bits> msb_bits(P& p, const typename P::Share& a, int width = ring_bits) {
   if (width < 2 || width > ring_bits)
     throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
-  auto bits = co_await p.to_bits(a, width);
-  co_return p.bits_shift_right(bits, width - 1);
+  if constexpr (requires { p.msb_bits(a, width); }) {
+    co_return co_await p.msb_bits(a, width);
+  } else {
+    auto bits = co_await p.to_bits(a, width);
+    co_return p.bits_shift_right(bits, width - 1);
+  }
 }
 
 template <Protocol P>

@@ -137,7 +137,7 @@ Task<NormParts<P>> layer_parts(P& p, const typename P::Share& x, const typename 
 
 // Critical path (rss3): layer_parts 2 (the mean's truncation is party 0's
 // alone, so it overlaps), then rsqrt_times 15, whose last product is the
-// norm's: 16 rounds. Range: variance + eps in [2^-10, 2^23).
+// norm's: 12 rounds. Range: variance + eps in [2^-10, 2^23).
 template <Protocol P>
 Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,
                                    const typename P::Share& beta, double eps = 1e-5) {
@@ -158,7 +158,7 @@ Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typen
 
 // Critical path (rss3): rms_parts 2 (x's truncation is party 0's message
 // alone and overlaps), then rsqrt_times 15, whose last product is the
-// norm's: 16 rounds. Range: mean square + eps in [2^-10, 2^22) (the
+// norm's: 12 rounds. Range: mean square + eps in [2^-10, 2^22) (the
 // rsqrt input is up to twice it).
 template <Protocol P>
 Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,

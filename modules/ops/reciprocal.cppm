@@ -15,8 +15,8 @@
 //     the product y0 s exceeds 2^44 and truncation's failure probability
 //     (2^(l-64)) grows past 2^-20
 //   error: relative <= 2e-4 + 2^-f/x (tested on dense samples of the range)
-//   cost (rss3): comparisons (A2B 2 + ceil(log2(w + 1))) + x' (bit_dot, 2)
-//     + 3 = 13 rounds at w = 41, 12 at w <= 31 (tested)
+//   cost (rss3): comparisons (msb_bits of w + 1 bits: 5 at w = 41 and at
+//     w <= 31, 4 at w = 22) + x' (bit_dot, 2) + 3 = 10 rounds (tested)
 module;
 #include "prelude.hpp"
 export module mpcache.ops:reciprocal;
@@ -39,7 +39,7 @@ namespace detail {
 // one_hot_t = below_{t+1} xor below_t (below_w = 1) locally. Any public
 // function g(p) is a local weighted sum of these bits after one B2A, and
 // x g(p) one bit_dot (times_weight_of).
-// 2 + ceil(log2(w + 1)) rounds: 8 for w = 41, 7 for w <= 31. An A2B of x
+// msb_bits' rounds: 5 for w = 41 and w <= 31. An A2B of x
 // and a prefix-OR from its top bit take ceil(log2 w) rounds more; the
 // comparisons cost w A2Bs per element instead of one, cheap where x is one
 // value per row (norms, softmax sums).

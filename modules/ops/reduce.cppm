@@ -1,10 +1,10 @@
 // max and argmax along the last axis by a tournament of groups of m adjacent
-// elements: in each group all m(m-1)/2 comparisons run in one batch (A2B
-// only, 8 rounds on rss3 at 64 bits, 7 at <= 32); a candidate wins if it
+// elements: in each group all m(m-1)/2 comparisons run in one batch (the
+// sign bits only, msb_bits: 6 rounds on rss3 at 64 bits); a candidate wins if it
 // beats every other one (an AND of m-1 bits, ceil(log2(m-1)) rounds), and
 // its bit selects its value and index (bit_dot: B2A fused with the product,
-// 2 rounds). At 64 bits a level costs 10 rounds for m = 2 (pairs), 12 for
-// m = 4, 13 for m = 8, 14 for m = 16, 16 for m = 64: larger groups shorten the critical
+// 2 rounds). At 64 bits a level costs 8 rounds for m = 2 (pairs), 10 for
+// m = 4, 11 for m = 8, 12 for m = 16, 14 for m = 64: larger groups shorten the critical
 // path at the price of more comparisons. Each level's m is chosen by a link
 // model (the paper's LAN) from the row count and the remaining length, so
 // a long row may take wide groups first and one all-pairs group last.
@@ -41,11 +41,11 @@ inline constexpr std::size_t tournament_max_group = 64;
 // group per party: A2B of the differences (`width` bits), the AND tree,
 // and bit_dot of the winners' bits with values and indices.
 inline std::size_t tournament_level_rounds(std::size_t m, int width = ring_bits) {
-  return a2b_rounds(width) + detail::tournament_and_rounds(m) + 2;
+  return msb_bits_rounds(width) + detail::tournament_and_rounds(m) + 2;
 }
 inline double tournament_group_words(std::size_t m, int width = ring_bits) {
   const double pairs = double(m) * double(m - 1) / 2;
-  return double(a2b_words(width)) * pairs + double(m * detail::tournament_and_rounds(m)) + 4 * double(m) + 2;
+  return msb_bits_words(width) * pairs + double(m * detail::tournament_and_rounds(m)) + 4 * double(m) + 2;
 }
 
 // The group size of every level, first to last, that minimises
@@ -79,7 +79,7 @@ inline std::size_t x_rows(const Shape& shape) {
 
 // Boolean bit 0 per element of xs (..., groups * m): 1 for the winner of
 // its group of m adjacent elements (the largest, the lowest index on ties).
-// A2B (8 rounds at 64 bits) + AND ceil(log2(m - 1)) rounds on rss3.
+// msb_bits (6 rounds at 64 bits) + AND ceil(log2(m - 1)) rounds on rss3.
 template <Protocol P>
 Task<typename P::Bits> group_win_bits(P& p, const typename P::Share& xs, std::size_t m, int width = ring_bits) {
   using Share = typename P::Share;
@@ -98,7 +98,7 @@ Task<typename P::Bits> group_win_bits(P& p, const typename P::Share& xs, std::si
   const std::size_t pairs = first.size();
   // Bit 0: x_a < x_b, i.e. b beats a (a beats b on ties: lower index).
   const Share difference = p.sub(take(xs, first), take(xs, second));
-  auto sign = p.bits_shift_right(co_await p.to_bits(difference, width), width - 1);
+  auto sign = co_await msb_bits(p, difference, width);
   // Candidate a's word: bit t says whether a beats its t-th opponent.
   const std::size_t per = m * (m - 1) / 2;
   auto words = P::apply(sign, [&](const RingTensor& s) {

@@ -13,8 +13,8 @@
 // row-linear map (a norm's projections) while the series is computed.
 //   range: 2^-10 <= x < 2^23 (variances and mean squares in LayerNorm/RMSNorm)
 //   error: relative <= 1e-3 + 2^-17 absolute (tested on dense samples)
-//   cost (rss3): 14 rounds: 8 for the highest bit (42-bit comparisons,
-//   A2B), x' and -b x' by bit_dot (2: B2A fused with the products), then 4
+//   cost (rss3): 11 rounds: 5 for the highest bit (42-bit comparisons,
+//   msb_bits), x' and -b x' by bit_dot (2: B2A fused with the products), then 4
 //   (tested)
 module;
 #include "prelude.hpp"

@@ -1,13 +1,25 @@
-// Top-k along the last axis, two ways, both ordering by (value descending,
+// Top-k along the last axis, three ways, all ordering by (value descending,
 // index ascending) so that ties are broken by index and every backend agrees:
-//   * topk_network: bitonic sorting network on (value, index) pairs,
-//     log2(n)(log2(n)+1)/2 compare-exchange layers of one comparison's A2B
-//     and one select by its bit (bit_times, 2 rounds) each;
+//   * topk_network: a bitonic sorting network on keys,
+//     log2(N)(log2(N)+1)/2 compare-exchange layers (N = n rounded up to a
+//     power of two);
+//   * topk_blocks, a top-k that stops at k: blocks of K = next_pow2(k)
+//     sorted by the same network, then pairs of blocks merged keeping the
+//     larger K (one compare-exchange layer takes the max of A[i] and
+//     B[K-1-i], a bitonic sequence, then log2 K merge layers sort it) until
+//     one block is left: log2 K (log2 K + 1)/2 + log2(N/K)(log2 K + 1)
+//     layers of fewer pairs;
 //   * topk_rank: constant rounds: all n(n-1)/2 comparisons in one batch,
 //     ranks by local sums, one-hot of the ranks, one multiplication round;
-// and topk(), which picks the cheaper for n, k and a link model.
-// Comparisons use key = value * 2^b + (n - 1 - index), b = ceil(log2 n), so
-// values must satisfy |value| < 2^(62 - b).
+// and topk(), which picks the cheapest for n, k and a link model.
+// Both networks move one key per element, key = value * 2^b + (N - 1 -
+// index), b = ceil(log2 N): a layer is one comparison's sign bits
+// (msb_bits) and one select by them (bit_times, 2 rounds); at the end the
+// k best keys are split back into index (A2B of the low b bits, B2A) and
+// value (an exact division by 2^b).
+// Values must satisfy |value| < 2^(w - 2) with w = min(width, 64 - b): the
+// caller passes `width` from the bound its values have, and comparisons run
+// on w + b bits.
 module;
 #include "prelude.hpp"
 export module mpcache.ops:topk;
@@ -28,13 +40,14 @@ struct TopK {
   typename P::Share indices;  // (..., k), integers
 };
 
-enum class TopKMethod { automatic, network, rank };
+enum class TopKMethod { automatic, network, blocks, rank };
 
 struct TopKCost {
   std::uint64_t rounds = 0;
-  std::uint64_t bytes_per_party = 0;  // payload, rss3
+  std::array<std::uint64_t, 3> bytes{};  // payload sent by each party, rss3
+  std::uint64_t max_bytes() const { return std::max({bytes[0], bytes[1], bytes[2]}); }
   double seconds(const LinkModel& link) const {
-    return link.seconds(static_cast<double>(rounds), static_cast<double>(bytes_per_party));
+    return link.seconds(static_cast<double>(rounds), static_cast<double>(max_bytes()));
   }
 };
 
@@ -45,108 +58,231 @@ inline std::size_t next_pow2(std::size_t n) {
   return p;
 }
 
-// Local: key = value * 2^b + (n - 1 - index).
+// b: the bits a key gives the index (positions 0..m-1 of the padded row).
+inline int key_shift(std::size_t m) { return std::max(1, ceil_log2(m)); }
+// w: the values' comparison width, so that keys compare on w + b bits.
+inline int value_width(int width, std::size_t m) { return std::min(width, ring_bits - key_shift(m)); }
+
+// Local: key = value * 2^b + (m - 1 - index).
 template <Protocol P>
 typename P::Share sort_key(const P& p, const typename P::Share& value,
-                           const typename P::Share& index, std::size_t n) {
-  const int b = std::max(1, ceil_log2(n));
+                           const typename P::Share& index, std::size_t m) {
+  const int b = key_shift(m);
   const Shape s = P::shape(value);
   auto shifted = p.mul_public(value, ring_filled(s, Ring{1} << b));
-  return p.add_public(p.sub(shifted, index), ring_filled(s, Ring(n - 1)));
+  return p.add_public(p.sub(shifted, index), ring_filled(s, Ring(m - 1)));
 }
 
 template <Protocol P>
 typename P::Share take(const typename P::Share& a, const std::vector<std::size_t>& idx) {
   return P::apply(a, [&](const RingTensor& t) { return ring_take_last(t, idx); });
 }
-}  // namespace detail
 
-// Cost on rss3 per row (payload bytes per party): a layer's comparison
-// bits = 13 words (A2B), its two selects by those bits = 3 words each
-// (bit_times); 8 + 2 rounds; see compare.cppm.
-inline TopKCost topk_network_cost(std::size_t n) {
-  const std::uint64_t L = static_cast<std::uint64_t>(ceil_log2(detail::next_pow2(n)));
-  const std::uint64_t layers = L * (L + 1) / 2;
-  const std::uint64_t pairs = detail::next_pow2(n) / 2;
-  return {layers * 10, layers * pairs * (13 + 2 * 3) * 8};
-}
+// One step of a sorting plan: compare-exchange (u[t] gets the larger key
+// of u[t], v[t]), then keep only `keep` (in order; empty: all).
+struct SortStep {
+  std::vector<std::size_t> u, v, keep;
+};
 
-inline TopKCost topk_rank_cost(std::size_t n, std::size_t k) {
-  const std::uint64_t pairs = n * (n - 1) / 2;
-  const int w = std::max(1, ceil_log2(n));
-  const std::uint64_t a2b_rounds = w >= 2 ? 2 + ceil_log2(static_cast<std::size_t>(w)) : 0;
-  const std::uint64_t a2b_words = w >= 2 ? 2 * ceil_log2(static_cast<std::size_t>(w)) + 1 : 0;
-  const std::uint64_t and_rounds = ceil_log2(static_cast<std::size_t>(w));
-  return {10 + a2b_rounds + and_rounds + 2 + 1,
-          (pairs * 15 + n * a2b_words + n * n * (and_rounds + 2) + n * k) * 8};
-}
-
-// `automatic` becomes the method with the lower modelled time on `link`.
-inline TopKMethod resolve_topk_method(TopKMethod method, std::size_t n, std::size_t k, const LinkModel& link) {
-  if (method != TopKMethod::automatic) return method;
-  return topk_rank_cost(n, k).seconds(link) <= topk_network_cost(n).seconds(link) ? TopKMethod::rank
-                                                                                  : TopKMethod::network;
-}
-
-template <Protocol P>
-Task<TopK<P>> topk_network(P& p, typename P::Share x, std::size_t k) {
-  const Shape shape = P::shape(x);
-  const std::size_t n = shape.at(shape.size() - 1);
-  if (k == 0 || k > n)
-    throw Error(ErrorCode::invalid_argument,
-                "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
-  const std::size_t m = detail::next_pow2(n);
-  RingTensor iota = RingTensor::from_shape(shape);
-  for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
-  typename P::Share idx = public_share(p, x, iota);
-  if (m > n) {  // pad with the smallest keys: minimal value, largest index
-    Shape pad = shape;
-    pad.back() = m - n;
-    const Ring low = static_cast<Ring>(-(std::int64_t{1} << (61 - ceil_log2(m))));
-    x = concat_last<P>(x, public_share(p, x, ring_filled(pad, low)));
-    RingTensor pad_idx = RingTensor::from_shape(pad);
-    for (std::size_t i = 0; i < pad_idx.size(); ++i) pad_idx.data()[i] = n + i % (m - n);
-    idx = concat_last<P>(idx, public_share(p, x, pad_idx));
-  }
-  for (std::size_t size = 2; size <= m; size *= 2) {
+// Bitonic sort of every block of `block` positions of m, each descending.
+inline void add_block_sort(std::vector<SortStep>& plan, std::size_t m, std::size_t block) {
+  for (std::size_t size = 2; size <= block; size *= 2)
     for (std::size_t j = size / 2; j >= 1; j /= 2) {
-      // Pairs (i, i|j) with bit j clear; blocks with bit `size` clear sort
-      // descending. u is the slot that must end up holding the larger key.
-      std::vector<std::size_t> u, v;
+      SortStep step;
       for (std::size_t i = 0; i < m; ++i) {
-        if (i & j) continue;
-        const bool descending = (i & size) == 0;
-        u.push_back(descending ? i : (i | j));
-        v.push_back(descending ? (i | j) : i);
+        const std::size_t local = i % block;
+        if (local & j) continue;
+        const bool descending = (local & size) == 0;
+        step.u.push_back(descending ? i : i + j);
+        step.v.push_back(descending ? i + j : i);
       }
-      auto xu = detail::take<P>(x, u), xv = detail::take<P>(x, v);
-      auto iu = detail::take<P>(idx, u), iv = detail::take<P>(idx, v);
-      auto swap = co_await less_than_bits(p, detail::sort_key(p, xu, iu, m),
-                                          detail::sort_key(p, xv, iv, m));
-      P pv = p.fork(), pi = p.fork();
-      auto [new_xu, new_iu] =
-          co_await when_all(select_by_bit(pv, swap, xv, xu), select_by_bit(pi, swap, iv, iu));
-      auto new_xv = p.sub(p.add(xu, xv), new_xu);
-      auto new_iv = p.sub(p.add(iu, iv), new_iu);
-      // Scatter back: position u[t] <- new_u[t], v[t] <- new_v[t].
-      std::vector<std::size_t> inverse(m);
-      for (std::size_t t = 0; t < u.size(); ++t) {
-        inverse[u[t]] = t;
-        inverse[v[t]] = u.size() + t;
+      plan.push_back(std::move(step));
+      if (j == 1) break;
+    }
+}
+
+// Sort blocks of `block`, then merge pairs of blocks keeping the larger
+// half until one block is left. block == m: a full bitonic sort.
+inline std::vector<SortStep> block_topk_plan(std::size_t m, std::size_t block) {
+  std::vector<SortStep> plan;
+  add_block_sort(plan, m, block);
+  for (std::size_t blocks = m / block; blocks > 1; blocks /= 2) {
+    SortStep keep_max;
+    for (std::size_t q = 0; q < blocks; q += 2)
+      for (std::size_t i = 0; i < block; ++i) {
+        keep_max.u.push_back(q * block + i);
+        keep_max.v.push_back((q + 1) * block + block - 1 - i);
+        keep_max.keep.push_back(q * block + i);
       }
-      x = detail::take<P>(concat_last<P>(new_xu, new_xv), inverse);
-      idx = detail::take<P>(concat_last<P>(new_iu, new_iv), inverse);
+    plan.push_back(std::move(keep_max));
+    const std::size_t left = blocks / 2 * block;
+    for (std::size_t j = block / 2; j >= 1; j /= 2) {  // bitonic merge, descending
+      SortStep step;
+      for (std::size_t i = 0; i < left; ++i) {
+        if ((i % block) & j) continue;
+        step.u.push_back(i);
+        step.v.push_back(i + j);
+      }
+      plan.push_back(std::move(step));
       if (j == 1) break;
     }
   }
-  co_return TopK<P>{slice_last<P>(x, 0, k), slice_last<P>(idx, 0, k)};
+  return plan;
+}
+
+inline std::size_t topk_block(std::size_t n, std::size_t k, TopKMethod method) {
+  const std::size_t m = next_pow2(n);
+  return method == TopKMethod::blocks ? std::min(m, next_pow2(k)) : m;
+}
+
+// Every step: u[t] and v[t] swap where key_u < key_v. One msb_bits of the
+// differences, one bit_times of the sign bits with them.
+template <Protocol P>
+Task<typename P::Share> run_sort_plan(P& p, typename P::Share keys, const std::vector<SortStep>& plan, int width) {
+  using Share = typename P::Share;
+  for (const SortStep& step : plan) {
+    const Share ku = take<P>(keys, step.u), kv = take<P>(keys, step.v);
+    const Share difference = p.sub(kv, ku);
+    const Share negated = p.neg(difference);  // < 0 where v holds the larger key
+    const auto swap = co_await msb_bits(p, negated, width);
+    const Share delta = co_await bit_times(p, swap, difference);
+    const Share new_u = p.add(ku, delta), new_v = p.sub(kv, delta);
+    const std::size_t m = P::shape(keys).back(), pairs = step.u.size();
+    std::vector<std::size_t> from(m);
+    std::iota(from.begin(), from.end(), std::size_t{0});
+    for (std::size_t t = 0; t < pairs; ++t) {
+      from[step.u[t]] = m + t;
+      from[step.v[t]] = m + pairs + t;
+    }
+    keys = take<P>(concat_last<P>(concat_last<P>(keys, new_u), new_v), from);
+    if (!step.keep.empty()) keys = take<P>(keys, step.keep);
+  }
+  co_return keys;
+}
+
+// The k best keys back to values and indices: index = m - 1 - (key mod
+// 2^b) by A2B of b bits and B2A, value = (key - low) / 2^b, an exact
+// multiple (truncation is exact on multiples).
+template <Protocol P>
+Task<TopK<P>> split_keys(P& p, const typename P::Share& keys, std::size_t m) {
+  const int b = key_shift(m);
+  const Shape s = P::shape(keys);
+  auto bits = co_await p.to_bits(keys, b);
+  const auto spread = P::apply(bits, [b](const RingTensor& t) { return ring_bits_to_axis(t, b); });
+  const auto ones = co_await p.bit_to_arith(spread);
+  std::vector<Ring> weights(static_cast<std::size_t>(b));
+  for (int t = 0; t < b; ++t) weights[static_cast<std::size_t>(t)] = Ring{1} << t;
+  const auto low = P::apply(ones, [&](const RingTensor& t) { return ring_weighted_sum_last(t, weights); });
+  auto indices = p.add_public(p.neg(low), ring_filled(s, Ring(m - 1)));
+  const auto multiple = p.sub(keys, low);
+  auto values = co_await p.truncate(multiple, b);
+  co_return TopK<P>{std::move(values), std::move(indices)};
+}
+
+inline void check_topk(std::size_t n, std::size_t k) {
+  if (k == 0 || k > n)
+    throw Error(ErrorCode::invalid_argument,
+                "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
+}
+}  // namespace detail
+
+// rss3 cost (probabilistic truncation) of topk_network / topk_blocks over
+// `rows` rows of n: bytes exact; rounds the sum of the steps', an upper
+// bound on the critical path (a comparison's lead sends its first message
+// without waiting, so measured layers overlap by about a round).
+inline TopKCost topk_sort_cost(std::size_t n, std::size_t k, TopKMethod method, int width = ring_bits,
+                               std::size_t rows = 1) {
+  const std::size_t m = detail::next_pow2(n);
+  const int b = detail::key_shift(m), key_width = detail::value_width(width, m) + b;
+  TopKCost cost;
+  for (const auto& step : detail::block_topk_plan(m, detail::topk_block(n, k, method))) {
+    const std::size_t pairs = step.u.size() * rows;
+    const Rss3MsbCost msb = rss3_msb_cost(key_width, pairs);
+    cost.rounds += msb.rounds + 2;
+    for (std::size_t id = 0; id < 3; ++id) cost.bytes[id] += msb.bytes[id] + 3 * pairs * 8;  // bit_times
+  }
+  // split_keys: A2B of b bits, B2A of k b bits, truncation (party 0 sends).
+  const std::uint64_t out = k * rows;
+  cost.rounds += (b >= 2 ? a2b_rounds(b) : 0) + b2a_rounds + 1;
+  for (std::size_t id = 0; id < 3; ++id)
+    cost.bytes[id] += ((b >= 2 ? a2b_words(b) : 0) * out + b2a_words * out * std::uint64_t(b) + (id == 0 ? out : 0)) * 8;
+  return cost;
+}
+inline TopKCost topk_network_cost(std::size_t n, std::size_t k, int width = ring_bits, std::size_t rows = 1) {
+  return topk_sort_cost(n, k, TopKMethod::network, width, rows);
+}
+inline TopKCost topk_blocks_cost(std::size_t n, std::size_t k, int width = ring_bits, std::size_t rows = 1) {
+  return topk_sort_cost(n, k, TopKMethod::blocks, width, rows);
+}
+
+inline TopKCost topk_rank_cost(std::size_t n, std::size_t k, int width = ring_bits, std::size_t rows = 1) {
+  const std::uint64_t pairs = n * (n - 1) / 2 * rows;
+  const int key_width = detail::value_width(width, n) + detail::key_shift(n);
+  const Rss3MsbCost msb = rss3_msb_cost(key_width, pairs);
+  const int w = std::max(1, ceil_log2(n));
+  const std::uint64_t a2b_r = w >= 2 ? a2b_rounds(w) : 0, a2b_w = w >= 2 ? a2b_words(w) : 0;
+  const std::uint64_t and_rounds = ceil_log2(static_cast<std::size_t>(w));
+  TopKCost cost;
+  cost.rounds = msb.rounds + b2a_rounds + a2b_r + and_rounds + b2a_rounds + 1;
+  for (std::size_t id = 0; id < 3; ++id)
+    cost.bytes[id] = msb.bytes[id] +
+                     (pairs * b2a_words + rows * (n * a2b_w + n * n * (and_rounds + b2a_words) + n * k)) * 8;
+  return cost;
+}
+
+// `automatic` becomes the method with the lowest modelled time on `link`.
+inline TopKMethod resolve_topk_method(TopKMethod method, std::size_t n, std::size_t k, const LinkModel& link,
+                                      int width = ring_bits) {
+  if (method != TopKMethod::automatic) return method;
+  const double rank = topk_rank_cost(n, k, width).seconds(link);
+  const double network = topk_network_cost(n, k, width).seconds(link);
+  const double blocks = topk_blocks_cost(n, k, width).seconds(link);
+  if (rank <= std::min(network, blocks)) return TopKMethod::rank;
+  return blocks < network ? TopKMethod::blocks : TopKMethod::network;
+}
+
+// topk_network (block = the whole row) or topk_blocks.
+template <Protocol P>
+Task<TopK<P>> topk_sorted(P& p, typename P::Share x, std::size_t k, TopKMethod method, int width = ring_bits) {
+  const Shape shape = P::shape(x);
+  const std::size_t n = shape.at(shape.size() - 1);
+  detail::check_topk(n, k);
+  const std::size_t m = detail::next_pow2(n);
+  const int b = detail::key_shift(m), vw = detail::value_width(width, m);
+  if (vw < 3)
+    throw Error(ErrorCode::invalid_argument, "top-k: comparison width " + std::to_string(width) + " is below 3");
+  RingTensor iota = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
+  auto keys = detail::sort_key(p, x, public_share(p, x, iota), m);
+  if (m > n) {  // pad with the smallest keys: a value below every allowed one, indices n..m-1
+    Shape pad = shape;
+    pad.back() = m - n;
+    RingTensor pad_keys = RingTensor::from_shape(pad);
+    const Ring low = static_cast<Ring>(-(std::int64_t{1} << (vw - 2)));
+    for (std::size_t i = 0; i < pad_keys.size(); ++i) pad_keys.data()[i] = (low << b) + Ring(m - 1 - (n + i % (m - n)));
+    keys = concat_last<P>(keys, public_share(p, x, pad_keys));
+  }
+  const auto plan = detail::block_topk_plan(m, detail::topk_block(n, k, method));
+  auto sorted = co_await detail::run_sort_plan(p, std::move(keys), plan, vw + b);
+  const auto best = slice_last<P>(sorted, 0, k);
+  co_return co_await detail::split_keys(p, best, m);
+}
+
+template <Protocol P>
+Task<TopK<P>> topk_network(P& p, typename P::Share x, std::size_t k, int width = ring_bits) {
+  co_return co_await topk_sorted(p, std::move(x), k, TopKMethod::network, width);
+}
+
+template <Protocol P>
+Task<TopK<P>> topk_blocks(P& p, typename P::Share x, std::size_t k, int width = ring_bits) {
+  co_return co_await topk_sorted(p, std::move(x), k, TopKMethod::blocks, width);
 }
 
 namespace detail {
 // Rank of each element along the last axis, 0 for the largest (ties: the
 // lower index ranks first): all pairs i < j compared in one batch.
 template <Protocol P>
-Task<typename P::Share> ranks(P& p, const typename P::Share& x) {
+Task<typename P::Share> ranks(P& p, const typename P::Share& x, int width = ring_bits) {
   const Shape shape = P::shape(x);
   const std::size_t n = shape.back();
   RingTensor iota = RingTensor::from_shape(shape);
@@ -161,7 +297,8 @@ Task<typename P::Share> ranks(P& p, const typename P::Share& x) {
       second.push_back(j);
     }
   // c = 1 when j beats i: rank_i += c; rank_j -= c (it had +1 already).
-  auto beaten = co_await less_than(p, take<P>(key, first), take<P>(key, second));
+  const auto first_keys = take<P>(key, first), second_keys = take<P>(key, second);
+  auto beaten = co_await less_than(p, first_keys, second_keys, value_width(width, n) + key_shift(n));
   auto spread = P::apply(beaten, [&](const RingTensor& c) {
     Shape out_shape = shape_of(c);
     out_shape.back() = n;
@@ -179,15 +316,13 @@ Task<typename P::Share> ranks(P& p, const typename P::Share& x) {
 }  // namespace detail
 
 template <Protocol P>
-Task<TopK<P>> topk_rank(P& p, typename P::Share x, std::size_t k) {
+Task<TopK<P>> topk_rank(P& p, typename P::Share x, std::size_t k, int width = ring_bits) {
   const Shape shape = P::shape(x);
   const std::size_t n = shape.at(shape.size() - 1);
-  if (k == 0 || k > n)
-    throw Error(ErrorCode::invalid_argument,
-                "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
+  detail::check_topk(n, k);
   RingTensor iota = RingTensor::from_shape(shape);
   for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
-  auto rank = co_await detail::ranks(p, x);
+  auto rank = co_await detail::ranks(p, x, width);
   // sel[..., i, r] = [rank_i == r] for r < k.
   auto sel = co_await one_hot(p, rank, n);
   sel = P::apply(sel, [&](const RingTensor& t) { return ring_slice_last(t, 0, k); });
@@ -217,14 +352,14 @@ typename P::Share swap_last_two(const typename P::Share& a) {
   });
 }
 
+// width: the values' comparison width, |x| < 2^(width - 2) (see the top of
+// this file); the method is picked for it.
 template <Protocol P>
 Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
-                   TopKMethod method = TopKMethod::automatic, LinkModel link = {}) {
+                   TopKMethod method = TopKMethod::automatic, LinkModel link = {}, int width = ring_bits) {
   const std::size_t n = P::shape(x).back();
   if constexpr (NativeReal<P>) {
-    if (k == 0 || k > n)
-      throw Error(ErrorCode::invalid_argument,
-                  "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
+    detail::check_topk(n, k);
     Shape out_shape = P::shape(x);
     out_shape.back() = k;
     RealTensor values = xt::empty<double>(out_shape), indices = xt::empty<double>(out_shape);
@@ -243,9 +378,10 @@ Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
     }
     co_return TopK<P>{typename P::Share{std::move(values)}, typename P::Share{std::move(indices)}};
   }
-  method = resolve_topk_method(method, n, k, link);
-  if (method == TopKMethod::rank) co_return co_await topk_rank(p, std::move(x), k);
-  co_return co_await topk_network(p, std::move(x), k);
+  detail::check_topk(n, k);
+  method = resolve_topk_method(method, n, k, link, width);
+  if (method == TopKMethod::rank) co_return co_await topk_rank(p, std::move(x), k, width);
+  co_return co_await topk_sorted(p, std::move(x), k, method, width);
 }
 
 // One-hot (..., n), arithmetic 0/1, of the largest element of each row
@@ -300,8 +436,8 @@ Task<typename P::Share> argmax_onehot_last(P& p, typename P::Share x, int width 
 // r-th best element (same order as topk()). The rank method produces this
 // matrix on its way anyway, so this saves the value product and, for the
 // caller, a second one-hot of the indices: gather with one matmul.
-// With k = 1 the comparisons may be narrowed to `width` bits when the
-// caller bounds the values: |x| < 2^(width-2) (see argmax_last).
+// The comparisons may be narrowed to `width` bits when the caller bounds
+// the values: |x| < 2^(width-2) (see argmax_last and the top of this file).
 template <Protocol P>
 Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
                                     TopKMethod method = TopKMethod::automatic, LinkModel link = {},
@@ -311,7 +447,7 @@ Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
   if (k == 0 || k > n)
     throw Error(ErrorCode::invalid_argument,
                 "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
-  method = resolve_topk_method(method, n, k, link);
+  method = resolve_topk_method(method, n, k, link, width);
   if (!NativeReal<P> && k == 1 && n <= 64 && method == TopKMethod::rank) {
     // The best one: all pairs in one batch, then an AND of n - 1 bits (no
     // ranks, no one-hot encoding): 8 + ceil(log2(n - 1)) + 2 rounds.
@@ -329,11 +465,11 @@ Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
     out.insert(out.end() - 1, 1);
     co_return reshape<P>(hot, out);
   }
-  if (NativeReal<P> || method == TopKMethod::network) {
-    auto top = co_await topk(p, std::move(x), k, method, link);
+  if (NativeReal<P> || method != TopKMethod::rank) {
+    auto top = co_await topk(p, std::move(x), k, method, link, width);
     co_return co_await one_hot(p, top.indices, n);
   }
-  auto rank = co_await detail::ranks(p, x);
+  auto rank = co_await detail::ranks(p, x, width);
   // (..., n, k): a rank in [k, n) matches no class (compared on log2 n bits).
   auto sel = co_await one_hot(p, rank, k, ceil_log2(n));
   co_return swap_last_two<P>(sel);

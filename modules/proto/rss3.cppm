@@ -11,7 +11,15 @@
 //   (probabilistic truncation; exact truncation costs more, see below)
 //   bits_and       every party sends n words                     1 round
 //   to_bits(w)     (A2B) 1 + (2 + ceil(log2 w)) words, 2+ceil(log2 w) rounds (w >= 2)
-//   bit_to_arith   (B2A of bit 0) every party sends 2n           2 rounds
+//   bit_to_arith   (B2A of bit 0) every party sends n            2 rounds
+//                  (party 0 holds t = b0 ^ b1, parties 1 and 2 b2: party 0
+//                  sends t - r to 1, r from its key with 2; b = t ^ b2 is
+//                  then additive between 1 and 2, who reshare it)
+//   msb_bits(w)    sign of a mod 2^w on packed bit planes (rss3_msb.cpp):
+//                  2 + ceil(log2(ceil((w-1)/g))) rounds, g = 2..6 positions
+//                  per group (fewest rounds, then fewest bytes); bytes from
+//                  rss3_msb_cost: w = 64 (g = 4) 6 rounds and 15.6 bytes per
+//                  element and party, w = 27 5 rounds and 6.2 bytes
 //   bit_dot        (B2A fused with a product summed over the last axis:
 //                  (..., k) -> (..., 1)) every party sends 2n + n/k  2 rounds
 // Zero-sharings come from pairwise AES-CTR keys: party i shares k_i with
@@ -72,6 +80,16 @@ struct Rss3Options {
 };
 
 class Rss3;
+
+// Exact cost of Rss3::msb_bits over n elements at `width` bits.
+struct Rss3MsbCost {
+  int group = 2;                           // low positions per first-round group
+  std::uint64_t rounds = 0;
+  std::array<std::uint64_t, 3> bytes{};    // payload sent by each party
+  std::uint64_t max_bytes() const { return std::max({bytes[0], bytes[1], bytes[2]}); }
+};
+// group 0: the group size msb_bits picks (fewest rounds, then fewest bytes).
+Rss3MsbCost rss3_msb_cost(int width, std::size_t n, int group = 0);
 
 // Long-lived state of one party: its endpoint and its two pairwise keys.
 class Rss3Party {
@@ -162,6 +180,16 @@ class Rss3 {
   Bits bits_shift_right(const Bits& x, int n) const;  // logical
   // B2A of bit 0 of every word (other bits are ignored): arithmetic 0 or 1.
   Task<Share> bit_to_arith(const Bits& x);
+  // Bit 0: 1 where a < 0 as a w-bit signed value, i.e. the sign of a mod
+  // 2^w (exact when |a| < 2^(w-1)). Each party leads a third of the
+  // elements: it holds A = its two components, the others B = the third.
+  // The carry of A + B below bit w-1 is built on bit planes packed 64
+  // elements to a word: the lead sends every product of its A bits within
+  // a group of g positions, masked (1 round); the others then hold each
+  // group's generate and propagate bits as an XOR of two parts and
+  // reshare them (1 round); a tree of ANDs halves the groups per round.
+  // group 0: chosen by rss3_msb_cost.
+  Task<Bits> msb_bits(const Share& a, int width = ring_bits, int group = 0);
   // sum_last (bit 0 of b) * x, truncated by `bits` (0: exact); see rss3.cpp.
   Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);
   Task<RingTensor> reveal_bits(const Bits& x);
@@ -186,6 +214,8 @@ class Rss3 {
   // floor(x / 2^bits) (or one more) of x = a + b, from party 0's a or
   // parties 1 and 2's b (`part`): the 2-out-of-2 view every truncation ends in.
   Task<Share> truncate_view(RingTensor part, int bits);
+  // msb_bits of flat values with party `lead` holding A; planes in, bit planes out.
+  Task<Bits> msb_planes(PartyId lead, RingTensor a_or_b, std::size_t n, int width, int group);
 
   Rss3Party* party_;
   StreamId stream_;

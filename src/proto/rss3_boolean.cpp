@@ -159,19 +159,52 @@ Task<Rss3Bits> Rss3::to_bits(const Share& a, int width) {
   co_return bits_and_public(bits_xor(propagate0, bits_shift_left(g, 1)), mask);
 }
 
-// b = b0 ^ b1 ^ b2 with each b_j known to two parties, so each has a local
-// arithmetic sharing; x ^ y = x + y - 2xy, twice.
+// b = t ^ b2 with t = b0 ^ b1 at party 0 and b2 at parties 1 and 2:
+// b = b2 + t y, y = 1 - 2 b2. Round 1: party 0 sends t - r to party 1 (r
+// from its key with party 2), so that party 1 holds alpha = (t - r) y + b2
+// and party 2 beta = r y, alpha + beta = b. Round 2: they reshare it as
+// (sigma, rho, b - sigma - rho), sigma from the key of parties 2 and 0,
+// rho from that of parties 0 and 1 (party 2's message needs nothing from
+// round 1 and goes out at once).
 Task<Rss3Share> Rss3::bit_to_arith(const Bits& x) {
   const Shape s = shape(x);
-  RingTensor one = RingTensor::from_shape(s);
-  std::fill(one.begin(), one.end(), Ring{1});
-  const Share bits{ring_and(x.own, one), ring_and(x.next, one)};
-  const Share a0 = component_arith(bits, 0), a1 = component_arith(bits, 1),
-              a2 = component_arith(bits, 2);
-  RingTensor minus_two = RingTensor::from_shape(s);
-  std::fill(minus_two.begin(), minus_two.end(), Ring{0} - 2);
-  const Share t = add(add(a0, a1), mul_public(co_await mul(a0, a1), minus_two));
-  co_return add(add(t, a2), mul_public(co_await mul(t, a2), minus_two));
+  const std::size_t n = x.own.size();
+  switch (party_->id_) {
+    case 0: {
+      RingTensor masked = draw_prev(s);
+      for (std::size_t i = 0; i < n; ++i)
+        masked.data()[i] = ((x.own.data()[i] ^ x.next.data()[i]) & 1) - masked.data()[i];
+      send(1, masked);
+      RingTensor sigma = draw_prev(s), rho = draw_next(s);
+      co_return Share{std::move(sigma), std::move(rho)};
+    }
+    case 1: {
+      const RingTensor masked = co_await recv(0, s);
+      RingTensor rho = draw_prev(s);
+      RingTensor part = RingTensor::from_shape(s);
+      for (std::size_t i = 0; i < n; ++i) {
+        const Ring b2 = x.next.data()[i] & 1;
+        part.data()[i] = masked.data()[i] * (1 - 2 * b2) + b2 - rho.data()[i];
+      }
+      send(2, part);
+      RingTensor theirs = co_await recv(2, s);
+      ring_add_inplace(theirs, part);
+      co_return Share{std::move(rho), std::move(theirs)};
+    }
+    default: {
+      const RingTensor r = draw_next(s);
+      RingTensor sigma = draw_next(s);
+      RingTensor part = RingTensor::from_shape(s);
+      for (std::size_t i = 0; i < n; ++i) {
+        const Ring b2 = x.own.data()[i] & 1;
+        part.data()[i] = r.data()[i] * (1 - 2 * b2) - sigma.data()[i];
+      }
+      send(1, part);
+      RingTensor theirs = co_await recv(1, s);
+      ring_add_inplace(theirs, part);
+      co_return Share{std::move(theirs), std::move(sigma)};
+    }
+  }
 }
 
 }  // namespace mpcache

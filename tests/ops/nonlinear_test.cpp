@@ -134,12 +134,12 @@ TEST_CASE("softmax with and without a mask, against float64") {
   }
 }
 
-TEST_CASE("exp_neg costs 11 rounds: the clipping comparison overlaps the squarings") {
+TEST_CASE("exp_neg costs 10 rounds: the clipping comparison overlaps the squarings") {
   FixedPoint fp;
   const auto cost = mpcache::testing::measure_op(
       fp.encode(linspace(-10, 0, 32)),
       [](Rss3& p, const Rss3Share& a) { return ops::exp_neg(p, a); });
-  CHECK(cost.rounds == 11);
+  CHECK(cost.rounds == 10);
 }
 
 TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12]") {
@@ -186,7 +186,7 @@ TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds, larg
   const auto cost = mpcache::testing::measure_op(xe, [&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
     co_return co_await ops::silu_times(p, a, a);
   });
-  CHECK(cost.rounds == 10);
+  CHECK(cost.rounds == 8);
 }
 
 TEST_CASE("rsqrt: relative error within 1e-3 on [2^-10, 2^23)") {
@@ -300,8 +300,8 @@ TEST_CASE("norm_project: norm(h) W for RMSNorm and LayerNorm, the projections in
       co_return std::move(out[0]);
     }).rounds;
   };
-  CHECK(rounds_of(false) == 15);
-  CHECK(rounds_of(true) == 15);
+  CHECK(rounds_of(false) == 12);
+  CHECK(rounds_of(true) == 12);
 }
 
 TEST_CASE("norms truncate nothing above 2^47 on rows with outlier features of 300") {
@@ -344,30 +344,36 @@ TEST_CASE("round counts of the non-linear functions match the documented costs")
   FixedPoint fp;
   const RingTensor x = fp.encode(linspace(0.5, 4.0, 8));
   auto rounds_of = [&](auto op) { return mpcache::testing::measure_op(x, op).rounds; };
-  // reciprocal: highest bit over 41 bits (42-bit comparisons: A2B 8), x'
-  // by bit_dot 2, then 3; over 29 bits (x < 2^11) A2B 7.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a); }) == 13);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a, 11); }) == 12);
-  // rsqrt: highest bit over 41 bits (A2B 8), x' and y0 by bit_dot 2, then 4.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); }) == 14);
-  // Piecewise: the comparisons' A2B 8, then the pieces selected by bit_dot 2.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 10);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 10);
+  // reciprocal: highest bit over 41 bits (42-bit comparisons: msb_bits in
+  // groups of 6, 5 rounds), x' by bit_dot 2, then 3; over 29 bits (x <
+  // 2^11) msb_bits 5 as well.
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a); }) == 10);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a, 11); }) == 10);
+  CHECK(rss3_msb_cost(42, 1).rounds == 5);
+  CHECK(rss3_msb_cost(42, 1).group == 6);
+  CHECK(rss3_msb_cost(30, 1).rounds == 5);
+  // rsqrt: highest bit over 41 bits (msb_bits 5), x' and y0 by bit_dot 2, then 4.
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); }) == 11);
+  // Piecewise: the comparisons' msb_bits 6, then the pieces selected by bit_dot 2.
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 8);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 8);
   // RMSNorm: x truncated (party 0's message alone: it overlaps) and x^2 1,
-  // then rsqrt_times 14, whose last product is the norm's.
+  // then rsqrt_times 11, whose last product is the norm's.
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
           co_return co_await ops::rms_norm(p, ops::reshape<Rss3>(a, {1, 8}), a);
-        }) == 15);
+        }) == 12);
   // LayerNorm: mean, squares and variance 2 (the mean's truncation is party
   // 0's alone and overlaps), then as RMSNorm.
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
           co_return co_await ops::layer_norm(p, ops::reshape<Rss3>(a, {1, 8}), a, a);
-        }) == 15);
-  // softmax over 8: max in one group of 8 (A2B 8 + AND 3 + bit_dot 2 = 13),
-  // exp 11, reciprocal of a sum below 16 (w = 22: 23-bit comparisons 7,
-  // bit_dot 2, then 3 = 12), product 1.
+        }) == 12);
+  // softmax over 8: max in one group of 8 (msb_bits 6 + AND 3 + bit_dot 2 =
+  // 11), exp 10, reciprocal of a sum below 16 (w = 22: 23-bit comparisons'
+  // msb_bits in groups of 6, 4 rounds, bit_dot 2, then 3 = 9), product 1;
+  // each step starts a round early where a comparison's lead had nothing
+  // to wait for.
   CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
           const auto row = ops::reshape<Rss3>(a, {1, 8});
           co_return co_await ops::softmax_last(p, row);
-        }) == 37);
+        }) == 29);
 }

@@ -55,28 +55,84 @@ TEST_CASE("top-k by ranks: ordered, ties by index, any n") {
     check_topk(ops::TopKMethod::rank, n, k);
 }
 
-TEST_CASE("rank-based top-k takes constant rounds; the network takes 10 per layer") {
-  const RingTensor x = ring_shift_floor(mpcache::testing::random_ring({1, 16}, 92), 30);
-  const auto rank_measured = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
-    return ops::topk_rank(p, a, 4);
-  });
-  const auto net_measured = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
-    return ops::topk_network(p, a, 4);
-  });
-  const auto rank = ops::topk_rank_cost(16, 4), net = ops::topk_network_cost(16);
-  CHECK(rank_measured.rounds == rank.rounds);
-  CHECK(net_measured.rounds == net.rounds);
-  CHECK(net.rounds == 10 * 10);
-  for (PartyId id = 0; id < 3; ++id) {
-    CHECK(rank_measured.bytes[id] == rank.bytes_per_party);
-    CHECK(net_measured.bytes[id] == net.bytes_per_party);
+TEST_CASE("top-k by blocks (stops at k): ordered, ties by index, any n") {
+  for (auto [n, k] : {std::pair<std::size_t, std::size_t>{1, 1}, {2, 1}, {8, 3}, {13, 5}, {16, 4}, {33, 4}, {64, 9}})
+    check_topk(ops::TopKMethod::blocks, n, k);
+}
+
+TEST_CASE("top-k with a bound on the values: same result on fewer bits") {
+  FixedPoint fp;
+  const std::size_t n = 40, k = 7;
+  xt::xarray<double> xr = mpcache::testing::random_real({2, n}, -100, 100, 77);
+  xr(0, 5) = xr(0, 9) = 99.5;  // a tie at the top
+  xr(1, 3) = 127.99;           // the edges of the range
+  xr(1, 4) = -127.99;
+  xr(1, 30) = 127.98;
+  const RingTensor x = fp.encode(xr);
+  // |x| < 128 = 2^7: |x| < 2^(7 + 18) as ring integers, width 7 + 18 + 2.
+  const int width = ops::comparison_width(fp.frac_bits(), 7);
+  CHECK(width == 27);
+  for (auto method : {ops::TopKMethod::network, ops::TopKMethod::blocks, ops::TopKMethod::rank}) {
+    auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+      auto a = co_await share_of(p, 1, x);
+      auto r = co_await ops::topk(p, a, k, method, {}, width);
+      co_return std::array<RingTensor, 2>{co_await p.reveal(r.values), co_await p.reveal(r.indices)};
+    });
+    const auto& [values, indices] = secure.results[0];
+    for (std::size_t row = 0; row < 2; ++row) {
+      const auto order = reference_order(xr, row);
+      for (std::size_t r = 0; r < k; ++r) {
+        CHECK(indices(row, r) == order[r]);
+        CHECK(values(row, r) == x(row, order[r]));
+      }
+    }
+    CHECK(clear == secure.results[0]);
+    const auto wide = ops::topk_sort_cost(n, k, method == ops::TopKMethod::rank ? ops::TopKMethod::network : method, ring_bits, 2);
+    const auto narrow = ops::topk_sort_cost(n, k, method == ops::TopKMethod::rank ? ops::TopKMethod::network : method, width, 2);
+    CHECK(narrow.max_bytes() < wide.max_bytes());
+    CHECK(narrow.rounds < wide.rounds);
   }
+}
+
+TEST_CASE("top-k costs: every method as its model says; the network 8 rounds per layer") {
+  const RingTensor x = ring_shift_floor(mpcache::testing::random_ring({1, 16}, 92), 30);
+  auto measure = [&](ops::TopKMethod method) {
+    return mpcache::testing::measure_op(x, [method](Rss3& p, const Rss3Share& a) {
+      return ops::topk(p, a, 4, method);
+    });
+  };
+  const auto rank = ops::topk_rank_cost(16, 4), net = ops::topk_network_cost(16, 4), blocks = ops::topk_blocks_cost(16, 4);
+  std::map<ops::TopKMethod, std::uint64_t> rounds;
+  for (auto [method, model] : {std::pair{ops::TopKMethod::rank, rank}, std::pair{ops::TopKMethod::network, net},
+                               std::pair{ops::TopKMethod::blocks, blocks}}) {
+    const auto measured = measure(method);
+    CHECK(measured.bytes == model.bytes);
+    CHECK(measured.rounds <= model.rounds);
+    rounds[method] = measured.rounds;
+  }
+  // The model: 10 layers of msb_bits (6 rounds at 64 bits) + bit_times
+  // (2); then the keys' split: A2B of 4 bits (4 rounds), B2A (2),
+  // truncation (1). Measured, each layer after the first overlaps the one
+  // before by a round (its comparison's leads start at once): 7 a layer.
+  CHECK(net.rounds == 10 * 8 + 7);
+  CHECK(rounds[ops::TopKMethod::network] == 8 + 9 * 7 + 6);
+  // Blocks of 4: 3 layers sorting them, then 2 merges of 1 + 2 layers.
+  CHECK(blocks.rounds == 9 * 8 + 7);
+  CHECK(rounds[ops::TopKMethod::blocks] == 8 + 8 * 7 + 6);
+  CHECK(blocks.max_bytes() < net.max_bytes());
+  // Ranks: comparisons (msb_bits 6 + B2A 2), one-hot of the ranks (A2B of 4
+  // bits 4, AND 2, B2A 2), the product 1; measured one less (B2A overlaps).
+  CHECK(rank.rounds == 17);
+  CHECK(rounds[ops::TopKMethod::rank] == 16);
 }
 
 TEST_CASE("the cost model picks ranks for small n on a LAN and the network for large n") {
   const ops::LinkModel lan;
-  CHECK(ops::topk_rank_cost(64, 16).seconds(lan) < ops::topk_network_cost(64).seconds(lan));
-  CHECK(ops::topk_network_cost(4096).seconds(lan) < ops::topk_rank_cost(4096, 1024).seconds(lan));
+  CHECK(ops::topk_rank_cost(64, 16).seconds(lan) < ops::topk_network_cost(64, 16).seconds(lan));
+  CHECK(ops::topk_network_cost(4096, 4096).seconds(lan) < ops::topk_rank_cost(4096, 4096).seconds(lan));
+  // A quarter of 1024: the blocks stop at k.
+  CHECK(ops::resolve_topk_method(ops::TopKMethod::automatic, 1024, 256, lan) == ops::TopKMethod::blocks);
+  CHECK(ops::resolve_topk_method(ops::TopKMethod::automatic, 1024, 1024, lan) == ops::TopKMethod::network);
 }
 
 TEST_CASE("top-1 one-hot of long rows by the tournament: exact, ties by index, the tournament's rounds") {

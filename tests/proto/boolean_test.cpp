@@ -80,6 +80,77 @@ TEST_CASE("AND, XOR, shifts and public masks match clear-text bit operations") {
   }
 }
 
+TEST_CASE("msb_bits gives bit w-1 of every value, for every width, group size and chunking") {
+  RingTensor x = random_ring({300}, 79);
+  // Edges: 0, -1, and values around each width's sign boundary.
+  x(0) = 0;
+  x(1) = ~Ring{0};
+  for (std::size_t i = 2; i < 66; ++i) x(i) = (Ring{1} << (i - 2)) - (i % 2);
+  for (std::size_t n : {std::size_t{1}, std::size_t{64}, std::size_t{129}, std::size_t{300}}) {
+    RingTensor xs = ring_slice_last(x, 0, n);
+    for (int width : {2, 3, 5, 17, 27, 33, 34, 63, 64})
+      for (int group : {0, 1, 2, 3, 4, 5, 6}) {
+        auto run = run_rss3([&](Rss3& p) -> Task<RingTensor> {
+          auto a = co_await share_of(p, (width + group) % 3, xs);
+          co_return co_await p.reveal_bits(co_await p.msb_bits(a, width, group));
+        });
+        RingTensor want = ring_shift_right_logical(xs, width - 1);
+        for (auto& v : want) v &= 1;
+        for (const auto& r : run.results) CHECK_MESSAGE(r == want, "n " << n << " width " << width << " group " << group);
+      }
+  }
+}
+
+TEST_CASE("msb_bits rejects widths and group sizes out of range") {
+  const RingTensor x = random_ring({4}, 80);
+  for (auto [width, group] : {std::pair{1, 0}, std::pair{65, 0}, std::pair{32, 7}, std::pair{32, -1}}) {
+    CHECK_THROWS_AS(run_rss3([&](Rss3& p) -> Task<RingTensor> {
+                      auto a = co_await share_of(p, 0, x);
+                      co_return co_await p.reveal_bits(co_await p.msb_bits(a, width, group));
+                    }),
+                    Error);
+    CHECK_THROWS_AS(rss3_msb_cost(width, 4, group), Error);
+  }
+}
+
+TEST_CASE("msb_bits costs exactly what rss3_msb_cost says: packed planes, fewest rounds") {
+  for (std::size_t n : {std::size_t{5}, std::size_t{192}, std::size_t{1000}})
+    for (int width : {2, 9, 23, 27, 34, 42, 64}) {
+      const RingTensor x = random_ring({n}, 81);
+      const auto cost = mpcache::testing::measure_op(x, [width](Rss3& p, const Rss3Share& a) {
+        return p.msb_bits(a, width);
+      });
+      const Rss3MsbCost model = rss3_msb_cost(width, n);
+      CHECK(cost.rounds == model.rounds);
+      CHECK(cost.bytes == model.bytes);
+    }
+  // Pinned: 192 elements = one word per party's third. w = 64 groups of
+  // 4: the lead sends 15 planes per group (16 groups, the last of 3 bits:
+  // 7) + the top bit = 233, the others reshare 2 x 16 = 32; the tree's
+  // ANDs 15 + 7 + 3 + 1 = 26 planes; each party leads once and follows twice.
+  const Rss3MsbCost wide = rss3_msb_cost(64, 192), narrow = rss3_msb_cost(27, 192);
+  CHECK(wide.group == 4);
+  CHECK(wide.rounds == 6);
+  for (auto bytes : wide.bytes) CHECK(bytes == (233 + 26 + 2 * (32 + 26)) * 8);
+  // w = 27: 26 low bits in 6 groups of 4 and one of 2: 90 + 3 + 1 = 94
+  // planes from the lead, 14 reshared, ANDs 5 + 3 + 1.
+  CHECK(narrow.group == 4);
+  CHECK(narrow.rounds == 5);
+  for (auto bytes : narrow.bytes) CHECK(bytes == (94 + 9 + 2 * (14 + 9)) * 8);
+}
+
+TEST_CASE("B2A sends one word per element and party, in two rounds") {
+  const std::size_t n = 100;
+  const RingTensor x = random_ring({n}, 82);
+  // Party 0's message starts the chain; party 2's goes out at once.
+  const auto cost = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    const Rss3Bits bits{a.own, a.next};
+    co_return co_await p.bit_to_arith(bits);
+  });
+  CHECK(cost.rounds == 2);
+  for (auto bytes : cost.bytes) CHECK(bytes == n * 8);
+}
+
 TEST_CASE("B2A turns bit 0 into an arithmetic 0 or 1 in two rounds") {
   const RingTensor x = random_ring({200}, 76);
   auto run = run_rss3([&](Rss3& p) -> Task<RingTensor> {

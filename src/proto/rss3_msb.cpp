@@ -1,0 +1,335 @@
+// rss3 msb_bits: the sign bit of a w-bit value on packed bit planes.
+//
+// For the elements it leads, party L holds A = s_L + s_{L+1} and parties
+// L+1 ("first") and L+2 ("second") both hold B = s_{L+2}; x = A + B. The
+// sign of x mod 2^w is A_{w-1} ^ B_{w-1} ^ carry, the carry out of the
+// low m = w - 1 bits. Those positions form groups of g (2..6). A group's
+// generate G and propagate P are XORs of products (monomials) of A's bits
+// with coefficients that depend on B's bits only. Round 1: the lead sends
+// first every monomial of every group, masked with bits from its key with
+// second (2^g - 1 planes per group). First then holds the XOR of masked
+// monomial & coefficient, second the XOR of mask & coefficient: together
+// G and P of every group. Round 2: first and second reshare those planes
+// into a replicated sharing (second's message needs nothing from round 1,
+// so it goes out in round 1). Then a carry tree of ANDs halves the groups
+// per round: G = G_hi ^ P_hi G_lo, P = P_hi P_lo (the lowest group's P is
+// never needed). All bits travel as planes packed 64 elements to a word.
+// Each party leads a third of the elements, so the lead's larger first
+// message is spread evenly.
+module;
+#include "prelude.hpp"
+module mpcache.proto;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+
+namespace mpcache {
+
+namespace {
+
+std::size_t words_for(std::size_t n) { return (n + 63) / 64; }
+
+// Beyond 6 positions a group's 2^g - 1 monomials outweigh the tree level
+// they save.
+constexpr int max_group = 6;
+
+// Groups of `group` positions over the m low positions, from the bottom.
+struct Groups {
+  std::vector<int> lo, size;
+  std::size_t count() const { return lo.size(); }
+  // Planes the lead sends in round 1: every non-empty monomial of every group, and A's top bit.
+  std::size_t monomial_planes() const {
+    std::size_t q = 1;
+    for (int s : size) q += (std::size_t{1} << s) - 1;
+    return q;
+  }
+  // Planes first and second each reshare: G of every group, P of all but the lowest, the top bit.
+  std::size_t reshared_planes() const { return 2 * count(); }
+};
+
+Groups make_groups(int m, int group) {
+  Groups g;
+  for (int lo = 0; lo < m; lo += group) {
+    g.lo.push_back(lo);
+    g.size.push_back(std::min(group, m - lo));
+  }
+  return g;
+}
+
+// ANDs per tree level, each one plane sent by every party: pairs of groups,
+// two ANDs each except the lowest pair's (its P is never needed).
+std::vector<std::size_t> tree_ands(std::size_t groups) {
+  std::vector<std::size_t> levels;
+  for (std::size_t k = groups; k > 1; k = k / 2 + k % 2) levels.push_back(2 * (k / 2) - 1);
+  return levels;
+}
+
+struct Shape3 {
+  std::uint64_t rounds;
+  std::uint64_t lead_planes, other_planes;  // per element-word of a chunk
+};
+
+Shape3 plan(int width, int group) {
+  const Groups g = make_groups(width - 1, group);
+  const auto levels = tree_ands(g.count());
+  const std::uint64_t ands = std::accumulate(levels.begin(), levels.end(), std::uint64_t{0});
+  return {2 + levels.size(), g.monomial_planes() + ands, g.reshared_planes() + ands};
+}
+
+int choose_group(int width) {
+  const int m = width - 1;
+  if (m <= 2) return std::max(1, m);
+  int best = 2;
+  for (int g = 3; g <= std::min(max_group, m); ++g) {
+    const Shape3 a = plan(width, g), b = plan(width, best);
+    const auto planes = [](const Shape3& s) { return s.lead_planes + 2 * s.other_planes; };
+    if (a.rounds < b.rounds || (a.rounds == b.rounds && planes(a) < planes(b))) best = g;
+  }
+  return best;
+}
+
+void check_msb_args(int width, int group) {
+  if (width < 2 || width > ring_bits)
+    throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
+  if (group < 0 || group > max_group)
+    throw Error(ErrorCode::invalid_argument,
+                "msb: group size " + std::to_string(group) + " is outside [0, " + std::to_string(max_group) + "]");
+}
+
+// Elements [begin, end) of chunk j of n: split at word boundaries into thirds.
+std::pair<std::size_t, std::size_t> chunk(std::size_t n, int j) {
+  const std::size_t w = words_for(n);
+  const std::size_t b = 64 * (w * static_cast<std::size_t>(j) / 3);
+  const std::size_t e = 64 * (w * static_cast<std::size_t>(j + 1) / 3);
+  return {std::min(b, n), std::min(e, n)};
+}
+
+// Plane j, bit e: bit j of v[e].
+std::vector<Ring> to_planes(const Ring* v, std::size_t n, int width) {
+  const std::size_t words = words_for(n);
+  std::vector<Ring> out(static_cast<std::size_t>(width) * words, 0);
+  for (std::size_t e = 0; e < n; ++e) {
+    Ring x = v[e];
+    const Ring bit = Ring{1} << (e % 64);
+    Ring* column = out.data() + e / 64;
+    for (int j = 0; j < width && x != 0; ++j, x >>= 1)
+      if (x & 1) column[static_cast<std::size_t>(j) * words] |= bit;
+  }
+  return out;
+}
+
+// A group's G and P as XORs over monomials of A's bits: entry S (a subset
+// of the group's positions, as a mask) holds the coefficient plane of
+// prod_{t in S} a_{lo+t}, a function of B's bits.
+struct GroupForm {
+  std::vector<Ring> g, p;  // (1 << size) planes each
+};
+
+GroupForm group_form(const std::vector<Ring>& b, std::size_t words, int lo, int size) {
+  const std::size_t terms = std::size_t{1} << size;
+  GroupForm f{std::vector<Ring>(terms * words, 0), std::vector<Ring>(terms * words, 0)};
+  const Ring* b_lo = b.data() + static_cast<std::size_t>(lo) * words;
+  for (std::size_t q = 0; q < words; ++q) {
+    f.g[words + q] = b_lo[q];  // g = a b
+    f.p[q] = b_lo[q];          // p = a ^ b
+    f.p[words + q] = ~Ring{0};
+  }
+  for (int t = 1; t < size; ++t) {
+    const Ring* bt = b.data() + static_cast<std::size_t>(lo + t) * words;
+    const std::size_t bit = std::size_t{1} << t;
+    // X <- p_t X = b_t X ^ a_t X, for X = G and P (no term holds a_t yet).
+    for (auto* x : {&f.g, &f.p})
+      for (std::size_t s = 0; s < bit; ++s)
+        for (std::size_t q = 0; q < words; ++q) {
+          (*x)[(s | bit) * words + q] = (*x)[s * words + q];
+          (*x)[s * words + q] &= bt[q];
+        }
+    for (std::size_t q = 0; q < words; ++q) f.g[bit * words + q] ^= bt[q];  // G ^= a_t b_t
+  }
+  return f;
+}
+
+RingTensor planes_slice(const RingTensor& t, std::size_t first, std::size_t count, std::size_t words) {
+  RingTensor out = RingTensor::from_shape({count * words});
+  std::copy(t.begin() + static_cast<std::ptrdiff_t>(first * words),
+            t.begin() + static_cast<std::ptrdiff_t>((first + count) * words), out.begin());
+  return out;
+}
+
+Rss3Bits bits_plane(const Rss3Bits& b, std::size_t i, std::size_t words) {
+  return {planes_slice(b.own, i, 1, words), planes_slice(b.next, i, 1, words)};
+}
+
+Rss3Bits bits_concat(const std::vector<const Rss3Bits*>& parts, std::size_t words) {
+  Rss3Bits out{RingTensor::from_shape({parts.size() * words}), RingTensor::from_shape({parts.size() * words})};
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    std::copy(parts[i]->own.begin(), parts[i]->own.end(), out.own.begin() + static_cast<std::ptrdiff_t>(i * words));
+    std::copy(parts[i]->next.begin(), parts[i]->next.end(), out.next.begin() + static_cast<std::ptrdiff_t>(i * words));
+  }
+  return out;
+}
+
+}  // namespace
+
+Rss3MsbCost rss3_msb_cost(int width, std::size_t n, int group) {
+  check_msb_args(width, group);
+  Rss3MsbCost cost;
+  cost.group = std::min(group == 0 ? choose_group(width) : group, std::max(1, width - 1));
+  const Shape3 s = plan(width, cost.group);
+  for (int lead = 0; lead < 3; ++lead) {
+    const auto [b, e] = chunk(n, lead);
+    if (b == e) continue;
+    const std::uint64_t bytes_per_plane = words_for(e - b) * sizeof(Ring);
+    cost.rounds = s.rounds;
+    for (int id = 0; id < 3; ++id)
+      cost.bytes[static_cast<std::size_t>(id)] += (id == lead ? s.lead_planes : s.other_planes) * bytes_per_plane;
+  }
+  return cost;
+}
+
+Task<Rss3Bits> Rss3::msb_planes(PartyId lead, RingTensor values, std::size_t n, int width, int group) {
+  const std::size_t words = words_for(n);
+  const int role = static_cast<int>((party_->id_ + 3 - lead) % 3);  // 0 lead, 1 first, 2 second
+  const PartyId first = (lead + 1) % 3, second = (lead + 2) % 3;
+  const Groups groups = make_groups(width - 1, group);
+  const std::size_t count = groups.count(), monomials = groups.monomial_planes(), reshared = groups.reshared_planes();
+  const std::vector<Ring> planes = to_planes(values.data(), n, width);  // A's at the lead, B's elsewhere
+  const Ring* top = planes.data() + static_cast<std::size_t>(width - 1) * words;
+
+  Bits shared;  // (count G, count - 1 P, top) planes, replicated
+  if (role == 0) {
+    RingTensor masked = draw_prev({monomials * words});  // masks shared with second
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::size_t terms = std::size_t{1} << groups.size[k];
+      std::vector<Ring> mono(terms * words, ~Ring{0});
+      for (std::size_t s = 1; s < terms; ++s) {
+        int high = 0;
+        while ((s >> (high + 1)) != 0) ++high;
+        const std::size_t rest = s & ~(std::size_t{1} << high);
+        const Ring* a = planes.data() + static_cast<std::size_t>(groups.lo[k] + high) * words;
+        for (std::size_t q = 0; q < words; ++q) {
+          mono[s * words + q] = mono[rest * words + q] & a[q];
+          masked.data()[at * words + q] ^= mono[s * words + q];
+        }
+        ++at;
+      }
+    }
+    for (std::size_t q = 0; q < words; ++q) masked.data()[at * words + q] ^= top[q];
+    send(first, masked);
+    RingTensor sigma = draw_prev({reshared * words}), rho = draw_next({reshared * words});
+    shared = Bits{std::move(sigma), std::move(rho)};
+  } else {
+    // First: masked monomials (round 1); second: the masks themselves.
+    RingTensor mask = role == 2 ? draw_next({monomials * words}) : RingTensor{};
+    RingTensor part = ring_zeros({reshared * words});
+    auto fill = [&](const RingTensor& m) {
+      std::size_t at = 0;
+      for (std::size_t k = 0; k < count; ++k) {
+        const GroupForm f = group_form(planes, words, groups.lo[k], groups.size[k]);
+        const std::size_t terms = std::size_t{1} << groups.size[k];
+        Ring* g_out = part.data() + k * words;
+        Ring* p_out = k > 0 ? part.data() + (count - 1 + k) * words : nullptr;
+        for (std::size_t s = 1; s < terms; ++s, ++at)
+          for (std::size_t q = 0; q < words; ++q) {
+            const Ring v = m.data()[at * words + q];
+            g_out[q] ^= v & f.g[s * words + q];
+            if (p_out) p_out[q] ^= v & f.p[s * words + q];
+          }
+        if (role == 1)  // the constant terms, once
+          for (std::size_t q = 0; q < words; ++q) {
+            g_out[q] ^= f.g[q];
+            if (p_out) p_out[q] ^= f.p[q];
+          }
+      }
+      Ring* top_out = part.data() + (reshared - 1) * words;
+      for (std::size_t q = 0; q < words; ++q)
+        top_out[q] = m.data()[at * words + q] ^ (role == 1 ? top[q] : Ring{0});
+    };
+    if (role == 2) {
+      fill(mask);
+      RingTensor sigma = draw_next({reshared * words});
+      ring_xor_inplace(part, sigma);
+      send(first, part);
+      RingTensor theirs = co_await recv(first, {reshared * words});
+      ring_xor_inplace(theirs, part);
+      shared = Bits{std::move(theirs), std::move(sigma)};
+    } else {
+      fill(co_await recv(lead, {monomials * words}));
+      RingTensor rho = draw_prev({reshared * words});
+      ring_xor_inplace(part, rho);
+      send(second, part);
+      RingTensor theirs = co_await recv(second, {reshared * words});
+      ring_xor_inplace(theirs, part);
+      shared = Bits{std::move(rho), std::move(theirs)};
+    }
+  }
+
+  std::vector<Bits> g, p;
+  for (std::size_t k = 0; k < count; ++k) {
+    g.push_back(bits_plane(shared, k, words));
+    p.push_back(k > 0 ? bits_plane(shared, count - 1 + k, words) : Bits{});
+  }
+  const Bits top_bit = bits_plane(shared, reshared - 1, words);
+  while (g.size() > 1) {
+    const std::size_t k = g.size(), pairs = k / 2;
+    std::vector<const Bits*> left, right;
+    for (std::size_t j = 0; j < pairs; ++j) {
+      left.push_back(&p[2 * j + 1]);
+      right.push_back(&g[2 * j]);
+      if (j > 0) {
+        left.push_back(&p[2 * j + 1]);
+        right.push_back(&p[2 * j]);
+      }
+    }
+    const Bits products = co_await bits_and(bits_concat(left, words), bits_concat(right, words));
+    std::vector<Bits> g_next, p_next;
+    std::size_t at = 0;
+    for (std::size_t j = 0; j < pairs; ++j) {
+      g_next.push_back(bits_xor(g[2 * j + 1], bits_plane(products, at++, words)));
+      p_next.push_back(j > 0 ? bits_plane(products, at++, words) : Bits{});
+    }
+    if (k % 2 == 1) {
+      g_next.push_back(std::move(g[k - 1]));
+      p_next.push_back(std::move(p[k - 1]));
+    }
+    g = std::move(g_next);
+    p = std::move(p_next);
+  }
+  co_return bits_xor(g[0], top_bit);
+}
+
+Task<Rss3Bits> Rss3::msb_bits(const Share& a, int width, int group) {
+  check_msb_args(width, group);
+  if (group == 0) group = choose_group(width);
+  group = std::min(group, std::max(1, width - 1));
+  const Shape s = shape(a);
+  const std::size_t n = a.own.size();
+  const PartyId id = party_->id_;
+  auto run = [&](int lead, Rss3 q) -> Task<Bits> {
+    const auto [b, e] = chunk(n, lead);
+    if (b == e) co_return Bits{};
+    RingTensor values = RingTensor::from_shape({e - b});
+    const auto role = (id + 3 - static_cast<PartyId>(lead)) % 3;
+    for (std::size_t i = b; i < e; ++i)
+      values.data()[i - b] = role == 0 ? a.own.data()[i] + a.next.data()[i]
+                             : role == 1 ? a.next.data()[i]
+                                         : a.own.data()[i];
+    co_return co_await q.msb_planes(static_cast<PartyId>(lead), std::move(values), e - b, width, group);
+  };
+  Rss3 q0 = fork(), q1 = fork(), q2 = fork();  // in this order at every party
+  auto [c0, c1, c2] = co_await when_all(run(0, std::move(q0)), run(1, std::move(q1)), run(2, std::move(q2)));
+  Bits out{RingTensor::from_shape(s), RingTensor::from_shape(s)};
+  const Bits* chunks[3] = {&c0, &c1, &c2};
+  for (int j = 0; j < 3; ++j) {
+    const auto [b, e] = chunk(n, j);
+    for (std::size_t i = b; i < e; ++i) {
+      const std::size_t local = i - b;
+      out.own.data()[i] = (chunks[j]->own.data()[local / 64] >> (local % 64)) & 1;
+      out.next.data()[i] = (chunks[j]->next.data()[local / 64] >> (local % 64)) & 1;
+    }
+  }
+  co_return out;
+}
+
+}  // namespace mpcache
