@@ -53,14 +53,19 @@ inline double tournament_group_words(std::size_t m, int width = ring_bits) {
 // for `rows` rows of length n: a shortest path over the remaining lengths.
 inline std::vector<std::size_t> tournament_plan(std::size_t rows, std::size_t n, int width = ring_bits,
                                                 const LinkModel& link = {}) {
+  // A level's rounds and words per group, by group size (computed once).
+  std::vector<double> level_rounds(tournament_max_group + 1), group_words(tournament_max_group + 1);
+  for (std::size_t m = 2; m <= std::min(n, tournament_max_group); ++m) {
+    level_rounds[m] = double(tournament_level_rounds(m, width));
+    group_words[m] = tournament_group_words(m, width);
+  }
   // best[len] = (cost to reduce len candidates to one, first group size).
   std::vector<std::pair<double, std::size_t>> best(n + 1, {0.0, 0});
   for (std::size_t len = 2; len <= n; ++len) {
     best[len].first = std::numeric_limits<double>::infinity();
     for (std::size_t m = 2; m <= std::min(len, tournament_max_group); ++m) {
       const std::size_t groups = (len + m - 1) / m;
-      const double cost = link.seconds(double(tournament_level_rounds(m, width)),
-                                       double(rows * groups) * tournament_group_words(m, width) * 8) +
+      const double cost = link.seconds(level_rounds[m], double(rows * groups) * group_words[m] * 8) +
                           best[groups].first;
       if (cost < best[len].first) best[len] = {cost, m};
     }

@@ -187,7 +187,9 @@ inline void check_topk(std::size_t n, std::size_t k) {
 }  // namespace detail
 
 // rss3 cost (probabilistic truncation) of topk_network / topk_blocks over
-// `rows` rows of n: bytes exact; rounds the sum of the steps', an upper
+// `rows` rows of n, from a fresh protocol object (msb_bits rotates its
+// lead by the object's forks: layer L's is rotated by L mod 3): bytes
+// exact; rounds the sum of the steps', an upper
 // bound on the critical path (a comparison's lead sends its first message
 // without waiting, so measured layers overlap by about a round).
 inline TopKCost topk_sort_cost(std::size_t n, std::size_t k, TopKMethod method, int width = ring_bits,
@@ -195,11 +197,13 @@ inline TopKCost topk_sort_cost(std::size_t n, std::size_t k, TopKMethod method, 
   const std::size_t m = detail::next_pow2(n);
   const int b = detail::key_shift(m), key_width = detail::value_width(width, m) + b;
   TopKCost cost;
+  std::size_t layer = 0;
   for (const auto& step : detail::block_topk_plan(m, detail::topk_block(n, k, method))) {
-    const std::size_t pairs = step.u.size() * rows;
+    const std::size_t pairs = step.u.size() * rows, rotation = layer++ % 3;
     const Rss3MsbCost msb = rss3_msb_cost(key_width, pairs);
     cost.rounds += msb.rounds + 2;
-    for (std::size_t id = 0; id < 3; ++id) cost.bytes[id] += msb.bytes[id] + 3 * pairs * 8;  // bit_times
+    for (std::size_t id = 0; id < 3; ++id)
+      cost.bytes[id] += msb.bytes[(id + 3 - rotation) % 3] + 3 * pairs * 8;  // bit_times
   }
   // split_keys: A2B of b bits, B2A of k b bits, truncation (party 0 sends).
   const std::uint64_t out = k * rows;

@@ -56,24 +56,23 @@ Groups make_groups(int m, int group) {
   return g;
 }
 
-// ANDs per tree level, each one plane sent by every party: pairs of groups,
-// two ANDs each except the lowest pair's (its P is never needed).
-std::vector<std::size_t> tree_ands(std::size_t groups) {
-  std::vector<std::size_t> levels;
-  for (std::size_t k = groups; k > 1; k = k / 2 + k % 2) levels.push_back(2 * (k / 2) - 1);
-  return levels;
-}
-
 struct Shape3 {
   std::uint64_t rounds;
   std::uint64_t lead_planes, other_planes;  // per element-word of a chunk
 };
 
+// Rounds and planes per word of a chunk, for the lead and for the others.
+// The tree's ANDs, each one plane sent by every party: pairs of groups,
+// two ANDs each except the lowest pair's (its P is never needed). Cost
+// models call this in their inner loops: arithmetic only, no allocation.
 Shape3 plan(int width, int group) {
-  const Groups g = make_groups(width - 1, group);
-  const auto levels = tree_ands(g.count());
-  const std::uint64_t ands = std::accumulate(levels.begin(), levels.end(), std::uint64_t{0});
-  return {2 + levels.size(), g.monomial_planes() + ands, g.reshared_planes() + ands};
+  const int m = width - 1;
+  const std::uint64_t full = static_cast<std::uint64_t>(m / group), rest = static_cast<std::uint64_t>(m % group);
+  const std::uint64_t groups = full + (rest > 0 ? 1 : 0);
+  const std::uint64_t monomials = 1 + full * ((std::uint64_t{1} << group) - 1) + (rest > 0 ? (std::uint64_t{1} << rest) - 1 : 0);
+  std::uint64_t ands = 0, levels = 0;
+  for (std::uint64_t k = groups; k > 1; k = k / 2 + k % 2, ++levels) ands += 2 * (k / 2) - 1;
+  return {2 + levels, monomials + ands, 2 * groups + ands};
 }
 
 int choose_group(int width) {
@@ -96,9 +95,17 @@ void check_msb_args(int width, int group) {
                 "msb: group size " + std::to_string(group) + " is outside [0, " + std::to_string(max_group) + "]");
 }
 
-// Elements [begin, end) of chunk j of n: split at word boundaries into thirds.
+// Below this many words per plane one party leads every element: three
+// leads would triple the messages of each round, which costs more wall
+// time than the lead's larger first message saves (successive calls
+// rotate the lead instead).
+constexpr std::size_t split_from_words = 24;
+
+// Elements [begin, end) of chunk j of n: split at word boundaries into
+// thirds, or all in chunk 2 when n is small.
 std::pair<std::size_t, std::size_t> chunk(std::size_t n, int j) {
   const std::size_t w = words_for(n);
+  if (w < split_from_words) return j == 2 ? std::pair{std::size_t{0}, n} : std::pair{std::size_t{0}, std::size_t{0}};
   const std::size_t b = 64 * (w * static_cast<std::size_t>(j) / 3);
   const std::size_t e = 64 * (w * static_cast<std::size_t>(j + 1) / 3);
   return {std::min(b, n), std::min(e, n)};
@@ -176,9 +183,10 @@ Rss3MsbCost rss3_msb_cost(int width, std::size_t n, int group) {
   Rss3MsbCost cost;
   cost.group = std::min(group == 0 ? choose_group(width) : group, std::max(1, width - 1));
   const Shape3 s = plan(width, cost.group);
-  for (int lead = 0; lead < 3; ++lead) {
-    const auto [b, e] = chunk(n, lead);
+  for (int j = 0; j < 3; ++j) {
+    const auto [b, e] = chunk(n, j);
     if (b == e) continue;
+    const int lead = j;  // a call whose rotation is r: party i pays what i - r pays here
     const std::uint64_t bytes_per_plane = words_for(e - b) * sizeof(Ring);
     cost.rounds = s.rounds;
     for (int id = 0; id < 3; ++id)
@@ -306,9 +314,12 @@ Task<Rss3Bits> Rss3::msb_bits(const Share& a, int width, int group) {
   const Shape s = shape(a);
   const std::size_t n = a.own.size();
   const PartyId id = party_->id_;
-  auto run = [&](int lead, Rss3 q) -> Task<Bits> {
-    const auto [b, e] = chunk(n, lead);
+  // Chunk j's lead: j + rotation, the same at every party (they fork alike).
+  const int rotation = static_cast<int>((forks_ / 3) % 3);
+  auto run = [&](int j, Rss3 q) -> Task<Bits> {
+    const auto [b, e] = chunk(n, j);
     if (b == e) co_return Bits{};
+    const int lead = (j + rotation) % 3;
     RingTensor values = RingTensor::from_shape({e - b});
     const auto role = (id + 3 - static_cast<PartyId>(lead)) % 3;
     for (std::size_t i = b; i < e; ++i)

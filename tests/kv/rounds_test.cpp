@@ -129,10 +129,10 @@ TEST_SUITE("kv rounds") {
       // the prompt's cluster summaries (linear: one truncation more, the
       // coarse mix). A step: similarity, top-k, gather (the bound's query
       // sign split adds 8: msb_bits, then the sign bit selects q by bit_dot;
-      // the coarse level 17).
+      // the coarse level 16).
       const bool bound = similarity == kv::Similarity::bound;
-      CHECK(runs[0].prefill[0] == (bound ? 54u : 55u));
-      CHECK(runs[0].step[1][0] == (flat_up_to == 0 ? 34u : 17u) + (bound ? 8u : 0u));
+      CHECK(runs[0].prefill[0] == 51u);
+      CHECK(runs[0].step[1][0] == (flat_up_to == 0 ? 33u : 17u) + (bound ? 8u : 0u));
     }
   }
 

@@ -339,9 +339,11 @@ TEST_SUITE("decoder rounds") {
     CHECK(early.per_token + 3 * 11 - 1 == late.per_token);
     // The cluster the second step's token completes is summarised while
     // the rest of its layer runs (prefetch): that step costs no more than
-    // the steady third (party 0's rounds).
+    // the steady third (party 0's rounds), up to one round: which party
+    // leads each comparison rotates with the forks a protocol object has
+    // made, and the summary's forks shift the rotation of what follows.
     REQUIRE(early.step_rounds.size() == 3);
-    CHECK(early.step_rounds[1] == early.step_rounds[2]);
-    CHECK(late.step_rounds[1] == late.step_rounds[2]);
+    CHECK(early.step_rounds[1] <= early.step_rounds[2] + 1);
+    CHECK(late.step_rounds[1] <= late.step_rounds[2] + 1);
   }
 }

@@ -114,7 +114,7 @@ TEST_CASE("msb_bits rejects widths and group sizes out of range") {
 }
 
 TEST_CASE("msb_bits costs exactly what rss3_msb_cost says: packed planes, fewest rounds") {
-  for (std::size_t n : {std::size_t{5}, std::size_t{192}, std::size_t{1000}})
+  for (std::size_t n : {std::size_t{5}, std::size_t{192}, std::size_t{1000}, std::size_t{4608}})
     for (int width : {2, 9, 23, 27, 34, 42, 64}) {
       const RingTensor x = random_ring({n}, 81);
       const auto cost = mpcache::testing::measure_op(x, [width](Rss3& p, const Rss3Share& a) {
@@ -124,19 +124,23 @@ TEST_CASE("msb_bits costs exactly what rss3_msb_cost says: packed planes, fewest
       CHECK(cost.rounds == model.rounds);
       CHECK(cost.bytes == model.bytes);
     }
-  // Pinned: 192 elements = one word per party's third. w = 64 groups of
-  // 4: the lead sends 15 planes per group (16 groups, the last of 3 bits:
-  // 7) + the top bit = 233, the others reshare 2 x 16 = 32; the tree's
-  // ANDs 15 + 7 + 3 + 1 = 26 planes; each party leads once and follows twice.
-  const Rss3MsbCost wide = rss3_msb_cost(64, 192), narrow = rss3_msb_cost(27, 192);
+  // Pinned: 4608 elements = 72 words, 24 per party's third (from 24 words
+  // on, each party leads a third). w = 64 groups of 4: the lead sends 15
+  // planes per group (16 groups, the last of 3 bits: 7) + the top bit =
+  // 233, the others reshare 2 x 16 = 32; the tree's ANDs 15 + 7 + 3 + 1 =
+  // 26 planes; each party leads once and follows twice.
+  const Rss3MsbCost wide = rss3_msb_cost(64, 4608), narrow = rss3_msb_cost(27, 4608);
   CHECK(wide.group == 4);
   CHECK(wide.rounds == 6);
-  for (auto bytes : wide.bytes) CHECK(bytes == (233 + 26 + 2 * (32 + 26)) * 8);
+  for (auto bytes : wide.bytes) CHECK(bytes == (233 + 26 + 2 * (32 + 26)) * 24 * 8);
   // w = 27: 26 low bits in 6 groups of 4 and one of 2: 90 + 3 + 1 = 94
   // planes from the lead, 14 reshared, ANDs 5 + 3 + 1.
   CHECK(narrow.group == 4);
   CHECK(narrow.rounds == 5);
-  for (auto bytes : narrow.bytes) CHECK(bytes == (94 + 9 + 2 * (14 + 9)) * 8);
+  for (auto bytes : narrow.bytes) CHECK(bytes == (94 + 9 + 2 * (14 + 9)) * 24 * 8);
+  // Fewer words: one lead (party 2 in a fresh call; later calls rotate).
+  const Rss3MsbCost small = rss3_msb_cost(64, 192);
+  CHECK(small.bytes == std::array<std::uint64_t, 3>{(32 + 26) * 3 * 8, (32 + 26) * 3 * 8, (233 + 26) * 3 * 8});
 }
 
 TEST_CASE("B2A sends one word per element and party, in two rounds") {
