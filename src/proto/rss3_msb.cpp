@@ -254,23 +254,18 @@ Task<Rss3Bits> Rss3::msb_planes(PartyId lead, RingTensor values, std::size_t n, 
       for (std::size_t q = 0; q < words; ++q)
         top_out[q] = m.data()[at * words + q] ^ (role == 1 ? top[q] : Ring{0});
     };
-    if (role == 2) {
-      fill(mask);
-      RingTensor sigma = draw_next({reshared * words});
-      ring_xor_inplace(part, sigma);
-      send(first, part);
-      RingTensor theirs = co_await recv(first, {reshared * words});
-      ring_xor_inplace(theirs, part);
-      shared = Bits{std::move(theirs), std::move(sigma)};
-    } else {
-      fill(co_await recv(lead, {monomials * words}));
-      RingTensor rho = draw_prev({reshared * words});
-      ring_xor_inplace(part, rho);
-      send(second, part);
-      RingTensor theirs = co_await recv(second, {reshared * words});
-      ring_xor_inplace(theirs, part);
-      shared = Bits{std::move(rho), std::move(theirs)};
-    }
+    // Reshare: second masks its part with sigma (its key with the lead),
+    // first with rho (the lead's key with it); each adds the other's part.
+    const bool is_second = role == 2;
+    if (is_second) fill(mask);
+    else fill(co_await recv(lead, {monomials * words}));
+    RingTensor own_mask = is_second ? draw_next({reshared * words}) : draw_prev({reshared * words});
+    ring_xor_inplace(part, own_mask);
+    const PartyId other = is_second ? first : second;
+    send(other, part);
+    RingTensor theirs = co_await recv(other, {reshared * words});
+    ring_xor_inplace(theirs, part);
+    shared = is_second ? Bits{std::move(theirs), std::move(own_mask)} : Bits{std::move(own_mask), std::move(theirs)};
   }
 
   std::vector<Bits> g, p;
