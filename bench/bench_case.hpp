@@ -49,6 +49,8 @@ struct Options {
   bool emulate = false;  // measure over the emulated link (in-process presets)
   int processes = 1;      // 3: micro/ops/paper-table2 as three processes over TCP
   bool insecure = false;  // with processes = 3: plain TCP instead of AES-GCM channels
+  int spin_us = 0;        // with processes = 3: the parties' low-latency mode (TcpOptions::spin)
+  int load = 0;           // threads kept busy while the benchmark runs (--load)
 };
 
 }  // namespace mpcache::bench

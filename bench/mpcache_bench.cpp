@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 import mpcache;
 #include "bench_case.hpp"
+#include "cpu_load.hpp"
 
 namespace mpcache::bench {
 std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& options);
@@ -89,7 +90,14 @@ int main(int argc, char** argv) {
                  "over TCP on loopback (`mpcache local`), over the emulated --link")
       ->check(CLI::IsMember({1, 3}));
   app.add_flag("--insecure", options.insecure, "with --processes 3: plain TCP instead of AES-GCM channels");
+  app.add_option("--spin-us", options.spin_us,
+                 "with --processes 3: low-latency mode, parties poll up to this many microseconds before sleeping")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--load", options.load,
+                 "keep this many extra threads busy (spinning) while the benchmark runs: latency on a loaded machine")
+      ->check(CLI::Range(0, 64));
   CLI11_PARSE(app, argc, argv);
+  const mpcache::bench::CpuLoad load(options.load);
   options.link = mpcache::bench::link_named(link);
   try {
     std::vector<CaseResult> rows;

@@ -1,7 +1,9 @@
 // Preset `net`: the TCP transport on loopback.
 //  * throughput of 64 MiB messages (io_uring, asio; plain and AES-GCM),
-//  * small-message round trip (io_uring, asio, and a blocking-socket
-//    ping-pong baseline without any framework),
+//  * small-message round trip (io_uring, asio, each also in the low-latency
+//    mode, and a blocking-socket ping-pong baseline without any framework),
+//    each the median of interleaved runs; `--load N` keeps N more threads
+//    busy meanwhile,
 //  * mul-1M, fixed-mul-1M, matvec as three processes (`mpcache local`), with
 //    and without encryption, with and without `lan` emulation; with
 //    emulation, model_s is rounds x RTT + bytes / bandwidth + the measured
@@ -16,6 +18,7 @@
 import mpcache;
 #include "bench_case.hpp"
 #include "local_job.hpp"
+#include "raw_ring_rtt.hpp"
 
 namespace mpcache::bench {
 std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& options);
@@ -29,9 +32,9 @@ double seconds_since(Clock::time_point t) {
 }
 
 // Two parties over loopback TCP, one thread each; fn(id, endpoint) -> Task<double>
-// (seconds measured by party 0).
+// (seconds measured by party 0). spin_us[id]: that party's low-latency mode.
 template <class Fn>
-double two_parties(TcpBackend backend, bool encrypted, Fn fn) {
+double two_parties(TcpBackend backend, bool encrypted, std::array<int, 2> spin_us, Fn fn) {
   std::vector<PartyAddress> parties = {{"127.0.0.1", free_tcp_port()}, {"127.0.0.1", free_tcp_port()}};
   std::vector<std::pair<std::string, std::string>> keys;
   if (encrypted) keys = {generate_party_key(), generate_party_key()};
@@ -46,7 +49,8 @@ double two_parties(TcpBackend backend, bool encrypted, Fn fn) {
         if (encrypted) c.secret_key_pem = keys[id].first, c.public_keys_pem = {keys[0].second, keys[1].second};
         Scheduler s;
         Endpoint e(s, id, 2);
-        TcpTransport t(s, e, connect_cluster(id, parties, c), {.backend = backend});
+        TcpTransport t(s, e, connect_cluster(id, parties, c),
+                       {.backend = backend, .spin = std::chrono::microseconds(spin_us[id])});
         const double r = sync_wait(s, fn(id, e));
         if (id == 0) measured = r;
       } catch (const std::exception& ex) {
@@ -82,12 +86,17 @@ std::vector<CaseResult> throughput_rows(const Options& options) {
   const int messages = std::max(2, options.repeat);
   for (bool encrypted : {false, true})
     for (TcpBackend backend : {TcpBackend::uring, TcpBackend::asio}) {
-      const double s = two_parties(backend, encrypted, [&](PartyId id, Endpoint& e) -> Task<double> {
+      const double s = two_parties(backend, encrypted, {0, 0}, [&](PartyId id, Endpoint& e) -> Task<double> {
         // One message per round trip (each acknowledged), after a warm-up
-        // message that sizes the buffers.
+        // message that sizes the buffers. The payloads exist before the
+        // clock starts: the transport is measured, not the allocator.
+        std::vector<std::vector<std::byte>> payloads;
+        if (id == 0)
+          for (int i = 0; i <= messages; ++i) payloads.emplace_back(size, std::byte(i));
         auto one = [&]() -> Task<void> {
           if (id == 0) {
-            e.send(1, 1, std::vector<std::byte>(size));
+            e.send(1, 1, std::move(payloads.back()));
+            payloads.pop_back();
             (void)co_await e.recv(1, 2);
           } else {
             auto m = co_await e.recv(0, 1);
@@ -108,29 +117,39 @@ std::vector<CaseResult> throughput_rows(const Options& options) {
   return out;
 }
 
-std::vector<CaseResult> rtt_rows() {
-  std::vector<CaseResult> out;
-  const int n = 2000;
-  for (TcpBackend backend : {TcpBackend::uring, TcpBackend::asio}) {
-    const double s = two_parties(backend, false, [&](PartyId id, Endpoint& e) -> Task<double> {
-      const auto t0 = Clock::now();
-      for (int i = 0; i < n; ++i) {
-        if (id == 0) {
-          e.send(1, 1, std::vector<std::byte>(8));
-          (void)co_await e.recv(1, 1);
-        } else {
-          (void)co_await e.recv(0, 1);
-          e.send(0, 1, std::vector<std::byte>(8));
-        }
+// Round trips of 8 bytes: party 0 sends, party 1 echoes.
+constexpr int round_trips = 2000;
+// The low-latency mode's spin budget in these rows.
+constexpr int low_latency_spin_us = 200;
+
+struct RttCase {
+  std::string transport;
+  TcpBackend backend;
+  bool encrypted;
+  std::array<int, 2> spin_us;
+};
+
+double transport_rtt(const RttCase& c) {
+  const double s = two_parties(c.backend, c.encrypted, c.spin_us, [&](PartyId id, Endpoint& e) -> Task<double> {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < round_trips; ++i) {
+      if (id == 0) {
+        e.send(1, 1, std::vector<std::byte>(8));
+        (void)co_await e.recv(1, 1);
+      } else {
+        (void)co_await e.recv(0, 1);
+        e.send(0, 1, std::vector<std::byte>(8));
       }
-      co_return seconds_since(t0);
-    });
-    out.push_back(row("rtt-8B", backend == TcpBackend::uring ? "io_uring" : "asio", s / n,
-                      fmt("%.1f us per round trip", s / n * 1e6)));
-  }
-  // Baseline: blocking sockets, no framework, same loopback TCP connection.
+    }
+    co_return seconds_since(t0);
+  });
+  return s / round_trips;
+}
+
+// Two ends of one loopback TCP connection, set up as the transport's are.
+std::array<int, 2> loopback_pair() {
   std::vector<PartyAddress> parties = {{"127.0.0.1", free_tcp_port()}, {"127.0.0.1", free_tcp_port()}};
-  std::vector<int> fd(2, -1);
+  std::array<int, 2> fd{-1, -1};
   std::vector<std::thread> threads;
   for (PartyId id = 0; id < 2; ++id)
     threads.emplace_back([&, id] {
@@ -140,6 +159,20 @@ std::vector<CaseResult> rtt_rows() {
       fd[id] = conn.fds[1 - id];
     });
   for (auto& t : threads) t.join();
+  return fd;
+}
+
+// The ring's floor: bare io_uring on each side (raw_ring_rtt.hpp).
+double ring_rtt(bool poll) {
+  const auto fd = loopback_pair();
+  const double s = raw_ring_rtt(fd[0], fd[1], round_trips, poll);
+  for (int f : fd) ::close(f);
+  return s;
+}
+
+// Baseline: blocking sockets, no framework, same loopback TCP connection.
+double blocking_rtt() {
+  const auto fd = loopback_pair();
   for (int f : fd) ::fcntl(f, F_SETFL, ::fcntl(f, F_GETFL) & ~O_NONBLOCK);
   auto exact = [](int f, bool send_side, char* buf) {
     std::size_t done = 0;
@@ -152,14 +185,66 @@ std::vector<CaseResult> rtt_rows() {
   const auto t0 = Clock::now();
   std::thread echo([&] {
     char b[8];
-    for (int i = 0; i < n; ++i) exact(fd[1], false, b), exact(fd[1], true, b);
+    for (int i = 0; i < round_trips; ++i) exact(fd[1], false, b), exact(fd[1], true, b);
   });
   char b[8] = {};
-  for (int i = 0; i < n; ++i) exact(fd[0], true, b), exact(fd[0], false, b);
+  for (int i = 0; i < round_trips; ++i) exact(fd[0], true, b), exact(fd[0], false, b);
   const double s = seconds_since(t0);
   echo.join();
   for (int f : fd) ::close(f);
-  out.push_back(row("rtt-8B", "blocking", s / n, fmt("%.1f us per round trip (baseline)", s / n * 1e6)));
+  return s / round_trips;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Every case runs `runs` times, interleaved with the others, so that all
+// see the same machine; the median is reported, with the range and the
+// ratio to the blocking baseline. Where the scheduler puts the two threads
+// (one core or two) moves every figure, so single runs mislead.
+std::vector<CaseResult> rtt_rows(const Options& options) {
+  const std::array<int, 2> off{0, 0}, both{low_latency_spin_us, low_latency_spin_us},
+      first_only{low_latency_spin_us, 0};
+  const std::vector<RttCase> cases = {
+      {"io_uring", TcpBackend::uring, false, off},
+      {"io_uring low-latency", TcpBackend::uring, false, both},
+      {"io_uring low-latency party 0 only", TcpBackend::uring, false, first_only},
+      {"io_uring+aead", TcpBackend::uring, true, off},
+      {"io_uring+aead low-latency", TcpBackend::uring, true, both},
+      {"asio", TcpBackend::asio, false, off},
+      {"asio low-latency", TcpBackend::asio, false, both},
+  };
+  const int runs = std::max(3, options.repeat);
+  std::vector<std::vector<double>> seconds(cases.size()), ring(2);
+  std::vector<double> blocking;
+  for (int r = 0; r < runs; ++r) {
+    blocking.push_back(blocking_rtt());
+    ring[0].push_back(ring_rtt(false));
+    ring[1].push_back(ring_rtt(true));
+    for (std::size_t k = 0; k < cases.size(); ++k) seconds[k].push_back(transport_rtt(cases[k]));
+  }
+  const double baseline = median(blocking);
+  std::vector<CaseResult> out;
+  auto add = [&](const std::string& transport, const std::vector<double>& v, const std::string& extra) {
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    const double m = median(v);
+    char note[160];
+    std::snprintf(note, sizeof note, "%.1f us per round trip (%.1f-%.1f over %zu runs), %.2fx blocking%s",
+                  m * 1e6, *lo * 1e6, *hi * 1e6, v.size(), m / baseline, extra.c_str());
+    CaseResult c = row("rtt-8B", transport, m, note);
+    c.repeat = static_cast<int>(v.size());
+    out.push_back(c);
+  };
+  add("blocking", blocking, " (baseline)");
+  add("bare io_uring", ring[0], " (the ring alone: no transport)");
+  add("bare io_uring polling", ring[1], " (the ring alone, polled as the low-latency mode does)");
+  for (std::size_t k = 0; k < cases.size(); ++k)
+    add(cases[k].transport, seconds[k],
+        cases[k].spin_us == off ? "" : ", spin " + std::to_string(low_latency_spin_us) + " us");
+  if (options.load > 0)
+    for (auto& c : out) c.note += ", " + std::to_string(options.load) + " busy thread(s) (--load)";
   return out;
 }
 
@@ -186,7 +271,7 @@ std::vector<CaseResult> process_rows(const Options& options) {
 
 std::vector<CaseResult> net_preset(const Options& options) {
   std::vector<CaseResult> out = throughput_rows(options);
-  for (auto& r : rtt_rows()) out.push_back(r);
+  for (auto& r : rtt_rows(options)) out.push_back(r);
   for (auto& r : process_rows(options)) out.push_back(r);
   return out;
 }

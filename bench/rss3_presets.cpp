@@ -56,7 +56,8 @@ std::vector<CaseResult> in_process(const std::string& preset, const Options& opt
 // The model adds the same case's latency without emulation as compute.
 std::vector<CaseResult> three_processes(const std::string& preset, const Options& options) {
   const std::string base = "--job " + preset + " --repeat " + std::to_string(options.repeat) +
-                           (options.insecure ? " --insecure" : "");
+                           (options.insecure ? " --insecure" : "") +
+                           (options.spin_us > 0 ? " --spin-us " + std::to_string(options.spin_us) : "");
   const auto unemulated = run_local_job(base);
   const bool emulate = options.link.name != "none";
   const auto measured = emulate ? run_local_job(base + " --link " + options.link.name) : unemulated;

@@ -6,6 +6,8 @@ module;
 #include <cstdio>
 #include <thread>
 #include "sys/aead.hpp"
+#include "sys/byte_buffer.hpp"
+#include "sys/send_queue.hpp"
 #include "sys/connect.hpp"
 #include "sys/io_driver.hpp"
 module mpcache.net;
@@ -21,6 +23,11 @@ constexpr std::size_t record_header_bytes = 16;
 constexpr std::size_t min_recv_chunk = 256 * 1024;
 constexpr std::size_t max_recv_ahead = 64u << 20;
 constexpr std::size_t keep_recv_buffer = std::size_t{1} << 30;
+// Payloads from this size on are sent from their own memory (gathered).
+constexpr std::size_t direct_send_min = 64 * 1024;
+// Records from this size on are taken frame by frame, big payloads received
+// straight into the vector the receiver gets.
+constexpr std::uint64_t stream_min = 1024 * 1024;
 
 void put_u32(std::byte* p, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = std::byte((v >> (8 * i)) & 0xFF);
@@ -38,49 +45,6 @@ std::uint64_t get_u64(const std::byte* p) {
   for (int i = 0; i < 8; ++i) v |= std::uint64_t(p[i]) << (8 * i);
   return v;
 }
-
-// A byte buffer that keeps its capacity and never zero-fills: the transport
-// writes every byte before it reads it, and big messages would otherwise pay
-// a memset on top of the copy.
-class ByteBuffer {
- public:
-  std::byte* data() noexcept { return data_.get(); }
-  const std::byte* data() const noexcept { return data_.get(); }
-  std::size_t size() const noexcept { return size_; }
-  bool empty() const noexcept { return size_ == 0; }
-  void clear() noexcept { size_ = 0; }
-  // Contents up to min(old, new) size are kept; new bytes are unspecified.
-  void resize(std::size_t n) {
-    if (n > capacity_) reallocate(std::max(n, capacity_ + capacity_ / 2));
-    size_ = n;
-  }
-  // Gives back memory beyond `n` bytes of capacity.
-  void shrink(std::size_t n) {
-    if (capacity_ > n) reallocate(std::max(n, size_));
-  }
-  void swap(ByteBuffer& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
-    std::swap(capacity_, o.capacity_);
-  }
-  // For buffers the kernel may still write to: never freed.
-  void leak() noexcept {
-    (void)data_.release();
-    size_ = capacity_ = 0;
-  }
-
- private:
-  void reallocate(std::size_t cap) {
-    std::unique_ptr<std::byte[]> fresh(new std::byte[cap]);
-    if (size_ > 0) std::memcpy(fresh.get(), data_.get(), std::min(size_, cap));
-    data_ = std::move(fresh);
-    capacity_ = cap;
-    size_ = std::min(size_, cap);
-  }
-  std::unique_ptr<std::byte[]> data_;
-  std::size_t size_ = 0;
-  std::size_t capacity_ = 0;
-};
 
 std::string errno_text(long negative_errno) {
   return std::strerror(static_cast<int>(-negative_errno));
@@ -144,28 +108,45 @@ TcpBackend parse_backend(const std::string& name) {
 }
 
 struct TcpTransport::Impl {
+  // A record too big to hold whole before parsing (body >= stream_min): its
+  // frames are taken one at a time, big payloads straight from the socket
+  // into the vector the receiver gets. Frames are delivered once the whole
+  // record is in and, on encrypted channels, authenticated.
+  struct Streaming {
+    bool active = false;
+    std::array<std::byte, record_header_bytes> header{};
+    std::uint32_t count = 0;
+    std::uint64_t body = 0;
+    std::uint64_t left = 0;  // body bytes still to come (frames, then the tag)
+    std::vector<Frame> frames;
+    bool in_payload = false;  // frames.back().payload is being filled
+    std::size_t filled = 0;
+  };
+
   struct Peer {
     int fd = -1;
     std::string name;
     bool open = false;       // reads and writes allowed
     bool failed = false;     // Endpoint::fail was called
     bool eof = false;
-    // send side
-    ByteBuffer sending;
+    // send side: `sending` is in flight (from byte `sent`), `queued` waits
+    sys::SendQueue sending;
     std::size_t sent = 0;
     bool send_inflight = false;
-    ByteBuffer queued;
+    sys::SendQueue queued;
     SteadyClock::time_point send_progress;
     std::uint64_t send_counter = 0;
     std::unique_ptr<sys::Aead> seal;
     // receive side
-    ByteBuffer rx;
+    sys::ByteBuffer rx;
     std::size_t have = 0;
     bool recv_inflight = false;
+    bool recv_direct = false;  // the receive in flight fills streaming.frames.back()
+    Streaming streaming;
     SteadyClock::time_point last_heard;
     std::optional<SteadyClock::time_point> waiting_since;
     std::uint64_t recv_counter = 0;
-    std::unique_ptr<sys::Aead> open_;
+    std::unique_ptr<sys::Aead> unseal;
   };
 
   TcpTransport& self;
@@ -173,6 +154,7 @@ struct TcpTransport::Impl {
   std::unique_ptr<sys::IoDriver> driver;
   std::vector<Peer> peers;
   std::vector<sys::Completion> completions;
+  std::vector<sys::ConstBuffer> gather;
   bool shut = false;
   bool encrypted = false;
 
@@ -205,7 +187,7 @@ struct TcpTransport::Impl {
   void start_send(PartyId p) {
     Peer& peer = peers[p];
     if (!peer.open || peer.send_inflight) return;
-    if (peer.sent == peer.sending.size()) {
+    if (peer.sent == peer.sending.bytes()) {
       if (peer.queued.empty()) return;
       peer.sending.swap(peer.queued);
       peer.queued.clear();
@@ -213,63 +195,105 @@ struct TcpTransport::Impl {
     }
     peer.send_inflight = true;
     peer.send_progress = SteadyClock::now();
-    driver->send(peer.fd, peer.sending.data() + peer.sent, peer.sending.size() - peer.sent,
-                 std::uint64_t(p) * 2);
+    peer.sending.unsent(peer.sent, gather);
+    driver->send(peer.fd, gather, std::uint64_t(p) * 2);
   }
 
   void start_recv(PartyId p) {
     Peer& peer = peers[p];
     if (!peer.open || peer.recv_inflight) return;
+    Streaming& st = peer.streaming;
+    if (st.active && st.in_payload && peer.have == 0) {
+      // Straight into the payload the receiver gets: no copy.
+      auto& payload = st.frames.back().payload;
+      peer.recv_inflight = peer.recv_direct = true;
+      driver->recv(peer.fd, payload.data() + st.filled, payload.size() - st.filled,
+                   std::uint64_t(p) * 2 + 1);
+      return;
+    }
     // Room for the rest of the current record, at most 64 MiB ahead of the
     // data (a bogus length cannot make us allocate much up front), or the
     // next chunk. The buffer keeps its size for the next records: fresh
     // memory costs page faults on every big message.
     std::size_t want = peer.have + min_recv_chunk;
-    if (peer.have >= record_header_bytes) {
+    if (!st.active && peer.have >= record_header_bytes) {
       const std::uint64_t need = record_header_bytes + get_u64(peer.rx.data() + 8);
       if (need > peer.have)
         want = static_cast<std::size_t>(std::min<std::uint64_t>(
             need, std::max<std::uint64_t>(peer.have * 2, peer.have + max_recv_ahead)));
     }
     if (peer.rx.size() < want) peer.rx.resize(want);
+    // Inside a streaming record, read only a chunk into rx: the big payloads
+    // that follow should go straight to their vectors.
+    const std::size_t room = st.active ? min_recv_chunk : peer.rx.size() - peer.have;
     peer.recv_inflight = true;
-    driver->recv(peer.fd, peer.rx.data() + peer.have, peer.rx.size() - peer.have,
-                 std::uint64_t(p) * 2 + 1);
+    peer.recv_direct = false;
+    driver->recv(peer.fd, peer.rx.data() + peer.have, room, std::uint64_t(p) * 2 + 1);
   }
 
+  // Queues one record; payloads of direct_send_min bytes or more are moved
+  // into the queue and sent from their own memory.
   void append_record(PartyId p, std::vector<Frame>& batch) {
     Peer& peer = peers[p];
     std::uint64_t body = encrypted ? sys::aead_tag_bytes : 0;
     for (const auto& f : batch) body += frame_header_bytes + f.payload.size();
     auto& out = peer.queued;
-    const std::size_t start = out.size();
-    out.resize(start + record_header_bytes + body);
-    std::byte* h = out.data() + start;
+    const std::size_t first_piece = out.start_record();
+    std::byte* h = out.append_copied(record_header_bytes);
     put_u32(h, record_magic);
     put_u32(h + 4, static_cast<std::uint32_t>(batch.size()));
     put_u64(h + 8, body);
-    std::byte* w = h + record_header_bytes;
-    for (const auto& f : batch) {
+    for (auto& f : batch) {
       const auto fh = FrameHeader{f.stream, static_cast<std::uint32_t>(f.payload.size()), f.clock}.encode();
-      std::memcpy(w, fh.data(), fh.size());
-      w += fh.size();
-      if (!f.payload.empty()) std::memcpy(w, f.payload.data(), f.payload.size());
-      w += f.payload.size();
+      if (f.payload.size() >= direct_send_min) {
+        std::memcpy(out.append_copied(fh.size()), fh.data(), fh.size());
+        out.append_owned(std::move(f.payload));
+      } else {
+        std::byte* w = out.append_copied(fh.size() + f.payload.size());
+        std::memcpy(w, fh.data(), fh.size());
+        if (!f.payload.empty()) std::memcpy(w + fh.size(), f.payload.data(), f.payload.size());
+      }
     }
     if (encrypted) {
-      const std::size_t plain = static_cast<std::size_t>(body - sys::aead_tag_bytes);
-      peer.seal->seal(peer.send_counter++, h, record_header_bytes, h + record_header_bytes, plain,
-                      h + record_header_bytes + plain);
+      // Seal in place, piece by piece: everything after the record header
+      // up to the tag, which goes last.
+      std::byte* tag = out.append_copied(sys::aead_tag_bytes);
+      (void)tag;
+      auto header = out.piece(first_piece);
+      peer.seal->begin_seal(peer.send_counter++, header.data(), record_header_bytes);
+      std::uint64_t plain = body - sys::aead_tag_bytes;
+      std::size_t skip = record_header_bytes;
+      for (std::size_t i = first_piece; i < out.piece_count() && plain > 0; ++i) {
+        auto s = out.piece(i).subspan(skip);
+        skip = 0;
+        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(plain, s.size()));
+        peer.seal->seal_piece(s.data(), n);
+        plain -= n;
+      }
+      auto last = out.piece(out.piece_count() - 1);
+      peer.seal->finish_seal(last.data() + last.size() - sys::aead_tag_bytes);
     }
     self.wire_sent_ += record_header_bytes + body;
   }
 
-  // Parses complete records at the front of rx; false after failing the peer.
+  void malformed(PartyId p, const std::string& what) {
+    fail(p, who(p) + " sent a malformed record (" + what + ")");
+  }
+
+  // Parses what rx holds: whole small records, or the next pieces of a
+  // streaming one. False after failing the peer.
   bool parse(PartyId p) {
     Peer& peer = peers[p];
     std::size_t at = 0;
     bool ok = true;
-    while (peer.have - at >= record_header_bytes) {
+    while (ok) {
+      if (peer.streaming.active) {
+        const Step step = stream_complete(peer.streaming) ? finish_stream(p, at) : stream_step(p, at);
+        if (step == Step::failed) ok = false;
+        if (step != Step::progress) break;
+        continue;
+      }
+      if (peer.have - at < record_header_bytes) break;
       std::byte* h = peer.rx.data() + at;
       if (get_u32(h) != record_magic) {
         char buf[16];
@@ -286,12 +310,17 @@ struct TcpTransport::Impl {
         ok = false;
         break;
       }
+      if (body >= stream_min && peer.have - at - record_header_bytes < body) {
+        start_stream(p, h, count, body);
+        at += record_header_bytes;
+        continue;
+      }
       if (peer.have - at - record_header_bytes < body) break;  // incomplete
       std::byte* b = h + record_header_bytes;
       std::size_t plain = static_cast<std::size_t>(body);
       if (encrypted) {
         plain -= sys::aead_tag_bytes;
-        if (!peer.open_->open(peer.recv_counter++, h, record_header_bytes, b, plain, b + plain)) {
+        if (!peer.unseal->open(peer.recv_counter++, h, record_header_bytes, b, plain, b + plain)) {
           fail(p, who(p) + ": record " + std::to_string(peer.recv_counter - 1) +
                       " failed authentication (altered, replayed or reordered data refused)");
           ok = false;
@@ -302,7 +331,7 @@ struct TcpTransport::Impl {
       try {
         frames = decode_record_body(std::span<const std::byte>(b, plain), count);
       } catch (const Error& e) {
-        fail(p, who(p) + " sent a malformed record (" + e.what() + ")");
+        malformed(p, e.what());
         ok = false;
         break;
       }
@@ -321,6 +350,98 @@ struct TcpTransport::Impl {
     return ok;
   }
 
+  void start_stream(PartyId p, const std::byte* header, std::uint32_t count, std::uint64_t body) {
+    Peer& peer = peers[p];
+    Streaming& st = peer.streaming;
+    st = Streaming{};
+    st.active = true;
+    std::memcpy(st.header.data(), header, record_header_bytes);
+    st.count = count;
+    st.body = st.left = body;
+    st.frames.reserve(std::min<std::size_t>(count, static_cast<std::size_t>(body / frame_header_bytes)));
+    if (encrypted) peer.unseal->begin_open(peer.recv_counter, st.header.data(), record_header_bytes);
+  }
+
+  static bool stream_complete(const Streaming& st) {
+    return !st.in_payload && st.frames.size() == st.count;
+  }
+
+  std::uint64_t plain_left(const Streaming& st) const {
+    const std::uint64_t tag = encrypted ? sys::aead_tag_bytes : 0;
+    return st.left >= tag ? st.left - tag : 0;
+  }
+
+  // Decrypts body bytes that arrived, in order (each exactly once).
+  void take_body(Peer& peer, std::byte* data, std::size_t n) {
+    if (encrypted) peer.unseal->open_piece(data, n);
+    peer.streaming.left -= n;
+  }
+
+  enum class Step { progress, need_bytes, failed };
+
+  // Moves a streaming record on by what rx holds from `at`: the rest of the
+  // current payload, or the next frame header.
+  Step stream_step(PartyId p, std::size_t& at) {
+    Peer& peer = peers[p];
+    Streaming& st = peer.streaming;
+    if (st.in_payload) {
+      auto& payload = st.frames.back().payload;
+      const std::size_t n = std::min(payload.size() - st.filled, peer.have - at);
+      if (n == 0) return Step::need_bytes;
+      std::memcpy(payload.data() + st.filled, peer.rx.data() + at, n);
+      take_body(peer, payload.data() + st.filled, n);
+      st.filled += n;
+      at += n;
+      if (st.filled == payload.size()) st.in_payload = false;
+      return Step::progress;
+    }
+    if (plain_left(st) < frame_header_bytes) {
+      malformed(p, std::to_string(st.count) + " frames do not fill its " + std::to_string(st.body) + " bytes");
+      return Step::failed;
+    }
+    if (peer.have - at < frame_header_bytes) return Step::need_bytes;
+    std::byte* fhb = peer.rx.data() + at;
+    take_body(peer, fhb, frame_header_bytes);
+    at += frame_header_bytes;
+    const FrameHeader fh = FrameHeader::decode(fhb);
+    if (fh.length > plain_left(st)) {
+      malformed(p, "a frame of " + std::to_string(fh.length) + " bytes overruns its " +
+                       std::to_string(st.body) + " bytes");
+      return Step::failed;
+    }
+    // Zero-filled by std::vector; the socket then writes it once more.
+    st.frames.push_back(Frame{fh.stream, fh.clock, std::vector<std::byte>(fh.length)});
+    st.in_payload = fh.length > 0;
+    st.filled = 0;
+    return Step::progress;
+  }
+
+  // Every frame is in: check that they fill the body, authenticate, deliver.
+  Step finish_stream(PartyId p, std::size_t& at) {
+    Peer& peer = peers[p];
+    Streaming& st = peer.streaming;
+    if (plain_left(st) != 0) {
+      malformed(p, std::to_string(st.count) + " frames do not fill its " + std::to_string(st.body) + " bytes");
+      return Step::failed;
+    }
+    if (encrypted) {
+      if (peer.have - at < sys::aead_tag_bytes) return Step::need_bytes;  // the tag is still coming
+      const bool authentic = peer.unseal->finish_open(peer.rx.data() + at);
+      at += sys::aead_tag_bytes;
+      st.left = 0;
+      if (!authentic) {
+        fail(p, who(p) + ": record " + std::to_string(peer.recv_counter) +
+                    " failed authentication (altered, replayed or reordered data refused)");
+        return Step::failed;
+      }
+      ++peer.recv_counter;
+    }
+    std::vector<Frame> frames = std::move(st.frames);
+    st = Streaming{};
+    if (!frames.empty()) self.endpoint_.deliver(p, std::move(frames));
+    return Step::progress;
+  }
+
   void complete(const sys::Completion& c) {
     const PartyId p = static_cast<PartyId>(c.tag / 2);
     const bool is_recv = c.tag % 2 == 1;
@@ -329,14 +450,28 @@ struct TcpTransport::Impl {
     if (is_recv) {
       peer.recv_inflight = false;
       if (c.result > 0) {
-        peer.have += static_cast<std::size_t>(c.result);
+        const auto n = static_cast<std::size_t>(c.result);
         peer.last_heard = SteadyClock::now();
+        if (peer.recv_direct) {
+          Streaming& st = peer.streaming;
+          auto& payload = st.frames.back().payload;
+          take_body(peer, payload.data() + st.filled, n);
+          st.filled += n;
+          if (st.filled == payload.size()) st.in_payload = false;
+        } else {
+          peer.have += n;
+        }
         if (!peer.open) return;
         if (parse(p)) start_recv(p);
       } else if (c.result == 0) {
         peer.eof = true;
         if (!peer.open) return;
-        if (peer.have > 0) {
+        const Streaming& st = peer.streaming;
+        if (st.active) {
+          fail(p, who(p) + " closed the connection in the middle of a message (truncated: got " +
+                      std::to_string(record_header_bytes + st.body - st.left + peer.have) + " of " +
+                      std::to_string(record_header_bytes + st.body) + " bytes)");
+        } else if (peer.have > 0) {
           std::string expect;
           if (peer.have >= record_header_bytes)
             expect = " of " + std::to_string(record_header_bytes + get_u64(peer.rx.data() + 8));
@@ -354,7 +489,7 @@ struct TcpTransport::Impl {
       if (c.result >= 0) {
         peer.sent += static_cast<std::size_t>(c.result);
         peer.send_progress = SteadyClock::now();
-        if (peer.sent == peer.sending.size()) {
+        if (peer.sent == peer.sending.bytes()) {
           peer.sending.clear();
           peer.sent = 0;
         }
@@ -365,11 +500,25 @@ struct TcpTransport::Impl {
     }
   }
 
-  void collect(std::chrono::nanoseconds timeout) {
+  // Submits what is queued, waits up to `timeout` and handles what
+  // completed; returns how many operations completed.
+  std::size_t collect(std::chrono::nanoseconds timeout) {
     completions.clear();
     driver->wait(timeout, completions);
     for (const auto& c : completions) complete(c);
-    driver->submit();
+    return completions.size();
+  }
+
+  // Low-latency mode: polls for completions, yielding the CPU in between,
+  // for up to the spin budget (and at most `limit`) before the caller
+  // sleeps. True when something completed (then it must not sleep).
+  bool spin(std::chrono::nanoseconds limit) {
+    const auto until = SteadyClock::now() + std::min<std::chrono::nanoseconds>(options.spin, limit);
+    for (;;) {
+      if (collect(std::chrono::nanoseconds{0}) > 0) return true;
+      if (SteadyClock::now() >= until) return false;
+      std::this_thread::yield();  // a peer sharing this core runs first
+    }
   }
 
   bool in_flight() const {
@@ -471,11 +620,11 @@ TcpTransport::TcpTransport(Scheduler& scheduler, Endpoint& endpoint, Connections
     peer.last_heard = now;
     if (I.encrypted) {
       peer.seal = std::make_unique<sys::Aead>(connections.keys[p]->send);
-      peer.open_ = std::make_unique<sys::Aead>(connections.keys[p]->recv);
+      peer.unseal = std::make_unique<sys::Aead>(connections.keys[p]->recv);
     }
   }
+  // Submitted by the first poll or flush, from the thread that drives us.
   for (PartyId p = 0; p < n; ++p) I.start_recv(p);
-  I.driver->submit();
   endpoint.attach(this);
   scheduler.add_io_source(this);
 }
@@ -504,9 +653,10 @@ void TcpTransport::write(PartyId from, PartyId to, std::vector<Frame>&& batch) {
   auto& peer = I.peers[to];
   if (!peer.open) return;  // the endpoint already knows the link failed
   I.append_record(to, batch);
-  I.start_send(to);
-  I.driver->submit();
+  I.start_send(to);  // queued; leaves with the loop's next poll or flush
 }
+
+void TcpTransport::flush() { impl_->driver->submit(); }
 
 bool TcpTransport::has_pending() const { return impl_->in_flight() || !timers_.empty(); }
 
@@ -519,6 +669,7 @@ void TcpTransport::poll(bool block) {
       timeout = std::min<std::chrono::nanoseconds>(timeout, *t - SteadyClock::now());
     // Zero only collects (a deadline just woke tasks); otherwise block.
     if (timeout.count() < 0) timeout = std::chrono::nanoseconds{1};
+    if (timeout.count() > 0 && I.options.spin.count() > 0 && I.spin(timeout)) timeout = {};
   }
   I.collect(timeout);
   timers_.fire_due();
@@ -566,6 +717,7 @@ void TcpTransport::shutdown() {
       // free memory it may still write to, and keep the descriptor open.
       peer.sending.leak();
       peer.rx.leak();
+      if (peer.recv_direct) (void)new std::vector<Frame>(std::move(peer.streaming.frames));  // never freed
       peer.fd = -1;
       continue;
     }

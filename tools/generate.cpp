@@ -347,6 +347,7 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     TcpOptions tcp;
     tcp.backend = parse_backend(o.transport);
     tcp.silence_timeout = std::chrono::milliseconds(timeout_ms);
+    tcp.spin = std::chrono::microseconds(o.spin_us);
 
     Scheduler scheduler;
     Endpoint endpoint(scheduler, id, config.parties.size());
@@ -419,7 +420,7 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
     PartyProcess p;
     p.args = {self, "generate", "--config", cluster.config_path(), "--id", std::to_string(i), "--model",
               o.model_dir, "--tokens", std::to_string(o.tokens), "--policy", o.policy, "--budget",
-              std::to_string(o.budget), "--truncation", o.truncation, "--transport", o.transport, "--link", o.link, "--json",
+              std::to_string(o.budget), "--truncation", o.truncation, "--transport", o.transport, "--spin-us", std::to_string(o.spin_us), "--link", o.link, "--json",
               cluster.file("party-" + std::to_string(i) + ".jsonl")};
     if (o.insecure) p.args.push_back("--insecure");
     if (o.allow_unused_weights) p.args.push_back("--allow-unused-weights");

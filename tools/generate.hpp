@@ -29,6 +29,7 @@ struct GenerateOptions {
   std::string truncation = "exact";  // exact | probabilistic (one round less per product, may fail: rss3.cppm)
   std::string link = "none";         // emulated link: none | lan | wan | RTT_MS:MBYTES_PER_S
   std::string transport = "auto";    // auto | uring | asio
+  int spin_us = 0;                   // low-latency mode: TcpOptions::spin
   int timeout_ms = -1;               // peer silence deadline (-1: the config's, else default_generate_timeout_ms)
   bool insecure = false;             // plain TCP
   bool allow_unused_weights = false; // run even if the config leaves tensors of the file unused

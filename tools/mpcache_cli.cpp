@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
       "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
       "must be in want of a wife. However little known the feelings";
   const std::vector<std::string> transports = {"auto", "uring", "asio"};
+  const std::string spin_help =
+      "low-latency mode: before sleeping, poll the network for up to this many microseconds, yielding the CPU "
+      "between polls (0: off; costs up to that much CPU time per wait)";
   const auto link_check = CLI::Validator(
       [](std::string& s) -> std::string {
         try {
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--link", gen.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")->check(link_check);
   gen_cmd->add_option("--transport", gen.transport, "auto (io_uring, else asio), uring or asio")
       ->check(CLI::IsMember(transports));
+  gen_cmd->add_option("--spin-us", gen.spin_us, spin_help)->check(CLI::Range(0, 100000));
   gen_cmd->add_option("--timeout-ms", gen.timeout_ms, "set-up and peer silence deadline (default: the config's; launcher 60000)")
       ->check(CLI::Range(100, 3600000));
   gen_cmd->add_flag("--insecure", gen.insecure, "plain TCP: no authentication, no encryption");
@@ -106,6 +110,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(transports));
   party_cmd->add_option("--link", party.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")
       ->check(link_check);
+  party_cmd->add_option("--spin-us", party.spin_us, spin_help)->check(CLI::Range(0, 100000));
   party_cmd->add_flag("--insecure", party.insecure, "plain TCP: no authentication, no encryption");
   party_cmd->add_option("--job", party.job, jobs_help);
   party_cmd->add_option("--report", party.report, "write the JSON report here (default: stdout)");
@@ -119,6 +124,7 @@ int main(int argc, char** argv) {
   local_cmd->add_option("--transport", local.transport, "auto, uring or asio")->check(CLI::IsMember(transports));
   local_cmd->add_option("--link", local.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")
       ->check(link_check);
+  local_cmd->add_option("--spin-us", local.spin_us, spin_help)->check(CLI::Range(0, 100000));
   local_cmd->add_flag("--insecure", local.insecure, "plain TCP: no authentication, no encryption");
   local_cmd->add_option("--job", local.job, jobs_help);
   local_cmd->add_option("--timeout-ms", local.timeout_ms, "set-up and peer silence deadline")

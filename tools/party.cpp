@@ -147,6 +147,7 @@ int run_party(const PartyOptions& o) {
     TcpOptions tcp;
     tcp.backend = parse_backend(o.transport);
     tcp.silence_timeout = std::chrono::milliseconds(config.timeout_ms);
+    tcp.spin = std::chrono::microseconds(o.spin_us);
 
     Scheduler scheduler;
     Endpoint endpoint(scheduler, o.id, config.parties.size());
@@ -290,6 +291,7 @@ int run_local(const LocalOptions& o, const std::string& self) {
     std::vector<std::string> args = {self, "party", "--config", dir + "/cluster.json", "--id",
                                      std::to_string(i), "--transport", o.transport, "--link", o.link,
                                      "--job", o.job, "--repeat", std::to_string(o.repeat),
+                                     "--spin-us", std::to_string(o.spin_us),
                                      "--report", dir + "/report-" + std::to_string(i) + ".json"};
     if (o.insecure) args.push_back("--insecure");
     if (i == fault_party) args.insert(args.end(), {"--fault", fault_kind});

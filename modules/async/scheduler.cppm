@@ -1,7 +1,8 @@
 // Scheduler: a single-threaded run loop owned by the caller. Work that is
 // ready runs until none is left (one "tick"); then tick listeners run (the
 // network flushes everything sent during the tick as one write per peer), and
-// I/O sources are polled. When every task waits and nothing is in flight, the
+// I/O sources are polled: blocking (one system call submits and waits) when
+// nothing is runnable, otherwise flushed so sends leave before more work runs. When every task waits and nothing is in flight, the
 // loop reports a deadlock naming what is being waited for instead of hanging.
 module;
 #include "prelude.hpp"
@@ -24,7 +25,12 @@ class IoSource {
   virtual ~IoSource() = default;
   virtual bool has_pending() const = 0;
   // Wait (if `block`) for at least one completion and post the woken tasks.
+  // A blocking poll also hands the kernel everything queued since the last
+  // one, in the same system call.
   virtual void poll(bool block) = 0;
+  // Hand queued operations to the kernel now: called at the end of a tick
+  // when the loop goes on running tasks instead of blocking in poll().
+  virtual void flush() {}
 };
 
 class Scheduler {

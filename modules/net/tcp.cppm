@@ -13,6 +13,13 @@
 // malformed or truncated record makes Endpoint::fail(peer, reason), so
 // awaiting tasks get Error(network) naming the peer. Buffers the kernel may
 // still use are never freed: shutdown cancels and waits for completions.
+//
+// Round-trip cost: sends queued in a tick and receives re-armed after one
+// reach the kernel in the same system call that then waits (io_uring
+// submit-and-wait with deferred task work). Frames of 64 KiB and more go out
+// from their own payload buffers (gathered, never copied into the record)
+// and come in straight into the payload the receiver gets. A transport is
+// driven by one thread: the first that polls or sends through it.
 module;
 #include "prelude.hpp"
 export module mpcache.net:tcp;
@@ -123,6 +130,14 @@ struct TcpOptions {
   std::chrono::milliseconds silence_timeout{10000};
   // Longest record accepted from a peer (a batch of frames, one tick).
   std::uint64_t max_record_bytes = std::uint64_t{1} << 33;
+  // Low-latency mode: before it sleeps, a party with nothing to run polls
+  // for completions for up to this long, yielding the CPU between polls
+  // (0: sleep at once). Waking a sleeping thread costs tens of microseconds
+  // when the message comes from another core; a polling party sees it in a
+  // few. CPU cost: up to `spin` of CPU time per wait, i.e. a core kept busy
+  // while rounds follow each other; the yield lets a peer sharing the core
+  // run first.
+  std::chrono::microseconds spin{0};
 };
 
 TcpBackend parse_backend(const std::string& name);  // "auto" | "uring" | "asio"
@@ -148,6 +163,7 @@ class TcpTransport final : public Transport, public IoSource {
 
   bool has_pending() const override;
   void poll(bool block) override;
+  void flush() override;
 
   TimerQueue& timers() noexcept { return timers_; }
 

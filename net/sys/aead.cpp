@@ -41,38 +41,66 @@ Aead::~Aead() = default;
 
 void Aead::seal(std::uint64_t counter, const std::byte* aad, std::size_t aad_size, std::byte* data,
                 std::size_t size, std::byte* tag) {
+  begin_seal(counter, aad, aad_size);
+  seal_piece(data, size);
+  finish_seal(tag);
+}
+
+bool Aead::open(std::uint64_t counter, const std::byte* aad, std::size_t aad_size, std::byte* data,
+                std::size_t size, const std::byte* tag) {
+  begin_open(counter, aad, aad_size);
+  open_piece(data, size);
+  return finish_open(tag);
+}
+
+void Aead::begin_seal(std::uint64_t counter, const std::byte* aad, std::size_t aad_size) {
   const auto nonce = nonce_of(counter);
   EVP_CIPHER_CTX* c = ctx_->enc;
   check(EVP_EncryptInit_ex(c, nullptr, nullptr, nullptr, nonce.data()), "nonce");
   int len = 0;
   check(EVP_EncryptUpdate(c, nullptr, &len, uc(aad), static_cast<int>(aad_size)), "aad");
+}
+
+void Aead::seal_piece(std::byte* data, std::size_t size) {
+  int len = 0;
   while (size > 0) {
     const int chunk = static_cast<int>(std::min<std::size_t>(size, INT_MAX / 2));
-    check(EVP_EncryptUpdate(c, uc(data), &len, uc(data), chunk), "encrypt");
+    check(EVP_EncryptUpdate(ctx_->enc, uc(data), &len, uc(data), chunk), "encrypt");
     data += chunk;
     size -= static_cast<std::size_t>(chunk);
   }
-  check(EVP_EncryptFinal_ex(c, nullptr, &len), "final");
-  check(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, aead_tag_bytes, uc(tag)), "tag");
 }
 
-bool Aead::open(std::uint64_t counter, const std::byte* aad, std::size_t aad_size, std::byte* data,
-                std::size_t size, const std::byte* tag) {
+void Aead::finish_seal(std::byte* tag) {
+  int len = 0;
+  check(EVP_EncryptFinal_ex(ctx_->enc, nullptr, &len), "final");
+  check(EVP_CIPHER_CTX_ctrl(ctx_->enc, EVP_CTRL_GCM_GET_TAG, aead_tag_bytes, uc(tag)), "tag");
+}
+
+void Aead::begin_open(std::uint64_t counter, const std::byte* aad, std::size_t aad_size) {
   const auto nonce = nonce_of(counter);
   EVP_CIPHER_CTX* c = ctx_->dec;
   check(EVP_DecryptInit_ex(c, nullptr, nullptr, nullptr, nonce.data()), "nonce");
   int len = 0;
   check(EVP_DecryptUpdate(c, nullptr, &len, uc(aad), static_cast<int>(aad_size)), "aad");
+}
+
+void Aead::open_piece(std::byte* data, std::size_t size) {
+  int len = 0;
   while (size > 0) {
     const int chunk = static_cast<int>(std::min<std::size_t>(size, INT_MAX / 2));
-    check(EVP_DecryptUpdate(c, uc(data), &len, uc(data), chunk), "decrypt");
+    check(EVP_DecryptUpdate(ctx_->dec, uc(data), &len, uc(data), chunk), "decrypt");
     data += chunk;
     size -= static_cast<std::size_t>(chunk);
   }
+}
+
+bool Aead::finish_open(const std::byte* tag) {
   unsigned char t[aead_tag_bytes];
   for (std::size_t i = 0; i < aead_tag_bytes; ++i) t[i] = static_cast<unsigned char>(tag[i]);
-  check(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, aead_tag_bytes, t), "tag");
-  return EVP_DecryptFinal_ex(c, nullptr, &len) == 1;
+  int len = 0;
+  check(EVP_CIPHER_CTX_ctrl(ctx_->dec, EVP_CTRL_GCM_SET_TAG, aead_tag_bytes, t), "tag");
+  return EVP_DecryptFinal_ex(ctx_->dec, nullptr, &len) == 1;
 }
 
 }  // namespace mpcache::sys

@@ -24,6 +24,16 @@ class Aead {
   bool open(std::uint64_t counter, const std::byte* aad, std::size_t aad_size, std::byte* data,
             std::size_t size, const std::byte* tag);
 
+  // The same over a record that arrives or leaves in pieces: begin, then the
+  // pieces in order (each transformed in place), then finish. One record at
+  // a time in each direction.
+  void begin_seal(std::uint64_t counter, const std::byte* aad, std::size_t aad_size);
+  void seal_piece(std::byte* data, std::size_t size);
+  void finish_seal(std::byte* tag);
+  void begin_open(std::uint64_t counter, const std::byte* aad, std::size_t aad_size);
+  void open_piece(std::byte* data, std::size_t size);
+  bool finish_open(const std::byte* tag);  // false when authentication fails
+
  private:
   struct Ctx;
   std::unique_ptr<Ctx> ctx_;

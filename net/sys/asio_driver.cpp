@@ -34,8 +34,11 @@ class AsioDriver final : public IoDriver {
     it->second->release(ec);
     sockets_.erase(it);
   }
-  void send(int fd, const std::byte* data, std::size_t size, std::uint64_t tag) override {
-    socket(fd).async_write_some(asio::buffer(data, size), handler(tag));
+  void send(int fd, std::span<const ConstBuffer> pieces, std::uint64_t tag) override {
+    std::vector<asio::const_buffer> buffers;
+    buffers.reserve(pieces.size());
+    for (const auto& p : pieces) buffers.emplace_back(p.data, p.size);
+    socket(fd).async_write_some(buffers, handler(tag));
   }
   void recv(int fd, std::byte* data, std::size_t size, std::uint64_t tag) override {
     socket(fd).async_read_some(asio::buffer(data, size), handler(tag));

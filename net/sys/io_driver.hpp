@@ -11,10 +11,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace mpcache::sys {
+
+// One piece of a gathered send.
+struct ConstBuffer {
+  const std::byte* data = nullptr;
+  std::size_t size = 0;
+};
 
 struct Completion {
   std::uint64_t tag = 0;
@@ -29,19 +36,26 @@ class IoDriver {
   virtual std::string name() const = 0;
   virtual void add_fd(int fd) = 0;     // before the first operation on fd
   virtual void remove_fd(int fd) = 0;  // nothing may be in flight on fd; fd stays open
-  virtual void send(int fd, const std::byte* data, std::size_t size, std::uint64_t tag) = 0;
+  // Sends from the pieces in order (one gathered write; it may be partial).
+  // The pieces array itself need only live until the call returns.
+  virtual void send(int fd, std::span<const ConstBuffer> pieces, std::uint64_t tag) = 0;
   virtual void recv(int fd, std::byte* data, std::size_t size, std::uint64_t tag) = 0;
   // In-flight operations on fd complete soon (with -ECANCELED or a result).
   virtual void cancel(int fd) = 0;
   // Hands queued operations to the kernel now (io_uring batches SQEs).
   virtual void submit() {}
-  // Waits up to `timeout` (zero: only collects what is done) for at least one
-  // completion and appends every available one to `out`.
+  // Hands queued operations to the kernel, waits up to `timeout` (zero: only
+  // collects what is done) for at least one completion and appends every
+  // available one to `out`; io_uring does all of it in one system call.
   virtual void wait(std::chrono::nanoseconds timeout, std::vector<Completion>& out) = 0;
 };
 
-// One io_uring per driver. Throws std::runtime_error naming the reason when
-// the kernel refuses (old kernel, seccomp, memlock limits).
+// One io_uring per driver. Where the kernel has them (6.1+) the ring is
+// single-issuer with deferred task work: completions are processed only when
+// this thread asks for them, never by interrupting it, and the first thread
+// to submit owns the ring (another thread gets a clear error). Throws
+// std::runtime_error naming the reason when the kernel refuses (old kernel,
+// seccomp, memlock limits).
 std::unique_ptr<IoDriver> make_uring_driver(unsigned entries = 64);
 // Standalone asio (epoll), one io_context per driver.
 std::unique_ptr<IoDriver> make_asio_driver();

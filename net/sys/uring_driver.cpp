@@ -1,23 +1,44 @@
 // io_uring driver: one ring, send/recv/cancel SQEs, completions by tag.
+//
+// The ring is created disabled and enabled by the first call that submits,
+// so that with IORING_SETUP_SINGLE_ISSUER the thread that drives the
+// transport owns it, whichever thread constructed it. With
+// IORING_SETUP_DEFER_TASKRUN a socket that becomes readable only queues
+// work for this thread; it runs inside our next io_uring_enter(GETEVENTS),
+// so a busy-polling caller is not interrupted and a waiting one is woken once.
 #include "io_driver.hpp"
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <unordered_map>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <sys/uio.h>
 #include <liburing.h>
 
 namespace mpcache::sys {
 namespace {
 
 constexpr std::uint64_t cancel_tag = ~std::uint64_t{0} - 1;
+// A gathered send takes at most this many pieces; the rest goes in the next
+// send after the (then partial) completion.
+constexpr std::size_t max_pieces = 256;
 
 class UringDriver final : public IoDriver {
  public:
   explicit UringDriver(unsigned entries) {
     if (const char* force = std::getenv("MPCACHE_DISABLE_IO_URING"); force && *force && *force != '0')
       throw std::runtime_error("io_uring disabled by MPCACHE_DISABLE_IO_URING");
-    const int e = io_uring_queue_init(entries, &ring_, 0);
+    const unsigned deferred = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
+    int e = io_uring_queue_init(entries, &ring_, deferred);
+    if (e == -EINVAL) {  // kernel before 6.1: plain ring, task work by signal
+      e = io_uring_queue_init(entries, &ring_, 0);
+      enabled_ = true;
+    } else {
+      deferred_ = true;
+    }
     if (e < 0) throw std::runtime_error(std::string("io_uring_queue_init failed: ") + std::strerror(-e));
   }
   ~UringDriver() override { io_uring_queue_exit(&ring_); }
@@ -26,9 +47,22 @@ class UringDriver final : public IoDriver {
   void add_fd(int) override {}
   void remove_fd(int) override {}
 
-  void send(int fd, const std::byte* data, std::size_t size, std::uint64_t tag) override {
+  void send(int fd, std::span<const ConstBuffer> pieces, std::uint64_t tag) override {
     io_uring_sqe* sqe = get_sqe();
-    io_uring_prep_send(sqe, fd, data, size, MSG_NOSIGNAL);
+    if (pieces.size() == 1) {
+      io_uring_prep_send(sqe, fd, pieces[0].data, pieces[0].size, MSG_NOSIGNAL);
+    } else {
+      // The kernel reads the msghdr when it issues the SQE, which may be at a
+      // later submit: keep one per tag (one send in flight per descriptor).
+      Gather& g = gathers_[tag];
+      g.iov.clear();
+      for (std::size_t i = 0; i < pieces.size() && i < max_pieces; ++i)
+        g.iov.push_back(iovec{const_cast<std::byte*>(pieces[i].data), pieces[i].size});
+      g.msg = msghdr{};
+      g.msg.msg_iov = g.iov.data();
+      g.msg.msg_iovlen = g.iov.size();
+      io_uring_prep_sendmsg(sqe, fd, &g.msg, MSG_NOSIGNAL);
+    }
     io_uring_sqe_set_data64(sqe, tag);
   }
   void recv(int fd, std::byte* data, std::size_t size, std::uint64_t tag) override {
@@ -43,15 +77,19 @@ class UringDriver final : public IoDriver {
   }
 
   void submit() override {
+    if (io_uring_sq_ready(&ring_) == 0) return;
+    enable();
     const int e = io_uring_submit(&ring_);
     if (e < 0 && e != -EINTR && e != -EBUSY) fail("io_uring_submit", e);
   }
 
   void wait(std::chrono::nanoseconds timeout, std::vector<Completion>& out) override {
+    enable();
     io_uring_cqe* cqe = nullptr;
     int e;
     if (timeout.count() <= 0) {
-      e = io_uring_submit(&ring_);
+      // Deferred task work runs only when asked for (GETEVENTS).
+      e = deferred_ ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_);
       if (e < 0 && e != -EINTR && e != -EBUSY) fail("io_uring_submit", e);
     } else {
       __kernel_timespec ts{};
@@ -71,12 +109,29 @@ class UringDriver final : public IoDriver {
   }
 
  private:
+  struct Gather {
+    std::vector<iovec> iov;
+    msghdr msg{};
+  };
+
   [[noreturn]] static void fail(const char* what, int e) {
+    if (e == -EEXIST)
+      throw std::runtime_error(std::string(what) +
+                               " failed: the transport's ring belongs to the thread that first drove it; "
+                               "drive a transport from one thread only");
     throw std::runtime_error(std::string(what) + " failed: " + std::strerror(-e));
+  }
+  void enable() {
+    if (enabled_) return;
+    // liburing 2.3 declares io_uring_enable_rings but does not export it.
+    if (::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0)
+      fail("enabling the io_uring", -errno);
+    enabled_ = true;
   }
   io_uring_sqe* get_sqe() {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (!sqe) {
+      enable();
       const int e = io_uring_submit(&ring_);
       if (e < 0) fail("io_uring_submit", e);
       sqe = io_uring_get_sqe(&ring_);
@@ -85,6 +140,9 @@ class UringDriver final : public IoDriver {
     return sqe;
   }
   io_uring ring_{};
+  bool deferred_ = false;
+  bool enabled_ = false;
+  std::unordered_map<std::uint64_t, Gather> gathers_;
 };
 
 }  // namespace

@@ -28,7 +28,11 @@ void Scheduler::run_until(const std::function<bool()>& done) {
     // Copy: a listener may deregister itself while flushing.
     auto listeners = listeners_;
     for (auto* l : listeners) l->on_tick_end();
-    if (!ready_.empty() || done()) continue;
+    if (!ready_.empty() || done()) {
+      // Not blocking in poll(), which would submit them: send now.
+      for (auto* s : io_sources_) s->flush();
+      continue;
+    }
 
     bool pending = false;
     for (auto* s : io_sources_) pending = pending || s->has_pending();
@@ -43,9 +47,15 @@ void Scheduler::run_until(const std::function<bool()>& done) {
                       (waiting.empty() ? std::string() : " (waiting for: " + waiting + ")"));
     }
     // Block on the first source with work only if nothing else can progress.
+    // The others hand their queued operations to the kernel first: nothing
+    // submits them while this thread sleeps.
+    IoSource* first = *std::find_if(io_sources_.begin(), io_sources_.end(),
+                                    [](IoSource* s) { return s->has_pending(); });
+    for (auto* s : io_sources_)
+      if (s != first) s->flush();
     for (auto* s : io_sources_) {
       if (s->has_pending()) {
-        s->poll(ready_.empty());
+        s->poll(s == first && ready_.empty());
         if (!ready_.empty()) break;
       }
     }

@@ -32,7 +32,8 @@ const char* backend_name(TcpBackend b) { return b == TcpBackend::uring ? "io_uri
 // message from party 1 on stream 7; party 1's socket end is driven by hand
 // by `peer(fd)`.
 std::string error_when_peer_does(TcpBackend backend, std::chrono::milliseconds timeout,
-                                 const std::function<void(int)>& peer, std::size_t send_first = 0) {
+                                 const std::function<void(int)>& peer, std::size_t send_first = 0,
+                                 std::chrono::microseconds spin = {}) {
   auto mesh = local_socket_mesh(2);
   const int raw = mesh[1].fds[0];
   mesh[1].fds[0] = -1;
@@ -41,7 +42,7 @@ std::string error_when_peer_does(TcpBackend backend, std::chrono::milliseconds t
   try {
     Scheduler s;
     Endpoint e(s, 0, 2);
-    TcpTransport tcp(s, e, std::move(mesh[0]), {.backend = backend, .silence_timeout = timeout});
+    TcpTransport tcp(s, e, std::move(mesh[0]), {.backend = backend, .silence_timeout = timeout, .spin = spin});
     (void)sync_wait(s, [](Endpoint& ep, std::size_t n) -> Task<std::vector<std::byte>> {
       if (n > 0) ep.send(1, 5, std::vector<std::byte>(n));
       co_return co_await ep.recv(1, 7);
@@ -73,13 +74,16 @@ std::vector<unsigned char> record_header(std::uint32_t count, std::uint64_t body
 
 }  // namespace
 
-TEST_CASE("rss3 mul over socket pairs: exact bytes and rounds on both backends") {
-  for (TcpBackend backend : backends) {
+TEST_CASE("rss3 mul over socket pairs: exact bytes and rounds on both backends, also in the low-latency mode") {
+  for (TcpBackend backend : backends)
+  for (int spin_us : {0, 500}) {
     CAPTURE(backend_name(backend));
+    CAPTURE(spin_us);
     const std::size_t n = 1000;
     const RingTensor x = testing::random_ring({n}, 1), y = testing::random_ring({n}, 2);
     auto results = run_tcp_parties<RingTensor>(
-        local_socket_mesh(3), {.backend = backend}, [&](PartyId id, Endpoint& ep) -> Task<RingTensor> {
+        local_socket_mesh(3), {.backend = backend, .spin = std::chrono::microseconds(spin_us)},
+        [&](PartyId id, Endpoint& ep) -> Task<RingTensor> {
           auto party = co_await Rss3Party::setup(ep, {.insecure_seed = 5});
           Rss3 p = party->session();
           auto a = co_await p.input(0, id == 0 ? std::optional(x) : std::nullopt, {n});
@@ -140,13 +144,15 @@ TEST_CASE("a peer that closes mid-protocol is named in the error") {
   }
 }
 
-TEST_CASE("a silent peer fails the waiting party at the deadline") {
-  for (TcpBackend backend : backends) {
+TEST_CASE("a silent peer fails the waiting party at the deadline, also in the low-latency mode") {
+  for (TcpBackend backend : backends)
+  for (int spin_us : {0, 1000}) {
     CAPTURE(backend_name(backend));
+    CAPTURE(spin_us);
     auto error = error_when_peer_does(backend, std::chrono::milliseconds(300), [&](int fd) {
       char c;
       (void)::read(fd, &c, 1);  // silent until the waiting party gives up and closes
-    });
+    }, 0, std::chrono::microseconds(spin_us));
     CHECK(contains(error, "link to party 1 failed: party 1 sent nothing for 0.3 s while party 0 "
                           "waited for it (silent peer; deadline exceeded)"));
   }
@@ -251,4 +257,108 @@ TEST_CASE("forcing io_uring when it is disabled is a clear error; auto falls bac
   TcpTransport t(s, e, std::move(mesh[0]), {});
   CHECK(t.name() == "tcp/io_uring");
   for (int fd : mesh[1].fds) ::close(fd);
+}
+
+TEST_CASE("records over 1 MiB arrive frame by frame: big and small frames mixed, in order, every tick") {
+  // Payloads from 64 KiB on are sent from their own vectors and received
+  // straight into the receiver's; records from 1 MiB on are parsed frame by
+  // frame. Sizes straddle both thresholds and the 256 KiB receive chunk.
+  const std::vector<std::size_t> sizes = {(1u << 20) + 7, 3, 65535, 65536, 0, (2u << 20) + 1, 262143, 17};
+  for (TcpBackend backend : backends)
+    for (int spin_us : {0, 200}) {
+      CAPTURE(backend_name(backend));
+      CAPTURE(spin_us);
+      auto results = run_tcp_parties<int>(
+          local_socket_mesh(2), {.backend = backend, .spin = std::chrono::microseconds(spin_us)},
+          [&](PartyId id, Endpoint& ep) -> Task<int> {
+            const PartyId peer = 1 - id;
+            int ok = 1;
+            for (int tick = 0; tick < 3; ++tick) {
+              for (std::size_t k = 0; k < sizes.size(); ++k)
+                ep.send(peer, k % 3, pattern(sizes[k], static_cast<std::uint8_t>(id * 16 + tick * 4 + k)));
+              for (std::size_t k = 0; k < sizes.size(); ++k) {
+                auto got = co_await ep.recv(peer, k % 3);
+                ok &= got == pattern(sizes[k], static_cast<std::uint8_t>(peer * 16 + tick * 4 + k));
+              }
+            }
+            co_return ok;
+          });
+      for (PartyId id = 0; id < 2; ++id) {
+        REQUIRE(results[id].error == "");
+        CHECK(*results[id].value == 1);
+        CHECK(results[id].costs.per_peer[1 - id].writes == 3);
+      }
+    }
+}
+
+TEST_CASE("a transport built on one thread can be driven from another") {
+  // io_uring rings are single-issuer: the thread that first drives the
+  // transport owns it, not the one that constructed it.
+  auto mesh = local_socket_mesh(2);
+  std::vector<std::unique_ptr<Scheduler>> s;
+  std::vector<std::unique_ptr<Endpoint>> e;
+  std::vector<std::unique_ptr<TcpTransport>> t;
+  for (PartyId id = 0; id < 2; ++id) {
+    s.push_back(std::make_unique<Scheduler>());
+    e.push_back(std::make_unique<Endpoint>(*s[id], id, 2));
+    t.push_back(std::make_unique<TcpTransport>(*s[id], *e[id], std::move(mesh[id]), TcpOptions{.backend = TcpBackend::uring}));
+  }
+  std::vector<std::string> got(2);
+  std::vector<std::thread> threads;
+  for (PartyId id = 0; id < 2; ++id)
+    threads.emplace_back([&, id] {
+      got[id] = sync_wait(*s[id], [](Endpoint& ep, PartyId me) -> Task<std::string> {
+        ep.send(1 - me, 1, pattern(3, static_cast<std::uint8_t>(me)));
+        auto m = co_await ep.recv(1 - me, 1);
+        co_return m == pattern(3, static_cast<std::uint8_t>(1 - me)) ? "ok" : "wrong bytes";
+      }(*e[id], id));
+      t[id]->shutdown();
+    });
+  for (auto& th : threads) th.join();
+  CHECK(got[0] == "ok");
+  CHECK(got[1] == "ok");
+}
+
+TEST_CASE("a big record cut short, overrun by a frame, or not filled is refused with its sizes") {
+  // Records of 1 MiB and more are parsed frame by frame while they arrive:
+  // the same checks as for small records, with the same messages.
+  const std::uint64_t body = 4u << 20;
+  auto frame_header = [](std::uint32_t length) {
+    std::vector<unsigned char> f(16, 0);
+    f[0] = 7;  // stream 7, the one the test party waits on
+    for (int i = 0; i < 4; ++i) f[8 + i] = static_cast<unsigned char>(length >> (8 * i));
+    return f;
+  };
+  for (TcpBackend backend : backends) {
+    CAPTURE(backend_name(backend));
+    auto truncated = error_when_peer_does(backend, std::chrono::milliseconds(10000), [&](int fd) {
+      auto bytes = record_header(1, body);
+      auto f = frame_header(static_cast<std::uint32_t>(body - 16));
+      bytes.insert(bytes.end(), f.begin(), f.end());
+      bytes.resize(bytes.size() + (1u << 20), 5);
+      send_all(fd, bytes);
+      ::shutdown(fd, SHUT_RDWR);
+    });
+    CHECK(contains(truncated, "party 1 closed the connection in the middle of a message (truncated: got " +
+                                  std::to_string(16 + 16 + (1u << 20)) + " of " + std::to_string(16 + body) +
+                                  " bytes)"));
+    auto overrun = error_when_peer_does(backend, std::chrono::milliseconds(10000), [&](int fd) {
+      auto bytes = record_header(1, body);
+      auto f = frame_header(static_cast<std::uint32_t>(body));  // 16 bytes too long
+      bytes.insert(bytes.end(), f.begin(), f.end());
+      bytes.resize(bytes.size() + (1u << 20), 5);
+      send_all(fd, bytes);
+    });
+    CHECK(contains(overrun, "party 1 sent a malformed record (a frame of " + std::to_string(body) +
+                                " bytes overruns its " + std::to_string(body) + " bytes)"));
+    auto unfilled = error_when_peer_does(backend, std::chrono::milliseconds(10000), [&](int fd) {
+      auto bytes = record_header(1, body);
+      auto f = frame_header(1u << 20);
+      bytes.insert(bytes.end(), f.begin(), f.end());
+      bytes.resize(bytes.size() + (1u << 20) + 64, 5);
+      send_all(fd, bytes);
+    });
+    CHECK(contains(unfilled, "party 1 sent a malformed record (1 frames do not fill its " + std::to_string(body) +
+                                 " bytes)"));
+  }
 }
