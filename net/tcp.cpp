@@ -7,6 +7,7 @@ module;
 #include <thread>
 #include "sys/aead.hpp"
 #include "sys/byte_buffer.hpp"
+#include "sys/fresh_payload.hpp"
 #include "sys/send_queue.hpp"
 #include "sys/connect.hpp"
 #include "sys/io_driver.hpp"
@@ -410,7 +411,7 @@ struct TcpTransport::Impl {
       return Step::failed;
     }
     // Zero-filled by std::vector; the socket then writes it once more.
-    st.frames.push_back(Frame{fh.stream, fh.clock, std::vector<std::byte>(fh.length)});
+    st.frames.push_back(Frame{fh.stream, fh.clock, sys::fresh_payload(fh.length)});
     st.in_payload = fh.length > 0;
     st.filled = 0;
     return Step::progress;
