@@ -1,4 +1,6 @@
-// The arithmetic demo (main job until the private decode exists).
+// The arithmetic demo: a small rss3 computation as a quick end-to-end check
+// of a cluster (`mpcache demo`, `mpcache local --job demo`). The main job is
+// private generation (`mpcache generate`).
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cstdio>
 #include <random>

@@ -62,14 +62,11 @@ class Scheduler {
   // make progress.
   void run_until(const std::function<bool()>& done);
 
-  std::size_t ticks() const noexcept { return ticks_; }
-
  private:
   void run_ready();
   std::deque<std::coroutine_handle<>> ready_;
   std::vector<TickListener*> listeners_;
   std::vector<IoSource*> io_sources_;
-  std::size_t ticks_ = 0;
 };
 
 }  // namespace mpcache

@@ -10,9 +10,8 @@
 //   SnapKV         prefill observation window votes, max-pooled, pick the
 //                  prefix once; recent window after (Li et al. 2024)
 //   LongCache      sinks + recent + top tokens by cosine similarity q.k/|k|
-//   Quest          pages with per-dimension min/max keys, top pages by the
-//                  upper bound sum_i max(q_i max_i, q_i min_i) (Tang et al. 2024;
-//                  ArkVale's page bounds are the same shape)
+// (Quest, with its page bounds, lives with the other cluster policies in
+// :clusters.)
 // Everything secret stays secret: scores, indices and gathers use the
 // Protocol ops (top-k, one-hot, matmul); only sizes and public positions
 // (sinks, windows) are in the clear.

@@ -17,8 +17,9 @@ import :frame;
 
 export namespace mpcache {
 
-// Moves batches of frames between parties. Implementations: in-process (this
-// module), TCP over io_uring or asio (later).
+// Moves batches of frames between parties. Implementations: in-process
+// (:in_process) and TCP over io_uring or asio (:tcp), optionally behind the
+// link emulator.
 class Transport {
  public:
   virtual ~Transport() = default;

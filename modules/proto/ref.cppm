@@ -105,7 +105,6 @@ class Ref {
   // them through `if constexpr (NativeReal<P>)`).
   Share from_real(const RealTensor& x) const;  // real -> Ref value
   RealTensor to_real(const Share& a) const;    // Ref value -> real
-  Share from_integers(const RealTensor& x) const { return {x}; }  // counts, indices
   template <class F>
   Share map_real(const Share& a, F&& f) const {
     Share out{a.value};

@@ -24,7 +24,6 @@ void Scheduler::run_ready() {
 void Scheduler::run_until(const std::function<bool()>& done) {
   while (!done()) {
     run_ready();
-    ++ticks_;
     // Copy: a listener may deregister itself while flushing.
     auto listeners = listeners_;
     for (auto* l : listeners) l->on_tick_end();
