@@ -258,8 +258,7 @@ struct TcpTransport::Impl {
     if (encrypted) {
       // Seal in place, piece by piece: everything after the record header
       // up to the tag, which goes last.
-      std::byte* tag = out.append_copied(sys::aead_tag_bytes);
-      (void)tag;
+      out.append_copied(sys::aead_tag_bytes);  // the tag's room, filled below
       auto header = out.piece(first_piece);
       peer.seal->begin_seal(peer.send_counter++, header.data(), record_header_bytes);
       std::uint64_t plain = body - sys::aead_tag_bytes;
@@ -279,6 +278,10 @@ struct TcpTransport::Impl {
 
   void malformed(PartyId p, const std::string& what) {
     fail(p, who(p) + " sent a malformed record (" + what + ")");
+  }
+  void unfilled(PartyId p) {
+    const Streaming& st = peers[p].streaming;
+    malformed(p, std::to_string(st.count) + " frames do not fill its " + std::to_string(st.body) + " bytes");
   }
 
   // Parses what rx holds: whole small records, or the next pieces of a
@@ -397,7 +400,7 @@ struct TcpTransport::Impl {
       return Step::progress;
     }
     if (plain_left(st) < frame_header_bytes) {
-      malformed(p, std::to_string(st.count) + " frames do not fill its " + std::to_string(st.body) + " bytes");
+      unfilled(p);
       return Step::failed;
     }
     if (peer.have - at < frame_header_bytes) return Step::need_bytes;
@@ -422,7 +425,7 @@ struct TcpTransport::Impl {
     Peer& peer = peers[p];
     Streaming& st = peer.streaming;
     if (plain_left(st) != 0) {
-      malformed(p, std::to_string(st.count) + " frames do not fill its " + std::to_string(st.body) + " bytes");
+      unfilled(p);
       return Step::failed;
     }
     if (encrypted) {
