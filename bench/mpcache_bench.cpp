@@ -1,5 +1,5 @@
 // mpcache-bench --preset NAME [--json] [--repeat N]   (fidelity, private-fidelity, truncation-audit and the
-// paper-scale presets paper-fig10/paper-fig11/paper-table8/gpt2-512: see their files)
+// paper-scale presets paper-fig10/paper-fig11/paper-fig13/paper-table8/gpt2-512: see their files)
 // Prints one row per case: latency, payload bytes (busiest party and total),
 // message headers, rounds on the critical path. With --json, one JSON object
 // per line on stdout.
@@ -16,7 +16,7 @@ std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& op
 int fidelity_main(int argc, char** argv);  // its own options and row format
 int private_fidelity_main(int argc, char** argv);  // rss3 tokens vs the float64 argmax
 int truncation_audit_main(int argc, char** argv);  // expected truncation failures per call site
-int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-table8, gpt2-512
+int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-fig13, paper-table8, gpt2-512
 std::vector<CaseResult> net_preset(const Options& options);
 }
 

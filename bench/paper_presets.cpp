@@ -1,7 +1,9 @@
-// mpcache-bench --preset paper-fig10 | paper-fig11 | paper-table8 | gpt2-512
+// mpcache-bench --preset paper-fig10 | paper-fig11 | paper-fig13 | paper-table8 | gpt2-512
 // The paper's decode benchmarks at real model shapes (its Section 5.3,
-// Figures 10 and 11, Appendix Table 8), under rss3, with random weights of
-// the named shape and a per-operator breakdown of every row.
+// Figures 10 and 11, Appendix Table 8), under rss3 or add2 (--protocol;
+// paper-fig13 is Figure 13's 2PC comparison: fig10's arms under add2), with
+// random weights of the named shape and a per-operator breakdown of every
+// row.
 //
 // How a row is measured (each row says so in its fields):
 //  * The three parties run in this process ("parties":"in-process"). model_s
@@ -9,6 +11,9 @@
 //    bytes / bandwidth on the paper's LAN (0.3 ms, 377 MB/s) + this
 //    process's wall time / 3 (the three parties compute one after another
 //    on one thread, so a third of it is one party's compute).
+//  * add2: rounds and bytes are the online parties' (0 and 1); the
+//    dealer's bytes are "offline_bytes". Its compute is inside the wall
+//    time, so model_s overstates add2's online time by up to a third.
 //  * Layers are tied (tie_layers): every layer runs with one set of random
 //    weights, so a 32-layer model needs one layer's memory. MPC costs do not
 //    depend on values.
@@ -45,6 +50,15 @@ using Clock = std::chrono::steady_clock;
 
 constexpr ops::LinkModel lan{};  // the paper's LAN
 
+// A prepared cache stands for keys and values the model computed: no
+// backend has seen them as inputs, so add2 must not reuse an input's mask
+// for them (it would open them once instead of at every product).
+template <Protocol P>
+typename P::Share computed(typename P::Share s) {
+  if constexpr (requires { s.fixed; }) s.fixed = nullptr;
+  return s;
+}
+
 // LLaMA-2 proportions at hidden size 1024: head_dim 128 (8 heads, no GQA),
 // MLP width 2752 (LLaMA-2-7B's 11008 / 4096), 32 layers, vocab 32000.
 ModelConfig llama_1024() {
@@ -69,6 +83,7 @@ struct Arm {
 };
 
 struct Run {
+  std::string protocol;  // rss3 | add2
   std::string preset, model;
   ModelConfig config;
   std::size_t length = 0;
@@ -90,17 +105,20 @@ struct Mark {
 };
 
 struct Phase {
-  std::uint64_t rounds = 0, bytes = 0;  // critical path; busiest party's payload bytes
+  std::uint64_t rounds = 0, bytes = 0;  // critical path; busiest online party's payload bytes
+  std::uint64_t offline_bytes = 0;      // add2: what the dealer sent
   double wall_s = 0;                    // first party in to last party out
   std::array<TaggedCost, cost_tag_count> tags{};
 
   double model_s() const { return lan.seconds(double(rounds), double(bytes)) + wall_s / 3; }
 };
 
-Phase phase_between(const Mark& a, const Mark& b) {
+// online: the parties whose costs count (3 under rss3; 2 under add2, whose
+// dealer, party 2, works offline).
+Phase phase_between(const Mark& a, const Mark& b, std::size_t online = 3) {
   Phase ph;
   std::uint64_t before = 0, after = 0;  // critical path: the highest clocks
-  for (std::size_t i = 0; i < 3; ++i) {
+  for (std::size_t i = 0; i < online; ++i) {
     before = std::max(before, a.costs[i].rounds);
     after = std::max(after, b.costs[i].rounds);
   }
@@ -111,6 +129,10 @@ Phase phase_between(const Mark& a, const Mark& b) {
   std::array<CostCounters, 3> d;
   for (std::size_t i = 0; i < 3; ++i) {
     d[i] = b.costs[i] - a.costs[i];
+    if (i >= online) {
+      ph.offline_bytes += d[i].payload_bytes_sent();
+      continue;
+    }
     ph.bytes = std::max<std::uint64_t>(ph.bytes, d[i].payload_bytes_sent());
     for (std::size_t t = 0; t < cost_tag_count; ++t)
       ph.tags[t].payload_bytes_sent = std::max(ph.tags[t].payload_bytes_sent, d[i].by_tag[t].payload_bytes_sent);
@@ -122,13 +144,15 @@ Phase phase_between(const Mark& a, const Mark& b) {
   // one party's view is skewed by a few rounds per operator, the median much
   // less. The medians need not sum to the critical path exactly (the row
   // says by how much: rounds_unattributed).
+  // (Two online parties: the higher view.)
   for (std::size_t t = 0; t < cost_tag_count; ++t) {
-    std::array<std::uint64_t, 3> r{d[0].by_tag[t].rounds, d[1].by_tag[t].rounds, d[2].by_tag[t].rounds};
-    std::array<double, 3> sec{d[0].by_tag[t].seconds, d[1].by_tag[t].seconds, d[2].by_tag[t].seconds};
+    std::vector<std::uint64_t> r;
+    std::vector<double> sec;
+    for (std::size_t i = 0; i < online; ++i) r.push_back(d[i].by_tag[t].rounds), sec.push_back(d[i].by_tag[t].seconds);
     std::sort(r.begin(), r.end());
     std::sort(sec.begin(), sec.end());
-    ph.tags[t].rounds = r[1];
-    ph.tags[t].seconds = sec[1];
+    ph.tags[t].rounds = r[online / 2];
+    ph.tags[t].seconds = sec[online / 2];
   }
   return ph;
 }
@@ -138,10 +162,11 @@ Phase mean(const std::vector<Phase>& phases) {
   Phase m;
   if (phases.empty()) return m;
   const double n = double(phases.size());
-  double rounds = 0, bytes = 0;
+  double rounds = 0, bytes = 0, offline = 0;
   std::array<double, cost_tag_count> tr{}, tb{};
   for (const auto& p : phases) {
     rounds += double(p.rounds), bytes += double(p.bytes), m.wall_s += p.wall_s / n;
+    offline += double(p.offline_bytes);
     for (std::size_t t = 0; t < cost_tag_count; ++t) {
       tr[t] += double(p.tags[t].rounds), tb[t] += double(p.tags[t].payload_bytes_sent);
       m.tags[t].seconds += p.tags[t].seconds / n;
@@ -149,6 +174,7 @@ Phase mean(const std::vector<Phase>& phases) {
   }
   m.rounds = std::uint64_t(std::llround(rounds / n));
   m.bytes = std::uint64_t(std::llround(bytes / n));
+  m.offline_bytes = std::uint64_t(std::llround(offline / n));
   for (std::size_t t = 0; t < cost_tag_count; ++t) {
     m.tags[t].rounds = std::uint64_t(std::llround(tr[t] / n));
     m.tags[t].payload_bytes_sent = std::uint64_t(std::llround(tb[t] / n));
@@ -180,6 +206,7 @@ json phase_json(const Phase& ph) {
   std::int64_t attributed = 0;
   for (const auto& t : ph.tags) attributed += std::int64_t(t.rounds);
   return {{"latency_s", ph.wall_s}, {"model_s", ph.model_s()}, {"bytes_per_party", ph.bytes},
+          {"offline_bytes", ph.offline_bytes},
           {"rounds", ph.rounds}, {"rounds_unattributed", std::int64_t(ph.rounds) - attributed},
           {"breakdown", breakdown(ph)}};
 }
@@ -198,15 +225,15 @@ std::uint64_t peak_rss_bytes() {
 
 // Party `id`'s side of one run: weights, the prompt (a real prefill, or a
 // prepared cache and the policy's look at it), then the decode steps.
-template <class Pol>
-Task<void> party(const Run& r, Rss3& p, PartyId id, Pol& policy, std::function<void(Mark&)> mark, Mark& start,
+template <Protocol P, class Pol>
+Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void(Mark&)> mark, Mark& start,
                  Mark& prefilled, std::vector<Mark>& steps) {
   const std::size_t kvh = r.config.num_kv_heads, d = r.config.head_dim, group = r.config.num_heads / kvh;
   ModelConfig one = r.config;
   one.num_layers = 1;
   auto weights = tie_layers(co_await load_decoder(p, one, id == 1 ? random_weights(5) : no_weights(), 1),
                             r.config.num_layers);
-  Decoder<Rss3> decoder(weights);
+  Decoder<P> decoder(weights);
   if (r.real_prefill) {
     std::optional<std::vector<std::uint32_t>> prompt;
     if (id == 0) {
@@ -222,31 +249,33 @@ Task<void> party(const Run& r, Rss3& p, PartyId id, Pol& policy, std::function<v
     // same shares (values do not change costs; memory is the cache's).
     // Uniform in [-1, 1) (standard deviation 1/sqrt(3)), the owner's only.
     const WeightSource values = id == 0 ? random_weights(9, 1 / std::sqrt(3.0)) : no_weights();
-    auto secret = [&](const Shape& shape) { return secret_real(p, 0, values("prepared-cache", shape), shape); };
-    kv::HeadCache<Rss3> head{co_await secret({r.length, d}), co_await secret({r.length, d})};
-    decoder.start_from_cache(policy, std::vector<std::vector<kv::HeadCache<Rss3>>>(r.config.num_layers, {kvh, head}),
+    auto secret = [&](const Shape& shape) -> Task<typename P::Share> {
+      co_return computed<P>(co_await secret_real(p, 0, values("prepared-cache", shape), shape));
+    };
+    kv::HeadCache<P> head{co_await secret({r.length, d}), co_await secret({r.length, d})};
+    decoder.start_from_cache(policy, std::vector<std::vector<kv::HeadCache<P>>>(r.config.num_layers, {kvh, head}),
                              r.length);
-    if constexpr (std::is_same_v<Pol, kv::MpCache<Rss3>>) {
+    if constexpr (std::is_same_v<Pol, kv::MpCache<P>>) {
       if (r.length > r.evict_up_to) {
         // The state static eviction leaves, prepared: kept rows of random
         // shares at positions 0..keep-1; summaries computed and counted.
         const std::size_t keep = policy.kept_tokens(r.length);
-        kv::HeadCache<Rss3> kept{co_await secret({keep, d}), co_await secret({keep, d})};
+        kv::HeadCache<P> kept{co_await secret({keep, d}), co_await secret({keep, d})};
         RingTensor iota = RingTensor::from_shape({keep});
         for (std::size_t i = 0; i < keep; ++i) iota(i) = i;
         const auto positions = ops::public_share(p, kept.keys, iota);
         mark(start);
         for (std::size_t l = 0; l < r.config.num_layers; ++l)
-          co_await policy.start_evicted(p, l, r.length, std::vector<kv::HeadCache<Rss3>>(kvh, kept),
-                                        std::vector<Rss3::Share>(kvh, positions));
+          co_await policy.start_evicted(p, l, r.length, std::vector<kv::HeadCache<P>>(kvh, kept),
+                                        std::vector<typename P::Share>(kvh, positions));
         mark(prefilled);
       } else {
         // Static eviction for real, over zero attention weights.
-        const std::vector<Rss3::Share> probs(
+        const std::vector<typename P::Share> probs(
             kvh, ops::public_share(p, head.keys, ring_zeros({group * r.length, r.length})));
         mark(start);
         for (std::size_t l = 0; l < r.config.num_layers; ++l) {
-          kv::PrefillView<Rss3> view{l, r.length, group, &probs, &decoder.cache()[l]};
+          kv::PrefillView<P> view{l, r.length, group, &probs, &decoder.cache()[l]};
           auto scope = cost_scope(p, CostTag::eviction);
           co_await policy.after_prefill(p, view);
         }
@@ -275,28 +304,39 @@ std::vector<json> measure(const Run& r) {
   Mark start, prefilled;
   std::vector<Mark> steps(r.steps + 1);
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 11});
-    Rss3 p = state->session();
     auto mark = [&network, id](Mark& m) {
       m.costs[id] = network.endpoint(id).costs();
       m.time[id] = Clock::now();
     };
-    const std::size_t budget = budget_tokens_of(r);
-    if (r.arm.policy == "full") {
-      kv::FullCache<Rss3> policy;
-      co_await party(r, p, id, policy, mark, start, prefilled, steps);
-    } else if (r.arm.policy == "longcache") {
-      kv::LongCache<Rss3> policy(budget);
-      co_await party(r, p, id, policy, mark, start, prefilled, steps);
-    } else if (r.arm.policy == "mpcache") {
-      kv::MpCache<Rss3> policy(budget, r.arm.options);
-      co_await party(r, p, id, policy, mark, start, prefilled, steps);
+    auto arm = [&]<Protocol P>(P& p) -> Task<void> {
+      const std::size_t budget = budget_tokens_of(r);
+      if (r.arm.policy == "full") {
+        kv::FullCache<P> policy;
+        co_await party(r, p, id, policy, mark, start, prefilled, steps);
+      } else if (r.arm.policy == "longcache") {
+        kv::LongCache<P> policy(budget);
+        co_await party(r, p, id, policy, mark, start, prefilled, steps);
+      } else if (r.arm.policy == "mpcache") {
+        kv::MpCache<P> policy(budget, r.arm.options);
+        co_await party(r, p, id, policy, mark, start, prefilled, steps);
+      } else {
+        throw Error(ErrorCode::invalid_argument, "paper presets: unknown policy " + r.arm.policy);
+      }
+    };
+    if (r.protocol == "add2") {
+      auto state = co_await Add2Party::setup(network.endpoint(id), {.insecure_seed = 11});
+      Add2 p = state->session();
+      co_await arm(p);
     } else {
-      throw Error(ErrorCode::invalid_argument, "paper presets: unknown policy " + r.arm.policy);
+      auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 11});
+      Rss3 p = state->session();
+      co_await arm(p);
     }
   });
+  const std::size_t online = r.protocol == "add2" ? 2 : 3;
   const std::uint64_t rss = peak_rss_bytes();
   json base = {{"preset", r.preset},
+               {"protocol", r.protocol},
                {"model", r.model},
                {"layers", r.config.num_layers},
                {"hidden", r.config.hidden_size},
@@ -309,18 +349,18 @@ std::vector<json> measure(const Run& r) {
                          : r.arm.policy != "mpcache"     ? "prepared"
                          : r.length <= r.evict_up_to     ? "prepared, static eviction run"
                                                          : "prepared, eviction state prepared (not run)"},
-               {"parties", "in-process"},
+               {"parties", r.protocol == "add2" ? "in-process, 2 online + dealer" : "in-process"},
                {"model_s_is", "model: rounds x 0.3 ms + bytes / 377 MB/s + wall / 3"},
                {"peak_rss_process_bytes", rss},
                {"peak_rss_per_party_bytes", rss / 3}};
   std::vector<json> rows;
   json pre = base;
   pre["phase"] = r.real_prefill ? "prefill" : "policy-prefill";  // prepared: the policy's look at the prompt
-  pre.update(phase_json(phase_between(start, prefilled)));
+  pre.update(phase_json(phase_between(start, prefilled, online)));
   rows.push_back(pre);
   if (r.decode) {
     std::vector<Phase> each;
-    for (std::size_t s = 0; s < r.steps; ++s) each.push_back(phase_between(steps[s], steps[s + 1]));
+    for (std::size_t s = 0; s < r.steps; ++s) each.push_back(phase_between(steps[s], steps[s + 1], online));
     json dec = base;
     dec["phase"] = "decode";
     dec["steps"] = r.steps;
@@ -337,6 +377,7 @@ std::vector<json> measure(const Run& r) {
 
 struct Settings {
   std::string preset;
+  std::string protocol = "rss3";  // paper-fig13: add2
   std::string out_dir;
   std::vector<std::size_t> lengths;
   std::size_t layers = 0;  // 0: the model's
@@ -383,29 +424,32 @@ std::vector<Run> plan(const Settings& s) {
     return c;
   };
   auto lengths_or = [&](std::vector<std::size_t> d) { return s.lengths.empty() ? d : s.lengths; };
-  if (s.preset == "paper-fig10") {
+  const std::string& proto = s.protocol;
+  if (s.preset == "paper-fig10" || s.preset == "paper-fig13") {
     const auto c = shaped(llama_1024());
+    const std::string protocol = s.preset == "paper-fig13" ? "add2" : proto;
     for (std::size_t t : lengths_or({512, 1024, 2048}))
       for (const Arm& a : std::vector<Arm>{{"full cache", "full"},
                                           {"LongCache 10%", "longcache", 0.10},
                                           {"MPCache 10%", "mpcache", 0.10, paper_defaults()},
                                           {"MPCache 20%", "mpcache", 0.20, paper_defaults()}})
-        runs.push_back({s.preset, "llama2-h1024", c, t, a, false, true, s.steps, s.evict_up_to});
+        runs.push_back({protocol, s.preset, "llama2-h1024", c, t, a, false, true, s.steps, s.evict_up_to});
   } else if (s.preset == "paper-fig11") {
     const auto c = shaped(llama_1024());
     for (std::size_t t : lengths_or({512, 1024, 2048}))
-      for (const Arm& a : ablation_arms(0.10)) runs.push_back({s.preset, "llama2-h1024", c, t, a, false, true, s.steps, s.evict_up_to});
+      for (const Arm& a : ablation_arms(0.10))
+        runs.push_back({proto, s.preset, "llama2-h1024", c, t, a, false, true, s.steps, s.evict_up_to});
   } else if (s.preset == "paper-table8") {
     const auto c = shaped(gpt2_124m());
     for (std::size_t t : lengths_or({6, 16})) {
-      runs.push_back({s.preset, "gpt2-124m", c, t, {"with KV cache", "full"}, true, true, s.steps});
-      runs.push_back({s.preset, "gpt2-124m", c, t, {"without KV cache", "full"}, true, false, 0});
+      runs.push_back({proto, s.preset, "gpt2-124m", c, t, {"with KV cache", "full"}, true, true, s.steps});
+      runs.push_back({proto, s.preset, "gpt2-124m", c, t, {"without KV cache", "full"}, true, false, 0});
     }
   } else if (s.preset == "gpt2-512") {
     const auto c = shaped(gpt2_124m());
     for (std::size_t t : lengths_or({512}))
       for (const Arm& a : std::vector<Arm>{{"full cache", "full"}, {"MPCache 10%", "mpcache", 0.10, paper_defaults()}})
-        runs.push_back({s.preset, "gpt2-124m", c, t, a, true, true, s.steps});
+        runs.push_back({proto, s.preset, "gpt2-124m", c, t, a, true, true, s.steps});
   }
   if (!s.policies.empty())
     std::erase_if(runs, [&](const Run& r) {
@@ -417,10 +461,12 @@ std::vector<Run> plan(const Settings& s) {
 }  // namespace
 
 int paper_main(int argc, char** argv) {
-  CLI::App app{"The paper's decode benchmarks at real model shapes (rss3, in-process)"};
+  CLI::App app{"The paper's decode benchmarks at real model shapes (rss3 or add2, in-process)"};
   Settings s;
   app.add_option("--preset", s.preset)->required()->check(
-      CLI::IsMember({"paper-fig10", "paper-fig11", "paper-table8", "gpt2-512"}));
+      CLI::IsMember({"paper-fig10", "paper-fig11", "paper-fig13", "paper-table8", "gpt2-512"}));
+  app.add_option("--protocol", s.protocol, "rss3 (default) or add2 (2 parties and a dealer; paper-fig13 is add2)")
+      ->check(CLI::IsMember({"rss3", "add2"}));
   app.add_option("--out", s.out_dir, "write <preset>.jsonl and <preset>.svg here");
   app.add_option("--lengths", s.lengths, "sequence lengths (default: the preset's)")->delimiter(',');
   app.add_option("--layers", s.layers, "override the layer count (smoke runs)")->check(CLI::Range(1, 128));
@@ -456,18 +502,20 @@ int paper_main(int argc, char** argv) {
       if (!*file) throw Error(ErrorCode::invalid_argument, "cannot write " + path.string());
     }
     if (!s.json_stdout)
-      std::printf("%-14s %6s %-26s %-14s %10s %10s %14s %8s %10s\n", "model", "length", "arm", "phase",
-                  "latency_s", "model_s", "bytes/party", "rounds", "rss/party");
+      std::printf("%-5s %-14s %6s %-26s %-14s %10s %10s %14s %8s %14s %10s\n", "proto", "model", "length", "arm",
+                  "phase", "latency_s", "model_s", "bytes/party", "rounds", "offline bytes", "rss/party");
     for (const Run& r : plan(s)) {
       for (auto& row : measure(r)) {
         if (file) *file << row.dump() << "\n" << std::flush;
         if (s.json_stdout) {
           std::cout << row.dump() << std::endl;
         } else {
-          std::printf("%-14s %6zu %-26s %-14s %10.3f %10.3f %14llu %8llu %8.2f GB\n", r.model.c_str(), r.length,
-                      r.arm.label.c_str(), row["phase"].get<std::string>().c_str(), row["latency_s"].get<double>(),
-                      row["model_s"].get<double>(), static_cast<unsigned long long>(row["bytes_per_party"].get<std::uint64_t>()),
+          std::printf("%-5s %-14s %6zu %-26s %-14s %10.3f %10.3f %14llu %8llu %14llu %8.2f GB\n", r.protocol.c_str(),
+                      r.model.c_str(), r.length, r.arm.label.c_str(), row["phase"].get<std::string>().c_str(),
+                      row["latency_s"].get<double>(), row["model_s"].get<double>(),
+                      static_cast<unsigned long long>(row["bytes_per_party"].get<std::uint64_t>()),
                       static_cast<unsigned long long>(row["rounds"].get<std::uint64_t>()),
+                      static_cast<unsigned long long>(row["offline_bytes"].get<std::uint64_t>()),
                       double(row["peak_rss_per_party_bytes"].get<std::uint64_t>()) / 1e9);
           std::fflush(stdout);
         }

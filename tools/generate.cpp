@@ -20,8 +20,8 @@ using nlohmann::json;
 constexpr PartyId client_id = 0;  // gives the prompt, alone learns the text
 constexpr PartyId owner_id = 1;   // alone reads the weights file
 
-const char* role(PartyId id) {
-  return id == client_id ? "client" : id == owner_id ? "model owner" : "helper";
+const char* role(PartyId id, const std::string& protocol) {
+  return id == client_id ? "client" : id == owner_id ? "model owner" : protocol == "add2" ? "dealer" : "helper";
 }
 
 // Bytes as a C-like string body: printable ASCII, \n, \t, \", \\, \xNN.
@@ -104,15 +104,17 @@ json step_row(const GenerationStep& s, PartyId id) {
 
 // Steps across parties: latency of the slowest party, bytes of the busiest,
 // rounds on the critical path (parties' Lamport clocks differ: compare the
-// highest ones before and after).
-json merge_steps(const std::array<std::vector<json>, 3>& rows) {
+// highest ones before and after). Under add2 the dealer's step is offline
+// work: its bytes are reported apart and it counts for none of the rest.
+json merge_steps(const std::array<std::vector<json>, 3>& rows, const std::string& protocol) {
   json out = json::array();
   const std::size_t steps = std::min({rows[0].size(), rows[1].size(), rows[2].size()});
+  const bool dealt = protocol == "add2";
   for (std::size_t k = 0; k < steps; ++k) {
     double latency = 0;
     std::uint64_t bytes_max = 0, bytes_total = 0, before = 0, after = 0;
-    for (const auto& party : rows) {
-      const json& r = party[k];
+    for (std::size_t i = 0; i < (dealt ? 2 : 3); ++i) {
+      const json& r = rows[i][k];
       latency = std::max(latency, r.at("latency_s").get<double>());
       bytes_max = std::max(bytes_max, r.at("bytes_sent").get<std::uint64_t>());
       bytes_total += r.at("bytes_sent").get<std::uint64_t>();
@@ -125,6 +127,7 @@ json merge_steps(const std::array<std::vector<json>, 3>& rows) {
                    {"latency_s", latency},
                    {"bytes_max_party", bytes_max},
                    {"bytes_total", bytes_total},
+                   {"offline_bytes", dealt ? rows[2][k].at("bytes_sent").get<std::uint64_t>() : 0},
                    {"rounds", after - before}});
   }
   return out;
@@ -174,14 +177,16 @@ void print_check(const json& check) {
 // Summary of merged step rows: the prefill, and decode steps on average.
 json summarize(const json& steps) {
   json s = json::object();
-  double decode_s = 0, decode_bytes = 0, decode_rounds = 0;
+  double decode_s = 0, decode_bytes = 0, decode_rounds = 0, decode_offline = 0;
   std::size_t decodes = 0;
   for (const auto& r : steps) {
     if (r["phase"] == "prefill") {
       s["prefill_latency_s"] = r["latency_s"];
       s["prefill_bytes_max_party"] = r["bytes_max_party"];
       s["prefill_rounds"] = r["rounds"];
+      s["prefill_offline_bytes"] = r["offline_bytes"];
     } else {
+      decode_offline += r["offline_bytes"].get<double>();
       decode_s += r["latency_s"].get<double>();
       decode_bytes += r["bytes_max_party"].get<double>();
       decode_rounds += r["rounds"].get<double>();
@@ -193,6 +198,7 @@ json summarize(const json& steps) {
     s["decode_latency_s_mean"] = decode_s / double(decodes);
     s["decode_bytes_max_party_mean"] = decode_bytes / double(decodes);
     s["decode_rounds_mean"] = decode_rounds / double(decodes);
+    s["decode_offline_bytes_mean"] = decode_offline / double(decodes);
   }
   return s;
 }
@@ -206,6 +212,9 @@ void print_summary(const json& s, const json& parties) {
     std::printf("per decoded token (mean of %zu): %.3f s, %.3f MB (busiest party), %.0f rounds\n",
                 s["decode_steps"].get<std::size_t>(), s["decode_latency_s_mean"].get<double>(),
                 s["decode_bytes_max_party_mean"].get<double>() / 1e6, s["decode_rounds_mean"].get<double>());
+  if (s.value("prefill_offline_bytes", 0.0) > 0)
+    std::printf("offline (the dealer's correlations, sent ahead): prefill %.3f MB, %.3f MB per decoded token\n",
+                mb(s["prefill_offline_bytes"].get<std::uint64_t>()), s.value("decode_offline_bytes_mean", 0.0) / 1e6);
   std::string rss;
   for (const auto& p : parties)
     if (p.contains("peak_rss_kb"))
@@ -231,12 +240,15 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
   job.policy = o.policy;
   job.budget = o.budget;
   job.unused_weights = unused_weights(o);
+  job.protocol = parse_generation_protocol(o.protocol);
   job.rss3.exact_truncation = o.truncation == "exact";
+  job.add2.exact_truncation = o.truncation == "exact";
   return job;
 }
 
 void print_header(const GenerateOptions& o, const std::string& where, const std::vector<std::uint32_t>& prompt) {
-  std::printf("mpcache generate: private greedy decoding under rss3, %s\n", where.c_str());
+  std::printf("mpcache generate: private greedy decoding under %s, %s\n",
+              o.protocol == "add2" ? "add2 (2 parties, party 2 deals)" : "rss3", where.c_str());
   std::printf("  model %s, policy %s", o.model_dir.c_str(), o.policy.c_str());
   if (o.policy.starts_with("mpcache")) std::printf(" (budget %zu tokens per KV head)", o.budget);
   std::printf(", %s truncation", o.truncation.c_str());
@@ -259,6 +271,7 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
   summary["encrypted"] = !o.insecure && !o.in_process;
   summary["policy"] = o.policy;
   summary["budget"] = o.budget;
+  summary["protocol"] = o.protocol;
   summary["truncation"] = o.truncation;
   summary["model"] = o.model_dir;
   summary["prompt_length"] = prompt.size();
@@ -314,12 +327,12 @@ int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& p
   const bool others_learned_nothing = results[1].tokens.empty() && results[2].tokens.empty();
   json parties = json::array();
   for (int i = 0; i < 3; ++i)
-    parties.push_back({{"party", i}, {"role", role(PartyId(i))}, {"ok", true},
+    parties.push_back({{"party", i}, {"role", role(PartyId(i), o.protocol)}, {"ok", true},
                        {"setup_s", results[i].setup_seconds},
                        {"setup_bytes_sent", results[i].setup_costs.payload_bytes_sent()},
                        // One process: its peak RSS is that of all three parties together.
                        {"peak_rss_kb", peak_rss_kb()}, {"peak_rss_shared_by_all_parties", true}});
-  return finish(o, "in-process", transport, prompt, results[0].tokens, merge_steps(rows), parties,
+  return finish(o, "in-process", transport, prompt, results[0].tokens, merge_steps(rows, o.protocol), parties,
                 others_learned_nothing, /*print_text=*/true);
 }
 
@@ -337,7 +350,7 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     if (o.id < 0 || static_cast<std::size_t>(o.id) >= config.parties.size())
       throw Error(ErrorCode::bad_party, "--id " + std::to_string(o.id) + " is not a party of " + o.config);
     const auto id = static_cast<PartyId>(o.id);
-    party["role"] = role(id);
+    party["role"] = role(id, o.protocol);
     if (id == client_id && !prompt) throw Error(ErrorCode::invalid_argument, "party 0 (the client) needs --prompt");
     const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : config.timeout_ms;
     std::vector<PartyAddress> addresses;
@@ -383,7 +396,7 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
       party["tokens"] = result.tokens;
       std::printf("generated, learned by the client only: \"%s\"\n", escaped(result.tokens).c_str());
     } else {
-      std::printf("mpcache generate: party %u (%s) done: %zu steps, learned no token\n", id, role(id),
+      std::printf("mpcache generate: party %u (%s) done: %zu steps, learned no token\n", id, role(id, o.protocol),
                   lines.size());
     }
     write_lines();
@@ -420,7 +433,7 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
     PartyProcess p;
     p.args = {self, "generate", "--config", cluster.config_path(), "--id", std::to_string(i), "--model",
               o.model_dir, "--tokens", std::to_string(o.tokens), "--policy", o.policy, "--budget",
-              std::to_string(o.budget), "--truncation", o.truncation, "--transport", o.transport, "--spin-us", std::to_string(o.spin_us), "--link", o.link, "--json",
+              std::to_string(o.budget), "--protocol", o.protocol, "--truncation", o.truncation, "--transport", o.transport, "--spin-us", std::to_string(o.spin_us), "--link", o.link, "--json",
               cluster.file("party-" + std::to_string(i) + ".jsonl")};
     if (o.insecure) p.args.push_back("--insecure");
     if (o.allow_unused_weights) p.args.push_back("--allow-unused-weights");
@@ -460,7 +473,7 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
   }
   if (killed_late) std::fprintf(stderr, "mpcache generate: parties still running after the limit were killed\n");
   if (ok) std::printf("transport %s\n", transport.c_str());
-  return finish(o, "3 processes", transport, prompt, tokens, ok ? merge_steps(rows) : json::array(), parties, ok,
+  return finish(o, "3 processes", transport, prompt, tokens, ok ? merge_steps(rows, o.protocol) : json::array(), parties, ok,
                 /*print_text=*/false);  // the client process printed it
 }
 
@@ -482,6 +495,7 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
   if (o.in_process && o.insecure) throw Error(ErrorCode::invalid_argument, "--insecure is for TCP parties");
   (void)link_named(o.link);
   (void)parse_backend(o.transport);
+  (void)parse_generation_protocol(o.protocol);
   if (o.budget == 0) throw Error(ErrorCode::invalid_argument, "--budget must be at least 1 token");
   (void)generation_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
   // The model's shape is public: every party reads config.json first.

@@ -1,12 +1,12 @@
 // `mpcache generate`: private greedy generation with a KV-cache policy under
-// rss3. Three modes (the generation itself is `mpcache::generate_party`, the
+// rss3 or add2 (--protocol). Three modes (the generation itself is `mpcache::generate_party`, the
 // same in all three):
 //   * default: this launcher starts three `generate --config --id` processes
 //     on loopback (free ports, fresh keys; TCP, io_uring, AES-GCM), streams
 //     the client's output and merges the parties' reports;
 //   * --config FILE --id N: one party of a real cluster; party 0 is the
 //     client (prompt, learns the text), party 1 the model owner (reads the
-//     weights), party 2 holds nothing;
+//     weights), party 2 holds nothing (rss3) or deals correlations (add2);
 //   * --in-process: all three parties in this process (debugging).
 #pragma once
 #include <cstddef>
@@ -26,6 +26,7 @@ struct GenerateOptions {
   std::size_t tokens = 16;           // bytes to generate
   std::size_t budget = 48;           // MPCache: tokens attended per KV head per step
   std::string policy = "mpcache";    // mpcache | mpcache-paper | full
+  std::string protocol = "rss3";     // rss3 | add2 (party 2 is the dealer)
   std::string truncation = "exact";  // exact | probabilistic (one round less per product, may fail: rss3.cppm)
   std::string link = "none";         // emulated link: none | lan | wan | RTT_MS:MBYTES_PER_S
   std::string transport = "auto";    // auto | uring | asio

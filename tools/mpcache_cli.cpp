@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   gen.prompt = default_prompt;
   auto* gen_cmd = app.add_subcommand(
       "generate",
-      "private greedy generation with MPCache under rss3: by default 3 processes on loopback (TCP, io_uring, "
+      "private greedy generation with MPCache under rss3 or add2: by default 3 processes on loopback (TCP, io_uring, "
       "AES-GCM, fresh keys); --config/--id joins a cluster; --in-process runs all parties here");
   gen_cmd->add_option("--model", gen.model_dir, "model directory (config.json + model.safetensors)");
   auto* prompt_opt = gen_cmd->add_option("--prompt", gen.prompt, "the client's prompt (bytes)");
@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mpcache", "mpcache-paper", "full"}));
   gen_cmd->add_option("--budget", gen.budget, "MPCache: tokens attended per KV head per step")
       ->check(CLI::Range(1, 1 << 20));
+  gen_cmd->add_option("--protocol", gen.protocol,
+                      "rss3 (3 parties, honest majority; default) or add2 (parties 0 and 1 online, party 2 the "
+                      "dealer of correlated randomness, offline)")
+      ->check(CLI::IsMember({"rss3", "add2"}));
   const std::string truncation_help =
       "exact (default), or probabilistic: one round less per product, but each truncated value is garbage with "
       "probability |x|/2^64 (about 1 prompt in 300 at 57 bytes, more with longer prompts)";

@@ -213,7 +213,19 @@ kv::AnyPolicy<P> generation_policy(const std::string& name, std::size_t budget) 
   throw Error(ErrorCode::invalid_argument, "unknown policy '" + name + "' (mpcache, mpcache-paper or full)");
 }
 
-// One party's whole generation job under rss3.
+// The secure backend of a generation: rss3 (three parties, honest
+// majority) or add2 (parties 0 and 1 online, party 2 the dealer).
+enum class GenerationProtocol { rss3, add2 };
+
+inline GenerationProtocol parse_generation_protocol(const std::string& name) {
+  if (name == "rss3") return GenerationProtocol::rss3;
+  if (name == "add2") return GenerationProtocol::add2;
+  throw Error(ErrorCode::invalid_argument, "unknown protocol '" + name + "' (rss3 or add2)");
+}
+
+inline const char* protocol_name(GenerationProtocol p) { return p == GenerationProtocol::add2 ? "add2" : "rss3"; }
+
+// One party's whole generation job.
 struct GenerationJob {
   std::filesystem::path model_dir;  // config.json (public shape, read by all) + model.safetensors (owner only)
   PartyId client = 0;               // gives the prompt, learns the text
@@ -227,7 +239,9 @@ struct GenerationJob {
   std::string policy = "mpcache";
   std::size_t budget = 48;
   UnusedTensors unused_weights = UnusedTensors::reject;  // owner: tensors the config leaves unused
-  Rss3Options rss3;
+  GenerationProtocol protocol = GenerationProtocol::rss3;
+  Rss3Options rss3;  // used under rss3
+  Add2Options add2;  // used under add2: client and owner are parties 0 and 1, party 2 deals
 };
 
 struct GenerationResult {
@@ -267,54 +281,77 @@ struct GenerationHeader {
 
 inline constexpr StreamId generation_header_stream = 0x67656E6572617465ull;  // "generate"
 
-inline Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
-                                             GenerationObserver observer = {}) {
-  using Clock = std::chrono::steady_clock;
+namespace detail {
+// The client's public job header, sent to every other party (the dealer
+// too: shapes and the policy fix its program).
+inline Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job) {
   const PartyId id = endpoint.id();
-  if (endpoint.parties() != 3)
-    throw Error(ErrorCode::invalid_argument, "generate: rss3 needs 3 parties, not " +
-                                                 std::to_string(endpoint.parties()));
-  if (job.client >= 3 || job.owner >= 3)
-    throw Error(ErrorCode::invalid_argument, "generate: client and model owner must be parties 0-2");
-  // Shapes first, so that a bad model folder fails before any traffic.
-  const ModelConfig config = ModelConfig::from_json_file(job.model_dir / "config.json");
-  const auto t0 = Clock::now();
-  const CostCounters start = endpoint.costs();
-  auto state = co_await Rss3Party::setup(endpoint, job.rss3);
-
   GenerationHeader header;
   if (id == job.client) {
     if (!job.prompt) throw Error(ErrorCode::invalid_argument, "generate: the client has no prompt");
     header = {job.prompt->size(), job.new_tokens, job.budget, job.policy};
     for (PartyId peer = 0; peer < 3; ++peer)
       if (peer != id) endpoint.send(peer, generation_header_stream, header.encode());
-  } else {
-    header = GenerationHeader::decode(co_await endpoint.recv(job.client, generation_header_stream), job.client);
-    if (header.policy != job.policy || header.budget != job.budget)
-      throw Error(ErrorCode::invalid_argument,
-                  "generate: the client (party " + std::to_string(job.client) + ") asks for policy " +
-                      header.policy + " with budget " + std::to_string(header.budget) + ", but party " +
-                      std::to_string(id) + " was started with policy " + job.policy + " and budget " +
-                      std::to_string(job.budget));
-    job.prompt.reset();
+    co_return header;
   }
+  header = GenerationHeader::decode(co_await endpoint.recv(job.client, generation_header_stream), job.client);
+  if (header.policy != job.policy || header.budget != job.budget)
+    throw Error(ErrorCode::invalid_argument,
+                "generate: the client (party " + std::to_string(job.client) + ") asks for policy " + header.policy +
+                    " with budget " + std::to_string(header.budget) + ", but party " + std::to_string(id) +
+                    " was started with policy " + job.policy + " and budget " + std::to_string(job.budget));
+  job.prompt.reset();
+  co_return header;
+}
 
-  Rss3 p = state->session();
+// Everything after the backend's key set-up, the same on every backend.
+template <Protocol P>
+Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, const ModelConfig& config,
+                                   std::chrono::steady_clock::time_point t0, CostCounters start,
+                                   GenerationObserver observer) {
+  const PartyId id = endpoint.id();
+  const GenerationHeader header = co_await exchange_header(endpoint, job);
   // Only the model owner reads the weights file.
   const WeightSource source = id == job.owner ? weights_from_file(job.model_dir / "model.safetensors", job.unused_weights)
                                                 : no_weights();
   auto weights = co_await load_decoder(p, config, source, job.owner);
-  Decoder<Rss3> decoder(weights);
-  auto policy = generation_policy<Rss3>(job.policy, job.budget);
+  Decoder<P> decoder(weights);
+  auto policy = generation_policy<P>(job.policy, job.budget);
   GenerationResult result;
   result.prompt_length = header.prompt_length;
   result.new_tokens = header.new_tokens;
-  result.setup_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  result.setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.setup_costs = endpoint.costs() - start;
   if (!observer.costs) observer.costs = [&endpoint] { return endpoint.costs(); };
   GenerationRequest request{job.client, std::move(job.prompt), header.prompt_length, header.new_tokens};
   result.tokens = co_await generate(p, decoder, policy, std::move(request), std::move(observer));
   co_return result;
+}
+}  // namespace detail
+
+inline Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
+                                             GenerationObserver observer = {}) {
+  const char* name = protocol_name(job.protocol);
+  if (endpoint.parties() != 3)
+    throw Error(ErrorCode::invalid_argument, std::string("generate: ") + name + " needs 3 parties, not " +
+                                                 std::to_string(endpoint.parties()));
+  if (job.client >= 3 || job.owner >= 3)
+    throw Error(ErrorCode::invalid_argument, "generate: client and model owner must be parties 0-2");
+  if (job.protocol == GenerationProtocol::add2 && (job.client == add2_dealer || job.owner == add2_dealer))
+    throw Error(ErrorCode::invalid_argument,
+                "generate: under add2 party 2 is the dealer; the client and the model owner must be parties 0 and 1");
+  // Shapes first, so that a bad model folder fails before any traffic.
+  const ModelConfig config = ModelConfig::from_json_file(job.model_dir / "config.json");
+  const auto t0 = std::chrono::steady_clock::now();
+  const CostCounters start = endpoint.costs();
+  if (job.protocol == GenerationProtocol::add2) {
+    auto state = co_await Add2Party::setup(endpoint, job.add2);
+    Add2 p = state->session();
+    co_return co_await detail::generate_on(p, endpoint, std::move(job), config, t0, start, std::move(observer));
+  }
+  auto state = co_await Rss3Party::setup(endpoint, job.rss3);
+  Rss3 p = state->session();
+  co_return co_await detail::generate_on(p, endpoint, std::move(job), config, t0, start, std::move(observer));
 }
 
 }  // namespace mpcache

@@ -18,6 +18,12 @@ PrgKey random_prg_key();
 // Deterministic key for tests and reproducible benches only: NOT secret.
 PrgKey insecure_prg_key(std::uint64_t seed, std::uint64_t index);
 
+// The stream a backend's key agreement runs on; derive_stream never returns it.
+inline constexpr StreamId protocol_setup_stream = ~StreamId{0};
+// The stream id of a protocol handle's `child`-th fork (or session): the
+// same at every party, so that forks' messages and randomness line up.
+StreamId derive_stream(StreamId parent, std::uint64_t child);
+
 class Prg {
  public:
   explicit Prg(const PrgKey& key);

@@ -1,9 +1,10 @@
-// mpcache.proto: the Protocol concept, the PRG, and the rss3 and plain backends.
+// mpcache.proto: the Protocol concept, the PRG, and the rss3, add2, plain and ref backends.
 module;
 #include "prelude.hpp"
 export module mpcache.proto;
 export import :protocol;
 export import :prg;
 export import :rss3;
+export import :add2;
 export import :plain;
 export import :ref;

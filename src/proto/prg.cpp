@@ -35,6 +35,14 @@ PrgKey insecure_prg_key(std::uint64_t seed, std::uint64_t index) {
   return key;
 }
 
+StreamId derive_stream(StreamId parent, std::uint64_t child) {
+  std::uint64_t x = parent ^ (child * 0x9E3779B97F4A7C15ull) ^ 0x6A09E667F3BCC909ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return x == protocol_setup_stream ? x - 1 : x;
+}
+
 struct Prg::Impl {
   EVP_CIPHER_CTX* ctx = nullptr;
   ~Impl() { EVP_CIPHER_CTX_free(ctx); }

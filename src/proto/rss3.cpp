@@ -8,16 +8,6 @@ import mpcache.net;
 namespace mpcache {
 
 namespace {
-constexpr StreamId setup_stream = ~StreamId{0};
-
-StreamId derive_stream(StreamId parent, std::uint64_t child) {
-  std::uint64_t x = parent ^ (child * 0x9E3779B97F4A7C15ull) ^ 0x6A09E667F3BCC909ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x == setup_stream ? x - 1 : x;
-}
-
 std::string who(PartyId self, StreamId stream) {
   return "party " + std::to_string(self) + " (stream " + std::to_string(stream) + ")";
 }
@@ -50,8 +40,8 @@ Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Option
     std::vector<std::byte> message(k_next.size() + 2);
     std::memcpy(message.data(), k_next.data(), k_next.size());
     std::memcpy(message.data() + k_next.size(), settings, 2);
-    endpoint.send(next, setup_stream, message);
-    auto bytes = co_await endpoint.recv(prev, setup_stream);
+    endpoint.send(next, protocol_setup_stream, message);
+    auto bytes = co_await endpoint.recv(prev, protocol_setup_stream);
     const std::string from = "party " + std::to_string(id) + ": party " + std::to_string(prev);
     if (bytes.size() != message.size())
       throw Error(ErrorCode::protocol, from + "'s key message has " + std::to_string(bytes.size()) +

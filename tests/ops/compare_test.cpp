@@ -94,7 +94,7 @@ TEST_CASE("short equality is exact for |a - b| below 2^width") {
   }
   auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
     auto x = co_await share_of(p, 0, a);
-    auto y = co_await share_of(p, 2, b);
+    auto y = co_await share_of(p, 1, b);
     co_return co_await p.reveal(co_await ops::equal(p, x, y, 7));
   });
   for (std::size_t i = 0; i < n; ++i) CHECK(secure.results[0](i) == (a(i) == b(i) ? 1u : 0u));

@@ -1,0 +1,232 @@
+// add2: 2-out-of-2 additive secret sharing over Z_2^64 between parties 0
+// and 1, with correlated randomness from a dealer (party 2), semi-honest,
+// dealer not colluding with either party (CrypTen's trusted-third-party
+// mode, SIGMA/Orca's dealer model). x = x0 + x1; party i holds x_i.
+//
+// The dealer. It runs the same program as the two parties (every control
+// decision in ops, kv and model depends on public shapes only), on zero
+// placeholders: each product, truncation or bit conversion there draws the
+// masks the parties will draw and sends party 1 the one correction that
+// makes them a correlation. It receives nothing after setup, so it never
+// waits for the online phase and never sees an online message: its
+// messages are the offline phase, and its cost counters are the offline
+// cost. Party 0 derives all its correlated randomness from the seed it got
+// from the dealer and never hears from the dealer again.
+// Dealer's values: reveal gives zeros, reveal_to nothing; it holds no input.
+//
+// Keys (setup, one message from the dealer to each party): k0 (party 0 and
+// dealer), k1 (party 1 and dealer). Masks come from AES-CTR on (stream,
+// block) as in rss3, so forks draw matching randomness everywhere.
+//
+// Online cost per party (n = elements; a fresh operand of a product is
+// masked and opened, an input's mask is fixed when it is shared, see
+// Add2Share):
+//   input          owner sends n to the other                    1 round
+//   reveal         each sends n to the other                     1 round
+//   reveal_to(j)   the other sends n to j                        1 round
+//   mul, matmul    each sends its fresh operands' masked shares 1 round
+//                  (a x b: 2n; one input operand: n; both: 0 rounds)
+//   truncate       probabilistic (default): local, 0 rounds
+//                  exact: each sends n                           1 round
+//   mul_trunc, matmul_trunc    a product, then truncate: 1 or 2 rounds
+//   bits_and       each sends 2n words                           1 round
+//   to_bits(w)     1 + ceil(log2 w) rounds; 2 + 4 ceil(log2 w) words
+//                  (last level 2)
+//   bit_to_arith   each sends n bytes                            1 round
+//   bit_dot        each sends n bytes + n words                  1 round
+//                  (+ 1 if exact truncation)
+// Offline (dealer to party 1): one word per product output element (a
+// matrix triple costs one (m, n) correction, not one per scalar product),
+// two per exact truncation, one per B2A, two per bit_dot element.
+//
+// Truncation. Probabilistic (SecureML): floor(x0/2^d) + ceil(x1/2^d), no
+// message, but wrong (by ~2^(64-d)) with probability about |x|/2^64 per
+// element, like rss3's default. Exact (Add2Options::exact_truncation):
+// the dealer deals r with shares of r >> d and of msb(r); the parties open
+// c = x + 2^62 + r and take (c >> d) - (r >> d) + msb(r) (1 - msb(c))
+// 2^(64-d) - 2^(62-d): floor(x/2^d) or one more for every |x| < 2^62
+// (x + 2^62 < 2^63 wraps past 2^64 exactly when msb(r) and not msb(c)).
+module;
+#include "prelude.hpp"
+export module mpcache.proto:add2;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import :prg;
+
+export namespace mpcache {
+
+// The dealer's party id in an add2 endpoint of 3 parties.
+inline constexpr PartyId add2_dealer = 2;
+
+// How a shared input is masked for products: x = opened + V, `opened`
+// known to both parties, V additively shared (the owner holds all of it:
+// the other party's part is zero and left empty) and known to the dealer.
+// A product with such an operand opens nothing for it, however often it is
+// used: weights and the embedding table cost their masked opening once, at
+// sharing time, instead of at every token (a Beaver triple with a fixed
+// second factor, as SecureML's matrix triples).
+struct Add2Mask {
+  std::optional<RingTensor> opened;  // x - V at parties 0 and 1; none at the dealer
+  std::optional<RingTensor> mask;    // this party's part of V (none: zero); the dealer: V
+};
+
+struct Add2Share {
+  RingTensor value;  // this party's additive component (zeros at the dealer)
+  // Set by input() and kept by structural transforms (reshape, slice,
+  // public permutations); arithmetic results have none.
+  std::shared_ptr<const Add2Mask> fixed;
+};
+
+// XOR sharing of 64-bit words: x = b0 ^ b1.
+struct Add2Bits {
+  RingTensor value;
+};
+
+struct Add2Options {
+  int frac_bits = default_frac_bits;
+  // Exact truncation (one round per truncation) instead of the local,
+  // probabilistic one; parties and dealer must agree (checked at setup).
+  bool exact_truncation = false;
+  // Derive the keys from this seed instead of the OS RNG: tests and
+  // reproducible benches only.
+  std::optional<std::uint64_t> insecure_seed;
+};
+
+class Add2;
+
+// Long-lived state of one add2 party or of the dealer.
+class Add2Party {
+ public:
+  // The dealer sends each party its key and the settings (one message each).
+  static Task<std::unique_ptr<Add2Party>> setup(Endpoint& endpoint, Add2Options options = {});
+
+  PartyId id() const noexcept { return id_; }
+  bool is_dealer() const noexcept { return id_ == add2_dealer; }
+  Endpoint& endpoint() noexcept { return *endpoint_; }
+  int frac_bits() const noexcept { return options_.frac_bits; }
+  // Parties and dealer open sessions in the same order.
+  Add2 session();
+
+  Add2Party(Endpoint& endpoint, Add2Options options, std::optional<PrgKey> k0, std::optional<PrgKey> k1);
+
+ private:
+  friend class Add2;
+  Endpoint* endpoint_;
+  PartyId id_;
+  Add2Options options_;
+  std::array<std::optional<Prg>, 2> prg_;  // k0, k1: party i has k_i, the dealer both
+  std::uint64_t sessions_ = 0;
+};
+
+class Add2 {
+ public:
+  using Share = Add2Share;
+  using Bits = Add2Bits;
+
+  Add2(Add2Party& party, StreamId stream) : party_(&party), stream_(stream) {}
+  Add2(Add2&&) noexcept = default;
+  Add2& operator=(Add2&&) noexcept = default;
+  Add2(const Add2&) = delete;
+  Add2& operator=(const Add2&) = delete;
+
+  PartyId party_id() const noexcept { return party_->id_; }
+  bool is_dealer() const noexcept { return party_->is_dealer(); }
+  bool holds_input(PartyId owner) const noexcept { return owner == party_->id_ && !is_dealer(); }
+  int frac_bits() const noexcept { return party_->options_.frac_bits; }
+  StreamId stream() const noexcept { return stream_; }
+  Add2 fork();
+  CostTag cost_tag() const noexcept { return tag_; }
+  void set_cost_tag(CostTag tag) noexcept { tag_ = tag; }
+
+  static Shape shape(const Share& a) { return shape_of(a.value); }
+  static Shape shape(const Bits& a) { return shape_of(a.value); }
+  template <class F>
+  static Share apply(const Share& a, F&& f) {
+    Share out{f(a.value), nullptr};
+    if (a.fixed) {
+      auto mask = std::make_shared<Add2Mask>();
+      if (a.fixed->opened) mask->opened = f(*a.fixed->opened);
+      if (a.fixed->mask) mask->mask = f(*a.fixed->mask);
+      out.fixed = std::move(mask);
+    }
+    return out;
+  }
+  template <class F>
+  static Bits apply(const Bits& a, F&& f) { return {f(a.value)}; }
+  template <class F>
+  static Share apply2(const Share& a, const Share& b, F&& f) { return {f(a.value, b.value), nullptr}; }
+
+  Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
+  Task<RingTensor> reveal(const Share& a);
+  Task<std::optional<RingTensor>> reveal_to(PartyId receiver, const Share& a);
+
+  Share add(const Share& a, const Share& b) const;
+  Share sub(const Share& a, const Share& b) const;
+  Share neg(const Share& a) const;
+  Share add_public(const Share& a, const RingTensor& c) const;
+  Share mul_public(const Share& a, const RingTensor& c) const;
+  Share matmul_public(const Share& a, const RingTensor& c) const;
+
+  Task<Share> mul(const Share& a, const Share& b);
+  Task<Share> matmul(const Share& a, const Share& b);
+  Task<Share> truncate(const Share& a, int bits);
+  Task<Share> mul_trunc(const Share& a, const Share& b, int bits = -1);
+  Task<Share> matmul_trunc(const Share& a, const Share& b);
+
+  Task<Bits> to_bits(const Share& a, int width = ring_bits);
+  Task<Bits> bits_and(const Bits& x, const Bits& y);
+  Bits bits_xor(const Bits& x, const Bits& y) const;
+  Bits bits_xor_public(const Bits& x, const RingTensor& c) const;
+  Bits bits_and_public(const Bits& x, const RingTensor& c) const;
+  Bits bits_shift_left(const Bits& x, int n) const;
+  Bits bits_shift_right(const Bits& x, int n) const;
+  Task<Share> bit_to_arith(const Bits& x);
+  Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);
+  Task<RingTensor> reveal_bits(const Bits& x);
+
+ private:
+  enum class Product { elementwise, matrix };
+  // A product operand as (opened, mask): an input's fixed mask, or a fresh
+  // one whose masked share `outgoing` still has to be sent.
+  struct Operand {
+    std::shared_ptr<const Add2Mask> fixed;
+    RingTensor opened_now;               // fresh: filled once the masked shares are exchanged
+    std::optional<RingTensor> mask_now;  // fresh: this party's share; the dealer: the whole mask
+    RingTensor outgoing;                 // fresh, at parties 0 and 1: value - mask
+    bool fresh() const { return !fixed; }
+    const RingTensor& opened() const { return fixed ? *fixed->opened : opened_now; }
+    const RingTensor* mask() const {  // nullptr: zero
+      if (!fixed) return &*mask_now;
+      return fixed->mask ? &*fixed->mask : nullptr;
+    }
+  };
+
+  bool dealer() const noexcept { return party_->is_dealer(); }
+  PartyId other() const noexcept { return party_->id_ == 0 ? 1 : 0; }
+  RingTensor draw(int key, const Shape& s);  // from k0 or k1
+  // A fresh mask: this party's share from its key; the dealer's is the sum.
+  RingTensor draw_mask(const Shape& s);
+  // Party 0's share of a dealt value is drawn from k0, party 1's arrives
+  // from the dealer: the dealer draws party 0's and returns it.
+  RingTensor draw_first_share(const Shape& s);
+  void send(PartyId to, const RingTensor& t, int low_bits = ring_bits);
+  Task<RingTensor> recv(PartyId from, Shape shape, int low_bits = ring_bits);
+  // Dealer: sends party 1 `total - first` (the second share of `total`).
+  void deal(const RingTensor& total, const RingTensor& first);
+  Task<RingTensor> dealt(const Shape& s);  // party 1: its dealt share
+  Operand operand(const Share& x);
+  Task<Share> product(const Share& a, const Share& b, Product kind);
+  Task<Share> truncate_exact(RingTensor x, int bits);
+  Share truncate_local(const RingTensor& x, int bits) const;
+  static void check_bits(int bits);
+  Task<Bits> and_gate(const RingTensor& x, const RingTensor& y);
+
+  Add2Party* party_;
+  StreamId stream_;
+  std::array<std::uint64_t, 2> block_{};
+  std::uint64_t forks_ = 0;
+  CostTag tag_ = CostTag::other;
+};
+
+}  // namespace mpcache

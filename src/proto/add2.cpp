@@ -1,0 +1,342 @@
+// add2 set-up, plumbing, input/output, products and truncation (see add2.cppm).
+module;
+#include "prelude.hpp"
+module mpcache.proto;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+
+namespace mpcache {
+
+namespace {
+std::string who(PartyId self, StreamId stream) {
+  return (self == add2_dealer ? std::string("add2 dealer") : "add2 party " + std::to_string(self)) +
+         " (stream " + std::to_string(stream) + ")";
+}
+}  // namespace
+
+// ---- set-up -----------------------------------------------------------------
+
+Add2Party::Add2Party(Endpoint& endpoint, Add2Options options, std::optional<PrgKey> k0, std::optional<PrgKey> k1)
+    : endpoint_(&endpoint), id_(endpoint.id()), options_(options) {
+  if (k0) prg_[0].emplace(*k0);
+  if (k1) prg_[1].emplace(*k1);
+}
+
+Task<std::unique_ptr<Add2Party>> Add2Party::setup(Endpoint& endpoint, Add2Options options) {
+  if (endpoint.parties() != 3)
+    throw Error(ErrorCode::bad_party, "add2 needs 3 parties (two online and the dealer, party 2), the endpoint has " +
+                                          std::to_string(endpoint.parties()));
+  FixedPoint check(options.frac_bits);
+  (void)check;
+  const PartyId id = endpoint.id();
+  std::array<std::optional<PrgKey>, 2> keys;
+  if (options.insecure_seed) {
+    for (PartyId k = 0; k < 2; ++k)
+      if (id == k || id == add2_dealer) keys[k] = insecure_prg_key(*options.insecure_seed, 0xADD2'0000ull + k);
+  } else if (id == add2_dealer) {
+    // Each party's key and the settings all must share: a party that
+    // truncates differently would read every later correction wrongly.
+    for (PartyId k = 0; k < 2; ++k) {
+      keys[k] = random_prg_key();
+      std::vector<std::byte> message(keys[k]->size() + 2);
+      std::memcpy(message.data(), keys[k]->data(), keys[k]->size());
+      message[keys[k]->size()] = std::byte(options.frac_bits);
+      message[keys[k]->size() + 1] = std::byte(options.exact_truncation);
+      endpoint.send(k, protocol_setup_stream, std::move(message));
+    }
+  } else {
+    const auto bytes = co_await endpoint.recv(add2_dealer, protocol_setup_stream);
+    const std::string from = "add2 party " + std::to_string(id) + ": the dealer (party 2)";
+    PrgKey key{};
+    if (bytes.size() != key.size() + 2)
+      throw Error(ErrorCode::protocol, from + " sent a key message of " + std::to_string(bytes.size()) +
+                                           " bytes, expected " + std::to_string(key.size() + 2));
+    std::memcpy(key.data(), bytes.data(), key.size());
+    keys[id] = key;
+    const int their_frac = static_cast<int>(bytes[key.size()]);
+    const bool their_exact = bytes[key.size() + 1] != std::byte{0};
+    if (their_frac != options.frac_bits || their_exact != options.exact_truncation) {
+      auto describe = [](int frac, bool exact) {
+        return std::to_string(frac) + " fraction bits, " + (exact ? "exact" : "probabilistic") + " truncation";
+      };
+      throw Error(ErrorCode::invalid_argument, from + " uses " + describe(their_frac, their_exact) +
+                                                   ", this party " + describe(options.frac_bits, options.exact_truncation));
+    }
+  }
+  co_return std::make_unique<Add2Party>(endpoint, options, keys[0], keys[1]);
+}
+
+Add2 Add2Party::session() { return Add2(*this, derive_stream(0xADD25E55ull, ++sessions_)); }
+
+// ---- plumbing ---------------------------------------------------------------
+
+Add2 Add2::fork() {
+  Add2 child(*party_, derive_stream(stream_, ++forks_));
+  child.tag_ = tag_;
+  return child;
+}
+
+RingTensor Add2::draw(int key, const Shape& s) {
+  return party_->prg_[static_cast<std::size_t>(key)]->draw(stream_, block_[static_cast<std::size_t>(key)], s);
+}
+
+RingTensor Add2::draw_mask(const Shape& s) {
+  if (!dealer()) return draw(static_cast<int>(party_->id_), s);
+  RingTensor m = draw(0, s);
+  ring_add_inplace(m, draw(1, s));
+  return m;
+}
+
+RingTensor Add2::draw_first_share(const Shape& s) {
+  return party_->id_ == 1 ? RingTensor{} : draw(0, s);
+}
+
+namespace {
+int bytes_per_word(int low_bits) { return (low_bits + 7) / 8; }
+}  // namespace
+
+void Add2::send(PartyId to, const RingTensor& t, int low_bits) {
+  if (low_bits >= ring_bits) {
+    party_->endpoint_->send(to, stream_, ring_bytes(t), tag_);
+    return;
+  }
+  const auto width = static_cast<std::size_t>(bytes_per_word(low_bits));
+  std::vector<std::byte> packed(t.size() * width);
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    Ring v = t.data()[i];
+    for (std::size_t k = 0; k < width; ++k, v >>= 8) packed[i * width + k] = std::byte(v & 0xFF);
+  }
+  party_->endpoint_->send(to, stream_, std::move(packed), tag_);
+}
+
+Task<RingTensor> Add2::recv(PartyId from, Shape shape, int low_bits) {
+  auto bytes = co_await party_->endpoint_->recv(from, stream_, tag_);
+  const std::size_t width = low_bits >= ring_bits ? sizeof(Ring) : static_cast<std::size_t>(bytes_per_word(low_bits));
+  const std::size_t want = element_count(shape) * width;
+  if (bytes.size() != want)
+    throw Error(ErrorCode::protocol,
+                who(party_->id_, stream_) + ": " +
+                    (from == add2_dealer ? std::string("the dealer (party 2)") : "party " + std::to_string(from)) +
+                    " sent " + std::to_string(bytes.size()) + " bytes, expected " + std::to_string(want) +
+                    " for shape " + shape_string(shape) +
+                    (width == sizeof(Ring) ? "" : " at " + std::to_string(width) + " bytes per word"));
+  if (width == sizeof(Ring)) co_return ring_from_bytes(bytes, shape);
+  RingTensor out = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    Ring v = 0;
+    for (std::size_t k = width; k-- > 0;) v = (v << 8) | static_cast<Ring>(bytes[i * width + k]);
+    out.data()[i] = v;
+  }
+  co_return out;
+}
+
+void Add2::deal(const RingTensor& total, const RingTensor& first) { send(1, ring_sub(total, first)); }
+
+Task<RingTensor> Add2::dealt(const Shape& s) { return recv(add2_dealer, s); }
+
+// ---- input and output -------------------------------------------------------
+
+// The owner draws V from its key (the dealer draws the same) and sends the
+// other party x - V, which both then know: shares (V, x - V), and the mask
+// is fixed for every product this value takes part in.
+Task<Add2Share> Add2::input(PartyId owner, std::optional<RingTensor> value, Shape shape) {
+  const PartyId id = party_->id_;
+  if (owner > 1)
+    throw Error(ErrorCode::bad_party, "add2 input: owner " + std::to_string(owner) +
+                                          (owner == add2_dealer ? " is the dealer, which holds no input"
+                                                                : " is not a party (0 or 1)"));
+  if (id == owner && !value)
+    throw Error(ErrorCode::invalid_argument, who(id, stream_) + " owns this input but passed no value");
+  if (id != owner && value)
+    throw Error(ErrorCode::invalid_argument,
+                who(id, stream_) + " passed a value for party " + std::to_string(owner) + "'s input");
+  if (value && shape_of(*value) != shape)
+    throw Error(ErrorCode::invalid_argument, "add2 input: value has shape " + shape_string(shape_of(*value)) +
+                                                 ", declared shape is " + shape_string(shape));
+  auto fixed = std::make_shared<Add2Mask>();
+  if (dealer()) {
+    fixed->mask = draw(static_cast<int>(owner), shape);
+    co_return Share{ring_zeros(shape), std::move(fixed)};
+  }
+  if (id == owner) {
+    RingTensor v = draw(static_cast<int>(owner), shape);
+    fixed->opened = ring_sub(*value, v);
+    send(other(), *fixed->opened);
+    fixed->mask = v;
+    co_return Share{std::move(v), std::move(fixed)};
+  }
+  fixed->opened = co_await recv(owner, shape);
+  co_return Share{*fixed->opened, std::move(fixed)};
+}
+
+Task<RingTensor> Add2::reveal(const Share& a) {
+  if (dealer()) co_return ring_zeros(shape(a));
+  send(other(), a.value);
+  RingTensor theirs = co_await recv(other(), shape(a));
+  ring_add_inplace(theirs, a.value);
+  co_return theirs;
+}
+
+Task<std::optional<RingTensor>> Add2::reveal_to(PartyId receiver, const Share& a) {
+  if (receiver > 1)
+    throw Error(ErrorCode::bad_party, "add2 reveal_to: receiver " + std::to_string(receiver) +
+                                          (receiver == add2_dealer ? " is the dealer, which learns no output"
+                                                                   : " is not a party (0 or 1)"));
+  if (dealer()) co_return std::nullopt;
+  if (party_->id_ != receiver) {
+    send(receiver, a.value);
+    co_return std::nullopt;
+  }
+  RingTensor theirs = co_await recv(other(), shape(a));
+  ring_add_inplace(theirs, a.value);
+  co_return std::optional<RingTensor>(std::move(theirs));
+}
+
+// ---- local linear operations ------------------------------------------------
+
+Add2Share Add2::add(const Share& a, const Share& b) const { return {ring_add(a.value, b.value), nullptr}; }
+Add2Share Add2::sub(const Share& a, const Share& b) const { return {ring_sub(a.value, b.value), nullptr}; }
+Add2Share Add2::neg(const Share& a) const { return {ring_neg(a.value), nullptr}; }
+
+Add2Share Add2::add_public(const Share& a, const RingTensor& c) const {
+  require_same_shape(a.value, c, "add2 add_public");
+  Share out{a.value, nullptr};
+  if (party_->id_ == 0) ring_add_inplace(out.value, c);
+  return out;
+}
+
+Add2Share Add2::mul_public(const Share& a, const RingTensor& c) const { return {ring_mul(a.value, c), nullptr}; }
+Add2Share Add2::matmul_public(const Share& a, const RingTensor& c) const {
+  return {ring_matmul(a.value, c), nullptr};
+}
+
+// ---- products -----------------------------------------------------------------
+
+Add2::Operand Add2::operand(const Share& x) {
+  Operand o;
+  if (x.fixed) {
+    o.fixed = x.fixed;
+    return o;
+  }
+  o.mask_now = draw_mask(shape(x));
+  if (!dealer()) o.outgoing = ring_sub(x.value, *o.mask_now);
+  return o;
+}
+
+// Beaver: with a = A + Ra, b = B + Rb (A, B public, Ra, Rb masks whose
+// product C = Ra x Rb the dealer shares), a x b = A x B + A x Rb + Ra x B
+// + C; party i takes its shares of Rb, Ra and C (A x B at party 0 only).
+Task<Add2Share> Add2::product(const Share& a, const Share& b, Product kind) {
+  const bool matrix = kind == Product::matrix;
+  if (!matrix) require_same_shape(a.value, b.value, "add2 mul");
+  if (matrix && (shape(a).size() != 2 || shape(b).size() != 2 || shape(a)[1] != shape(b)[0]))
+    throw Error(ErrorCode::invalid_argument,
+                "add2 matmul: shapes " + shape_string(shape(a)) + " and " + shape_string(shape(b)) + " do not chain");
+  const Shape out_shape = matrix ? Shape{shape(a)[0], shape(b)[1]} : shape(a);
+  Operand x = operand(a), y = operand(b);
+  RingTensor first = draw_first_share(out_shape);
+  if (dealer()) {
+    // The dealer knows every mask whole.
+    deal(matrix ? ring_matmul(*x.mask(), *y.mask()) : ring_mul(*x.mask(), *y.mask()), first);
+    co_return Share{ring_zeros(out_shape), nullptr};
+  }
+  // Open the fresh operands: one message each way.
+  if (x.fresh()) send(other(), x.outgoing);
+  if (y.fresh()) send(other(), y.outgoing);
+  RingTensor z = party_->id_ == 1 ? co_await dealt(out_shape) : std::move(first);
+  if (x.fresh()) {
+    x.opened_now = co_await recv(other(), shape(a));
+    ring_add_inplace(x.opened_now, x.outgoing);
+  }
+  if (y.fresh()) {
+    y.opened_now = co_await recv(other(), shape(b));
+    ring_add_inplace(y.opened_now, y.outgoing);
+  }
+  auto accumulate = [&](const RingTensor& l, const RingTensor& r) {
+    if (matrix) ring_matmul_accumulate(z, l, r);
+    else ring_add_inplace(z, ring_mul(l, r));
+  };
+  if (party_->id_ == 0) accumulate(x.opened(), y.opened());
+  if (const RingTensor* m = y.mask()) accumulate(x.opened(), *m);
+  if (const RingTensor* m = x.mask()) accumulate(*m, y.opened());
+  co_return Share{std::move(z), nullptr};
+}
+
+Task<Add2Share> Add2::mul(const Share& a, const Share& b) { return product(a, b, Product::elementwise); }
+Task<Add2Share> Add2::matmul(const Share& a, const Share& b) { return product(a, b, Product::matrix); }
+
+// ---- truncation ---------------------------------------------------------------
+
+void Add2::check_bits(int bits) {
+  if (bits < 0 || bits > 62)
+    throw Error(ErrorCode::invalid_argument, "add2 truncation by " + std::to_string(bits) + " bits is outside [0, 62]");
+}
+
+Add2Share Add2::truncate_local(const RingTensor& x, int bits) const {
+  if (dealer()) return {ring_zeros(shape_of(x)), nullptr};
+  return {party_->id_ == 0 ? ring_shift_floor(x, bits) : ring_shift_ceil(x, bits), nullptr};
+}
+
+// The dealer deals r (party i's share from k_i) with shares of r >> d and
+// of msb(r) (party 0's from k0, party 1's in one correction of 2n words).
+Task<Add2Share> Add2::truncate_exact(RingTensor x, int bits) {
+  const Shape s = shape_of(x);
+  const std::size_t n = x.size();
+  RingTensor r = draw_mask(s);
+  RingTensor high = draw_first_share(s), top = draw_first_share(s);
+  if (dealer()) {
+    RingTensor both = RingTensor::from_shape({2 * n});
+    for (std::size_t i = 0; i < n; ++i) {
+      both.data()[i] = (r.data()[i] >> bits) - high.data()[i];
+      both.data()[n + i] = (r.data()[i] >> 63) - top.data()[i];
+    }
+    send(1, both);
+    co_return Share{ring_zeros(s), nullptr};
+  }
+  constexpr Ring offset = Ring{1} << 62;  // x + 2^62 lies in [0, 2^63) for |x| < 2^62
+  RingTensor c = std::move(x);
+  ring_add_inplace(c, r);
+  if (party_->id_ == 0)
+    for (auto& v : c) v += offset;
+  send(other(), c);
+  if (party_->id_ == 1) {
+    const RingTensor both = co_await dealt({2 * n});
+    high = RingTensor::from_shape(s);
+    top = RingTensor::from_shape(s);
+    std::copy(both.begin(), both.begin() + static_cast<std::ptrdiff_t>(n), high.begin());
+    std::copy(both.begin() + static_cast<std::ptrdiff_t>(n), both.end(), top.begin());
+  }
+  ring_add_inplace(c, co_await recv(other(), s));
+  RingTensor y = RingTensor::from_shape(s);
+  const int up = ring_bits - bits;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Ring opened = c.data()[i];
+    Ring v = Ring{0} - high.data()[i];
+    if (bits > 0 && (opened >> 63) == 0) v += top.data()[i] << up;
+    if (party_->id_ == 0) v += (opened >> bits) - (offset >> bits);
+    y.data()[i] = v;
+  }
+  co_return Share{std::move(y), nullptr};
+}
+
+Task<Add2Share> Add2::truncate(const Share& a, int bits) {
+  check_bits(bits);
+  if (bits == 0) co_return Share{a.value, nullptr};
+  if (!party_->options_.exact_truncation) co_return truncate_local(a.value, bits);
+  co_return co_await truncate_exact(a.value, bits);
+}
+
+Task<Add2Share> Add2::mul_trunc(const Share& a, const Share& b, int bits) {
+  if (bits < 0) bits = frac_bits();
+  check_bits(bits);
+  const Share z = co_await mul(a, b);
+  co_return co_await truncate(z, bits);
+}
+
+Task<Add2Share> Add2::matmul_trunc(const Share& a, const Share& b) {
+  const Share z = co_await matmul(a, b);
+  co_return co_await truncate(z, frac_bits());
+}
+
+}  // namespace mpcache
