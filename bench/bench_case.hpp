@@ -14,6 +14,7 @@ struct CaseResult {
   std::uint64_t frame_bytes_total = 0; // message headers, all parties
   std::uint64_t messages_max_party = 0;
   std::uint64_t rounds = 0;            // critical path
+  std::uint64_t offline_bytes = 0;     // add2: what the dealer sent (the others' bytes are online)
   int repeat = 0;
   std::string note;
   std::string link;               // "" = the --link option
@@ -51,6 +52,7 @@ struct Options {
   bool insecure = false;  // with processes = 3: plain TCP instead of AES-GCM channels
   int spin_us = 0;        // with processes = 3: the parties' low-latency mode (TcpOptions::spin)
   int load = 0;           // threads kept busy while the benchmark runs (--load)
+  std::string protocol = "rss3";  // micro, ops, paper-table2: rss3 | add2 (in-process)
 };
 
 }  // namespace mpcache::bench

@@ -34,6 +34,7 @@ nlohmann::json to_json(const CaseResult& c, const mpcache::bench::Link& link) {
           {"frame_bytes_total", c.frame_bytes_total},
           {"messages_max_party", c.messages_max_party},
           {"rounds", c.rounds},
+          {"offline_bytes", c.offline_bytes},
           {"repeat", c.repeat},
           {"link", c.link.empty() ? link.name : c.link},
           {"link_emulated", c.link_emulated},
@@ -89,6 +90,10 @@ int main(int argc, char** argv) {
                  "micro, ops, paper-table2: 1 = three parties in this process; 3 = three processes "
                  "over TCP on loopback (`mpcache local`), over the emulated --link")
       ->check(CLI::IsMember({1, 3}));
+  app.add_option("--protocol", options.protocol,
+                 "micro, ops, paper-table2: rss3 (default) or add2 (parties 0 and 1 online, party 2 the dealer; "
+                 "bytes are the online parties', offline_bytes the dealer's)")
+      ->check(CLI::IsMember({"rss3", "add2"}));
   app.add_flag("--insecure", options.insecure, "with --processes 3: plain TCP instead of AES-GCM channels");
   app.add_option("--spin-us", options.spin_us,
                  "with --processes 3: low-latency mode, parties poll up to this many microseconds before sleeping")

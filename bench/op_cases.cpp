@@ -1,10 +1,11 @@
-// Workloads of the rss3 presets; see op_cases.hpp. Each case shares its
+// Workloads of the op presets, generic over the backend; see op_cases.hpp. Each case shares its
 // inputs, times the operation, then party 0 checks a few outputs against a
 // float64 or exact clear-text result, so a benchmark of a broken protocol
 // fails instead of reporting the speed of garbage.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 import mpcache;
 #include "op_cases.hpp"
+#include "computed.hpp"
 
 namespace mpcache::bench {
 namespace {
@@ -38,13 +39,14 @@ Shape shape_of(const RingTensor& t) { return Shape(t.shape().begin(), t.shape().
 double decode(Ring v) { return FixedPoint{}.decode(v); }
 
 // Party 0 learns the first `n` elements of `a` (row-major); others get nullopt.
-Task<std::optional<RingTensor>> reveal_first(Rss3& p, const Rss3Share& a, std::size_t n) {
-  n = std::min(n, a.own.size());
-  Rss3Share first{RingTensor::from_shape({n}), RingTensor::from_shape({n})};
-  for (std::size_t k = 0; k < n; ++k) {
-    first.own(k) = a.own.data()[k];
-    first.next(k) = a.next.data()[k];
-  }
+template <Protocol P>
+Task<std::optional<RingTensor>> reveal_first(P& p, const typename P::Share& a, std::size_t n) {
+  n = std::min(n, element_count(P::shape(a)));
+  const auto first = P::apply(a, [n](const RingTensor& t) {
+    RingTensor out = RingTensor::from_shape({n});
+    std::copy(t.data(), t.data() + n, out.data());
+    return out;
+  });
   co_return co_await p.reveal_to(0, first);
 }
 
@@ -64,20 +66,21 @@ template <class Op, class Check>
 OpCase binary_case(std::string name, std::uint64_t elements, RingTensor x, RingTensor y, Op op,
                    Check check) {
   return {std::move(name), elements, "",
-          [x = std::move(x), y = std::move(y), op, check](Rss3& p, PartyId id,
-                                                          CaseClock& clock) -> Task<bool> {
-            auto a = co_await p.input(0, owned(0, id, x), shape_of(x));
-            auto b = co_await p.input(1, owned(1, id, y), shape_of(y));
+          case_body([x = std::move(x), y = std::move(y), op, check]<class P>(P& p, PartyId id, CaseClock& clock) -> Task<bool> {
+            // Operands stand for computed values (computed.hpp), weights too:
+            // matvec measures a fresh product.
+            auto a = computed<P>(co_await p.input(0, owned(0, id, x), shape_of(x)));
+            auto b = computed<P>(co_await p.input(1, owned(1, id, y), shape_of(y)));
             co_await clock.begin();
-            Rss3Share c = co_await op(p, a, b);
+            typename P::Share c = co_await op(p, a, b);
             clock.end();
             auto opened = co_await reveal_first(p, c, 8);
             co_return id != 0 || check(x, y, *opened);
-          }};
+          })};
 }
 
 OpCase softmax_case(const RingTensor& scores) {
-  return {"softmax-1024", 1024, "", [scores](Rss3& p, PartyId id, CaseClock& clock) -> Task<bool> {
+  return {"softmax-1024", 1024, "", case_body([scores]<class P>(P& p, PartyId id, CaseClock& clock) -> Task<bool> {
             auto a = co_await p.input(0, owned(0, id, scores), {1, 1024});
             co_await clock.begin();
             auto probs = co_await ops::softmax_last(p, a);
@@ -91,7 +94,7 @@ OpCase softmax_case(const RingTensor& scores) {
               if (std::fabs(decode((*opened)(k)) - std::exp(decode(scores(0, k)) - m) / sum) > 1e-3)
                 co_return false;
             co_return true;
-          }};
+          })};
 }
 
 // Comparison width of fixed-point values below 2^magnitude_bits (reals).
@@ -101,7 +104,7 @@ int bounded_width(int magnitude_bits) { return ops::comparison_width(FixedPoint{
 OpCase topk_case(std::string name, const RingTensor& scores, std::size_t k, ops::TopKMethod method,
                  ops::LinkModel link, std::string note) {
   return {std::move(name), k, std::move(note),
-          [scores, k, method, link](Rss3& p, PartyId id, CaseClock& clock) -> Task<bool> {
+          case_body([scores, k, method, link]<class P>(P& p, PartyId id, CaseClock& clock) -> Task<bool> {
             auto a = co_await p.input(0, owned(0, id, scores), shape_of(scores));
             co_await clock.begin();
             auto top = co_await ops::topk(p, a, k, method, link, bounded_width(4));
@@ -114,12 +117,12 @@ OpCase topk_case(std::string name, const RingTensor& scores, std::size_t k, ops:
               if ((*values)(j) != scores.data()[order[j]] || (*indices)(j) != Ring(order[j]))
                 co_return false;
             co_return true;
-          }};
+          })};
 }
 
 OpCase one_hot_case(const RingTensor& indices, std::size_t classes) {
   return {"one-hot-64-of-64", indices.size(), "",
-          [indices, classes](Rss3& p, PartyId id, CaseClock& clock) -> Task<bool> {
+          case_body([indices, classes]<class P>(P& p, PartyId id, CaseClock& clock) -> Task<bool> {
             auto a = co_await p.input(0, owned(0, id, indices), shape_of(indices));
             co_await clock.begin();
             auto rows = co_await ops::one_hot(p, a, classes);
@@ -130,7 +133,7 @@ OpCase one_hot_case(const RingTensor& indices, std::size_t classes) {
               for (std::size_t c = 0; c < classes; ++c)
                 if ((*opened)(r * classes + c) != Ring(indices(r) == c ? 1 : 0)) co_return false;
             co_return true;
-          }};
+          })};
 }
 
 // One head, T = 1024 cached tokens, d = 64: q K^T / sqrt(d), softmax, x V.
@@ -139,10 +142,10 @@ OpCase attention_case() {
   const RingTensor kt = random_fixed({64, 1024}, 15, -1, 1);  // K stored transposed
   const RingTensor v = random_fixed({1024, 64}, 16, -1, 1);
   return {"attention-decode-T1024-d64", 64, "",
-          [q, kt, v](Rss3& p, PartyId id, CaseClock& clock) -> Task<bool> {
+          case_body([q, kt, v]<class P>(P& p, PartyId id, CaseClock& clock) -> Task<bool> {
             auto qs = co_await p.input(0, owned(0, id, q), {1, 64});
-            auto ks = co_await p.input(1, owned(1, id, kt), {64, 1024});
-            auto vs = co_await p.input(1, owned(1, id, v), {1024, 64});
+            auto ks = computed<P>(co_await p.input(1, owned(1, id, kt), {64, 1024}));
+            auto vs = computed<P>(co_await p.input(1, owned(1, id, v), {1024, 64}));
             co_await clock.begin();
             auto scaled = co_await p.truncate(qs, 3);  // q / sqrt(64)
             auto scores = co_await p.matmul_trunc(scaled, ks);
@@ -164,7 +167,7 @@ OpCase attention_case() {
               if (std::fabs(decode((*opened)(j)) - want) > 1e-2) co_return false;
             }
             co_return true;
-          }};
+          })};
 }
 
 std::vector<OpCase> ops_only_cases(const ops::LinkModel& link) {
@@ -172,7 +175,7 @@ std::vector<OpCase> ops_only_cases(const ops::LinkModel& link) {
   out.push_back(binary_case(
       "compare-100k", 100000, random_fixed({100000}, 11, -100, 100), random_fixed({100000}, 12, -100, 100),
       // Values within +-128: 27-bit comparisons.
-      [](Rss3& p, const Rss3Share& a, const Rss3Share& b) { return ops::less_than(p, a, b, bounded_width(7)); },
+      []<class P>(P& p, const typename P::Share& a, const typename P::Share& b) { return ops::less_than(p, a, b, bounded_width(7)); },
       [](const RingTensor& x, const RingTensor& y, const RingTensor& got) {
         for (std::size_t k = 0; k < got.size(); ++k)
           if (got(k) != Ring(static_cast<std::int64_t>(x(k)) < static_cast<std::int64_t>(y(k)) ? 1 : 0))
@@ -217,25 +220,25 @@ std::vector<OpCase> table2_cases(const ops::LinkModel& link) {
     // The first selected item: the best score, or the first given index.
     const std::size_t first = with_topk ? descending_order(input)[0] : static_cast<std::size_t>(input.data()[0]);
     return {std::move(name), k, clustered ? "paper: 0.065 s / 1.125 MB" : "paper: 4.78 s / 416 MB",
-            [=](Rss3& p, PartyId id, CaseClock& clock) -> Task<bool> {
+            case_body([=]<class P>(P& p, PartyId id, CaseClock& clock) -> Task<bool> {
               auto in = co_await p.input(0, owned(0, id, input), shape_of(input));
-              auto kc = co_await p.input(1, owned(1, id, keys), {tokens, dim});
-              auto vc = co_await p.input(1, owned(1, id, values), {tokens, dim});
+              auto kc = computed<P>(co_await p.input(1, owned(1, id, keys), {tokens, dim}));
+              auto vc = computed<P>(co_await p.input(1, owned(1, id, values), {tokens, dim}));
               if (clustered) {
-                kc = ops::reshape<Rss3>(kc, {clusters, per_cluster, dim});
-                vc = ops::reshape<Rss3>(vc, {clusters, per_cluster, dim});
+                kc = ops::reshape<P>(kc, {clusters, per_cluster, dim});
+                vc = ops::reshape<P>(vc, {clusters, per_cluster, dim});
               }
               co_await clock.begin();
-              Rss3Share idx;
+              typename P::Share idx;
               if (with_topk) {
                 auto top = co_await ops::topk(p, in, k, ops::TopKMethod::automatic, link, bounded_width(4));
-                idx = ops::reshape<Rss3>(top.indices, {k});
+                idx = ops::reshape<P>(top.indices, {k});
               } else {
                 idx = in;
               }
               auto rows = co_await ops::one_hot(p, idx, n);
-              Rss3 pk = p.fork(), pv = p.fork();
-              Rss3Share gk, gv;
+              P pk = p.fork(), pv = p.fork();
+              typename P::Share gk, gv;
               if (clustered) {
                 std::tie(gk, gv) = co_await when_all(ops::cluster_gather(pk, rows, kc),
                                                      ops::cluster_gather(pv, rows, vc));
@@ -252,7 +255,7 @@ std::vector<OpCase> table2_cases(const ops::LinkModel& link) {
               for (std::size_t j = 0; j < dim; ++j)
                 if ((*opened)(j) != keys(row, j)) co_return false;
               co_return true;
-            }};
+            })};
   };
   std::vector<OpCase> out;
   out.push_back(make("table2-token", false, true));
@@ -268,7 +271,7 @@ std::vector<OpCase> micro_cases() {
   std::vector<OpCase> out;
   out.push_back(binary_case(
       "mul-1M", million, random_values({million}, 1, 64), random_values({million}, 2, 64),
-      [](Rss3& p, const Rss3Share& a, const Rss3Share& b) { return p.mul(a, b); },
+      []<class P>(P& p, const typename P::Share& a, const typename P::Share& b) { return p.mul(a, b); },
       [](const RingTensor& x, const RingTensor& y, const RingTensor& got) {
         for (std::size_t k = 0; k < got.size(); ++k)
           if (got(k) != Ring(x(k) * y(k))) return false;
@@ -277,7 +280,7 @@ std::vector<OpCase> micro_cases() {
   // Fixed-point operands below 2^8 (26 bits with 18 fraction bits).
   out.push_back(binary_case(
       "fixed-mul-1M", million, random_values({million}, 1, 26), random_values({million}, 2, 26),
-      [](Rss3& p, const Rss3Share& a, const Rss3Share& b) { return p.mul_trunc(a, b); },
+      []<class P>(P& p, const typename P::Share& a, const typename P::Share& b) { return p.mul_trunc(a, b); },
       [](const RingTensor& x, const RingTensor& y, const RingTensor& got) {
         for (std::size_t k = 0; k < got.size(); ++k)
           if (std::fabs(decode(got(k)) - decode(x(k)) * decode(y(k))) > 1e-4) return false;
@@ -285,7 +288,7 @@ std::vector<OpCase> micro_cases() {
       }));
   out.push_back(binary_case(
       "matvec-1x1024x1024", 1024, random_values({1, 1024}, 1, 20), random_values({1024, 1024}, 2, 20),
-      [](Rss3& p, const Rss3Share& a, const Rss3Share& b) { return p.matmul_trunc(a, b); },
+      []<class P>(P& p, const typename P::Share& a, const typename P::Share& b) { return p.matmul_trunc(a, b); },
       [](const RingTensor& x, const RingTensor& y, const RingTensor& got) {
         for (std::size_t k = 0; k < got.size(); ++k) {
           double want = 0;

@@ -1,6 +1,7 @@
-// The rss3 workloads of presets `micro`, `ops` and `paper-table2`, defined
-// once and run both by mpcache-bench (three parties in one process) and by
-// `mpcache party` / `mpcache local` (three processes over TCP). Include after
+// The workloads of presets `micro`, `ops` and `paper-table2`, defined once
+// for every backend (rss3, add2) and run both by mpcache-bench (three parties
+// in one process) and by `mpcache party` / `mpcache local` (three processes
+// over TCP). Include after
 // `import mpcache;`.
 #pragma once
 
@@ -18,8 +19,21 @@ class CaseClock {
 
 // Shares the inputs (untimed), runs the timed section between clock.begin()
 // and clock.end(), then checks a few outputs against clear text (untimed;
-// party 0 learns them). Returns whether the check passed.
-using CaseBody = std::function<Task<bool>(Rss3&, PartyId, CaseClock&)>;
+// party 0 learns them). Returns whether the check passed. One body per
+// backend, made from one generic lambda (case_body).
+template <class P>
+using CaseFn = std::function<Task<bool>(P&, PartyId, CaseClock&)>;
+struct CaseBody {
+  CaseFn<Rss3> rss3;
+  CaseFn<Add2> add2;
+  Task<bool> operator()(Rss3& p, PartyId id, CaseClock& clock) const { return rss3(p, id, clock); }
+  Task<bool> operator()(Add2& p, PartyId id, CaseClock& clock) const { return add2(p, id, clock); }
+  explicit operator bool() const { return bool(rss3); }
+};
+template <class F>
+CaseBody case_body(F f) {
+  return {CaseFn<Rss3>(f), CaseFn<Add2>(f)};
+}
 
 struct OpCase {
   std::string name;

@@ -1,5 +1,5 @@
 // Presets `micro`, `ops` and `paper-table2`: the workloads of op_cases.cpp on
-// rss3, either as three parties in this process (in-process transport, one
+// rss3 or add2 (--protocol), either as three parties in this process (in-process transport, one
 // thread, optionally over the emulated link) or, with --processes 3, as three
 // processes over TCP (`mpcache local`, encrypted unless --insecure, over the
 // emulated --link).
@@ -40,7 +40,7 @@ std::vector<CaseResult> in_process(const std::string& preset, const Options& opt
   std::vector<CaseResult> out;
   for (const OpCase& c : preset_cases(preset, link_model(options))) {
     CaseResult r = measure_case(c.name, c.elements, options,
-                                [&](Rss3& p, PartyId id, Section& section) -> Task<void> {
+                                [&]<class P>(P& p, PartyId id, Section& section) -> Task<void> {
                                   SectionClock clock(section, id);
                                   if (!co_await c.run(p, id, clock))
                                     throw Error(ErrorCode::protocol,
@@ -89,6 +89,8 @@ std::vector<CaseResult> three_processes(const std::string& preset, const Options
 }  // namespace
 
 std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& options) {
+  if (options.processes == 3 && options.protocol != "rss3")
+    throw Error(ErrorCode::invalid_argument, "--processes 3 runs rss3 only; add2 runs in-process (--processes 1)");
   return options.processes == 3 ? three_processes(preset, options) : in_process(preset, options);
 }
 

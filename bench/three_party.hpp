@@ -1,6 +1,7 @@
-// Runs a 3-party rss3 case in this process and measures one marked section
-// per party: wall time from the first party entering it to the last leaving,
-// payload bytes per party, rounds on the critical path. Include after imports.
+// Runs a 3-party case (rss3, or add2 with party 2 the dealer) in this
+// process and measures one marked section per party: wall time from the
+// first online party entering it to the last leaving, payload bytes per
+// party, rounds on the critical path. Include after imports.
 #pragma once
 
 namespace mpcache::bench {
@@ -26,11 +27,13 @@ struct Sample {
   std::uint64_t rounds = 0;
 };
 
-// body(Rss3&, PartyId, Section&) -> Task<void>; calls section.begin/end once.
-// With `emulate`, every batch crosses an emulated link (LinkEmulator, timers
-// on this loop): one-way delay RTT/2 after serialization at the bandwidth.
+// body(P&, PartyId, Section&) -> Task<void> (generic over the backend);
+// calls section.begin/end once. With `emulate`, every batch crosses an
+// emulated link (LinkEmulator, timers on this loop): one-way delay RTT/2
+// after serialization at the bandwidth. Under add2 the dealer (party 2) runs
+// ahead: its section counts for bytes (offline) but not for time or rounds.
 template <class Body>
-Sample run_three_parties(Body body, const Link* emulate = nullptr) {
+Sample run_three_parties(Body body, const std::string& protocol, const Link* emulate = nullptr) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   std::optional<TimerLoop> timers;
@@ -43,19 +46,27 @@ Sample run_three_parties(Body body, const Link* emulate = nullptr) {
   }
   Section section;
   section.network = &network;
+  const bool dealt = protocol == "add2";
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id));
-    Rss3 p = state->session();
-    co_await body(p, id, section);
+    if (dealt) {
+      auto state = co_await Add2Party::setup(network.endpoint(id));
+      Add2 p = state->session();
+      co_await body(p, id, section);
+    } else {
+      auto state = co_await Rss3Party::setup(network.endpoint(id));
+      Rss3 p = state->session();
+      co_await body(p, id, section);
+    }
   });
+  const std::size_t online = dealt ? 2 : 3;
   Sample s;
-  s.seconds = std::chrono::duration<double>(
-                  *std::max_element(section.stop.begin(), section.stop.end()) -
-                  *std::min_element(section.start.begin(), section.start.end()))
+  s.seconds = std::chrono::duration<double>(*std::max_element(section.stop.begin(), section.stop.begin() + online) -
+                                            *std::min_element(section.start.begin(), section.start.begin() + online))
                   .count();
   std::uint64_t clock_before = 0, clock_after = 0;
-  for (int i = 0; i < 3; ++i) {
+  for (std::size_t i = 0; i < 3; ++i) {
     s.costs[i] = section.after[i] - section.before[i];
+    if (i >= online) continue;
     clock_before = std::max(clock_before, section.before[i].rounds);
     clock_after = std::max(clock_after, section.after[i].rounds);
   }
@@ -68,7 +79,7 @@ template <class Body>
 CaseResult measure_case(const std::string& name, std::uint64_t elements, const Options& options,
                         Body body) {
   std::vector<Sample> samples;
-  for (int r = 0; r < options.repeat; ++r) samples.push_back(run_three_parties(body));
+  for (int r = 0; r < options.repeat; ++r) samples.push_back(run_three_parties(body, options.protocol));
   std::vector<double> times;
   for (const auto& s : samples) times.push_back(s.seconds);
   std::sort(times.begin(), times.end());
@@ -78,17 +89,22 @@ CaseResult measure_case(const std::string& name, std::uint64_t elements, const O
   const bool emulate = options.emulate && options.link.name != "none";
   if (emulate) {
     for (int r = 0; r < options.repeat; ++r)
-      emulated.push_back(run_three_parties(body, &options.link).seconds);
+      emulated.push_back(run_three_parties(body, options.protocol, &options.link).seconds);
     std::sort(emulated.begin(), emulated.end());
   }
   const Sample& s = samples.front();
   CaseResult c;
   c.name = name;
-  c.protocol = "rss3";
+  c.protocol = options.protocol;
   c.transport = "in-process";
   c.elements = elements;
   c.latency_s = times[times.size() / 2];
-  for (const auto& k : s.costs) {
+  for (std::size_t i = 0; i < 3; ++i) {
+    const CostCounters& k = s.costs[i];
+    if (options.protocol == "add2" && i == add2_dealer) {
+      c.offline_bytes = k.payload_bytes_sent();
+      continue;
+    }
     c.bytes_max_party = std::max(c.bytes_max_party, k.payload_bytes_sent());
     c.messages_max_party = std::max(c.messages_max_party, k.messages_sent());
     c.bytes_total += k.payload_bytes_sent();

@@ -195,6 +195,24 @@ TEST_CASE("add2: boolean layer against clear text: to_bits, AND, B2A, bit_dot, r
   CHECK(got[3] == ring_reshape(ring_weighted_sum_last(selected, std::vector<Ring>(16, 1)), {4, 1}));
 }
 
+TEST_CASE("add2: msb_bits is the sign of a mod 2^w for every width, edges included") {
+  for (int width : {2, 3, 27, 33, 64}) {
+    const std::int64_t top = width == 64 ? std::numeric_limits<std::int64_t>::max() : (std::int64_t{1} << (width - 1)) - 1;
+    RingTensor x = signed_values({0, 1, -1, top, -top - 1, top - 1, -top, std::min<std::int64_t>(2, top), -2});
+    RingTensor r = random_ring({150}, 40 + static_cast<std::uint64_t>(width));  // 159 elements: not a multiple of 64
+    for (auto& v : r) v = static_cast<Ring>(static_cast<std::int64_t>(v) >> (64 - width));
+    x = ring_concat_last(x, r);
+    auto run = run_add2([&](Add2& p) -> Task<RingTensor> {
+      auto s = co_await share_of(p, 1, x);
+      co_return co_await p.reveal_bits(co_await p.msb_bits(fresh(p, s), width));
+    });
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      INFO("width " << width << ", element " << i << ", value " << static_cast<std::int64_t>(x(i)));
+      CHECK(run.results[0](i) == (static_cast<std::int64_t>(x(i)) < 0 ? 1u : 0u));
+    }
+  }
+}
+
 TEST_CASE("add2: online and offline costs are exact") {
   constexpr std::size_t n = 1000;
   const RingTensor a = random_ring({n}, 1), b = random_ring({n}, 2);
@@ -230,6 +248,15 @@ TEST_CASE("add2: online and offline costs are exact") {
   check(cost([](Add2& p, auto& s) -> Task<Add2Bits> { co_return co_await p.bits_and(Add2Bits{s[0].value}, Add2Bits{s[1].value}); }),
         1, 16 * n, 8 * n);
   check(cost([](Add2& p, auto& s) -> Task<Add2Share> { co_return co_await p.bit_to_arith(Add2Bits{s[0].value}); }), 1, n, 8 * n);
+  // msb_bits on packed planes, n = 1000 -> 16 words per plane: m planes
+  // (the private AND), then 2 words per gate of the tree; the dealer sends
+  // one word per plane and per gate. w = 64: m = 63, 118 gates; w = 27: m =
+  // 26, 45 gates.
+  const std::uint64_t words = (n + 63) / 64;
+  check(cost([](Add2& p, auto& s) -> Task<Add2Bits> { co_return co_await p.msb_bits(s[0], 64); }), 7,
+        (63 + 2 * 118) * words * 8, (63 + 118) * words * 8);
+  check(cost([](Add2& p, auto& s) -> Task<Add2Bits> { co_return co_await p.msb_bits(s[0], 27); }), 6,
+        (26 + 2 * 45) * words * 8, (26 + 45) * words * 8);
   check(cost([](Add2& p, auto& s) -> Task<Add2Share> {
           auto shape = [](const RingTensor& t) { return ring_reshape(t, {100, 10}); };
           co_return co_await p.bit_dot(Add2Bits{shape(s[0].value)}, Add2::apply(s[1], shape));
