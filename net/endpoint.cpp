@@ -116,6 +116,11 @@ void Endpoint::take(Frame& frame, PartyId from, CostTag tag) {
 void Endpoint::deliver(PartyId from, std::vector<Frame>&& frames) {
   check_peer(from, "deliver");
   for (auto& f : frames) {
+    if (f.stream == abort_stream) {
+      fail(from, "party " + std::to_string(from) + " stopped: " +
+                     std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()));
+      continue;
+    }
     auto w = waiters_.find(Key{from, f.stream});
     if (w != waiters_.end()) {
       RecvAwaiter* a = w->second.awaiter;
@@ -132,6 +137,7 @@ void Endpoint::deliver(PartyId from, std::vector<Frame>&& frames) {
 
 void Endpoint::fail(PartyId peer, const std::string& why) {
   check_peer(peer, "fail");
+  if (!failed_[peer].empty()) return;
   failed_[peer] = why.empty() ? "link closed" : why;
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->first.peer == peer) {
@@ -140,6 +146,23 @@ void Endpoint::fail(PartyId peer, const std::string& why) {
       it = waiters_.erase(it);
     } else {
       ++it;
+    }
+  }
+}
+
+void Endpoint::abort(const std::string& why) {
+  if (!transport_) return;
+  const std::string text = why.substr(0, 4096);
+  for (PartyId to = 0; to < parties_; ++to) {
+    if (to == self_ || !failed_[to].empty()) continue;
+    std::vector<Frame> batch;
+    batch.push_back(Frame{abort_stream, static_cast<std::uint32_t>(costs_.rounds),
+                          std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
+                                                 reinterpret_cast<const std::byte*>(text.data()) + text.size())});
+    try {
+      transport_->write(self_, to, std::move(batch));
+    } catch (const std::exception&) {
+      // That link is gone too: nothing to tell.
     }
   }
 }

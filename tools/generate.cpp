@@ -384,7 +384,13 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
       if (o.fault == "exit" && s.step == 1) std::_Exit(3);
     };
     if (id == client_id) observer.prefill_layer = [&](const PrefillProgress& p) { console.progress(p); };
-    const auto result = sync_wait(scheduler, generate_party(endpoint, job_for(o, id, prompt), std::move(observer)));
+    GenerationResult result;
+    try {
+      result = sync_wait(scheduler, generate_party(endpoint, job_for(o, id, prompt), std::move(observer)));
+    } catch (const std::exception& e) {
+      endpoint.abort(e.what());  // the peers learn why before the transport closes
+      throw;
+    }
     transport.shutdown();
     party["ok"] = true;
     party["setup_s"] = result.setup_seconds;

@@ -165,7 +165,7 @@ int run_party(const PartyOptions& o) {
     rec.fault = o.fault;
     bool ok = true;
     const auto t0 = Clock::now();
-    sync_wait(scheduler, [&]() -> Task<void> {
+    auto job = [&]() -> Task<void> {
       auto party = co_await Rss3Party::setup(endpoint);
       Rss3 p = party->session();
       for (int r = 0; r < o.repeat; ++r)
@@ -175,7 +175,13 @@ int run_party(const PartyOptions& o) {
                                              : co_await c.run(p, o.id, clock);
           ok = ok && good;
         }
-    }());
+    };
+    try {
+      sync_wait(scheduler, job());
+    } catch (const std::exception& e) {
+      endpoint.abort(e.what());  // the peers learn why before the transport closes
+      throw;
+    }
     transport.shutdown();
     report["wall_s"] = std::chrono::duration<double>(Clock::now() - t0).count();
     report["wire_bytes_sent"] = transport.wire_bytes_sent();

@@ -17,6 +17,10 @@ import :frame;
 
 export namespace mpcache {
 
+// The stream of Endpoint::abort's messages (no protocol derives it by chance:
+// stream ids are 64-bit hashes).
+inline constexpr StreamId abort_stream = ~StreamId{0} - 1;
+
 // Moves batches of frames between parties. Implementations: in-process
 // (:in_process) and TCP over io_uring or asio (:tcp), optionally behind the
 // link emulator.
@@ -64,7 +68,14 @@ class Endpoint final : public TickListener {
   // Transport side: frames that arrived from `from`, in order.
   void deliver(PartyId from, std::vector<Frame>&& frames);
   // Transport side: the link to `peer` is gone; waiters get Error(network).
+  // The first reason stays (a peer's abort is not replaced by its close).
   void fail(PartyId peer, const std::string& why);
+  // This party stops on an error: every peer still connected is told why
+  // (a message on abort_stream, handed to the transport at once), and fails
+  // its waits on this party with "party N stopped: <why>" instead of a bare
+  // closed connection; a peer whose own failure caused this one is thus
+  // named at every party. Call before the transport shuts down.
+  void abort(const std::string& why);
   // Transport side: whether a task is blocked on a message from `peer`
   // (deadlines apply only then).
   bool waiting_on(PartyId peer) const;

@@ -5,8 +5,9 @@
 //                     7 at w = 27, about 8 + 17 bytes per element at w = 64
 //   msb_bits(a, w)    the same bit before B2A (boolean), for bit_dot. A
 //                     backend may provide its own (rss3: packed bit planes,
-//                     2 + ceil(log2((w-1)/g)) rounds, see rss3.cppm); else
-//                     A2B of the low w bits
+//                     2 + ceil(log2((w-1)/g)) rounds, see rss3.cppm; add2:
+//                     packed bit planes, 1 + ceil(log2(w-1)), add2_msb.cpp);
+//                     else A2B of the low w bits
 //   bit_times(b, x)   b x elementwise for a boolean bit b: B2A fused with the
 //                     product, 2 rounds where B2A then a product took 3
 //   msb_times(a, x, w) [a < 0] x: 2 + ceil(log2 w) + 2 rounds

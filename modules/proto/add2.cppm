@@ -218,6 +218,8 @@ class Add2 {
   RingTensor draw_first_share(const Shape& s);
   void send(PartyId to, const RingTensor& t, int low_bits = ring_bits);
   Task<RingTensor> recv(PartyId from, Shape shape, int low_bits = ring_bits);
+  // Parties 0 and 1: sends `mine`, returns the other party's tensor of its shape.
+  Task<RingTensor> exchange(const RingTensor& mine);
   // Dealer: sends party 1 `total - first` (the second share of `total`).
   void deal(const RingTensor& total, const RingTensor& first);
   Task<RingTensor> dealt(const Shape& s);  // party 1: its dealt share

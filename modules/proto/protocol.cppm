@@ -6,8 +6,8 @@
 // Values are RingTensors in Z_2^64 (fixed-point encoded by the caller);
 // `Share` is whatever the backend keeps per party. Linear operations are
 // local; mul/matmul/truncate/reveal are coroutines that may talk to peers.
-// A 2-party additive backend with dealer-made correlations fits the same
-// shape: Share = one additive component, mul = Beaver multiplication.
+// Backends: rss3 (3 parties, replicated), add2 (2 parties, additive, with a
+// dealer of correlations), plain (clear fixed point), ref (float64).
 module;
 #include "prelude.hpp"
 export module mpcache.proto:protocol;

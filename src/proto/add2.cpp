@@ -5,6 +5,7 @@ module mpcache.proto;
 import mpcache.core;
 import mpcache.async;
 import mpcache.net;
+#include "wire.hpp"
 
 namespace mpcache {
 
@@ -92,43 +93,25 @@ RingTensor Add2::draw_first_share(const Shape& s) {
   return party_->id_ == 1 ? RingTensor{} : draw(0, s);
 }
 
-namespace {
-int bytes_per_word(int low_bits) { return (low_bits + 7) / 8; }
-}  // namespace
-
 void Add2::send(PartyId to, const RingTensor& t, int low_bits) {
   if (low_bits >= ring_bits) {
     party_->endpoint_->send(to, stream_, ring_bytes(t), tag_);
     return;
   }
-  const auto width = static_cast<std::size_t>(bytes_per_word(low_bits));
-  std::vector<std::byte> packed(t.size() * width);
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    Ring v = t.data()[i];
-    for (std::size_t k = 0; k < width; ++k, v >>= 8) packed[i * width + k] = std::byte(v & 0xFF);
-  }
-  party_->endpoint_->send(to, stream_, std::move(packed), tag_);
+  party_->endpoint_->send(to, stream_, wire::pack_low(t, low_bits), tag_);
 }
 
 Task<RingTensor> Add2::recv(PartyId from, Shape shape, int low_bits) {
   auto bytes = co_await party_->endpoint_->recv(from, stream_, tag_);
-  const std::size_t width = low_bits >= ring_bits ? sizeof(Ring) : static_cast<std::size_t>(bytes_per_word(low_bits));
-  const std::size_t want = element_count(shape) * width;
-  if (bytes.size() != want)
-    throw Error(ErrorCode::protocol,
-                who(party_->id_, stream_) + ": " +
-                    (from == add2_dealer ? std::string("the dealer (party 2)") : "party " + std::to_string(from)) +
-                    " sent " + std::to_string(bytes.size()) + " bytes, expected " + std::to_string(want) +
-                    " for shape " + shape_string(shape) +
-                    (width == sizeof(Ring) ? "" : " at " + std::to_string(width) + " bytes per word"));
-  if (width == sizeof(Ring)) co_return ring_from_bytes(bytes, shape);
-  RingTensor out = RingTensor::from_shape(shape);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    Ring v = 0;
-    for (std::size_t k = width; k-- > 0;) v = (v << 8) | static_cast<Ring>(bytes[i * width + k]);
-    out.data()[i] = v;
-  }
-  co_return out;
+  co_return wire::unpack(bytes, shape, low_bits,
+                         who(party_->id_, stream_) + ": " +
+                             (from == add2_dealer ? std::string("the dealer (party 2)") : "party " + std::to_string(from)));
+}
+
+// Both parties' tensors of one shape: this party's goes out, the other's comes back.
+Task<RingTensor> Add2::exchange(const RingTensor& mine) {
+  send(other(), mine);
+  co_return co_await recv(other(), shape_of(mine));
 }
 
 void Add2::deal(const RingTensor& total, const RingTensor& first) { send(1, ring_sub(total, first)); }
@@ -172,10 +155,7 @@ Task<Add2Share> Add2::input(PartyId owner, std::optional<RingTensor> value, Shap
 
 Task<RingTensor> Add2::reveal(const Share& a) {
   if (dealer()) co_return ring_zeros(shape(a));
-  send(other(), a.value);
-  RingTensor theirs = co_await recv(other(), shape(a));
-  ring_add_inplace(theirs, a.value);
-  co_return theirs;
+  co_return ring_add(co_await exchange(a.value), a.value);
 }
 
 Task<std::optional<RingTensor>> Add2::reveal_to(PartyId receiver, const Share& a) {

@@ -15,19 +15,14 @@ RingTensor low_mask(const Shape& shape, int width) {
   return ring_filled(shape, width >= ring_bits ? ~Ring{0} : (Ring{1} << width) - 1);
 }
 
-RingTensor concat(const RingTensor& a, const RingTensor& b) {
-  RingTensor out = RingTensor::from_shape({a.size() + b.size()});
-  std::copy(a.begin(), a.end(), out.begin());
-  std::copy(b.begin(), b.end(), out.begin() + static_cast<std::ptrdiff_t>(a.size()));
-  return out;
+// Two tensors as one flat one (two gates in one message), and part `which`
+// of such a flat tensor back in `shape`.
+RingTensor flat_pair(const RingTensor& a, const RingTensor& b) {
+  return ring_concat_last(ring_reshape(a, {a.size()}), ring_reshape(b, {b.size()}));
 }
-
-RingTensor half(const RingTensor& flat, std::size_t which, const Shape& shape) {
-  RingTensor out = RingTensor::from_shape(shape);
-  const std::size_t n = out.size();
-  std::copy(flat.begin() + static_cast<std::ptrdiff_t>(which * n),
-            flat.begin() + static_cast<std::ptrdiff_t>((which + 1) * n), out.begin());
-  return out;
+RingTensor flat_part(const RingTensor& flat, std::size_t which, const Shape& shape) {
+  const std::size_t n = element_count(shape);
+  return ring_reshape(ring_slice_last(flat, which * n, (which + 1) * n), shape);
 }
 
 RingTensor low_bit(const RingTensor& t) {
@@ -66,7 +61,7 @@ Task<Add2Bits> Add2::and_gate(const RingTensor& x, const RingTensor& y) {
     send(1, ring_xor(ring_and(u, v), w));
     co_return Bits{ring_zeros(s)};
   }
-  RingTensor mine = concat(ring_xor(x, u), ring_xor(y, v));
+  RingTensor mine = flat_pair(ring_xor(x, u), ring_xor(y, v));
   send(other(), mine);
   if (party_->id_ == 1) w = co_await dealt(s);
   const RingTensor theirs = co_await recv(other(), {2 * n});
@@ -99,10 +94,10 @@ Task<Add2Bits> Add2::to_bits(const Share& a, int width) {
     if (2 * d >= width) {
       g = bits_xor(g, co_await bits_and(p, bits_shift_left(g, d)));
     } else {  // both gates of the level in one message
-      const Bits both = co_await and_gate(concat(p.value, p.value),
-                                          concat(bits_shift_left(g, d).value, bits_shift_left(p, d).value));
-      g = bits_xor(g, Bits{half(both.value, 0, s)});
-      p = Bits{half(both.value, 1, s)};
+      const Bits both = co_await and_gate(flat_pair(p.value, p.value),
+                                          flat_pair(bits_shift_left(g, d).value, bits_shift_left(p, d).value));
+      g = bits_xor(g, Bits{flat_part(both.value, 0, s)});
+      p = Bits{flat_part(both.value, 1, s)};
     }
   }
   co_return bits_and_public(bits_xor(propagate0, bits_shift_left(g, 1)), mask);
@@ -150,7 +145,7 @@ Task<Add2Share> Add2::bit_dot(const Bits& b, const Share& x, int bits) {
   RingTensor w = draw_first_share(s);
   RingTensor summed;
   if (dealer()) {
-    send(1, concat(ring_sub(rb, ra), ring_sub(ring_mul(rb, u), w)));
+    send(1, flat_pair(ring_sub(rb, ra), ring_sub(ring_mul(rb, u), w)));
     summed = ring_zeros(out_shape);
   } else {
     RingTensor c = low_bit(ring_xor(b.value, rb));
@@ -159,8 +154,8 @@ Task<Add2Share> Add2::bit_dot(const Bits& b, const Share& x, int bits) {
     send(other(), f);
     if (party_->id_ == 1) {
       const RingTensor both = co_await dealt({2 * n});
-      ra = half(both, 0, s);
-      w = half(both, 1, s);
+      ra = flat_part(both, 0, s);
+      w = flat_part(both, 1, s);
     }
     ring_xor_inplace(c, co_await recv(other(), s, 1));
     ring_add_inplace(f, co_await recv(other(), s));
@@ -177,10 +172,7 @@ Task<Add2Share> Add2::bit_dot(const Bits& b, const Share& x, int bits) {
 
 Task<RingTensor> Add2::reveal_bits(const Bits& x) {
   if (dealer()) co_return ring_zeros(shape(x));
-  send(other(), x.value);
-  RingTensor theirs = co_await recv(other(), shape(x));
-  ring_xor_inplace(theirs, x.value);
-  co_return theirs;
+  co_return ring_xor(co_await exchange(x.value), x.value);
 }
 
 }  // namespace mpcache

@@ -28,28 +28,11 @@ inline Task<void> align_online_clocks(Endpoint& endpoint) {
 // measures op(Add2&, shares).
 template <class Op>
 Add2OpCost measure_add2(const std::vector<RingTensor>& inputs, Op op, Add2Options options = {.insecure_seed = 3}) {
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
-  std::array<CostCounters, 3> before, after;
-  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Add2Party::setup(network.endpoint(id), options);
-    Add2 p = state->session();
-    std::vector<Add2Share> shares;
-    for (const auto& x : inputs) shares.push_back(co_await share_of(p, 0, x));
-    co_await align_online_clocks(network.endpoint(id));
-    before[id] = network.endpoint(id).costs();
-    (void)co_await op(p, shares);
-    after[id] = network.endpoint(id).costs();
-  });
+  const CostWindow w = measure_window<Add2Party>(inputs, op, options, align_online_clocks);
   Add2OpCost cost;
-  std::uint64_t b = 0, a = 0;
-  for (std::size_t i = 0; i < 2; ++i) {
-    b = std::max(b, before[i].rounds);
-    a = std::max(a, after[i].rounds);
-    cost.bytes[i] = (after[i] - before[i]).payload_bytes_sent();
-  }
-  cost.rounds = a - b;
-  cost.dealer_bytes = (after[2] - before[2]).payload_bytes_sent();
+  for (std::size_t i = 0; i < 2; ++i) cost.bytes[i] = (w.after[i] - w.before[i]).payload_bytes_sent();
+  cost.rounds = std::max(w.after[0].rounds, w.after[1].rounds) - std::max(w.before[0].rounds, w.before[1].rounds);
+  cost.dealer_bytes = (w.after[2] - w.before[2]).payload_bytes_sent();
   return cost;
 }
 

@@ -16,17 +16,19 @@ struct PartyRun {
   }
 };
 
-// fn(Rss3&) -> Task<R>; runs at parties 0, 1, 2 concurrently.
-template <class Fn>
-auto run_rss3(Fn fn, Rss3Options options = {}) {
-  using R = typename decltype(fn(std::declval<Rss3&>()))::value_type;
+// fn(P&) -> Task<R> at parties 0, 1, 2 concurrently, each on a session of
+// its `Party` (Rss3Party or Add2Party) set up with `options`.
+template <class Party, class Options, class Fn>
+auto run_sessions(Fn fn, const Options& options) {
+  using P = decltype(std::declval<Party&>().session());
+  using R = typename decltype(fn(std::declval<P&>()))::value_type;
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   PartyRun<R> run;
   auto party_main = [&](PartyId id) -> Task<R> {
-    auto party = co_await Rss3Party::setup(network.endpoint(id), options);
+    auto party = co_await Party::setup(network.endpoint(id), options);
     const CostCounters before = network.endpoint(id).costs();
-    Rss3 session = party->session();
+    P session = party->session();
     R result = co_await fn(session);
     run.costs[id] = network.endpoint(id).costs() - before;
     co_return result;
@@ -36,25 +38,16 @@ auto run_rss3(Fn fn, Rss3Options options = {}) {
   return run;
 }
 
-// fn(Add2&) -> Task<R>; runs at parties 0, 1 and the dealer concurrently.
-// results[2] is the dealer's (placeholders: zeros).
+template <class Fn>
+auto run_rss3(Fn fn, Rss3Options options = {}) {
+  return run_sessions<Rss3Party>(fn, options);
+}
+
+// Parties 0 and 1 and the dealer (party 2): results[2] is the dealer's
+// (placeholders: zeros).
 template <class Fn>
 auto run_add2(Fn fn, Add2Options options = {.insecure_seed = 7}) {
-  using R = typename decltype(fn(std::declval<Add2&>()))::value_type;
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
-  PartyRun<R> run;
-  auto party_main = [&](PartyId id) -> Task<R> {
-    auto party = co_await Add2Party::setup(network.endpoint(id), options);
-    const CostCounters before = network.endpoint(id).costs();
-    Add2 session = party->session();
-    R result = co_await fn(session);
-    run.costs[id] = network.endpoint(id).costs() - before;
-    co_return result;
-  };
-  auto results = run_parties(scheduler, network, party_main);
-  for (std::size_t i = 0; i < 3; ++i) run.results[i] = std::move(results[i]);
-  return run;
+  return run_sessions<Add2Party>(fn, options);
 }
 
 // A secret input from `owner`; only the owner passes the value.
@@ -82,38 +75,6 @@ inline Task<void> align_clocks(Endpoint& endpoint) {
   }
 }
 
-// Shares x from party 0 (seeded keys), aligns the clocks, then measures
-// op(Rss3&, share) alone.
-template <class Op>
-OpCost measure_op(const RingTensor& x, Op op, Rss3Options options) {
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
-  std::array<CostCounters, 3> before, after;
-  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), options);
-    Rss3 p = state->session();
-    auto a = co_await share_of(p, 0, x);
-    co_await align_clocks(network.endpoint(id));
-    before[id] = network.endpoint(id).costs();
-    (void)co_await op(p, a);
-    after[id] = network.endpoint(id).costs();
-  });
-  OpCost cost;
-  std::uint64_t b = 0, a = 0;
-  for (std::size_t i = 0; i < 3; ++i) {
-    b = std::max(b, before[i].rounds);
-    a = std::max(a, after[i].rounds);
-    cost.bytes[i] = (after[i] - before[i]).payload_bytes_sent();
-  }
-  cost.rounds = a - b;
-  return cost;
-}
-
-template <class Op>
-OpCost measure_op(const RingTensor& x, Op op, std::uint64_t seed = 1) {
-  return measure_op(x, op, Rss3Options{.insecure_seed = seed});
-}
-
 // Rounds an operation added to the critical path: parties' clocks differ
 // (a party that only sends does not advance), so compare the highest ones.
 inline std::uint64_t critical_rounds(const std::array<CostCounters, 3>& before,
@@ -124,6 +85,46 @@ inline std::uint64_t critical_rounds(const std::array<CostCounters, 3>& before,
     a = std::max(a, after[i].rounds);
   }
   return a - b;
+}
+
+// Every party's counters around one operation: `inputs` shared from party
+// 0 first (in order), then the clocks aligned by `align`, then op(P&, shares).
+struct CostWindow {
+  std::array<CostCounters, 3> before, after;
+};
+template <class Party, class Options, class Op, class Align>
+CostWindow measure_window(const std::vector<RingTensor>& inputs, Op op, const Options& options, Align align) {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  CostWindow w;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Party::setup(network.endpoint(id), options);
+    auto p = state->session();
+    std::vector<typename decltype(p)::Share> shares;
+    for (const auto& x : inputs) shares.push_back(co_await share_of(p, 0, x));
+    co_await align(network.endpoint(id));
+    w.before[id] = network.endpoint(id).costs();
+    (void)co_await op(p, shares);
+    w.after[id] = network.endpoint(id).costs();
+  });
+  return w;
+}
+
+// Shares x from party 0 (seeded keys), aligns the clocks, then measures
+// op(Rss3&, share) alone.
+template <class Op>
+OpCost measure_op(const RingTensor& x, Op op, Rss3Options options) {
+  const CostWindow w = measure_window<Rss3Party>(
+      {x}, [&](Rss3& p, std::vector<Rss3Share>& s) { return op(p, s[0]); }, options, align_clocks);
+  OpCost cost;
+  for (std::size_t i = 0; i < 3; ++i) cost.bytes[i] = (w.after[i] - w.before[i]).payload_bytes_sent();
+  cost.rounds = critical_rounds(w.before, w.after);
+  return cost;
+}
+
+template <class Op>
+OpCost measure_op(const RingTensor& x, Op op, std::uint64_t seed = 1) {
+  return measure_op(x, op, Rss3Options{.insecure_seed = seed});
 }
 
 // fn(Plain&) -> Task<R>.

@@ -1,0 +1,44 @@
+// Ring tensors on the wire, for the backends' send and recv: whole words,
+// or only the low bytes of each word when the receiver needs only its low
+// bits (a truncation's wrap, a bit). Included by implementation units of
+// mpcache.proto after their imports.
+#pragma once
+
+namespace mpcache::wire {
+
+// Bytes per word on the wire when only the low `low_bits` bits matter.
+inline std::size_t bytes_per_word(int low_bits) {
+  return low_bits >= ring_bits ? sizeof(Ring) : static_cast<std::size_t>((low_bits + 7) / 8);
+}
+
+// The low bytes of every word, little-endian (zero-extended on the way back).
+inline std::vector<std::byte> pack_low(const RingTensor& t, int low_bits) {
+  const std::size_t width = bytes_per_word(low_bits);
+  std::vector<std::byte> packed(t.size() * width);
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    Ring v = t.data()[i];
+    for (std::size_t k = 0; k < width; ++k, v >>= 8) packed[i * width + k] = std::byte(v & 0xFF);
+  }
+  return packed;
+}
+
+// A received message as a tensor of `shape`; `what` names sender and
+// receiver in the error a message of the wrong size gets.
+inline RingTensor unpack(std::span<const std::byte> bytes, const Shape& shape, int low_bits, const std::string& what) {
+  const std::size_t width = bytes_per_word(low_bits);
+  const std::size_t want = element_count(shape) * width;
+  if (bytes.size() != want)
+    throw Error(ErrorCode::protocol, what + " sent " + std::to_string(bytes.size()) + " bytes, expected " +
+                                         std::to_string(want) + " for shape " + shape_string(shape) +
+                                         (width == sizeof(Ring) ? "" : " at " + std::to_string(width) + " bytes per word"));
+  if (width == sizeof(Ring)) return ring_from_bytes(bytes, shape);
+  RingTensor out = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    Ring v = 0;
+    for (std::size_t k = width; k-- > 0;) v = (v << 8) | static_cast<Ring>(bytes[i * width + k]);
+    out.data()[i] = v;
+  }
+  return out;
+}
+
+}  // namespace mpcache::wire
