@@ -237,8 +237,11 @@ Task<Add2Share> Add2::product(const Share& a, const Share& b, Product kind) {
     if (matrix) ring_matmul_accumulate(z, l, r);
     else ring_add_inplace(z, ring_mul(l, r));
   };
-  if (party_->id_ == 0) accumulate(x.opened(), y.opened());
-  if (const RingTensor* m = y.mask()) accumulate(x.opened(), *m);
+  // A x B (party 0 only) and A x Rb share their left factor: one product
+  // of A by (B + Rb) instead of two.
+  const RingTensor* rb = y.mask();
+  if (party_->id_ == 0) accumulate(x.opened(), rb ? ring_add(y.opened(), *rb) : y.opened());
+  else if (rb) accumulate(x.opened(), *rb);
   if (const RingTensor* m = x.mask()) accumulate(*m, y.opened());
   co_return Share{std::move(z), nullptr};
 }
