@@ -28,6 +28,7 @@
 #include <source_location>
 #include <span>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <tuple>

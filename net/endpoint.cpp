@@ -67,6 +67,7 @@ Endpoint::RecvAwaiter Endpoint::recv(PartyId from, StreamId stream, CostTag tag)
 }
 
 bool Endpoint::RecvAwaiter::await_ready() {
+  if (endpoint->cancelled()) endpoint->throw_unreceivable(from);
   auto it = endpoint->mailbox_.find(Key{from, stream});
   if (it != endpoint->mailbox_.end() && !it->second.empty()) {
     frame = std::move(it->second.front());
@@ -75,10 +76,7 @@ bool Endpoint::RecvAwaiter::await_ready() {
     endpoint->take(frame, from, tag);
     return true;
   }
-  if (!endpoint->failed_[from].empty())
-    throw Error(ErrorCode::network, "party " + std::to_string(endpoint->self_) +
-                                        ": link to party " + std::to_string(from) +
-                                        " failed: " + endpoint->failed_[from]);
+  if (!endpoint->failed_[from].empty()) endpoint->throw_unreceivable(from);
   return false;
 }
 
@@ -92,11 +90,15 @@ void Endpoint::RecvAwaiter::await_suspend(std::coroutine_handle<> h) {
 }
 
 std::vector<std::byte> Endpoint::RecvAwaiter::await_resume() {
-  if (link_failed)
-    throw Error(ErrorCode::network, "party " + std::to_string(endpoint->self_) +
-                                        ": link to party " + std::to_string(from) +
-                                        " failed: " + endpoint->failed_[from]);
+  if (link_failed) endpoint->throw_unreceivable(from);
   return std::move(frame.payload);
+}
+
+void Endpoint::throw_unreceivable(PartyId from) const {
+  if (cancelled())
+    throw Error(ErrorCode::cancelled, "party " + std::to_string(self_) + ": " + cancelled_);
+  throw Error(ErrorCode::network, "party " + std::to_string(self_) + ": link to party " +
+                                      std::to_string(from) + " failed: " + failed_[from]);
 }
 
 void Endpoint::take(Frame& frame, PartyId from, CostTag tag) {
@@ -116,9 +118,15 @@ void Endpoint::take(Frame& frame, PartyId from, CostTag tag) {
 void Endpoint::deliver(PartyId from, std::vector<Frame>&& frames) {
   check_peer(from, "deliver");
   for (auto& f : frames) {
+    const auto text = [&] {
+      return std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
+    };
     if (f.stream == abort_stream) {
-      fail(from, "party " + std::to_string(from) + " stopped: " +
-                     std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size()));
+      fail(from, "party " + std::to_string(from) + " stopped: " + text());
+      continue;
+    }
+    if (f.stream == cancel_stream) {
+      cancel_locally("party " + std::to_string(from) + " cancelled: " + text());
       continue;
     }
     auto w = waiters_.find(Key{from, f.stream});
@@ -151,12 +159,36 @@ void Endpoint::fail(PartyId peer, const std::string& why) {
 }
 
 void Endpoint::abort(const std::string& why) {
+  if (cancelled()) return;  // the peers were told already, and why
+  tell_peers(abort_stream, why);
+}
+
+void Endpoint::cancel(const std::string& why) {
+  if (cancelled()) return;
+  // Sends queued in this tick would only feed work the peers are about to
+  // drop; the cancellation goes out at once, ahead of anything later.
+  for (auto& box : outbox_) box.clear();
+  tell_peers(cancel_stream, why);
+  cancel_locally(why);
+}
+
+void Endpoint::cancel_locally(const std::string& why) {
+  if (cancelled()) return;
+  cancelled_ = why.empty() ? "cancelled" : why;
+  for (auto& [key, w] : waiters_) {
+    w.awaiter->link_failed = true;
+    scheduler_.post(w.handle);
+  }
+  waiters_.clear();
+}
+
+void Endpoint::tell_peers(StreamId stream, const std::string& why) {
   if (!transport_) return;
   const std::string text = why.substr(0, 4096);
   for (PartyId to = 0; to < parties_; ++to) {
     if (to == self_ || !failed_[to].empty()) continue;
     std::vector<Frame> batch;
-    batch.push_back(Frame{abort_stream, static_cast<std::uint32_t>(costs_.rounds),
+    batch.push_back(Frame{stream, static_cast<std::uint32_t>(costs_.rounds),
                           std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
                                                  reinterpret_cast<const std::byte*>(text.data()) + text.size())});
     try {
@@ -174,6 +206,11 @@ bool Endpoint::waiting_on(PartyId peer) const {
 }
 
 void Endpoint::on_tick_end() {
+  if (stop_.stop_requested() && !cancelled()) cancel("stopped by its caller");
+  if (cancelled()) {
+    for (auto& box : outbox_) box.clear();  // nobody is listening any more
+    return;
+  }
   for (PartyId to = 0; to < parties_; ++to) {
     auto& box = outbox_[to];
     if (box.empty()) continue;

@@ -15,6 +15,7 @@ enum class ErrorCode : std::uint8_t {
   deadlock,          // every task waits on the network and nothing is in flight
   io,                // a file is missing or unreadable
   format,            // a file is malformed or truncated
+  cancelled,         // a caller stopped the work: this party's, or a peer's
 };
 
 constexpr const char* to_string(ErrorCode code) {
@@ -27,6 +28,7 @@ constexpr const char* to_string(ErrorCode code) {
     case ErrorCode::deadlock: return "deadlock";
     case ErrorCode::io: return "i/o error";
     case ErrorCode::format: return "format error";
+    case ErrorCode::cancelled: return "cancelled";
   }
   return "error";
 }

@@ -8,6 +8,12 @@
 // own. `generate_party` is the whole rss3 job of one party over its Endpoint
 // (in-process, or TCP in its own process): pairwise keys, the client's
 // public job header, the model owner's weights, the policy, generation.
+//
+// Cancellation: a stop requested on the token of a request (or of
+// generate_party) ends the generation with Error(cancelled) before the next
+// step; generate_party also hands the token to its Endpoint, so a stop that
+// comes mid-step, from any thread, cancels at the end of the loop's tick,
+// and every other party unwinds with Error(cancelled) naming this one.
 module;
 #include "prelude.hpp"
 export module mpcache.model:generate;
@@ -62,6 +68,7 @@ struct GenerationRequest {
   std::optional<std::vector<std::uint32_t>> prompt;   // token ids, at the client only
   std::size_t prompt_length = 0;                      // public
   std::size_t new_tokens = 0;                         // public
+  std::stop_token stop;  // a stop requested here ends the generation before its next step
 };
 
 // Forwards to a policy and reports each prefilled layer (the decoder calls
@@ -154,6 +161,8 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
   std::optional<std::uint32_t> next;  // the last chosen token, at the client
   typename P::Share logits;
   for (std::size_t step = 0; step < request.new_tokens; ++step) {
+    if (request.stop.stop_requested())
+      throw Error(ErrorCode::cancelled, "generation stopped by its caller before step " + std::to_string(step));
     const CostCounters before = snapshot();
     const auto t0 = Clock::now();
     if (step == 0) {
@@ -308,7 +317,7 @@ inline Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob&
 template <Protocol P>
 Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, const ModelConfig& config,
                                    std::chrono::steady_clock::time_point t0, CostCounters start,
-                                   GenerationObserver observer) {
+                                   GenerationObserver observer, std::stop_token stop) {
   const PartyId id = endpoint.id();
   const GenerationHeader header = co_await exchange_header(endpoint, job);
   // Only the model owner reads the weights file.
@@ -323,14 +332,30 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
   result.setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.setup_costs = endpoint.costs() - start;
   if (!observer.costs) observer.costs = [&endpoint] { return endpoint.costs(); };
-  GenerationRequest request{job.client, std::move(job.prompt), header.prompt_length, header.new_tokens};
+  GenerationRequest request{job.client, std::move(job.prompt), header.prompt_length, header.new_tokens,
+                            std::move(stop)};
   result.tokens = co_await generate(p, decoder, policy, std::move(request), std::move(observer));
   co_return result;
 }
 }  // namespace detail
 
+namespace detail {
+template <class Party, class Options>
+Task<GenerationResult> setup_and_generate(Endpoint& endpoint, GenerationJob job, const Options& options,
+                                          const ModelConfig& config, GenerationObserver observer,
+                                          std::stop_token stop) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CostCounters start = endpoint.costs();
+  auto state = co_await Party::setup(endpoint, options);
+  auto p = state->session();
+  co_return co_await generate_on(p, endpoint, std::move(job), config, t0, start, std::move(observer),
+                                 std::move(stop));
+}
+}  // namespace detail
+
+// `stop`: see the header. Every party's own stop cancels every party.
 inline Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
-                                             GenerationObserver observer = {}) {
+                                             GenerationObserver observer = {}, std::stop_token stop = {}) {
   const char* name = protocol_name(job.protocol);
   if (endpoint.parties() != 3)
     throw Error(ErrorCode::invalid_argument, std::string("generate: ") + name + " needs 3 parties, not " +
@@ -342,16 +367,25 @@ inline Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob j
                 "generate: under add2 party 2 is the dealer; the client and the model owner must be parties 0 and 1");
   // Shapes first, so that a bad model folder fails before any traffic.
   const ModelConfig config = ModelConfig::from_json_file(job.model_dir / "config.json");
-  const auto t0 = std::chrono::steady_clock::now();
-  const CostCounters start = endpoint.costs();
-  if (job.protocol == GenerationProtocol::add2) {
-    auto state = co_await Add2Party::setup(endpoint, job.add2);
-    Add2 p = state->session();
-    co_return co_await detail::generate_on(p, endpoint, std::move(job), config, t0, start, std::move(observer));
+  endpoint.cancel_when(stop);
+  try {
+    if (job.protocol == GenerationProtocol::add2) {
+      const Add2Options options = job.add2;
+      co_return co_await detail::setup_and_generate<Add2Party>(endpoint, std::move(job), options, config,
+                                                               std::move(observer), std::move(stop));
+    }
+    const Rss3Options options = job.rss3;
+    co_return co_await detail::setup_and_generate<Rss3Party>(endpoint, std::move(job), options, config,
+                                                             std::move(observer), std::move(stop));
+  } catch (const Error& e) {
+    // A stop seen between steps: the peers learn it now, as cancellation.
+    if (e.code() == ErrorCode::cancelled) {
+      std::string_view why = e.what();
+      why.remove_prefix(std::min(why.size(), std::string_view(to_string(ErrorCode::cancelled)).size() + 2));
+      endpoint.cancel(std::string(why));
+    }
+    throw;
   }
-  auto state = co_await Rss3Party::setup(endpoint, job.rss3);
-  Rss3 p = state->session();
-  co_return co_await detail::generate_on(p, endpoint, std::move(job), config, t0, start, std::move(observer));
 }
 
 }  // namespace mpcache

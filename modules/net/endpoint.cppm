@@ -8,6 +8,14 @@
 // frame sets clock = max(clock, frame clock + 1). The clock is thus the length
 // of the longest chain of dependent messages that reached this party, i.e.
 // the rounds along its critical path, however many sub-protocols ran at once.
+//
+// Cancellation. `cancel(why)` (or a stop requested on the token given to
+// `cancel_when`, seen at the end of the tick) stops this party's work:
+// every receive, waiting or future, throws Error(cancelled), and every peer
+// is told on cancel_stream, where the same happens to all of its receives
+// (not only those from the cancelling party: a party waiting on a third one
+// would otherwise wait for a message that never comes). One party's caller
+// thus unwinds the whole computation at every party within a round trip.
 module;
 #include "prelude.hpp"
 export module mpcache.net:endpoint;
@@ -20,6 +28,8 @@ export namespace mpcache {
 // The stream of Endpoint::abort's messages (no protocol derives it by chance:
 // stream ids are 64-bit hashes).
 inline constexpr StreamId abort_stream = ~StreamId{0} - 1;
+// The stream of Endpoint::cancel's messages.
+inline constexpr StreamId cancel_stream = ~StreamId{0} - 2;
 
 // Moves batches of frames between parties. Implementations: in-process
 // (:in_process) and TCP over io_uring or asio (:tcp), optionally behind the
@@ -76,6 +86,17 @@ class Endpoint final : public TickListener {
   // closed connection; a peer whose own failure caused this one is thus
   // named at every party. Call before the transport shuts down.
   void abort(const std::string& why);
+  // Stops this party's work and tells every peer still connected: all
+  // receives here and at the peers throw Error(cancelled) naming `why`
+  // (the peers: "party N cancelled: <why>"). A second call, or one after a
+  // peer's cancellation, changes nothing.
+  void cancel(const std::string& why);
+  // cancel("stopped by its caller") at the end of the first tick that sees
+  // a stop requested on `token`; the request may come from any thread (it
+  // takes effect on the loop's thread, within one round trip while the
+  // peers are alive, or at the transport's deadline).
+  void cancel_when(std::stop_token token) { stop_ = std::move(token); }
+  bool cancelled() const noexcept { return !cancelled_.empty(); }
   // Transport side: whether a task is blocked on a message from `peer`
   // (deadlines apply only then).
   bool waiting_on(PartyId peer) const;
@@ -104,6 +125,11 @@ class Endpoint final : public TickListener {
 
   void check_peer(PartyId peer, const char* what) const;
   void take(Frame& frame, PartyId from, CostTag tag);
+  // Why a receive from `from` cannot complete: Error(cancelled) once this
+  // party is cancelled, Error(network) when that link failed.
+  [[noreturn]] void throw_unreceivable(PartyId from) const;
+  void tell_peers(StreamId stream, const std::string& text);
+  void cancel_locally(const std::string& why);
 
   Scheduler& scheduler_;
   PartyId self_;
@@ -113,6 +139,8 @@ class Endpoint final : public TickListener {
   std::unordered_map<Key, std::deque<Frame>, KeyHash> mailbox_;
   std::unordered_map<Key, Waiter, KeyHash> waiters_;
   std::vector<std::string> failed_;  // per peer: why the link is gone ("" = fine)
+  std::string cancelled_;            // why this party's work was cancelled ("" = it was not)
+  std::stop_token stop_;
   CostCounters costs_;
   // When the round clock last advanced: the wall time since then is charged
   // to the tag of the message that advances it next (a critical-path view).

@@ -4,8 +4,12 @@
 # --check debugging aid, possible because this launcher sees both inputs).
 # The client's printed text must be the text of its JSON summary.
 #   -DCLI=path/to/mpcache -DWORK=folder -DTOKENS=4 -DPROMPT="..."
+#   [-DPROTOCOL=add2] (default rss3)
 file(MAKE_DIRECTORY "${WORK}")
-set(common --tokens ${TOKENS} --prompt "${PROMPT}" --check)
+if(NOT DEFINED PROTOCOL)
+  set(PROTOCOL rss3)
+endif()
+set(common --tokens ${TOKENS} --prompt "${PROMPT}" --check --protocol ${PROTOCOL})
 function(run_generate name)
   execute_process(COMMAND "${CLI}" generate ${common} ${ARGN} --json "${WORK}/${name}.jsonl"
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

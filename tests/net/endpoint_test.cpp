@@ -1,4 +1,5 @@
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <thread>
 #include <doctest/doctest.h>
 import mpcache.core;
 import mpcache.async;
@@ -144,4 +145,87 @@ TEST_CASE("two receivers on one stream are refused") {
     CHECK(err.code() == ErrorCode::protocol);
     CHECK(std::string(err.what()).find("fork()") != std::string::npos);
   }
+}
+
+namespace {
+// The error text a receive ends with ("" if it got a message).
+Task<std::string> receive_error(Endpoint& me, PartyId from, StreamId stream) {
+  try {
+    (void)co_await me.recv(from, stream);
+  } catch (const Error& err) {
+    CHECK(err.code() == ErrorCode::cancelled);
+    co_return err.what();
+  }
+  co_return "";
+}
+}  // namespace
+
+TEST_CASE("cancel: every waiting receive at every party throws Error(cancelled) naming who and why") {
+  Scheduler s;
+  InProcessNetwork net(s, 3);
+  // Parties 1 and 2 wait on each other, not on the cancelling party 0: they
+  // must unwind all the same.
+  auto canceller = [&]() -> Task<void> {
+    co_await s.schedule();
+    net.endpoint(0).cancel("enough");
+  };
+  auto [e0, e1, e2, none] = sync_wait(
+      s, when_all(receive_error(net.endpoint(0), 1, 7), receive_error(net.endpoint(1), 2, 7),
+                  receive_error(net.endpoint(2), 1, 7), canceller()));
+  (void)none;
+  CHECK(e0 == "cancelled: party 0: enough");
+  CHECK(e1 == "cancelled: party 1: party 0 cancelled: enough");
+  CHECK(e2 == "cancelled: party 2: party 0 cancelled: enough");
+  CHECK(net.endpoint(2).cancelled());
+}
+
+TEST_CASE("cancel: a receive after the cancellation throws even when its message has arrived") {
+  Scheduler s;
+  InProcessNetwork net(s, 2);
+  auto run = [&]() -> Task<std::string> {
+    net.endpoint(1).send(0, 3, bytes_of("late"));
+    co_await s.schedule();
+    co_await s.schedule();  // the message is in party 0's mailbox now
+    net.endpoint(0).cancel("stop");
+    net.endpoint(0).cancel("a second call changes nothing");
+    co_return co_await receive_error(net.endpoint(0), 1, 3);
+  };
+  CHECK(sync_wait(s, run()) == "cancelled: party 0: stop");
+  // After a cancellation nothing more leaves: no abort text follows it.
+  net.endpoint(0).abort("ignored");
+  CHECK(sync_wait(s, receive_error(net.endpoint(1), 0, 3)) == "cancelled: party 1: party 0 cancelled: stop");
+}
+
+TEST_CASE("cancel_when: a stop requested on the token cancels at the end of the tick, from any thread") {
+  Scheduler s;
+  InProcessNetwork net(s, 2);
+  std::stop_source source;
+  net.endpoint(1).cancel_when(source.get_token());
+  int pings = 0;
+  // Party 0 pings forever; party 1 answers until its caller stops it.
+  auto pinger = [&]() -> Task<std::string> {
+    try {
+      for (;;) {
+        net.endpoint(0).send(1, 1, bytes_of("ping"));
+        (void)co_await net.endpoint(0).recv(1, 1);
+      }
+    } catch (const Error& err) {
+      co_return err.what();
+    }
+  };
+  auto ponger = [&]() -> Task<std::string> {
+    try {
+      for (;;) {
+        (void)co_await net.endpoint(1).recv(0, 1);
+        if (++pings == 5) std::thread([&] { source.request_stop(); }).join();
+        net.endpoint(1).send(0, 1, bytes_of("pong"));
+      }
+    } catch (const Error& err) {
+      co_return err.what();
+    }
+  };
+  auto [a, b] = sync_wait(s, when_all(pinger(), ponger()));
+  CHECK(pings == 5);
+  CHECK(a == "cancelled: party 0: party 1 cancelled: stopped by its caller");
+  CHECK(b == "cancelled: party 1: stopped by its caller");
 }
