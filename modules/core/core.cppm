@@ -1,7 +1,9 @@
-// mpcache.core: the ring Z_2^64, fixed-point encoding, errors, cost counters.
+// mpcache.core: party and stream ids, the ring Z_2^64, fixed-point encoding,
+// errors, cost counters.
 module;
 #include "prelude.hpp"
 export module mpcache.core;
+export import :ids;
 export import :error;
 export import :ring;
 export import :fixed_point;
