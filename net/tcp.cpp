@@ -748,25 +748,4 @@ void LinkEmulator::write(PartyId from, PartyId to, std::vector<Frame>&& batch) {
   timers_.at(arrive, [this, from, to, shared] { inner_.write(from, to, std::move(*shared)); });
 }
 
-LinkSpec link_named(const std::string& name) {
-  if (name == "lan") return {"lan", 0.3e-3, 377e6};
-  if (name == "wan") return {"wan", 40e-3, 300e6 / 8};
-  if (name == "none" || name.empty()) return {"none", 0, 0};
-  const auto colon = name.find(':');
-  if (colon != std::string::npos) {
-    try {
-      std::size_t used = 0;
-      const double rtt_ms = std::stod(name.substr(0, colon), &used);
-      std::size_t used2 = 0;
-      const std::string bw = name.substr(colon + 1);
-      const double mbps = std::stod(bw, &used2);
-      if (used == colon && used2 == bw.size() && rtt_ms >= 0 && mbps >= 0)
-        return {name, rtt_ms * 1e-3, mbps * 1e6};
-    } catch (const std::exception&) {
-    }
-  }
-  throw Error(ErrorCode::invalid_argument,
-              "unknown link '" + name + "' (lan, wan, none or RTT_MS:MBYTES_PER_S such as 10:100)");
-}
-
 }  // namespace mpcache

@@ -108,18 +108,13 @@ Task<bool> demo_job(Rss3& p, PartyId id, Recorder& rec) {
   co_return true;
 }
 
-// The top-k method is picked for the job's link (the paper's LAN when none).
-ops::LinkModel link_model(const std::string& link) {
-  const LinkSpec spec = link_named(link);
-  return {spec.rtt_s > 0 ? spec.rtt_s : 0.3e-3, spec.bytes_per_s > 0 ? spec.bytes_per_s : 377e6};
-}
-
 // `demo`, or the benchmark cases of a preset (micro, ops, paper-table2) or
 // one of them by name (`matvec` = matvec-1x1024x1024); throws naming the
 // valid jobs otherwise.
 std::vector<bench::OpCase> job_cases(const std::string& job, const std::string& link) {
   if (job == "demo") return {bench::OpCase{"demo", 0, "", {}}};  // runs demo_job, not a case body
-  return bench::cases_named(job == "matvec" ? "matvec-1x1024x1024" : job, link_model(link));
+  return bench::cases_named(job == "matvec" ? "matvec-1x1024x1024" : job,
+                            planning_link(link_named(link)));
 }
 
 }  // namespace
@@ -143,7 +138,7 @@ int run_party(const PartyOptions& o) {
     std::vector<PartyAddress> addresses;
     for (const auto& p : config.parties) addresses.push_back({p.host, p.port});
     const ConnectOptions connect = cluster_connect_options(config, o.config, o.id, o.insecure, config.timeout_ms);
-    const LinkSpec link = link_named(o.link);
+    const Link link = link_named(o.link);
     TcpOptions tcp;
     tcp.backend = parse_backend(o.transport);
     tcp.silence_timeout = std::chrono::milliseconds(config.timeout_ms);
@@ -366,7 +361,7 @@ int run_local(const LocalOptions& o, const std::string& self) {
   json cases = json::array();
   if (ok) {
     const auto& first = summary["parties"][0]["cases"];
-    const LinkSpec link = link_named(o.link);
+    const Link link = link_named(o.link);
     for (std::size_t k = 0; k < first.size(); ++k) {
       double latency = 0;
       std::uint64_t bytes_max = 0, bytes_total = 0, clock_before = 0, clock_after = 0;
@@ -386,8 +381,7 @@ int run_local(const LocalOptions& o, const std::string& self) {
       if (link.name != "none") {
         // The formula next to the measurement; compute = the unemulated
         // run is not known here, so model_s counts link time only.
-        c["model_link_s"] = static_cast<double>(rounds) * link.rtt_s +
-                            (link.bytes_per_s > 0 ? static_cast<double>(bytes_max) / link.bytes_per_s : 0);
+        c["model_link_s"] = link.seconds(static_cast<double>(rounds), static_cast<double>(bytes_max));
       }
       cases.push_back(c);
     }

@@ -1,5 +1,5 @@
 // mpcache.core: party and stream ids, the ring Z_2^64, fixed-point encoding,
-// errors, cost counters.
+// errors, cost counters, the link model.
 module;
 #include "prelude.hpp"
 export module mpcache.core;
@@ -8,3 +8,4 @@ export import :error;
 export import :ring;
 export import :fixed_point;
 export import :cost;
+export import :link;

@@ -186,33 +186,23 @@ class TcpTransport final : public Transport, public IoSource {
   friend struct Impl;
 };
 
-// A link to emulate: one-way delay RTT/2 and serialization at `bytes_per_s`
-// (0: unlimited) per direction of every party pair.
-struct LinkSpec {
-  std::string name = "none";
-  double rtt_s = 0;
-  double bytes_per_s = 0;
-};
-// "lan" (377 MB/s, 0.3 ms RTT), "wan" (300 Mbit/s, 40 ms), "none", or a
-// custom "RTT_MS:MBYTES_PER_S" such as "10:100".
-LinkSpec link_named(const std::string& name);
-
-// Transport decorator: holds each batch until it would have crossed the
-// emulated link (serialized behind earlier batches on the same direction,
-// then RTT/2), then hands it to the inner transport. Timer-driven through the
+// Transport decorator emulating a Link (core's link model): holds each batch
+// until it would have crossed the link (serialized at `bytes_per_s` behind
+// earlier batches on the same direction, then RTT/2; every party pair has its
+// own two directions), then hands it to the inner transport. Timer-driven through the
 // event loop's TimerQueue: nothing sleeps while other work is runnable.
 class LinkEmulator final : public Transport {
  public:
-  LinkEmulator(Transport& inner, TimerQueue& timers, LinkSpec link)
+  LinkEmulator(Transport& inner, TimerQueue& timers, Link link)
       : inner_(inner), timers_(timers), link_(std::move(link)) {}
   void write(PartyId from, PartyId to, std::vector<Frame>&& batch) override;
   std::string name() const override { return inner_.name() + "+emulated-" + link_.name; }
-  const LinkSpec& link() const noexcept { return link_; }
+  const Link& link() const noexcept { return link_; }
 
  private:
   Transport& inner_;
   TimerQueue& timers_;
-  LinkSpec link_;
+  Link link_;
   std::map<std::pair<PartyId, PartyId>, SteadyClock::time_point> free_at_;
 };
 
