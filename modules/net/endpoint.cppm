@@ -23,7 +23,7 @@ inline constexpr StreamId abort_stream = ~StreamId{0} - 1;
 
 // Moves batches of frames between parties. Implementations: in-process
 // (:in_process) and TCP over io_uring or asio (:tcp), optionally behind the
-// link emulator.
+// link emulator (:link_emulation).
 class Transport {
  public:
   virtual ~Transport() = default;
