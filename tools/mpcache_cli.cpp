@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   auto* party_cmd = app.add_subcommand("party", "run one party of a multi-process job over TCP");
   party_cmd->add_option("--config", party.config, "cluster config (JSON)")->required();
   party_cmd->add_option("--id", party.id, "this party's id (index in the config)")->required();
-  // Jobs: demo, or benchmark cases (bench/op_cases.hpp), checked when the job starts.
+  // Jobs: demo, or benchmark cases (bench/cases/op_cases.hpp), checked when the job starts.
   const std::string jobs_help =
       "demo, a benchmark preset (micro, ops, paper-table2) or one of its cases (mul-1M, "
       "fixed-mul-1M, matvec, compare-100k, softmax-1024, table2-cluster, ...)";

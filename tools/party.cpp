@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 import mpcache;
-#include "../bench/op_cases.hpp"
+#include "op_cases.hpp"
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"
 #include "local_cluster.hpp"
