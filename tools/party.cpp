@@ -19,6 +19,7 @@ import mpcache;
 #include "op_cases.hpp"
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"
+#include "demo.hpp"
 #include "local_cluster.hpp"
 #include "party.hpp"
 
@@ -76,36 +77,14 @@ class RecorderClock final : public bench::CaseClock {
   std::string name_;
 };
 
-// y = (x W + b)^2, as `mpcache demo`, one party of it.
+// `mpcache demo`, one party of it (the same data and check).
 Task<bool> demo_job(Rss3& p, PartyId id, Recorder& rec) {
-  const std::size_t in = 256, out = 64;
-  const FixedPoint fp;
-  std::mt19937_64 rng(1);
-  std::uniform_real_distribution<double> unit(-1.0, 1.0);
-  xt::xarray<double> x = xt::xarray<double>::from_shape({1, in});
-  xt::xarray<double> w = xt::xarray<double>::from_shape({in, out});
-  xt::xarray<double> b = xt::xarray<double>::from_shape({1, out});
-  for (auto& v : x) v = unit(rng);
-  for (auto& v : w) v = unit(rng) / 16.0;
-  for (auto& v : b) v = unit(rng) * 0.1;
+  const DemoData data = demo_data(DemoOptions{});
   co_await rec.begin();
-  Rss3 fx = p.fork(), fw = p.fork(), fb = p.fork();
-  auto [xs, ws, bs] = co_await when_all(
-      fx.input(0, id == 0 ? std::optional(fp.encode(x)) : std::nullopt, {1, in}),
-      fw.input(1, id == 1 ? std::optional(fp.encode(w)) : std::nullopt, {in, out}),
-      fb.input(1, id == 1 ? std::optional(fp.encode(b)) : std::nullopt, {1, out}));
-  auto h = p.add(co_await p.matmul_trunc(xs, ws), bs);
-  auto y = co_await p.mul_trunc(h, h);
-  auto opened = co_await p.reveal_to(0, y);
+  auto opened = co_await demo_party(p, id, data);
   rec.end("demo");
   if (id != 0) co_return !opened.has_value();
-  const xt::xarray<double> got = fp.decode(*opened);
-  for (std::size_t j = 0; j < out; ++j) {
-    double hv = b(0, j);
-    for (std::size_t k = 0; k < in; ++k) hv += x(0, k) * w(k, j);
-    if (std::fabs(got(0, j) - hv * hv) > 1e-2) co_return false;
-  }
-  co_return true;
+  co_return demo_check(data, *opened).ok();
 }
 
 // `demo`, or the benchmark cases of a preset (micro, ops, paper-table2) or
