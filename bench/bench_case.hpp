@@ -22,26 +22,13 @@ struct CaseResult {
   std::optional<double> model_s;  // set by presets that measure compute apart
 };
 
-// A link for the model time: rounds x RTT + busiest party's bytes / bandwidth
-// + measured compute. With --emulate the in-process presets also run over the
-// emulated link (LinkEmulator) and report that measurement as latency_s.
-struct Link {
-  std::string name = "none";
-  double rtt_s = 0;
-  double bytes_per_s = 0;  // 0: infinite
-};
-
-inline Link link_named(const std::string& name) {
-  if (name == "lan") return {"lan", 0.3e-3, 377e6};
-  if (name == "wan") return {"wan", 40e-3, 300e6 / 8};
-  return {"none", 0, 0};
-}
-
+// The model time on a link: the link's time for the case's rounds and the
+// busiest party's bytes, plus the measured compute. With --emulate the
+// in-process presets also run over the emulated link (LinkEmulator) and
+// report that measurement as latency_s.
 inline double model_seconds(const CaseResult& c, const Link& link) {
   if (c.model_s) return *c.model_s;
-  return static_cast<double>(c.rounds) * link.rtt_s +
-         (link.bytes_per_s > 0 ? static_cast<double>(c.bytes_max_party) / link.bytes_per_s : 0) +
-         c.latency_s;
+  return link.seconds(static_cast<double>(c.rounds), static_cast<double>(c.bytes_max_party)) + c.latency_s;
 }
 
 struct Options {

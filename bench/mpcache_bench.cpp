@@ -23,7 +23,7 @@ std::vector<CaseResult> net_preset(const Options& options);
 namespace {
 using mpcache::bench::CaseResult;
 
-nlohmann::json to_json(const CaseResult& c, const mpcache::bench::Link& link) {
+nlohmann::json to_json(const CaseResult& c, const mpcache::Link& link) {
   nlohmann::json j = {{"case", c.name},
           {"protocol", c.protocol},
           {"transport", c.transport},
@@ -43,7 +43,7 @@ nlohmann::json to_json(const CaseResult& c, const mpcache::bench::Link& link) {
   return j;
 }
 
-void print_table(const std::vector<CaseResult>& rows, const mpcache::bench::Link& link) {
+void print_table(const std::vector<CaseResult>& rows, const mpcache::Link& link) {
   std::printf("%-28s %-6s %-11s %11s %11s %16s %16s %7s  %s\n", "case", "proto", "transport",
               "latency_s", ("model_s:" + link.name).c_str(), "bytes_max_party", "bytes_total",
               "rounds", "note");
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 64));
   CLI11_PARSE(app, argc, argv);
   const mpcache::bench::CpuLoad load(options.load);
-  options.link = mpcache::bench::link_named(link);
+  options.link = mpcache::link_named(link);
   try {
     std::vector<CaseResult> rows;
     if (preset == "micro" || preset == "ops" || preset == "paper-table2")

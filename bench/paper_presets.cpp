@@ -49,8 +49,6 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr ops::LinkModel lan{};  // the paper's LAN
-
 
 // LLaMA-2 proportions at hidden size 1024: head_dim 128 (8 heads, no GQA),
 // MLP width 2752 (LLaMA-2-7B's 11008 / 4096), 32 layers, vocab 32000.
@@ -103,7 +101,7 @@ struct Phase {
   double wall_s = 0;                    // first party in to last party out
   std::array<TaggedCost, cost_tag_count> tags{};
 
-  double model_s() const { return lan.seconds(double(rounds), double(bytes)) + wall_s / 3; }
+  double model_s() const { return lan_link().seconds(double(rounds), double(bytes)) + wall_s / 3; }
 };
 
 // online: the parties whose costs count (3 under rss3; 2 under add2, whose
@@ -183,7 +181,7 @@ json breakdown(const Phase& ph) {
   double total = 0;
   std::array<double, cost_tag_count> s{};
   for (std::size_t t = 0; t < cost_tag_count; ++t) {
-    s[t] = lan.seconds(double(ph.tags[t].rounds), double(ph.tags[t].payload_bytes_sent)) + ph.tags[t].seconds / 3;
+    s[t] = lan_link().seconds(double(ph.tags[t].rounds), double(ph.tags[t].payload_bytes_sent)) + ph.tags[t].seconds / 3;
     total += s[t];
   }
   for (std::size_t t = 0; t < cost_tag_count; ++t) {

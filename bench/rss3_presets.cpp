@@ -30,15 +30,9 @@ class SectionClock final : public CaseClock {
   PartyId id_;
 };
 
-ops::LinkModel link_model(const Options& options) {
-  // With no link the top-k choice still assumes the paper's LAN.
-  return {options.link.rtt_s > 0 ? options.link.rtt_s : 0.3e-3,
-          options.link.bytes_per_s > 0 ? options.link.bytes_per_s : 377e6};
-}
-
 std::vector<CaseResult> in_process(const std::string& preset, const Options& options) {
   std::vector<CaseResult> out;
-  for (const OpCase& c : preset_cases(preset, link_model(options))) {
+  for (const OpCase& c : preset_cases(preset, planning_link(options.link))) {
     CaseResult r = measure_case(c.name, c.elements, options,
                                 [&]<class P>(P& p, PartyId id, Section& section) -> Task<void> {
                                   SectionClock clock(section, id);
@@ -61,7 +55,7 @@ std::vector<CaseResult> three_processes(const std::string& preset, const Options
   const auto unemulated = run_local_job(base);
   const bool emulate = options.link.name != "none";
   const auto measured = emulate ? run_local_job(base + " --link " + options.link.name) : unemulated;
-  const auto notes = preset_cases(preset, link_model(options));
+  const auto notes = preset_cases(preset, planning_link(options.link));
   std::vector<CaseResult> out;
   for (std::size_t k = 0; k < measured["cases"].size(); ++k) {
     const auto& c = measured["cases"][k];

@@ -40,8 +40,7 @@ Sample run_three_parties(Body body, const std::string& protocol, const Link* emu
   std::optional<LinkEmulator> emulator;
   if (emulate) {
     timers.emplace(scheduler);
-    emulator.emplace(network, timers->timers(),
-                     LinkSpec{emulate->name, emulate->rtt_s, emulate->bytes_per_s});
+    emulator.emplace(network, timers->timers(), *emulate);
     for (PartyId id = 0; id < 3; ++id) network.endpoint(id).attach(&*emulator);
   }
   Section section;

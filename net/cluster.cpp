@@ -89,12 +89,4 @@ std::uint16_t free_tcp_port(const std::string& host) {
   return port;
 }
 
-std::pair<std::string, std::string> generate_party_key() {
-  try {
-    return sys::generate_ed25519_pem();
-  } catch (const std::runtime_error& e) {
-    throw Error(ErrorCode::invalid_argument, e.what());
-  }
-}
-
 }  // namespace mpcache

@@ -1,5 +1,6 @@
-// TCP transport (see modules/net/tcp.cppm): record framing, one send and one
-// receive in flight per socket, deadlines, graceful and forced shutdown.
+// TCP transport (see modules/net/tcp.cppm): records out and in (:records),
+// one send and one receive in flight per socket, deadlines, graceful and
+// forced shutdown.
 module;
 #include "prelude.hpp"
 #include <cerrno>
@@ -14,13 +15,12 @@ module;
 module mpcache.net;
 import mpcache.core;
 import mpcache.async;
+import :records;
 
 namespace mpcache {
 
 namespace {
 
-constexpr std::uint32_t record_magic = 0x5243504Du;  // "MPCR"
-constexpr std::size_t record_header_bytes = 16;
 constexpr std::size_t min_recv_chunk = 256 * 1024;
 constexpr std::size_t max_recv_ahead = 64u << 20;
 constexpr std::size_t keep_recv_buffer = std::size_t{1} << 30;
@@ -29,23 +29,6 @@ constexpr std::size_t direct_send_min = 64 * 1024;
 // Records from this size on are taken frame by frame, big payloads received
 // straight into the vector the receiver gets.
 constexpr std::uint64_t stream_min = 1024 * 1024;
-
-void put_u32(std::byte* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = std::byte((v >> (8 * i)) & 0xFF);
-}
-void put_u64(std::byte* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = std::byte((v >> (8 * i)) & 0xFF);
-}
-std::uint32_t get_u32(const std::byte* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= std::uint32_t(p[i]) << (8 * i);
-  return v;
-}
-std::uint64_t get_u64(const std::byte* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= std::uint64_t(p[i]) << (8 * i);
-  return v;
-}
 
 std::string errno_text(long negative_errno) {
   return std::strerror(static_cast<int>(-negative_errno));
@@ -58,47 +41,6 @@ std::string secs(std::chrono::milliseconds ms) {
 }
 
 }  // namespace
-
-std::size_t TimerQueue::fire_due() {
-  std::size_t n = 0;
-  const auto now = SteadyClock::now();
-  while (!timers_.empty() && timers_.begin()->first <= now) {
-    auto fn = std::move(timers_.begin()->second);
-    timers_.erase(timers_.begin());
-    fn();
-    ++n;
-  }
-  return n;
-}
-
-void TimerLoop::poll(bool block) {
-  if (block) {
-    if (auto next = timers_.next()) std::this_thread::sleep_until(*next);
-  }
-  timers_.fire_due();
-}
-
-std::vector<Frame> decode_record_body(std::span<const std::byte> body, std::uint32_t count) {
-  std::vector<Frame> frames;
-  frames.reserve(std::min<std::size_t>(count, body.size() / frame_header_bytes));
-  std::size_t off = 0;
-  for (std::uint32_t i = 0; i < count; ++i) {
-    if (body.size() - off < frame_header_bytes) break;
-    const FrameHeader fh = FrameHeader::decode(body.data() + off);
-    off += frame_header_bytes;
-    if (body.size() - off < fh.length) {
-      off = body.size() + 1;
-      break;
-    }
-    frames.push_back(Frame{fh.stream, fh.clock,
-                           std::vector<std::byte>(body.data() + off, body.data() + off + fh.length)});
-    off += fh.length;
-  }
-  if (frames.size() != count || off != body.size())
-    throw Error(ErrorCode::protocol, std::to_string(count) + " frames do not fill its " +
-                                         std::to_string(body.size()) + " bytes");
-  return frames;
-}
 
 TcpBackend parse_backend(const std::string& name) {
   if (name == "auto") return TcpBackend::automatic;
@@ -124,12 +66,19 @@ struct TcpTransport::Impl {
     std::size_t filled = 0;
   };
 
+  // Where a connection is; it only moves down this list.
+  enum class PeerState {
+    unconnected,  // no socket: this party's own slot, or not set up yet
+    open,         // reads and writes allowed
+    closed,       // shut down by this party: nothing new starts, completions still arrive
+    failed,       // Endpoint::fail was called
+  };
+
   struct Peer {
     int fd = -1;
     std::string name;
-    bool open = false;       // reads and writes allowed
-    bool failed = false;     // Endpoint::fail was called
-    bool eof = false;
+    PeerState state = PeerState::unconnected;
+    bool open() const noexcept { return state == PeerState::open; }
     // send side: `sending` is in flight (from byte `sent`), `queued` waits
     sys::SendQueue sending;
     std::size_t sent = 0;
@@ -166,28 +115,23 @@ struct TcpTransport::Impl {
     return peers[p].name.empty() ? "party " + std::to_string(p) : peers[p].name;
   }
 
+  // No new operations; what is in flight is cancelled (completions still
+  // arrive), and the endpoint hears why once.
   void fail(PartyId p, const std::string& why) {
     Peer& peer = peers[p];
-    if (peer.failed) return;
-    peer.failed = true;
-    stop_io(p);
-    self.endpoint_.fail(p, why);
-  }
-
-  // No new operations; cancel what is in flight (completions still arrive).
-  void stop_io(PartyId p) {
-    Peer& peer = peers[p];
-    if (!peer.open) return;
-    peer.open = false;
-    if (peer.send_inflight || peer.recv_inflight) {
+    if (peer.state == PeerState::failed) return;
+    const bool was_open = peer.open();
+    peer.state = PeerState::failed;
+    if (was_open && (peer.send_inflight || peer.recv_inflight)) {
       driver->cancel(peer.fd);
       driver->submit();
     }
+    self.endpoint_.fail(p, why);
   }
 
   void start_send(PartyId p) {
     Peer& peer = peers[p];
-    if (!peer.open || peer.send_inflight) return;
+    if (!peer.open() || peer.send_inflight) return;
     if (peer.sent == peer.sending.bytes()) {
       if (peer.queued.empty()) return;
       peer.sending.swap(peer.queued);
@@ -202,7 +146,7 @@ struct TcpTransport::Impl {
 
   void start_recv(PartyId p) {
     Peer& peer = peers[p];
-    if (!peer.open || peer.recv_inflight) return;
+    if (!peer.open() || peer.recv_inflight) return;
     Streaming& st = peer.streaming;
     if (st.active && st.in_payload && peer.have == 0) {
       // Straight into the payload the receiver gets: no copy.
@@ -465,11 +409,10 @@ struct TcpTransport::Impl {
         } else {
           peer.have += n;
         }
-        if (!peer.open) return;
+        if (!peer.open()) return;
         if (parse(p)) start_recv(p);
       } else if (c.result == 0) {
-        peer.eof = true;
-        if (!peer.open) return;
+        if (!peer.open()) return;
         const Streaming& st = peer.streaming;
         if (st.active) {
           fail(p, who(p) + " closed the connection in the middle of a message (truncated: got " +
@@ -485,7 +428,7 @@ struct TcpTransport::Impl {
           // A clean close: fine if nothing more is needed from that peer.
           fail(p, who(p) + " closed the connection");
         }
-      } else if (c.result != -ECANCELED || peer.open) {
+      } else if (c.result != -ECANCELED || peer.open()) {
         fail(p, "connection to " + who(p) + " lost: " + errno_text(c.result));
       }
     } else {
@@ -498,7 +441,7 @@ struct TcpTransport::Impl {
           peer.sent = 0;
         }
         start_send(p);
-      } else if (c.result != -ECANCELED || peer.open) {
+      } else if (c.result != -ECANCELED || peer.open()) {
         fail(p, "sending to " + who(p) + " failed: " + errno_text(c.result));
       }
     }
@@ -539,7 +482,7 @@ struct TcpTransport::Impl {
     std::chrono::nanoseconds next = limit;
     for (PartyId p = 0; p < peers.size(); ++p) {
       Peer& peer = peers[p];
-      if (!peer.open) continue;
+      if (!peer.open()) continue;
       if (self.endpoint_.waiting_on(p)) {
         if (!peer.waiting_since) peer.waiting_since = now;
         const auto since = std::max(*peer.waiting_since, peer.last_heard);
@@ -615,12 +558,12 @@ TcpTransport::TcpTransport(Scheduler& scheduler, Endpoint& endpoint, Connections
     }
     peer.fd = connections.fds[p];
     if (peer.fd < 0) {
-      peer.failed = true;
+      peer.state = Impl::PeerState::failed;
       endpoint.fail(p, "no connection to " + I.who(p));
       continue;
     }
     I.driver->add_fd(peer.fd);
-    peer.open = true;
+    peer.state = Impl::PeerState::open;
     peer.last_heard = now;
     if (I.encrypted) {
       peer.seal = std::make_unique<sys::Aead>(connections.keys[p]->send);
@@ -655,7 +598,7 @@ void TcpTransport::write(PartyId from, PartyId to, std::vector<Frame>&& batch) {
                                           " cannot carry " + std::to_string(from) + " -> " +
                                           std::to_string(to));
   auto& peer = I.peers[to];
-  if (!peer.open) return;  // the endpoint already knows the link failed
+  if (!peer.open()) return;  // the endpoint already knows the link failed
   I.append_record(to, batch);
   I.start_send(to);  // queued; leaves with the loop's next poll or flush
 }
@@ -689,7 +632,7 @@ void TcpTransport::shutdown() {
   auto sends_pending = [&] {
     if (!timers_.empty()) return true;
     for (auto& peer : I.peers)
-      if (peer.open && (peer.send_inflight || !peer.queued.empty())) return true;
+      if (peer.open() && (peer.send_inflight || !peer.queued.empty())) return true;
     return false;
   };
   auto deadline = SteadyClock::now() + limit;
@@ -706,8 +649,8 @@ void TcpTransport::shutdown() {
   for (PartyId p = 0; p < I.peers.size(); ++p) {
     auto& peer = I.peers[p];
     if (peer.fd < 0) continue;
-    if (peer.open) {
-      peer.open = false;
+    if (peer.open()) {
+      peer.state = Impl::PeerState::closed;
       if (peer.send_inflight || peer.recv_inflight) I.driver->cancel(peer.fd);
     }
   }
@@ -729,44 +672,6 @@ void TcpTransport::shutdown() {
     sys::close_fd(peer.fd);
     peer.fd = -1;
   }
-}
-
-void LinkEmulator::write(PartyId from, PartyId to, std::vector<Frame>&& batch) {
-  std::uint64_t bytes = 0;
-  for (const auto& f : batch) bytes += frame_header_bytes + f.payload.size();
-  const auto now = SteadyClock::now();
-  auto& free = free_at_[{from, to}];
-  const auto start = std::max(free, now);
-  const auto serialize = link_.bytes_per_s > 0
-                             ? std::chrono::duration<double>(static_cast<double>(bytes) / link_.bytes_per_s)
-                             : std::chrono::duration<double>(0);
-  const auto depart = start + std::chrono::duration_cast<SteadyClock::duration>(serialize);
-  free = depart;
-  const auto arrive =
-      depart + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(link_.rtt_s / 2));
-  auto shared = std::make_shared<std::vector<Frame>>(std::move(batch));
-  timers_.at(arrive, [this, from, to, shared] { inner_.write(from, to, std::move(*shared)); });
-}
-
-LinkSpec link_named(const std::string& name) {
-  if (name == "lan") return {"lan", 0.3e-3, 377e6};
-  if (name == "wan") return {"wan", 40e-3, 300e6 / 8};
-  if (name == "none" || name.empty()) return {"none", 0, 0};
-  const auto colon = name.find(':');
-  if (colon != std::string::npos) {
-    try {
-      std::size_t used = 0;
-      const double rtt_ms = std::stod(name.substr(0, colon), &used);
-      std::size_t used2 = 0;
-      const std::string bw = name.substr(colon + 1);
-      const double mbps = std::stod(bw, &used2);
-      if (used == colon && used2 == bw.size() && rtt_ms >= 0 && mbps >= 0)
-        return {name, rtt_ms * 1e-3, mbps * 1e6};
-    } catch (const std::exception&) {
-    }
-  }
-  throw Error(ErrorCode::invalid_argument,
-              "unknown link '" + name + "' (lan, wan, none or RTT_MS:MBYTES_PER_S such as 10:100)");
 }
 
 }  // namespace mpcache

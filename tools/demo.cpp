@@ -1,6 +1,6 @@
-// The arithmetic demo: a small rss3 computation as a quick end-to-end check
-// of a cluster (`mpcache demo`, `mpcache local --job demo`). The main job is
-// private generation (`mpcache generate`).
+// The arithmetic demo (see demo.hpp): a quick end-to-end check of a cluster
+// (`mpcache demo`, `mpcache local --job demo`). The main job is private
+// generation (`mpcache generate`).
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cstdio>
 #include <random>
@@ -9,18 +9,53 @@ import mpcache;
 
 namespace mpcache::tools {
 
-int run_demo(const DemoOptions& o) {
-  const FixedPoint fp;
+DemoData demo_data(const DemoOptions& o) {
   std::mt19937_64 rng(o.seed);
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
-  xt::xarray<double> x = xt::xarray<double>::from_shape({1, o.in_features});
-  xt::xarray<double> w = xt::xarray<double>::from_shape({o.in_features, o.out_features});
-  xt::xarray<double> b = xt::xarray<double>::from_shape({1, o.out_features});
+  DemoData d{xt::xarray<double>::from_shape({1, o.in_features}),
+             xt::xarray<double>::from_shape({o.in_features, o.out_features}),
+             xt::xarray<double>::from_shape({1, o.out_features})};
   const double w_scale = 1.0 / std::sqrt(static_cast<double>(o.in_features));
-  for (auto& v : x) v = unit(rng);
-  for (auto& v : w) v = unit(rng) * w_scale;
-  for (auto& v : b) v = unit(rng) * 0.1;
+  for (auto& v : d.x) v = unit(rng);
+  for (auto& v : d.w) v = unit(rng) * w_scale;
+  for (auto& v : d.b) v = unit(rng) * 0.1;
+  return d;
+}
 
+Task<std::optional<RingTensor>> demo_party(Rss3& p, PartyId id, const DemoData& data) {
+  const FixedPoint fp;
+  const std::size_t in = data.w.shape(0), out = data.w.shape(1);
+  // The three inputs are independent: forks run them concurrently, so they
+  // share one round. The bias is the model owner's secret too.
+  Rss3 fx = p.fork(), fw = p.fork(), fb = p.fork();
+  auto [xs, ws, bs] = co_await when_all(
+      fx.input(0, id == 0 ? std::optional(fp.encode(data.x)) : std::nullopt, {1, in}),
+      fw.input(1, id == 1 ? std::optional(fp.encode(data.w)) : std::nullopt, {in, out}),
+      fb.input(1, id == 1 ? std::optional(fp.encode(data.b)) : std::nullopt, {1, out}));
+  auto h = p.add(co_await p.matmul_trunc(xs, ws), bs);
+  auto y = co_await p.mul_trunc(h, h);
+  co_return co_await p.reveal_to(0, y);
+}
+
+DemoCheck demo_check(const DemoData& data, const RingTensor& y_encoded) {
+  const FixedPoint fp;
+  const std::size_t in = data.w.shape(0), out = data.w.shape(1);
+  DemoCheck check{fp.decode(y_encoded)};
+  for (std::size_t j = 0; j < out; ++j) {
+    double h = data.b(0, j), h_abs = std::fabs(data.b(0, j));
+    for (std::size_t k = 0; k < in; ++k) {
+      h += data.x(0, k) * data.w(k, j);
+      h_abs += std::fabs(data.x(0, k) * data.w(k, j));
+    }
+    const double h_err = (static_cast<double>(in) * 2 + 2) * 0x1p-18;
+    check.bound = std::max(check.bound, 2 * h_abs * h_err + h_err * h_err + 2 * 0x1p-18);
+    check.max_error = std::max(check.max_error, std::fabs(check.y(0, j) - h * h));
+  }
+  return check;
+}
+
+int run_demo(const DemoOptions& o) {
+  const DemoData data = demo_data(o);
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   std::array<CostCounters, 3> costs;
@@ -28,17 +63,7 @@ int run_demo(const DemoOptions& o) {
     auto state = co_await Rss3Party::setup(network.endpoint(id));
     const CostCounters start = network.endpoint(id).costs();
     Rss3 p = state->session();
-    // The three inputs are independent: forks run them concurrently, so they
-    // share one round. The bias is the model owner's secret too.
-    Rss3 fx = p.fork(), fw = p.fork(), fb = p.fork();
-    auto [xs, ws, bs] = co_await when_all(
-        fx.input(0, id == 0 ? std::optional(fp.encode(x)) : std::nullopt, {1, o.in_features}),
-        fw.input(1, id == 1 ? std::optional(fp.encode(w)) : std::nullopt,
-                 {o.in_features, o.out_features}),
-        fb.input(1, id == 1 ? std::optional(fp.encode(b)) : std::nullopt, {1, o.out_features}));
-    auto h = p.add(co_await p.matmul_trunc(xs, ws), bs);
-    auto y = co_await p.mul_trunc(h, h);
-    auto out = co_await p.reveal_to(0, y);
+    auto out = co_await demo_party(p, id, data);
     costs[id] = network.endpoint(id).costs() - start;
     co_return out;
   };
@@ -47,34 +72,22 @@ int run_demo(const DemoOptions& o) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  // Float64 reference and the error bound: inputs rounded to 2^-19, each
-  // truncation off by at most 2^-18, |h| <= sum|x||w| + |b|.
-  double max_error = 0, bound = 0;
-  const xt::xarray<double> y = fp.decode(*results[0]);
-  for (std::size_t j = 0; j < o.out_features; ++j) {
-    double h = b(0, j), h_abs = std::fabs(b(0, j));
-    for (std::size_t k = 0; k < o.in_features; ++k) {
-      h += x(0, k) * w(k, j);
-      h_abs += std::fabs(x(0, k) * w(k, j));
-    }
-    const double h_err = (static_cast<double>(o.in_features) * 2 + 2) * 0x1p-18;
-    bound = std::max(bound, 2 * h_abs * h_err + h_err * h_err + 2 * 0x1p-18);
-    max_error = std::max(max_error, std::fabs(y(0, j) - h * h));
-  }
+  const DemoCheck check = demo_check(data, *results[0]);
+  const xt::xarray<double>& y = check.y;
   std::printf("mpcache demo: y = (x W + b)^2 under rss3, 3 parties in one process\n");
   std::printf("  x: 1x%zu (client, party 0)   W: %zux%zu, b: 1x%zu (model owner, party 1)\n",
               o.in_features, o.in_features, o.out_features, o.out_features);
   std::printf("  only party 0 learned y; parties 1 and 2 got: %s, %s\n",
               results[1] ? "a value (BUG)" : "nothing", results[2] ? "a value (BUG)" : "nothing");
   std::printf("  y[0..3] = %.6f %.6f %.6f %.6f\n", y(0, 0), y(0, 1), y(0, 2), y(0, 3));
-  std::printf("  max |y - float64| = %.3g (bound %.3g)\n", max_error, bound);
+  std::printf("  max |y - float64| = %.3g (bound %.3g)\n", check.max_error, check.bound);
   std::printf("  wall time %.4f s (setup included)\n", seconds);
   for (PartyId id = 0; id < 3; ++id)
     std::printf("  party %u: sent %llu payload bytes in %llu messages, %llu rounds\n", id,
                 static_cast<unsigned long long>(costs[id].payload_bytes_sent()),
                 static_cast<unsigned long long>(costs[id].messages_sent()),
                 static_cast<unsigned long long>(costs[id].rounds));
-  const bool ok = max_error <= bound && !results[1] && !results[2];
+  const bool ok = check.ok() && !results[1] && !results[2];
   std::printf("%s\n", ok ? "OK" : "MISMATCH");
   return ok ? 0 : 1;
 }

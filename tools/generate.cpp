@@ -305,7 +305,7 @@ int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& p
   InProcessNetwork network(scheduler, 3);
   std::optional<TimerLoop> timers;
   std::optional<LinkEmulator> emulator;
-  const LinkSpec link = link_named(o.link);
+  const Link link = link_named(o.link);
   if (link.name != "none") {
     timers.emplace(scheduler);
     emulator.emplace(network, timers->timers(), link);
@@ -356,7 +356,7 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     std::vector<PartyAddress> addresses;
     for (const auto& p : config.parties) addresses.push_back({p.host, p.port});
     const ConnectOptions connect = cluster_connect_options(config, o.config, id, o.insecure, timeout_ms);
-    const LinkSpec link = link_named(o.link);
+    const Link link = link_named(o.link);
     TcpOptions tcp;
     tcp.backend = parse_backend(o.transport);
     tcp.silence_timeout = std::chrono::milliseconds(timeout_ms);

@@ -10,6 +10,7 @@ import mpcache;
 #include "generate.hpp"
 #include "party.hpp"
 #include "local_cluster.hpp"
+#include "install_paths.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"mpcache: private LLM inference with MPC-friendly KV-cache eviction"};
@@ -19,7 +20,8 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--in", demo.in_features, "input features")->check(CLI::Range(1, 1 << 14));
   demo_cmd->add_option("--out", demo.out_features, "output features")->check(CLI::Range(4, 1 << 14));
   demo_cmd->add_option("--seed", demo.seed, "seed of the random example data");
-  const std::string default_model = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
+  const std::filesystem::path exe = mpcache::tools::executable_path(argv[0]);
+  const std::string default_model = mpcache::tools::default_model_dir(exe);
   const std::string default_prompt =
       "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
       "must be in want of a wife. However little known the feelings";
@@ -45,7 +47,8 @@ int main(int argc, char** argv) {
       "generate",
       "private greedy generation with MPCache under rss3 or add2: by default 3 processes on loopback (TCP, io_uring, "
       "AES-GCM, fresh keys); --config/--id joins a cluster; --in-process runs all parties here");
-  gen_cmd->add_option("--model", gen.model_dir, "model directory (config.json + model.safetensors)");
+  gen_cmd->add_option("--model", gen.model_dir, "model directory (config.json + model.safetensors)")
+      ->capture_default_str();
   auto* prompt_opt = gen_cmd->add_option("--prompt", gen.prompt, "the client's prompt (bytes)");
   gen_cmd->add_option("--prompt-file", gen.prompt_file, "read the client's prompt from this file (instead of --prompt)")
       ->excludes(prompt_opt);
@@ -89,7 +92,8 @@ int main(int argc, char** argv) {
   decode.check = true;
   auto* decode_cmd = app.add_subcommand(
       "decode", "= generate --in-process --check: 3 parties in one process, each byte checked against float64");
-  decode_cmd->add_option("--model", decode.model_dir, "model directory (config.json + model.safetensors)");
+  decode_cmd->add_option("--model", decode.model_dir, "model directory (config.json + model.safetensors)")
+      ->capture_default_str();
   decode_cmd->add_option("--prompt", decode.prompt, "prompt text (bytes)");
   decode_cmd->add_option("--tokens", decode.tokens, "bytes to generate")->check(CLI::Range(1, 256));
   decode_cmd->add_option("--budget", decode.budget, "tokens attended per KV head per step (MPCache; at least 3 clusters)")
@@ -106,7 +110,7 @@ int main(int argc, char** argv) {
   auto* party_cmd = app.add_subcommand("party", "run one party of a multi-process job over TCP");
   party_cmd->add_option("--config", party.config, "cluster config (JSON)")->required();
   party_cmd->add_option("--id", party.id, "this party's id (index in the config)")->required();
-  // Jobs: demo, or benchmark cases (bench/op_cases.hpp), checked when the job starts.
+  // Jobs: demo, or benchmark cases (bench/cases/op_cases.hpp), checked when the job starts.
   const std::string jobs_help =
       "demo, a benchmark preset (micro, ops, paper-table2) or one of its cases (mul-1M, "
       "fixed-mul-1M, matvec, compare-100k, softmax-1024, table2-cluster, ...)";
@@ -157,9 +161,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo_cmd) return mpcache::tools::run_demo(demo);
-    std::error_code ec;
-    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-    const std::string self = ec ? std::string(argv[0]) : exe.string();
+    const std::string self = exe.string();
     if (*gen_cmd) return mpcache::tools::run_generate(gen, self);
     if (*decode_cmd) return mpcache::tools::run_generate(decode, self);
     if (*party_cmd) return mpcache::tools::run_party(party);

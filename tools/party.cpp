@@ -16,9 +16,10 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 import mpcache;
-#include "../bench/op_cases.hpp"
+#include "op_cases.hpp"
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"
+#include "demo.hpp"
 #include "local_cluster.hpp"
 #include "party.hpp"
 
@@ -76,42 +77,14 @@ class RecorderClock final : public bench::CaseClock {
   std::string name_;
 };
 
-// y = (x W + b)^2, as `mpcache demo`, one party of it.
+// `mpcache demo`, one party of it (the same data and check).
 Task<bool> demo_job(Rss3& p, PartyId id, Recorder& rec) {
-  const std::size_t in = 256, out = 64;
-  const FixedPoint fp;
-  std::mt19937_64 rng(1);
-  std::uniform_real_distribution<double> unit(-1.0, 1.0);
-  xt::xarray<double> x = xt::xarray<double>::from_shape({1, in});
-  xt::xarray<double> w = xt::xarray<double>::from_shape({in, out});
-  xt::xarray<double> b = xt::xarray<double>::from_shape({1, out});
-  for (auto& v : x) v = unit(rng);
-  for (auto& v : w) v = unit(rng) / 16.0;
-  for (auto& v : b) v = unit(rng) * 0.1;
+  const DemoData data = demo_data(DemoOptions{});
   co_await rec.begin();
-  Rss3 fx = p.fork(), fw = p.fork(), fb = p.fork();
-  auto [xs, ws, bs] = co_await when_all(
-      fx.input(0, id == 0 ? std::optional(fp.encode(x)) : std::nullopt, {1, in}),
-      fw.input(1, id == 1 ? std::optional(fp.encode(w)) : std::nullopt, {in, out}),
-      fb.input(1, id == 1 ? std::optional(fp.encode(b)) : std::nullopt, {1, out}));
-  auto h = p.add(co_await p.matmul_trunc(xs, ws), bs);
-  auto y = co_await p.mul_trunc(h, h);
-  auto opened = co_await p.reveal_to(0, y);
+  auto opened = co_await demo_party(p, id, data);
   rec.end("demo");
   if (id != 0) co_return !opened.has_value();
-  const xt::xarray<double> got = fp.decode(*opened);
-  for (std::size_t j = 0; j < out; ++j) {
-    double hv = b(0, j);
-    for (std::size_t k = 0; k < in; ++k) hv += x(0, k) * w(k, j);
-    if (std::fabs(got(0, j) - hv * hv) > 1e-2) co_return false;
-  }
-  co_return true;
-}
-
-// The top-k method is picked for the job's link (the paper's LAN when none).
-ops::LinkModel link_model(const std::string& link) {
-  const LinkSpec spec = link_named(link);
-  return {spec.rtt_s > 0 ? spec.rtt_s : 0.3e-3, spec.bytes_per_s > 0 ? spec.bytes_per_s : 377e6};
+  co_return demo_check(data, *opened).ok();
 }
 
 // `demo`, or the benchmark cases of a preset (micro, ops, paper-table2) or
@@ -119,7 +92,8 @@ ops::LinkModel link_model(const std::string& link) {
 // valid jobs otherwise.
 std::vector<bench::OpCase> job_cases(const std::string& job, const std::string& link) {
   if (job == "demo") return {bench::OpCase{"demo", 0, "", {}}};  // runs demo_job, not a case body
-  return bench::cases_named(job == "matvec" ? "matvec-1x1024x1024" : job, link_model(link));
+  return bench::cases_named(job == "matvec" ? "matvec-1x1024x1024" : job,
+                            planning_link(link_named(link)));
 }
 
 }  // namespace
@@ -143,7 +117,7 @@ int run_party(const PartyOptions& o) {
     std::vector<PartyAddress> addresses;
     for (const auto& p : config.parties) addresses.push_back({p.host, p.port});
     const ConnectOptions connect = cluster_connect_options(config, o.config, o.id, o.insecure, config.timeout_ms);
-    const LinkSpec link = link_named(o.link);
+    const Link link = link_named(o.link);
     TcpOptions tcp;
     tcp.backend = parse_backend(o.transport);
     tcp.silence_timeout = std::chrono::milliseconds(config.timeout_ms);
@@ -366,7 +340,7 @@ int run_local(const LocalOptions& o, const std::string& self) {
   json cases = json::array();
   if (ok) {
     const auto& first = summary["parties"][0]["cases"];
-    const LinkSpec link = link_named(o.link);
+    const Link link = link_named(o.link);
     for (std::size_t k = 0; k < first.size(); ++k) {
       double latency = 0;
       std::uint64_t bytes_max = 0, bytes_total = 0, clock_before = 0, clock_after = 0;
@@ -386,8 +360,7 @@ int run_local(const LocalOptions& o, const std::string& self) {
       if (link.name != "none") {
         // The formula next to the measurement; compute = the unemulated
         // run is not known here, so model_s counts link time only.
-        c["model_link_s"] = static_cast<double>(rounds) * link.rtt_s +
-                            (link.bytes_per_s > 0 ? static_cast<double>(bytes_max) / link.bytes_per_s : 0);
+        c["model_link_s"] = link.seconds(static_cast<double>(rounds), static_cast<double>(bytes_max));
       }
       cases.push_back(c);
     }

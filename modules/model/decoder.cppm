@@ -14,7 +14,6 @@ module;
 export module mpcache.model:decoder;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 import mpcache.kv;

@@ -7,7 +7,6 @@ module;
 export module mpcache.model:weights;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import :safetensors;
 import :config;

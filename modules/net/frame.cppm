@@ -5,11 +5,9 @@
 module;
 #include "prelude.hpp"
 export module mpcache.net:frame;
+import mpcache.core;
 
 export namespace mpcache {
-
-using PartyId = std::uint32_t;
-using StreamId = std::uint64_t;
 
 inline constexpr std::size_t frame_header_bytes = 16;
 inline constexpr std::size_t max_frame_payload = 0xFFFFFFFFu;

@@ -4,6 +4,7 @@
 module;
 #include "prelude.hpp"
 export module mpcache.net:in_process;
+import mpcache.core;
 import mpcache.async;
 import :frame;
 import :endpoint;

@@ -1,11 +1,8 @@
-// TCP transport: one connection per party pair, driven by the caller's
-// Scheduler through the IoSource hook (io_uring, or asio where io_uring is
-// unavailable or not wanted). Everything the endpoint flushes to a peer in one
-// tick goes out as one record in one send submission:
-//
-//   record = u32 magic "MPCR" | u32 frame count | u64 body length | body
-//   body   = frames (16-byte frame header + payload, see :frame)
-//            [AEAD-sealed, with a 16-byte tag, when the channel is encrypted]
+// TCP transport: one connection per party pair (from :connect), driven by
+// the caller's Scheduler through the IoSource hook (io_uring, or asio where
+// io_uring is unavailable or not wanted). Everything the endpoint flushes to
+// a peer in one tick goes out as one record (see :records) in one send
+// submission.
 //
 // At most one send and one receive are in flight per socket; short reads and
 // writes are resumed. A peer that closes, resets, stays silent past the
@@ -27,99 +24,10 @@ import mpcache.core;
 import mpcache.async;
 import :frame;
 import :endpoint;
+import :timers;
+import :connect;
 
 export namespace mpcache {
-
-using SteadyClock = std::chrono::steady_clock;
-
-// Callbacks at points in time, run by the event loop that owns the queue.
-class TimerQueue {
- public:
-  void at(SteadyClock::time_point when, std::function<void()> fn) {
-    timers_.emplace(when, std::move(fn));  // equal times keep insertion order
-  }
-  bool empty() const noexcept { return timers_.empty(); }
-  std::optional<SteadyClock::time_point> next() const {
-    if (timers_.empty()) return std::nullopt;
-    return timers_.begin()->first;
-  }
-  // Runs every timer that is due; returns how many ran.
-  std::size_t fire_due();
-
- private:
-  std::multimap<SteadyClock::time_point, std::function<void()>> timers_;
-};
-
-// Timers as the only I/O source of a loop (the in-process transport): when
-// nothing is runnable, the loop waits for the next timer.
-class TimerLoop final : public IoSource {
- public:
-  explicit TimerLoop(Scheduler& scheduler) : scheduler_(scheduler) { scheduler_.add_io_source(this); }
-  ~TimerLoop() override { scheduler_.remove_io_source(this); }
-  TimerLoop(const TimerLoop&) = delete;
-  TimerLoop& operator=(const TimerLoop&) = delete;
-  TimerQueue& timers() noexcept { return timers_; }
-  bool has_pending() const override { return !timers_.empty(); }
-  void poll(bool block) override;
-
- private:
-  Scheduler& scheduler_;
-  TimerQueue timers_;
-};
-
-// Per-direction AEAD keys of one encrypted connection (from the handshake).
-struct ChannelKeys {
-  std::array<std::uint8_t, 32> send{};
-  std::array<std::uint8_t, 32> recv{};
-};
-
-// Connected sockets of one party, one per peer (fd -1 at the party itself).
-struct Connections {
-  std::vector<int> fds;
-  std::vector<std::optional<ChannelKeys>> keys;  // empty or one per peer; nullopt: plain
-  std::vector<std::string> names;                // how peers are named in errors
-};
-
-struct PartyAddress {
-  std::string host;
-  std::uint16_t port = 0;
-};
-
-struct ConnectOptions {
-  std::chrono::milliseconds timeout{10000};  // the whole set-up
-  bool encrypted = true;
-  // Encrypted channels: this party's Ed25519 secret key (PEM) and every
-  // party's public key (PEM, pinned; index = party id).
-  std::string secret_key_pem;
-  std::vector<std::string> public_keys_pem;
-  // Called with one line for each connection the accepting side dropped
-  // before it authenticated (a stranger, garbage, an idle socket); set-up
-  // goes on waiting for the real peers. Nothing is printed by default.
-  std::function<void(const std::string& line)> on_dropped;
-};
-
-// Listens on parties[self], connects to lower ids (retrying until they are
-// up) and accepts higher ids; a hello on each connection checks party ids and
-// the security mode; encrypted channels then run an ephemeral X25519
-// exchange signed with the pinned Ed25519 keys. Throws Error(network) naming
-// the peer and the reason (port in use, unreachable, wrong id, bad key).
-Connections connect_cluster(PartyId self, const std::vector<PartyAddress>& parties,
-                            const ConnectOptions& options);
-
-// Tests: a full mesh of connected socket pairs inside this process;
-// result[i] is party i's side. Plain (no keys).
-std::vector<Connections> local_socket_mesh(std::size_t parties);
-
-// A TCP port on `host` that is free right now (bind to port 0, close).
-std::uint16_t free_tcp_port(const std::string& host = "127.0.0.1");
-
-// Decodes the `count` frames of one plain record body; throws
-// Error(protocol) unless they fill it exactly (used by the transport and by
-// the fuzz target).
-std::vector<Frame> decode_record_body(std::span<const std::byte> body, std::uint32_t count);
-
-// A new Ed25519 key pair as PEM texts (secret, public).
-std::pair<std::string, std::string> generate_party_key();
 
 enum class TcpBackend { automatic, uring, asio };
 
@@ -184,36 +92,6 @@ class TcpTransport final : public Transport, public IoSource {
   std::string fallback_reason_;
   std::uint64_t wire_sent_ = 0;
   friend struct Impl;
-};
-
-// A link to emulate: one-way delay RTT/2 and serialization at `bytes_per_s`
-// (0: unlimited) per direction of every party pair.
-struct LinkSpec {
-  std::string name = "none";
-  double rtt_s = 0;
-  double bytes_per_s = 0;
-};
-// "lan" (377 MB/s, 0.3 ms RTT), "wan" (300 Mbit/s, 40 ms), "none", or a
-// custom "RTT_MS:MBYTES_PER_S" such as "10:100".
-LinkSpec link_named(const std::string& name);
-
-// Transport decorator: holds each batch until it would have crossed the
-// emulated link (serialized behind earlier batches on the same direction,
-// then RTT/2), then hands it to the inner transport. Timer-driven through the
-// event loop's TimerQueue: nothing sleeps while other work is runnable.
-class LinkEmulator final : public Transport {
- public:
-  LinkEmulator(Transport& inner, TimerQueue& timers, LinkSpec link)
-      : inner_(inner), timers_(timers), link_(std::move(link)) {}
-  void write(PartyId from, PartyId to, std::vector<Frame>&& batch) override;
-  std::string name() const override { return inner_.name() + "+emulated-" + link_.name; }
-  const LinkSpec& link() const noexcept { return link_; }
-
- private:
-  Transport& inner_;
-  TimerQueue& timers_;
-  LinkSpec link_;
-  std::map<std::pair<PartyId, PartyId>, SteadyClock::time_point> free_at_;
 };
 
 }  // namespace mpcache

@@ -5,7 +5,6 @@ module;
 export module mpcache.ops;
 export import :layout;
 export import :compare;
-export import :link_model;
 export import :reduce;
 export import :one_hot;
 export import :gather;

@@ -19,7 +19,6 @@ import mpcache.async;
 import mpcache.proto;
 import :layout;
 import :compare;
-import :link_model;
 
 export namespace mpcache::ops {
 
@@ -52,7 +51,7 @@ inline double tournament_group_words(std::size_t m, int width = ring_bits) {
 // rounds x RTT + bytes / bandwidth on `link` (by default the paper's LAN)
 // for `rows` rows of length n: a shortest path over the remaining lengths.
 inline std::vector<std::size_t> tournament_plan(std::size_t rows, std::size_t n, int width = ring_bits,
-                                                const LinkModel& link = {}) {
+                                                const Link& link = lan_link()) {
   // A level's rounds and words per group, by group size (computed once).
   std::vector<double> level_rounds(tournament_max_group + 1), group_words(tournament_max_group + 1);
   for (std::size_t m = 2; m <= std::min(n, tournament_max_group); ++m) {

@@ -30,7 +30,6 @@ import :layout;
 import :compare;
 import :one_hot;
 import :reduce;
-import :link_model;
 
 export namespace mpcache::ops {
 
@@ -46,7 +45,7 @@ struct TopKCost {
   std::uint64_t rounds = 0;
   std::array<std::uint64_t, 3> bytes{};  // payload sent by each party, rss3
   std::uint64_t max_bytes() const { return std::max({bytes[0], bytes[1], bytes[2]}); }
-  double seconds(const LinkModel& link) const {
+  double seconds(const Link& link) const {
     return link.seconds(static_cast<double>(rounds), static_cast<double>(max_bytes()));
   }
 };
@@ -235,7 +234,7 @@ inline TopKCost topk_rank_cost(std::size_t n, std::size_t k, int width = ring_bi
 }
 
 // `automatic` becomes the method with the lowest modelled time on `link`.
-inline TopKMethod resolve_topk_method(TopKMethod method, std::size_t n, std::size_t k, const LinkModel& link,
+inline TopKMethod resolve_topk_method(TopKMethod method, std::size_t n, std::size_t k, const Link& link,
                                       int width = ring_bits) {
   if (method != TopKMethod::automatic) return method;
   const double rank = topk_rank_cost(n, k, width).seconds(link);
@@ -360,7 +359,7 @@ typename P::Share swap_last_two(const typename P::Share& a) {
 // this file); the method is picked for it.
 template <Protocol P>
 Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
-                   TopKMethod method = TopKMethod::automatic, LinkModel link = {}, int width = ring_bits) {
+                   TopKMethod method = TopKMethod::automatic, Link link = lan_link(), int width = ring_bits) {
   const std::size_t n = P::shape(x).back();
   if constexpr (NativeReal<P>) {
     detail::check_topk(n, k);
@@ -444,7 +443,7 @@ Task<typename P::Share> argmax_onehot_last(P& p, typename P::Share x, int width 
 // the values: |x| < 2^(width-2) (see argmax_last and the top of this file).
 template <Protocol P>
 Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
-                                    TopKMethod method = TopKMethod::automatic, LinkModel link = {},
+                                    TopKMethod method = TopKMethod::automatic, Link link = lan_link(),
                                     int width = ring_bits) {
   const Shape shape = P::shape(x);
   const std::size_t n = shape.back();

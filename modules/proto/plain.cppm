@@ -6,7 +6,6 @@ module;
 export module mpcache.proto:plain;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 
 export namespace mpcache {
 

@@ -7,7 +7,6 @@ module;
 #include "prelude.hpp"
 export module mpcache.proto:prg;
 import mpcache.core;
-import mpcache.net;
 
 export namespace mpcache {
 

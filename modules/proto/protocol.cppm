@@ -13,7 +13,6 @@ module;
 export module mpcache.proto:protocol;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 
 export namespace mpcache {
 

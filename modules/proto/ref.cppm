@@ -18,7 +18,6 @@ module;
 export module mpcache.proto:ref;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 
 export namespace mpcache {
 

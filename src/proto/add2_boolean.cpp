@@ -6,7 +6,6 @@ module;
 module mpcache.proto;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 
 namespace mpcache {
 

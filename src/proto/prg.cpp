@@ -4,7 +4,6 @@ module;
 #include <openssl/evp.h>
 module mpcache.proto;
 import mpcache.core;
-import mpcache.net;
 
 namespace mpcache {
 

@@ -21,7 +21,6 @@ module;
 module mpcache.proto;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 
 namespace mpcache {
 

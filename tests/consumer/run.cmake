@@ -20,3 +20,13 @@ step(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G Ninja
      "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}")
 step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 step("${WORK_DIR}/build/consumer")
+# The installed CLI uses the installed model, not the source tree's.
+set(cli "${WORK_DIR}/stage/bin/mpcache")
+if(EXISTS "${cli}")
+  execute_process(COMMAND "${cli}" generate --help OUTPUT_VARIABLE help RESULT_VARIABLE rc)
+  set(model "${WORK_DIR}/stage/share/mpcache/model/austen-byte")
+  string(FIND "${help}" "${model}" at)
+  if(NOT rc EQUAL 0 OR at EQUAL -1 OR NOT EXISTS "${model}/model.safetensors")
+    message(FATAL_ERROR "installed mpcache does not default to ${model} (exit ${rc}):\n${help}")
+  endif()
+endif()

@@ -86,7 +86,7 @@ TEST_CASE("argmax rounds follow the tournament depth and the group size") {
     for (std::size_t m : plan) {
       const std::size_t mm = std::min(m, n), groups = (n + mm - 1) / mm;
       rounds += ops::tournament_level_rounds(mm, width);
-      seconds += ops::LinkModel{}.seconds(double(ops::tournament_level_rounds(mm, width)),
+      seconds += lan_link().seconds(double(ops::tournament_level_rounds(mm, width)),
                                           double(rows * groups) * ops::tournament_group_words(mm, width) * 8);
       n = groups;
     }

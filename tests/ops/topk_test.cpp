@@ -127,7 +127,7 @@ TEST_CASE("top-k costs: every method as its model says; the network 8 rounds per
 }
 
 TEST_CASE("the cost model picks ranks for small n on a LAN and the network for large n") {
-  const ops::LinkModel lan;
+  const Link lan = lan_link();
   CHECK(ops::topk_rank_cost(64, 16).seconds(lan) < ops::topk_network_cost(64, 16).seconds(lan));
   CHECK(ops::topk_network_cost(4096, 4096).seconds(lan) < ops::topk_rank_cost(4096, 4096).seconds(lan));
   // A quarter of 1024: the blocks stop at k.

@@ -47,9 +47,9 @@ std::vector<OpCase> micro_cases();
 // ops: micro plus comparisons, softmax, sort, top-k, one-hot, attention step.
 // paper-table2: token- vs cluster-wise top 25% with gathers.
 // `link` picks the top-k method (rank-based or network) by the cost model.
-std::vector<OpCase> preset_cases(const std::string& preset, const ops::LinkModel& link);
+std::vector<OpCase> preset_cases(const std::string& preset, const Link& link);
 // Names of a preset's cases, or of the one case called `name`; throws an
 // Error naming the valid choices otherwise.
-std::vector<OpCase> cases_named(const std::string& name, const ops::LinkModel& link);
+std::vector<OpCase> cases_named(const std::string& name, const Link& link);
 
 }  // namespace mpcache::bench

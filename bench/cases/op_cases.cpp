@@ -102,7 +102,7 @@ int bounded_width(int magnitude_bits) { return ops::comparison_width(FixedPoint{
 
 // Top-k values and indices (sort = top-n by the network); scores within +-16.
 OpCase topk_case(std::string name, const RingTensor& scores, std::size_t k, ops::TopKMethod method,
-                 ops::LinkModel link, std::string note) {
+                 Link link, std::string note) {
   return {std::move(name), k, std::move(note),
           case_body([scores, k, method, link]<class P>(P& p, PartyId id, CaseClock& clock) -> Task<bool> {
             auto a = co_await p.input(0, owned(0, id, scores), shape_of(scores));
@@ -170,7 +170,7 @@ OpCase attention_case() {
           })};
 }
 
-std::vector<OpCase> ops_only_cases(const ops::LinkModel& link) {
+std::vector<OpCase> ops_only_cases(const Link& link) {
   std::vector<OpCase> out;
   out.push_back(binary_case(
       "compare-100k", 100000, random_fixed({100000}, 11, -100, 100), random_fixed({100000}, 12, -100, 100),
@@ -202,7 +202,7 @@ std::vector<OpCase> ops_only_cases(const ops::LinkModel& link) {
 // one-hot matrices, concurrently. `-gather` cases start from secret indices
 // (one-hot + gather only, the paper's "token gathering").
 // Paper (3PC LAN): token-wise 4.78 s / 416 MB, cluster-wise 0.065 s / 1.125 MB.
-std::vector<OpCase> table2_cases(const ops::LinkModel& link) {
+std::vector<OpCase> table2_cases(const Link& link) {
   constexpr std::size_t tokens = 1024, clusters = 64, per_cluster = tokens / clusters, dim = 128;
   const RingTensor keys = random_fixed({tokens, dim}, 21, -2, 2);
   const RingTensor values = random_fixed({tokens, dim}, 22, -2, 2);
@@ -300,7 +300,7 @@ std::vector<OpCase> micro_cases() {
   return out;
 }
 
-std::vector<OpCase> preset_cases(const std::string& preset, const ops::LinkModel& link) {
+std::vector<OpCase> preset_cases(const std::string& preset, const Link& link) {
   if (preset == "micro") return micro_cases();
   if (preset == "ops") {
     auto out = micro_cases();
@@ -311,7 +311,7 @@ std::vector<OpCase> preset_cases(const std::string& preset, const ops::LinkModel
   throw Error(ErrorCode::invalid_argument, "unknown preset '" + preset + "' (micro, ops, paper-table2)");
 }
 
-std::vector<OpCase> cases_named(const std::string& name, const ops::LinkModel& link) {
+std::vector<OpCase> cases_named(const std::string& name, const Link& link) {
   if (name == "micro" || name == "ops" || name == "paper-table2") return preset_cases(name, link);
   std::string names;
   for (const char* preset : {"ops", "paper-table2"})

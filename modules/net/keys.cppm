@@ -1,0 +1,12 @@
+// Party keys: the long-term Ed25519 key pair each party of an encrypted
+// cluster holds; peers pin its public half (see ConnectOptions).
+module;
+#include "prelude.hpp"
+export module mpcache.net:keys;
+
+export namespace mpcache {
+
+// A new Ed25519 key pair as PEM texts (secret, public).
+std::pair<std::string, std::string> generate_party_key();
+
+}  // namespace mpcache

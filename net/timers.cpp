@@ -1,0 +1,28 @@
+// Timers (see modules/net/timers.cppm).
+module;
+#include "prelude.hpp"
+#include <thread>
+module mpcache.net;
+
+namespace mpcache {
+
+std::size_t TimerQueue::fire_due() {
+  std::size_t n = 0;
+  const auto now = SteadyClock::now();
+  while (!timers_.empty() && timers_.begin()->first <= now) {
+    auto fn = std::move(timers_.begin()->second);
+    timers_.erase(timers_.begin());
+    fn();
+    ++n;
+  }
+  return n;
+}
+
+void TimerLoop::poll(bool block) {
+  if (block) {
+    if (auto next = timers_.next()) std::this_thread::sleep_until(*next);
+  }
+  timers_.fire_due();
+}
+
+}  // namespace mpcache
