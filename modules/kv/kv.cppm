@@ -1,6 +1,6 @@
 // mpcache.kv: KV-cache policies behind one Policy concept (MPCache and the
 // baselines it is measured against), generic over the Protocol; one policy
-// per partition.
+// per partition, and make_policy() to pick one by name.
 module;
 #include "prelude.hpp"
 export module mpcache.kv;
@@ -17,3 +17,4 @@ export import :infllm;
 export import :quest;
 export import :mpcache;
 export import :any_policy;
+export import :named;
