@@ -85,9 +85,8 @@ std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
 }
 
 void check_policy_name(const std::string& name) {
-  static const std::set<std::string> known = {"full",     "streaming_llm", "h2o",   "tova",
-                                              "snapkv",   "longcache",     "quest", "infllm"};
-  if (mpcache_variant(name) || known.count(name)) return;
+  const auto& known = kv::policy_names();
+  if (mpcache_variant(name) || std::find(known.begin(), known.end(), name) != known.end()) return;
   throw Error(ErrorCode::invalid_argument, "fidelity: unknown policy '" + name + "'");
 }
 

@@ -66,14 +66,7 @@ std::optional<kv::AnyPolicy<Q>> make_policy(const std::string& name, std::size_t
   check_policy_name(name);
   const auto mpcache_options = mpcache_variant(name);
   try {
-    if (name == "full") return kv::AnyPolicy<Q>(kv::FullCache<Q>{});
-    if (name == "streaming_llm") return kv::AnyPolicy<Q>(kv::StreamingLlm<Q>(budget));
-    if (name == "h2o") return kv::AnyPolicy<Q>(kv::H2O<Q>(budget));
-    if (name == "tova") return kv::AnyPolicy<Q>(kv::Tova<Q>(budget));
-    if (name == "snapkv") return kv::AnyPolicy<Q>(kv::SnapKv<Q>(budget));
-    if (name == "longcache") return kv::AnyPolicy<Q>(kv::LongCache<Q>(budget));
-    if (name == "quest") return kv::AnyPolicy<Q>(kv::Quest<Q>(budget));
-    if (name == "infllm") return kv::AnyPolicy<Q>(kv::InfLlm<Q>(budget));
+    if (!mpcache_options) return kv::make_policy<Q>(name, budget);
     return kv::AnyPolicy<Q>(kv::MpCache<Q>(budget, *mpcache_options));
   } catch (const Error& e) {
     std::fprintf(stderr, "fidelity: skipping %s at %zu tokens: %s\n", name.c_str(), budget, e.what());

@@ -68,7 +68,7 @@ ModelConfig gpt2_124m() {
 // One policy arm of a preset.
 struct Arm {
   std::string label;   // in rows and plots
-  std::string policy;  // full | longcache | mpcache
+  std::string policy;  // full | longcache | mpcache (the paper's options) | any kv::policy_names()
   double budget = 0;   // fraction of the sequence length (0: none)
   kv::MpCacheOptions options = kv::MpCacheOptions::paper();
 };
@@ -248,7 +248,9 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
     kv::HeadCache<P> head{co_await secret({r.length, d}), co_await secret({r.length, d})};
     decoder.start_from_cache(policy, std::vector<std::vector<kv::HeadCache<P>>>(r.config.num_layers, {kvh, head}),
                              r.length);
-    if constexpr (std::is_same_v<Pol, kv::MpCache<P>>) {
+    constexpr bool is_mpcache = std::is_same_v<Pol, kv::MpCache<P>>;
+    bool state_prepared = false;
+    if constexpr (is_mpcache) {
       if (r.length > r.evict_up_to) {
         // The state static eviction leaves, prepared: kept rows of random
         // shares at positions 0..keep-1; summaries computed and counted.
@@ -262,18 +264,23 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
           co_await policy.start_evicted(p, l, r.length, std::vector<kv::HeadCache<P>>(kvh, kept),
                                         std::vector<typename P::Share>(kvh, positions));
         mark(prefilled);
-      } else {
-        // Static eviction for real, over zero attention weights.
-        const std::vector<typename P::Share> probs(
-            kvh, ops::public_share(p, head.keys, ring_zeros({group * r.length, r.length})));
-        mark(start);
-        for (std::size_t l = 0; l < r.config.num_layers; ++l) {
-          kv::PrefillView<P> view{l, r.length, group, &probs, &decoder.cache()[l]};
-          auto scope = cost_scope(p, CostTag::eviction);
-          co_await policy.after_prefill(p, view);
-        }
-        mark(prefilled);
+        state_prepared = true;
       }
+    }
+    if (state_prepared) {
+      // done above
+    } else if constexpr (is_mpcache || std::is_same_v<Pol, kv::AnyPolicy<P>>) {
+      // The policy's look at the prompt for real, over zero attention
+      // weights: MPCache's static eviction, or any policy named in --policies.
+      const std::vector<typename P::Share> probs(
+          kvh, ops::public_share(p, head.keys, ring_zeros({group * r.length, r.length})));
+      mark(start);
+      for (std::size_t l = 0; l < r.config.num_layers; ++l) {
+        kv::PrefillView<P> view{l, r.length, group, &probs, &decoder.cache()[l]};
+        auto scope = cost_scope(p, CostTag::eviction);
+        co_await policy.after_prefill(p, view);
+      }
+      mark(prefilled);
     } else {
       mark(start);  // full cache, LongCache: nothing to look at
       mark(prefilled);
@@ -313,7 +320,8 @@ std::vector<json> measure(const Run& r) {
         kv::MpCache<P> policy(budget, r.arm.options);
         co_await party(r, p, id, policy, mark, start, prefilled, steps);
       } else {
-        throw Error(ErrorCode::invalid_argument, "paper presets: unknown policy " + r.arm.policy);
+        auto policy = kv::make_policy<P>(r.arm.policy, budget);
+        co_await party(r, p, id, policy, mark, start, prefilled, steps);
       }
     };
     if (r.protocol == "add2") {
@@ -339,7 +347,8 @@ std::vector<json> measure(const Run& r) {
                {"arm", r.arm.label},
                {"budget_tokens", r.arm.policy == "full" ? r.length : budget_tokens_of(r)},
                {"cache", r.real_prefill                 ? "prefill"
-                         : r.arm.policy != "mpcache"     ? "prepared"
+                         : r.arm.policy == "full" || r.arm.policy == "longcache" ? "prepared"
+                         : r.arm.policy != "mpcache"     ? "prepared, the policy's look at zero attention"
                          : r.length <= r.evict_up_to     ? "prepared, static eviction run"
                                                          : "prepared, eviction state prepared (not run)"},
                {"parties", r.protocol == "add2" ? "in-process, 2 online + dealer" : "in-process"},
@@ -444,10 +453,29 @@ std::vector<Run> plan(const Settings& s) {
       for (const Arm& a : std::vector<Arm>{{"full cache", "full"}, {"MPCache 10%", "mpcache", 0.10, paper_defaults()}})
         runs.push_back({proto, s.preset, "gpt2-124m", c, t, a, true, true, s.steps});
   }
-  if (!s.policies.empty())
+  if (!s.policies.empty()) {
+    // A named policy the preset has no arm of runs at the preset's smallest
+    // budget (the full cache's arms have none: 10%), after the preset's arms
+    // of each length.
+    std::vector<Run> extra;
+    for (const auto& name : s.policies) {
+      if (std::any_of(runs.begin(), runs.end(), [&](const Run& r) { return r.arm.policy == name; })) continue;
+      double budget = 0;
+      for (const Run& r : runs)
+        if (r.arm.budget > 0) budget = budget == 0 ? r.arm.budget : std::min(budget, r.arm.budget);
+      for (const Run& r : runs) {
+        if (r.arm.policy != runs.front().arm.policy || r.arm.label != runs.front().arm.label) continue;
+        Run x = r;
+        x.arm = {name + " " + std::to_string(int(std::lround((budget > 0 ? budget : 0.10) * 100))) + "%", name,
+                 budget > 0 ? budget : 0.10};
+        extra.push_back(std::move(x));
+      }
+    }
     std::erase_if(runs, [&](const Run& r) {
       return std::find(s.policies.begin(), s.policies.end(), r.arm.policy) == s.policies.end();
     });
+    runs.insert(runs.end(), extra.begin(), extra.end());
+  }
   return runs;
 }
 
@@ -465,9 +493,11 @@ int paper_main(int argc, char** argv) {
   app.add_option("--layers", s.layers, "override the layer count (smoke runs)")->check(CLI::Range(1, 128));
   app.add_option("--vocab", s.vocab, "override the vocabulary size (smoke runs)")->check(CLI::Range(16, 1 << 20));
   app.add_option("--steps", s.steps, "decode steps per run; the first is reported apart")->check(CLI::Range(1, 64));
-  app.add_option("--policies", s.policies, "only the arms of these policies (full, longcache, mpcache)")
+  app.add_option("--policies", s.policies,
+                 "only the arms of these policies (the presets' are full, longcache and mpcache; any other policy "
+                 "runs at the preset's smallest budget)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"full", "longcache", "mpcache"}));
+      ->check(CLI::IsMember(kv::policy_names()));
   app.add_option("--evict-up-to", s.evict_up_to,
                  "prepared caches: MPCache runs static eviction up to this length; above it, its state is "
                  "prepared (eviction is quadratic in the length and not part of a decode step)");

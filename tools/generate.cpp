@@ -148,7 +148,7 @@ json float64_check(const GenerateOptions& o, const std::vector<std::uint32_t>& p
   Ref p;
   auto weights = sync_wait(scheduler, load_decoder(p, c, weights_from_file(o.model_dir + "/model.safetensors", unused_weights(o))));
   Decoder<Ref> decoder(weights);
-  auto policy = generation_policy<Ref>(o.policy, o.budget);
+  auto policy = kv::make_policy<Ref>(o.policy, o.budget);
   const auto steps = sync_wait(scheduler, teacher_forced_logits(p, decoder, policy, prompt, chosen));
   std::size_t exact = 0, near = 0;
   double worst_gap = 0;
@@ -250,7 +250,7 @@ void print_header(const GenerateOptions& o, const std::string& where, const std:
   std::printf("mpcache generate: private greedy decoding under %s, %s\n",
               o.protocol == "add2" ? "add2 (2 parties, party 2 deals)" : "rss3", where.c_str());
   std::printf("  model %s, policy %s", o.model_dir.c_str(), o.policy.c_str());
-  if (o.policy.starts_with("mpcache")) std::printf(" (budget %zu tokens per KV head)", o.budget);
+  if (o.policy != "full") std::printf(" (budget %zu tokens per KV head)", o.budget);
   std::printf(", %s truncation", o.truncation.c_str());
   std::string shown = escaped(prompt);
   if (shown.size() > 160) shown = shown.substr(0, 120) + "..." + shown.substr(shown.size() - 37);
@@ -503,7 +503,7 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
   (void)parse_backend(o.transport);
   (void)parse_generation_protocol(o.protocol);
   if (o.budget == 0) throw Error(ErrorCode::invalid_argument, "--budget must be at least 1 token");
-  (void)generation_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
+  (void)kv::make_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
   // The model's shape is public: every party reads config.json first.
   const ModelConfig c = ModelConfig::from_json_file(o.model_dir + "/config.json");
 

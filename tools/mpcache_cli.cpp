@@ -53,9 +53,10 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--prompt-file", gen.prompt_file, "read the client's prompt from this file (instead of --prompt)")
       ->excludes(prompt_opt);
   gen_cmd->add_option("--tokens", gen.tokens, "bytes to generate")->check(CLI::Range(1, 4096));
-  gen_cmd->add_option("--policy", gen.policy, "KV-cache policy: mpcache (our defaults), mpcache-paper (the paper's) or full")
-      ->check(CLI::IsMember({"mpcache", "mpcache-paper", "full"}));
-  gen_cmd->add_option("--budget", gen.budget, "MPCache: tokens attended per KV head per step")
+  gen_cmd->add_option("--policy", gen.policy,
+                      "KV-cache policy: mpcache (our defaults), mpcache-paper (the paper's), full or a baseline")
+      ->check(CLI::IsMember(mpcache::kv::policy_names()));
+  gen_cmd->add_option("--budget", gen.budget, "tokens attended per KV head per step (all policies but full)")
       ->check(CLI::Range(1, 1 << 20));
   gen_cmd->add_option("--protocol", gen.protocol,
                       "rss3 (3 parties, honest majority; default) or add2 (parties 0 and 1 online, party 2 the "
@@ -98,8 +99,8 @@ int main(int argc, char** argv) {
   decode_cmd->add_option("--tokens", decode.tokens, "bytes to generate")->check(CLI::Range(1, 256));
   decode_cmd->add_option("--budget", decode.budget, "tokens attended per KV head per step (MPCache; at least 3 clusters)")
       ->check(CLI::Range(1, 1 << 20));
-  decode_cmd->add_option("--policy", decode.policy, "mpcache, mpcache-paper or full")
-      ->check(CLI::IsMember({"mpcache", "mpcache-paper", "full"}));
+  decode_cmd->add_option("--policy", decode.policy, mpcache::kv::policy_name_list())
+      ->check(CLI::IsMember(mpcache::kv::policy_names()));
   decode_cmd->add_option("--truncation", decode.truncation, truncation_help)
       ->check(CLI::IsMember({"exact", "probabilistic"}));
   decode_cmd->add_flag("--allow-unused-weights", decode.allow_unused_weights,

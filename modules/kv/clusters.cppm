@@ -4,8 +4,10 @@
 // once, when a cluster is complete. The newest tokens (1..s of them: the
 // last cluster is never counted complete until a newer token exists) form
 // the tail, which selections always include, so the current token is always
-// attended. Gathering clusters is one one-hot over C clusters and one matmul
-// (the paper's cluster-wise gather), not a token-wise gather.
+// attended. Gathering clusters is one one-hot over C clusters and one
+// ops::cluster_gather (the paper's cluster-wise gather, one matmul) of a
+// table whose rows are each token's [key | value | position], not a
+// token-wise gather. InfLLM's blocks and MPCache's clusters use the same.
 module;
 #include "prelude.hpp"
 export module mpcache.kv:clusters;
@@ -17,6 +19,35 @@ import mpcache.ops;
 import :policy;
 
 export namespace mpcache::kv {
+
+// Tokens (n*s, d), (n*s, d), (n*s) cut into n blocks of s: (n, s, 2d + 1),
+// each token's [key | value | position] (one table, so one gather moves all
+// three).
+template <Protocol P>
+typename P::Share token_blocks(const typename P::Share& keys, const typename P::Share& values,
+                               const typename P::Share& positions, std::size_t s) {
+  const std::size_t m = P::shape(keys).at(0), d = P::shape(keys).at(1);
+  auto table = ops::concat_last<P>(ops::concat_last<P>(keys, values), ops::reshape<P>(positions, {m, 1}));
+  return ops::reshape<P>(table, {m / s, s, 2 * d + 1});
+}
+
+// Token rows (m, 2d + 1) of such a table -> a one-head selection.
+template <Protocol P>
+Selection<P> unpack_tokens(const typename P::Share& table_rows) {
+  const std::size_t m = P::shape(table_rows).at(0), d = (P::shape(table_rows).at(1) - 1) / 2;
+  Selection<P> out;
+  out.keys.push_back(ops::slice_last<P>(table_rows, 0, d));
+  out.values.push_back(ops::slice_last<P>(table_rows, d, 2 * d));
+  out.positions.push_back(ops::reshape<P>(ops::slice_last<P>(table_rows, 2 * d, 2 * d + 1), {m}));
+  return out;
+}
+
+// The blocks of `table` (n, s, 2d + 1) picked by one-hot rows (k, n): one
+// matmul (ops::cluster_gather) -> a one-head selection of k*s tokens.
+template <Protocol P>
+Task<Selection<P>> gather_blocks(P& p, const typename P::Share& hot, const typename P::Share& table) {
+  co_return unpack_tokens<P>(co_await ops::cluster_gather(p, hot, table));
+}
 
 template <Protocol P>
 struct ClusterList {
@@ -76,21 +107,24 @@ struct ClusterList {
     summarised = f;
   }
 
-  // Clusters at secret ids (k) -> keys, values (k*s, d) and positions (k*s).
-  Task<Selection<P>> gather(P& p, const Share& ids) {
-    const std::size_t f = complete(), s = size, d = P::shape(*keys).at(1);
-    const std::size_t k = P::shape(ids).at(0);
-    auto hot = co_await ops::one_hot(p, ids, f);  // (k, F)
-    auto flat_k = ops::reshape<P>(rows<P>(*keys, 0, f * s), {f, s * d});
-    auto flat_v = ops::reshape<P>(rows<P>(*values, 0, f * s), {f, s * d});
-    auto flat_p = ops::reshape<P>(ops::slice_last<P>(*positions, 0, f * s), {f, s});
-    P p1 = p.fork(), p2 = p.fork(), p3 = p.fork();
-    auto [gk, gv, gp] = co_await when_all(p1.matmul(hot, flat_k), p2.matmul(hot, flat_v), p3.matmul(hot, flat_p));
-    Selection<P> out;
-    out.keys.push_back(ops::reshape<P>(gk, {k * s, d}));
-    out.values.push_back(ops::reshape<P>(gv, {k * s, d}));
-    out.positions.push_back(ops::reshape<P>(gp, {k * s}));
-    co_return out;
+  // Clusters [0, f) as (f, s, 2d + 1): each token's [key | value | position].
+  Share table(std::size_t f) const {
+    const std::size_t s = size;
+    return token_blocks<P>(rows<P>(*keys, 0, f * s), rows<P>(*values, 0, f * s),
+                           ops::slice_last<P>(*positions, 0, f * s), s);
+  }
+
+  // Clusters picked by one-hot rows (k, f) over clusters [0, f) -> keys,
+  // values (k*s, d) and positions (k*s).
+  Task<Selection<P>> gather_hot(P& p, const Share& hot) const {
+    auto picked = table(P::shape(hot).at(1));
+    co_return co_await gather_blocks(p, hot, picked);
+  }
+
+  // Clusters at secret ids (k) among the complete ones.
+  Task<Selection<P>> gather(P& p, const Share& ids) const {
+    auto hot = co_await ops::one_hot(p, ids, complete());  // (k, F)
+    co_return co_await gather_hot(p, hot);
   }
 };
 
@@ -129,58 +163,5 @@ typename P::Share tile_row(const typename P::Share& row, std::size_t n) {
     return out;
   });
 }
-
-// Quest: pages of the full cache, top pages by the per-dimension upper bound.
-template <Protocol P>
-class Quest {
- public:
-  explicit Quest(std::size_t budget, std::size_t page = 16) : budget_(budget), page_(page) {
-    if (budget_ < 2 * page_) throw Error(ErrorCode::invalid_argument, "Quest: budget below two pages");
-  }
-  std::string name() const { return "quest"; }
-  void reset(std::size_t layers, std::size_t heads) {
-    lists_.assign(layers, std::vector<ClusterList<P>>(heads));
-    for (auto& l : lists_)
-      for (auto& c : l) c.size = page_;
-  }
-  Task<void> after_prefill(P&, const PrefillView<P>&) { co_return; }
-  Task<Selection<P>> select(P& p, const StepView<P>& step) {
-    const std::size_t t = step.position + 1;
-    Selection<P> s;
-    for (std::size_t j = 0; j < step.cache->size(); ++j) {
-      auto& list = lists_[step.layer][j];
-      list.append_rows(p, (*step.cache)[j], list.length, t);
-      const std::size_t f = list.complete(), k = (budget_ - page_) / page_;
-      if (f <= k) {
-        push_head(s, list_rows(list, 0, t));
-        continue;
-      }
-      co_await list.summarise(p);
-      const auto& q = (*step.queries)[j];
-      const std::size_t g = P::shape(q).at(0), d = P::shape(q).at(1);
-      std::optional<typename P::Share> bound;
-      for (std::size_t h = 0; h < g; ++h) {
-        auto qh = tile_row<P>(rows<P>(q, h, h + 1), f);
-        P pa = p.fork(), pb = p.fork();
-        auto [a, b] = co_await when_all(pa.mul_trunc(qh, *list.max_keys), pb.mul_trunc(qh, *list.min_keys));
-        auto a_less = co_await ops::less_than_bits(p, a, b);
-        auto m = co_await ops::select_by_bit(p, a_less, b, a);
-        auto ub = ops::reshape<P>(ops::sum_last<P>(m), {f});
-        bound = bound ? p.add(*bound, ub) : ub;
-      }
-      (void)d;
-      auto top = co_await ops::topk(p, *bound, k);
-      auto one = co_await list.gather(p, top.indices);
-      append_list_rows(list, list.tail_begin(), list.length, one);
-      push_head(s, std::move(one));
-    }
-    co_return s;
-  }
-  Task<void> observe(P&, const StepView<P>&, const std::vector<typename P::Share>&) { co_return; }
-
- private:
-  std::size_t budget_, page_;
-  std::vector<std::vector<ClusterList<P>>> lists_;
-};
 
 }  // namespace mpcache::kv

@@ -6,6 +6,7 @@
 // Prompt blocks take their representative scores from the prefill attention
 // (rows from the block start to block end + local window); blocks formed
 // while decoding take them from the attention observed at decode steps.
+// Blocks are gathered like clusters (:clusters, ops::cluster_gather).
 module;
 #include "prelude.hpp"
 export module mpcache.kv:infllm;
@@ -15,7 +16,8 @@ import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 import :policy;
-import :baselines;
+import :selection;
+import :clusters;
 
 export namespace mpcache::kv {
 
@@ -73,14 +75,12 @@ class InfLlm {
         auto rel = co_await p.matmul_trunc(ops::reshape<P>(q, {1, d}), transpose<P>(*st.summary));
         auto top = co_await ops::topk(p, ops::reshape<P>(rel, {blocks}), k);
         auto hot = co_await ops::one_hot(p, top.indices, blocks);  // (k, blocks)
-        auto flat_k = ops::reshape<P>(rows<P>(hc.keys, sinks_, loose_begin), {blocks, block_ * d});
-        auto flat_v = ops::reshape<P>(rows<P>(hc.values, sinks_, loose_begin), {blocks, block_ * d});
-        auto flat_p = ops::reshape<P>(public_range(p, hc.keys, sinks_, loose_begin), {blocks, block_});
-        P p1 = p.fork(), p2 = p.fork(), p3 = p.fork();
-        auto [gk, gv, gp] = co_await when_all(p1.matmul(hot, flat_k), p2.matmul(hot, flat_v), p3.matmul(hot, flat_p));
-        k_sel = stack_rows<P>(k_sel, ops::reshape<P>(gk, {k * block_, d}));
-        v_sel = stack_rows<P>(v_sel, ops::reshape<P>(gv, {k * block_, d}));
-        pos = ops::concat_last<P>(pos, ops::reshape<P>(gp, {k * block_}));
+        auto table = token_blocks<P>(rows<P>(hc.keys, sinks_, loose_begin), rows<P>(hc.values, sinks_, loose_begin),
+                                     public_range(p, hc.keys, sinks_, loose_begin), block_);
+        auto picked = co_await gather_blocks(p, hot, table);
+        k_sel = stack_rows<P>(k_sel, picked.keys[0]);
+        v_sel = stack_rows<P>(v_sel, picked.values[0]);
+        pos = ops::concat_last<P>(pos, picked.positions[0]);
       }
       detail::append_rows(p, hc, loose_begin, t, k_sel, v_sel, pos);
       st.last = pos;

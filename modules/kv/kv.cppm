@@ -1,11 +1,20 @@
 // mpcache.kv: KV-cache policies behind one Policy concept (MPCache and the
-// baselines it is measured against), generic over the Protocol.
+// baselines it is measured against), generic over the Protocol; one policy
+// per partition, and make_policy() to pick one by name.
 module;
 #include "prelude.hpp"
 export module mpcache.kv;
 export import :policy;
-export import :baselines;
+export import :selection;
 export import :clusters;
+export import :full_cache;
+export import :streaming_llm;
+export import :h2o;
+export import :tova;
+export import :snapkv;
+export import :longcache;
+export import :infllm;
+export import :quest;
 export import :mpcache;
 export import :any_policy;
-export import :infllm;
+export import :named;

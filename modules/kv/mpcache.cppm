@@ -342,38 +342,13 @@ class MpCache {
     co_return co_await p.matmul(matrix, table);
   }
 
-  // Clusters [0, f) of a list as rows (f, s * (2d + 1)): [keys | values | positions].
-  static Share cluster_table(const ClusterList<P>& list, std::size_t f) {
-    const std::size_t s = list.size, d = P::shape(*list.keys).at(1);
-    auto k = ops::reshape<P>(rows<P>(*list.keys, 0, f * s), {f, s * d});
-    auto v = ops::reshape<P>(rows<P>(*list.values, 0, f * s), {f, s * d});
-    auto pos = ops::reshape<P>(ops::slice_last<P>(*list.positions, 0, f * s), {f, s});
-    return ops::concat_last<P>(ops::concat_last<P>(k, v), pos);
-  }
-
-  // Gathered cluster rows (k, s * (2d + 1)) -> a one-head selection.
-  static Selection<P> unpack(const Share& g, std::size_t s, std::size_t d) {
-    const std::size_t k = P::shape(g).at(0);
-    Selection<P> out;
-    out.keys.push_back(ops::reshape<P>(ops::slice_last<P>(g, 0, s * d), {k * s, d}));
-    out.values.push_back(ops::reshape<P>(ops::slice_last<P>(g, s * d, 2 * s * d), {k * s, d}));
-    out.positions.push_back(ops::reshape<P>(ops::slice_last<P>(g, 2 * s * d, 2 * s * d + s), {k * s}));
-    return out;
-  }
-
-  Task<Selection<P>> gather_hot(P& p, const ClusterList<P>& list, const Share& hot) {
-    const std::size_t f = P::shape(hot).at(1), d = P::shape(*list.keys).at(1);
-    auto g = co_await p.matmul(hot, cluster_table(list, f));
-    co_return unpack(g, list.size, d);
-  }
-
   Task<void> prefetch_head(P& p, std::size_t layer, std::size_t j, std::size_t position) {
     State& st = state_[layer][j];
     const State& own = state_[layer - 1][j];
     if (!own.hot || own.decided_at != position || !st.list.keys) co_return;
     const std::size_t f = own.picked_from;
     if (st.list.length < f * st.list.size) co_return;
-    st.prefetched = co_await gather_hot(p, st.list, *own.hot);
+    st.prefetched = co_await st.list.gather_hot(p, *own.hot);
     st.prefetch_position = position;
   }
 
@@ -399,7 +374,7 @@ class MpCache {
         if (st.prefetched && st.prefetch_position == step.position) {
           gathered = std::move(*st.prefetched);
         } else {
-          gathered = co_await gather_hot(p, list, *own.hot);
+          gathered = co_await list.gather_hot(p, *own.hot);
         }
         st.last_ids = own.last_ids;
       }
@@ -570,7 +545,7 @@ class MpCache {
     if (!o_.hierarchical || argmax || c < 2 || f - 1 <= o_.flat_up_to) {
       auto sim = co_await similarity(p, query, rows<P>(*st.fine, 1, f));
       auto hot = after_first(p, co_await top_onehot(p, sim, k));  // (k, f)
-      auto g = co_await gather_hot(p, list, hot);
+      auto g = co_await list.gather_hot(p, hot);
       co_return std::pair{std::move(hot), std::move(g)};
     }
     // Coarse level over coarse clusters 1..c-1 (coarse 0 holds the first cluster).
@@ -599,13 +574,15 @@ class MpCache {
     const std::size_t w = P::shape(*st.fine).at(1);
     // (st.fine may hold more than f rows: a cluster the current token just
     // filled is summarised but is still the tail.)
-    auto both = co_await p.matmul(cand, ops::concat_last<P>(rows<P>(*st.fine, 0, f), cluster_table(list, f)));
+    const std::size_t row = s * (2 * d + 1);  // one cluster's [key | value | position] rows, flat
+    auto both = co_await p.matmul(cand, ops::concat_last<P>(rows<P>(*st.fine, 0, f),
+                                                            ops::reshape<P>(list.table(f), {f, row})));
     auto fsim = co_await similarity(p, query, ops::slice_last<P>(both, 0, w));
     if (n < k) throw Error(ErrorCode::invalid_argument, "MPCache: coarse level left too few clusters");
     auto fhot = co_await top_onehot(p, fsim, k);  // (k, n)
     auto picked = co_await p.matmul(fhot, ops::concat_last<P>(cand, ops::slice_last<P>(both, w, P::shape(both).at(1))));
     auto hot = ops::slice_last<P>(picked, 0, f);
-    auto g = unpack(ops::slice_last<P>(picked, f, P::shape(picked).at(1)), s, d);
+    auto g = unpack_tokens<P>(ops::reshape<P>(ops::slice_last<P>(picked, f, f + row), {k * s, 2 * d + 1}));
     co_return std::pair{std::move(hot), std::move(g)};
   }
 

@@ -209,19 +209,6 @@ Task<std::vector<std::vector<double>>> teacher_forced_logits(Ref& p, Decoder<Ref
   co_return out;
 }
 
-// A policy by name: "mpcache" (MPCache with `budget` tokens per KV head per
-// step, our defaults), "mpcache-paper" (the paper's options) or "full" (the
-// whole cache).
-template <Protocol P>
-kv::AnyPolicy<P> generation_policy(const std::string& name, std::size_t budget) {
-  if (name == "full") return kv::AnyPolicy<P>(kv::FullCache<P>{});
-  if (name == "mpcache" || name == "mpcache-paper") {
-    if (budget == 0) throw Error(ErrorCode::invalid_argument, "policy " + name + ": budget must be at least 1 token");
-    return kv::AnyPolicy<P>(kv::MpCache<P>(budget, name == "mpcache" ? kv::MpCacheOptions{} : kv::MpCacheOptions::paper()));
-  }
-  throw Error(ErrorCode::invalid_argument, "unknown policy '" + name + "' (mpcache, mpcache-paper or full)");
-}
-
 // The secure backend of a generation: rss3 (three parties, honest
 // majority) or add2 (parties 0 and 1 online, party 2 the dealer).
 enum class GenerationProtocol { rss3, add2 };
@@ -325,7 +312,7 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
                                                 : no_weights();
   auto weights = co_await load_decoder(p, config, source, job.owner);
   Decoder<P> decoder(weights);
-  auto policy = generation_policy<P>(job.policy, job.budget);
+  auto policy = kv::make_policy<P>(job.policy, job.budget);
   GenerationResult result;
   result.prompt_length = header.prompt_length;
   result.new_tokens = header.new_tokens;

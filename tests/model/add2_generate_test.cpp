@@ -6,18 +6,13 @@ import mpcache;
 
 #include "../support/run_task.hpp"
 #include "../support/parties.hpp"
+#include "../support/fixture_generation.hpp"
 
 using namespace mpcache;
 
 namespace {
-const std::filesystem::path fixture = std::filesystem::path(MPCACHE_SOURCE_DIR) / "tools/model/fixture";
-
-std::vector<std::uint32_t> fixture_prompt() {
-  std::vector<std::uint32_t> tokens;
-  for (unsigned char ch : std::string("Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy"))
-    tokens.push_back(ch);
-  return tokens;
-}
+using testing::fixture_prompt;
+const std::filesystem::path fixture = testing::fixture_dir();
 
 // MPCache over the fixture: prefill 64 tokens, decode the rest; the last
 // logits, revealed (float64 on Ref).
@@ -46,23 +41,7 @@ Task<xt::xarray<double>> last_logits(P& p, PartyId owner) {
 }
 
 std::vector<std::uint32_t> generate_tokens(GenerationProtocol protocol, const std::string& policy) {
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
-  auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
-    GenerationJob job;
-    job.model_dir = fixture;
-    job.protocol = protocol;
-    job.policy = policy;
-    job.budget = 48;
-    job.new_tokens = 6;
-    job.rss3 = {.exact_truncation = true, .insecure_seed = 5};
-    job.add2 = {.exact_truncation = true, .insecure_seed = 5};
-    if (id == 0) job.prompt = fixture_prompt();
-    co_return co_await generate_party(network.endpoint(id), std::move(job));
-  });
-  CHECK(results[1].tokens.empty());  // the model owner learns no token
-  CHECK(results[2].tokens.empty());  // nor does the third party (the dealer under add2)
-  return results[0].tokens;
+  return testing::generate_on_fixture(protocol, policy, 48, 6);
 }
 }  // namespace
 

@@ -1,0 +1,72 @@
+// Quest (Tang et al. 2024): the full cache cut into pages of `page` tokens,
+// each with per-dimension key max and min (a ClusterList); per step the
+// pages with the highest upper bound sum_i max(q_i max_i, q_i min_i) summed
+// over the group's query heads, gathered whole, and the newest tokens.
+// The bound's max is a comparison per page and dimension (C * d of them);
+// page ids stay secret.
+module;
+#include "prelude.hpp"
+export module mpcache.kv:quest;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.ops;
+import :policy;
+import :clusters;
+
+export namespace mpcache::kv {
+
+template <Protocol P>
+class Quest {
+ public:
+  explicit Quest(std::size_t budget, std::size_t page = 16) : budget_(budget), page_(page) {
+    if (budget_ < 2 * page_) throw Error(ErrorCode::invalid_argument, "Quest: budget below two pages");
+  }
+  std::string name() const { return "quest"; }
+  void reset(std::size_t layers, std::size_t heads) {
+    lists_.assign(layers, std::vector<ClusterList<P>>(heads));
+    for (auto& l : lists_)
+      for (auto& c : l) c.size = page_;
+  }
+  Task<void> after_prefill(P&, const PrefillView<P>&) { co_return; }
+  Task<Selection<P>> select(P& p, const StepView<P>& step) {
+    const std::size_t t = step.position + 1;
+    Selection<P> s;
+    for (std::size_t j = 0; j < step.cache->size(); ++j) {
+      auto& list = lists_[step.layer][j];
+      list.append_rows(p, (*step.cache)[j], list.length, t);
+      const std::size_t f = list.complete(), k = (budget_ - page_) / page_;
+      if (f <= k) {
+        push_head(s, list_rows(list, 0, t));
+        continue;
+      }
+      co_await list.summarise(p);
+      const auto& q = (*step.queries)[j];
+      const std::size_t g = P::shape(q).at(0), d = P::shape(q).at(1);
+      std::optional<typename P::Share> bound;
+      for (std::size_t h = 0; h < g; ++h) {
+        auto qh = tile_row<P>(rows<P>(q, h, h + 1), f);
+        P pa = p.fork(), pb = p.fork();
+        auto [a, b] = co_await when_all(pa.mul_trunc(qh, *list.max_keys), pb.mul_trunc(qh, *list.min_keys));
+        auto a_less = co_await ops::less_than_bits(p, a, b);
+        auto m = co_await ops::select_by_bit(p, a_less, b, a);
+        auto ub = ops::reshape<P>(ops::sum_last<P>(m), {f});
+        bound = bound ? p.add(*bound, ub) : ub;
+      }
+      (void)d;
+      auto top = co_await ops::topk(p, *bound, k);
+      auto one = co_await list.gather(p, top.indices);
+      append_list_rows(list, list.tail_begin(), list.length, one);
+      push_head(s, std::move(one));
+    }
+    co_return s;
+  }
+  Task<void> observe(P&, const StepView<P>&, const std::vector<typename P::Share>&) { co_return; }
+
+ private:
+  std::size_t budget_, page_;
+  std::vector<std::vector<ClusterList<P>>> lists_;
+};
+
+}  // namespace mpcache::kv

@@ -1,0 +1,44 @@
+// Test support: private generation on the committed fixture model (LLaMA, 2
+// layers, hidden 16, bytes), the three parties in this process. Include
+// after the `import` lines and doctest; the test target defines
+// MPCACHE_SOURCE_DIR.
+#pragma once
+
+namespace mpcache::testing {
+
+inline std::filesystem::path fixture_dir() {
+  return std::filesystem::path(MPCACHE_SOURCE_DIR) / "tools/model/fixture";
+}
+
+// 78 bytes of Emma.
+inline std::vector<std::uint32_t> fixture_prompt() {
+  std::vector<std::uint32_t> tokens;
+  for (unsigned char ch : std::string("Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy"))
+    tokens.push_back(ch);
+  return tokens;
+}
+
+// generate_party at every party (exact truncation, seed 5): the client's
+// tokens; the other two parties must learn none.
+inline std::vector<std::uint32_t> generate_on_fixture(GenerationProtocol protocol, const std::string& policy,
+                                                      std::size_t budget, std::size_t tokens) {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
+    GenerationJob job;
+    job.model_dir = fixture_dir();
+    job.protocol = protocol;
+    job.policy = policy;
+    job.budget = budget;
+    job.new_tokens = tokens;
+    job.rss3 = {.exact_truncation = true, .insecure_seed = 5};
+    job.add2 = {.exact_truncation = true, .insecure_seed = 5};
+    if (id == 0) job.prompt = fixture_prompt();
+    co_return co_await generate_party(network.endpoint(id), std::move(job));
+  });
+  CHECK(results[1].tokens.empty());  // the model owner learns no token
+  CHECK(results[2].tokens.empty());  // nor does the third party (the dealer under add2)
+  return results[0].tokens;
+}
+
+}  // namespace mpcache::testing
