@@ -7,7 +7,6 @@ module;
 export module mpcache.kv:any_policy;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import :policy;
 

@@ -13,7 +13,6 @@ module;
 export module mpcache.kv:clusters;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 import :policy;

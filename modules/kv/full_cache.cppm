@@ -5,7 +5,6 @@ module;
 export module mpcache.kv:full_cache;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 import :policy;

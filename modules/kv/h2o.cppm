@@ -8,7 +8,6 @@ module;
 export module mpcache.kv:h2o;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 import :policy;

@@ -12,7 +12,6 @@ module;
 export module mpcache.kv:infllm;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 import :policy;

@@ -17,7 +17,6 @@ module;
 export module mpcache.kv:mpcache;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 import :policy;

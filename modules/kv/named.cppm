@@ -6,7 +6,6 @@ module;
 export module mpcache.kv:named;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import :policy;
 import :full_cache;

@@ -15,7 +15,6 @@ module;
 export module mpcache.kv:policy;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 

@@ -9,7 +9,6 @@ module;
 export module mpcache.kv:quest;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 import :policy;

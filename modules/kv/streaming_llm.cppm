@@ -7,7 +7,6 @@ module;
 export module mpcache.kv:streaming_llm;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 import :policy;

@@ -6,7 +6,6 @@ module;
 export module mpcache.kv:tova;
 import mpcache.core;
 import mpcache.async;
-import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 import :policy;

@@ -162,18 +162,19 @@ void check_policy_under_mpc(std::uint64_t seed, std::size_t budget) {
         }
       }
   };
-  auto rss3 = testing::run_rss3([&](Rss3& p) -> Task<Trace> {
-    auto policy = Make<Rss3>::make();
-    co_return co_await drive(p, policy, s);
-  }, Rss3Options{.insecure_seed = seed});
-  compare("rss3 party 0", rss3.results[0]);
-  CHECK(rss3.results[1].positions == rss3.results[0].positions);
-  auto add2 = testing::run_add2([&](Add2& p) -> Task<Trace> {
-    auto policy = Make<Add2>::make();
-    co_return co_await drive(p, policy, s);
-  }, Add2Options{.insecure_seed = seed});
-  compare("add2 party 0", add2.results[0]);
-  CHECK(add2.results[1].positions == add2.results[0].positions);
+  auto under = [&]<class Party>(const char* backend, const auto& options) {
+    using P = decltype(std::declval<Party&>().session());
+    auto run = testing::run_sessions<Party>(
+        [&](P& p) -> Task<Trace> {
+          auto policy = Make<P>::make();
+          co_return co_await drive(p, policy, s);
+        },
+        options);
+    compare(backend, run.results[0]);
+    CHECK(run.results[1].positions == run.results[0].positions);
+  };
+  under.template operator()<Rss3Party>("rss3 party 0", Rss3Options{.insecure_seed = seed});
+  under.template operator()<Add2Party>("add2 party 0", Add2Options{.insecure_seed = seed});
 }
 
 kv::MpCacheOptions small_clusters(kv::MpCacheOptions o) {
