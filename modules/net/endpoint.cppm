@@ -66,7 +66,7 @@ class Endpoint final : public TickListener {
     StreamId stream;
     CostTag tag;
     Frame frame;
-    bool link_failed = false;  // set instead of a frame when the peer is gone
+    bool unreceivable = false;  // set instead of a frame: peer gone or cancelled
     bool await_ready();
     void await_suspend(std::coroutine_handle<> h);
     std::vector<std::byte> await_resume();

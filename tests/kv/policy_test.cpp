@@ -118,10 +118,14 @@ std::vector<long> mpcache_reference(const Scene& s, std::size_t budget, const kv
     return sim;
   };
   auto top = [](const std::vector<std::pair<double, long>>& v, std::size_t n) {
-    auto w = v;
-    std::stable_sort(w.begin(), w.end(), [](auto& x, auto& y) { return x.first > y.first; });
+    // Stable by position in v (std::sort, not stable_sort: see topk_test.cpp).
+    std::vector<std::size_t> pos(v.size());
+    std::iota(pos.begin(), pos.end(), std::size_t{0});
+    std::sort(pos.begin(), pos.end(), [&](std::size_t a, std::size_t b) {
+      return v[a].first != v[b].first ? v[a].first > v[b].first : a < b;
+    });
     std::vector<long> out;
-    for (std::size_t i = 0; i < n; ++i) out.push_back(w[i].second);
+    for (std::size_t i = 0; i < n; ++i) out.push_back(v[pos[i]].second);
     return out;
   };
   const std::size_t c = f / 2;

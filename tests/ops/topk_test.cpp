@@ -17,8 +17,11 @@ std::vector<std::size_t> reference_order(const xt::xarray<double>& x, std::size_
   const std::size_t n = x.shape()[1];
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return x(row, a) > x(row, b); });
+  // std::sort with the tie-break spelled out: libstdc++-12's stable_sort uses
+  // get_temporary_buffer, which clang-19 flags as deprecated.
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return x(row, a) != x(row, b) ? x(row, a) > x(row, b) : a < b;
+  });
   return order;
 }
 

@@ -1,0 +1,35 @@
+#include "stop_on_signal.hpp"
+#include <csignal>
+#include <signal.h>
+
+namespace mpcache::tools {
+namespace {
+
+// The one thing a handler may touch.
+volatile std::sig_atomic_t noted_signal = 0;
+extern "C" void note_signal(int sig) { noted_signal = sig; }
+constexpr int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+}  // namespace
+
+StopOnSignal::StopOnSignal(Scheduler& scheduler) : scheduler_(scheduler) {
+  noted_signal = 0;
+  struct sigaction on_stop {};
+  on_stop.sa_handler = note_signal;
+  // No SA_RESTART: a blocking wait returns early, so the tick ends soon.
+  for (int sig : stop_signals) ::sigaction(sig, &on_stop, nullptr);
+  scheduler_.add_listener(this);
+}
+
+StopOnSignal::~StopOnSignal() {
+  scheduler_.remove_listener(this);
+  for (int sig : stop_signals) ::signal(sig, SIG_DFL);
+}
+
+int StopOnSignal::signal() const { return noted_signal; }
+
+void StopOnSignal::on_tick_end() {
+  if (noted_signal != 0 && !source_.stop_requested()) source_.request_stop();
+}
+
+}  // namespace mpcache::tools
