@@ -75,7 +75,8 @@ constexpr int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
 }  // namespace
 
 std::vector<PartyExit> run_party_processes(const std::vector<PartyProcess>& processes, int fault_party,
-                                           int limit_ms, bool* killed_late, int* stopped_by, int grace_ms) {
+                                           int limit_ms, bool* killed_late, int* stopped_by, int grace_ms,
+                                           const std::function<void(std::size_t)>& after_start) {
   using Clock = std::chrono::steady_clock;
   launcher_signal = 0;
   struct sigaction on_stop {};
@@ -111,6 +112,7 @@ std::vector<PartyExit> run_party_processes(const std::vector<PartyProcess>& proc
       kill_started();
       throw Error(ErrorCode::io, "cannot start party " + std::to_string(i) + " (" + args.at(0) + ")");
     }
+    if (after_start) after_start(i);
   }
   auto limit = Clock::now() + std::chrono::milliseconds(limit_ms);
   std::vector<int> status(n, -1);

@@ -3,6 +3,8 @@
 // waiting for the party processes (run_party_processes). Used by
 // `mpcache local` and `mpcache generate`.
 #pragma once
+#include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,8 +48,11 @@ struct PartyExit {
 // SIGINT, SIGTERM or SIGHUP while waiting is passed on to the parties, which
 // cancel their work together (StopOnSignal); any still running after
 // `grace_ms` are killed. `*stopped_by` gets that signal (0 if none).
+// `after_start(i)`, if given, runs once process i is started, before the
+// next one is (tests use it to play a stranger to a listening party).
 std::vector<PartyExit> run_party_processes(const std::vector<PartyProcess>& processes, int fault_party,
                                            int limit_ms, bool* killed_late = nullptr, int* stopped_by = nullptr,
-                                           int grace_ms = 10000);
+                                           int grace_ms = 10000,
+                                           const std::function<void(std::size_t)>& after_start = {});
 
 }  // namespace mpcache::tools

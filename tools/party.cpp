@@ -218,11 +218,6 @@ int run_keygen(const KeygenOptions& o) {
 
 namespace {
 
-// SIGINT/SIGTERM/SIGHUP while the launcher waits: stop the children and
-// leave through the normal path, so the key folder is removed.
-volatile std::sig_atomic_t stop_signal = 0;
-extern "C" void note_stop_signal(int sig) { stop_signal = sig; }
-
 // Tests (--stranger): what a stranger does to a listening party during
 // set-up: one connection that sends 16 bytes of garbage and one that stays
 // idle; both stay open until the job ends. Returns the sockets.
@@ -250,6 +245,36 @@ std::vector<int> play_stranger(std::uint16_t port, std::chrono::milliseconds wit
   return fds;
 }
 
+// Cases across parties: slowest party's latency, busiest party's bytes.
+json merge_cases(const json& parties, const Link& link) {
+  json cases = json::array();
+  const auto& first = parties[0]["cases"];
+  for (std::size_t k = 0; k < first.size(); ++k) {
+    double latency = 0;
+    std::uint64_t bytes_max = 0, bytes_total = 0, clock_before = 0, clock_after = 0;
+    for (const auto& r : parties) {
+      const auto& c = r["cases"][k];
+      latency = std::max(latency, c["latency_s"].get<double>());
+      bytes_max = std::max(bytes_max, c["bytes_sent"].get<std::uint64_t>());
+      bytes_total += c["bytes_sent"].get<std::uint64_t>();
+      clock_before = std::max(clock_before, c["clock_before"].get<std::uint64_t>());
+      clock_after = std::max(clock_after, c["clock_after"].get<std::uint64_t>());
+    }
+    // Rounds on the critical path: parties' clocks differ (one that only
+    // sends does not advance), so compare the highest ones.
+    const std::uint64_t rounds = clock_after - clock_before;
+    json c = {{"case", first[k]["case"]}, {"latency_s", latency}, {"bytes_max_party", bytes_max},
+              {"bytes_total", bytes_total}, {"rounds", rounds}};
+    if (link.name != "none") {
+      // The formula next to the measurement; compute = the unemulated
+      // run is not known here, so model_s counts link time only.
+      c["model_link_s"] = link.seconds(static_cast<double>(rounds), static_cast<double>(bytes_max));
+    }
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 }  // namespace
 
 int run_local(const LocalOptions& o, const std::string& self) {
@@ -261,64 +286,33 @@ int run_local(const LocalOptions& o, const std::string& self) {
   const LocalCluster cluster(o.insecure, o.timeout_ms);
   const std::string& dir = cluster.dir();
   const ClusterConfig config = read_cluster_config(cluster.config_path());
-  std::vector<pid_t> pids(3, -1);
-  std::vector<int> stranger_fds;
-  stop_signal = 0;
-  struct sigaction on_stop {};
-  on_stop.sa_handler = note_stop_signal;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &on_stop, nullptr);
+  std::vector<PartyProcess> processes;
   for (int i = 0; i < 3; ++i) {
-    std::vector<std::string> args = {self, "party", "--config", dir + "/cluster.json", "--id",
-                                     std::to_string(i), "--transport", o.transport, "--link", o.link,
-                                     "--job", o.job, "--repeat", std::to_string(o.repeat),
-                                     "--spin-us", std::to_string(o.spin_us),
-                                     "--report", dir + "/report-" + std::to_string(i) + ".json"};
-    if (o.insecure) args.push_back("--insecure");
-    if (i == fault_party) args.insert(args.end(), {"--fault", fault_kind});
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (::posix_spawn(&pids[i], self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-      for (auto p : pids)
-        if (p > 0) ::kill(p, SIGKILL), ::waitpid(p, nullptr, 0);
-      throw Error(ErrorCode::io, "cannot start party " + std::to_string(i) + " (" + self + ")");
-    }
-    // Parties 0 and 1 listen; a stranger calls on each before its real peers.
-    if (o.stranger && i < 2) {
-      auto fds = play_stranger(config.parties[i].port, std::chrono::milliseconds(o.timeout_ms));
-      stranger_fds.insert(stranger_fds.end(), fds.begin(), fds.end());
-    }
+    PartyProcess p;
+    p.args = {self, "party", "--config", dir + "/cluster.json", "--id", std::to_string(i), "--transport",
+              o.transport, "--link", o.link, "--job", o.job, "--repeat", std::to_string(o.repeat), "--spin-us",
+              std::to_string(o.spin_us), "--report", dir + "/report-" + std::to_string(i) + ".json"};
+    if (o.insecure) p.args.push_back("--insecure");
+    if (i == fault_party) p.args.insert(p.args.end(), {"--fault", fault_kind});
+    processes.push_back(std::move(p));
   }
+  // Parties 0 and 1 listen; a stranger calls on each before its real peers.
+  std::vector<int> stranger_fds;
+  auto after_start = [&](std::size_t i) {
+    if (!o.stranger || i >= 2) return;
+    auto fds = play_stranger(config.parties[i].port, std::chrono::milliseconds(o.timeout_ms));
+    stranger_fds.insert(stranger_fds.end(), fds.begin(), fds.end());
+  };
   // Every party ends by itself within the deadlines; a last-resort limit
   // kills what is left (e.g. a --fault silent party).
-  const auto limit = Clock::now() + std::chrono::milliseconds(3 * o.timeout_ms) + std::chrono::seconds(300);
-  std::vector<int> status(3, -1);
-  int running = 3;
   bool killed_late = false;
-  while (running > 0) {
-    int st = 0;
-    const pid_t pid = ::waitpid(-1, &st, WNOHANG);
-    if (pid > 0) {
-      for (int i = 0; i < 3; ++i)
-        if (pids[i] == pid) status[i] = st, pids[i] = -1, --running;
-      // The faulty party is not waited for once the others are done.
-      if (fault_party >= 0 && running == 1 && pids[fault_party] > 0) {
-        ::kill(pids[fault_party], SIGKILL);
-      }
-      continue;
-    }
-    if (Clock::now() > limit || stop_signal != 0) {
-      for (auto p : pids)
-        if (p > 0) ::kill(p, SIGKILL);
-      killed_late = true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  int stopped_by = 0;
+  const auto exits = run_party_processes(processes, fault_party, 3 * o.timeout_ms + 300 * 1000, &killed_late,
+                                         &stopped_by, /*grace_ms=*/2000, after_start);
   for (int fd : stranger_fds) ::close(fd);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
-  if (stop_signal != 0) {
-    std::fprintf(stderr, "mpcache local: stopped by signal %d; the parties were killed\n", int(stop_signal));
-    return 128 + stop_signal;
+  if (stopped_by != 0) {
+    std::fprintf(stderr, "mpcache local: stopped by signal %d; it was passed on to the parties\n", stopped_by);
+    return 128 + stopped_by;
   }
   json summary = {{"job", o.job}, {"link", o.link}, {"link_emulated", o.link != "none"},
                   {"encrypted", !o.insecure}, {"parties", json::array()}};
@@ -330,42 +324,12 @@ int run_local(const LocalOptions& o, const std::string& self) {
     } catch (const std::exception&) {
       r = {{"party", i}, {"ok", false}, {"error", "no report (the process died)"}};
     }
-    const bool exited_ok = WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0;
-    r["exit_status"] = WIFEXITED(status[i]) ? WEXITSTATUS(status[i]) : 128 + WTERMSIG(status[i]);
-    ok = ok && exited_ok && r.value("ok", false);
+    r["exit_status"] = exits[i].status;
+    ok = ok && exits[i].ok && r.value("ok", false);
     if (r.contains("transport")) summary["transport"] = r["transport"];
     summary["parties"].push_back(r);
   }
-  // Cases across parties: slowest party's latency, busiest party's bytes.
-  json cases = json::array();
-  if (ok) {
-    const auto& first = summary["parties"][0]["cases"];
-    const Link link = link_named(o.link);
-    for (std::size_t k = 0; k < first.size(); ++k) {
-      double latency = 0;
-      std::uint64_t bytes_max = 0, bytes_total = 0, clock_before = 0, clock_after = 0;
-      for (const auto& r : summary["parties"]) {
-        const auto& c = r["cases"][k];
-        latency = std::max(latency, c["latency_s"].get<double>());
-        bytes_max = std::max(bytes_max, c["bytes_sent"].get<std::uint64_t>());
-        bytes_total += c["bytes_sent"].get<std::uint64_t>();
-        clock_before = std::max(clock_before, c["clock_before"].get<std::uint64_t>());
-        clock_after = std::max(clock_after, c["clock_after"].get<std::uint64_t>());
-      }
-      // Rounds on the critical path: parties' clocks differ (one that only
-      // sends does not advance), so compare the highest ones.
-      const std::uint64_t rounds = clock_after - clock_before;
-      json c = {{"case", first[k]["case"]}, {"latency_s", latency}, {"bytes_max_party", bytes_max},
-                {"bytes_total", bytes_total}, {"rounds", rounds}};
-      if (link.name != "none") {
-        // The formula next to the measurement; compute = the unemulated
-        // run is not known here, so model_s counts link time only.
-        c["model_link_s"] = link.seconds(static_cast<double>(rounds), static_cast<double>(bytes_max));
-      }
-      cases.push_back(c);
-    }
-  }
-  summary["cases"] = cases;
+  summary["cases"] = ok ? merge_cases(summary["parties"], link_named(o.link)) : json::array();
   summary["ok"] = ok;
   std::cout << summary.dump() << "\n";
   for (const auto& r : summary["parties"])
