@@ -320,15 +320,15 @@ int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& p
   std::vector<GenerationResult> results;
   try {
     results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
-    GenerationObserver observer;
-    observer.step = [&rows, &console, id](const GenerationStep& s) {
-      rows[id].push_back(step_row(s, id));
-      if (id == client_id) console.step(s);
-    };
-    if (id == client_id) observer.prefill_layer = [&console](const PrefillProgress& p) { console.progress(p); };
-    co_return co_await generate_party(network.endpoint(id), job_for(o, id, &prompt), std::move(observer),
-                                      stop.token());
-  });
+      GenerationObserver observer;
+      observer.step = [&rows, &console, id](const GenerationStep& s) {
+        rows[id].push_back(step_row(s, id));
+        if (id == client_id) console.step(s);
+      };
+      if (id == client_id) observer.prefill_layer = [&console](const PrefillProgress& p) { console.progress(p); };
+      co_return co_await generate_party(network.endpoint(id), job_for(o, id, &prompt), std::move(observer),
+                                        stop.token());
+    });
   } catch (const Error& e) {
     if (stop.signal() == 0) throw;
     std::fprintf(stderr, "mpcache generate: stopped by signal %d: %s\n", stop.signal(), e.what());

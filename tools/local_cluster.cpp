@@ -1,7 +1,6 @@
 // See local_cluster.hpp.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cerrno>
-#include <csignal>
 #include <charconv>
 #include <thread>
 #include <fcntl.h>
@@ -12,6 +11,7 @@
 import mpcache;
 #include "cluster_config.hpp"
 #include "local_cluster.hpp"
+#include "stop_on_signal.hpp"
 
 extern char** environ;
 
@@ -68,25 +68,11 @@ std::pair<int, std::string> parse_fault(const std::string& fault, const std::vec
   return {party, kind};
 }
 
-namespace {
-volatile std::sig_atomic_t launcher_signal = 0;
-extern "C" void note_launcher_signal(int sig) { launcher_signal = sig; }
-constexpr int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
-}  // namespace
-
 std::vector<PartyExit> run_party_processes(const std::vector<PartyProcess>& processes, int fault_party,
                                            int limit_ms, bool* killed_late, int* stopped_by, int grace_ms,
                                            const std::function<void(std::size_t)>& after_start) {
   using Clock = std::chrono::steady_clock;
-  launcher_signal = 0;
-  struct sigaction on_stop {};
-  on_stop.sa_handler = note_launcher_signal;
-  for (int sig : stop_signals) ::sigaction(sig, &on_stop, nullptr);
-  struct RestoreSignals {
-    ~RestoreSignals() {
-      for (int sig : stop_signals) ::signal(sig, SIG_DFL);
-    }
-  } restore_signals;
+  const SignalNote stop_note;
   const std::size_t n = processes.size();
   std::vector<pid_t> pids(n, -1);
   auto kill_started = [&] {
@@ -122,10 +108,10 @@ std::vector<PartyExit> run_party_processes(const std::vector<PartyProcess>& proc
   while (running > 0) {
     // A stop for the launcher is one for the parties (a terminal's Ctrl-C
     // reaches them too; kill -INT of the launcher alone does not).
-    if (launcher_signal != 0 && !passed_on) {
+    if (stop_note.signal() != 0 && !passed_on) {
       passed_on = true;
       for (auto p : pids)
-        if (p > 0) ::kill(p, launcher_signal);
+        if (p > 0) ::kill(p, stop_note.signal());
       limit = std::min(limit, Clock::now() + std::chrono::milliseconds(grace_ms));
     }
     int st = 0;
@@ -144,7 +130,7 @@ std::vector<PartyExit> run_party_processes(const std::vector<PartyProcess>& proc
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (stopped_by) *stopped_by = launcher_signal;
+  if (stopped_by) *stopped_by = stop_note.signal();
   std::vector<PartyExit> out(n);
   for (std::size_t i = 0; i < n; ++i) {
     out[i].status = WIFEXITED(status[i]) ? WEXITSTATUS(status[i]) : 128 + WTERMSIG(status[i]);

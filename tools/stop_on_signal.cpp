@@ -12,24 +12,25 @@ constexpr int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
 
 }  // namespace
 
-StopOnSignal::StopOnSignal(Scheduler& scheduler) : scheduler_(scheduler) {
+SignalNote::SignalNote() {
   noted_signal = 0;
   struct sigaction on_stop {};
   on_stop.sa_handler = note_signal;
-  // No SA_RESTART: a blocking wait returns early, so the tick ends soon.
   for (int sig : stop_signals) ::sigaction(sig, &on_stop, nullptr);
-  scheduler_.add_listener(this);
 }
 
-StopOnSignal::~StopOnSignal() {
-  scheduler_.remove_listener(this);
+SignalNote::~SignalNote() {
   for (int sig : stop_signals) ::signal(sig, SIG_DFL);
 }
 
-int StopOnSignal::signal() const { return noted_signal; }
+int SignalNote::signal() const { return noted_signal; }
+
+StopOnSignal::StopOnSignal(Scheduler& scheduler) : scheduler_(scheduler) { scheduler_.add_listener(this); }
+
+StopOnSignal::~StopOnSignal() { scheduler_.remove_listener(this); }
 
 void StopOnSignal::on_tick_end() {
-  if (noted_signal != 0 && !source_.stop_requested()) source_.request_stop();
+  if (note_.signal() != 0 && !source_.stop_requested()) source_.request_stop();
 }
 
 }  // namespace mpcache::tools
