@@ -37,7 +37,7 @@ struct Options {
   bool emulate = false;  // measure over the emulated link (in-process presets)
   int processes = 1;      // 3: micro/ops/paper-table2 as three processes over TCP
   bool insecure = false;  // with processes = 3: plain TCP instead of AES-GCM channels
-  int spin_us = 0;        // with processes = 3: the parties' low-latency mode (TcpOptions::spin)
+  int spin_us = static_cast<int>(default_spin.count());  // with processes = 3: TcpOptions::spin (more: low-latency mode)
   int load = 0;           // threads kept busy while the benchmark runs (--load)
   std::string protocol = "rss3";  // micro, ops, paper-table2: rss3 | add2 (in-process)
 };

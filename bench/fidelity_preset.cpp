@@ -15,6 +15,13 @@
 //   mass         share of full attention mass on the selected tokens
 //   commonality  (policy "full") |top-k of layer l ∩ top-k of layer l+1| / k,
 //                k = budget tokens, per adjacent pair ("commonality_l0_1") and mean
+//   estimator_recall
+//                (policy "full", ArkVale's estimation accuracy, page_estimators.hpp)
+//                top-k recall of each page-importance estimator against the
+//                true page importance (max over the page of q . k), per page
+//                size, k and layer ("layer": -1 is the mean over layers), over
+//                every query head of every decode step; extra fields
+//                "estimator", "page", "k", "layer"
 // Budgets are fractions of the context; a policy gets max(budget*context, 8)
 // tokens per KV head per layer.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
@@ -27,6 +34,7 @@
 #include <nlohmann/json.hpp>
 import mpcache;
 #include "fidelity_common.hpp"
+#include "page_estimators.hpp"
 
 namespace mpcache::bench {
 namespace {
@@ -45,6 +53,8 @@ struct Settings {
   std::size_t passkeys = 100;
   std::uint64_t seed = 1234;
   std::string passkey_format = "marker";  // as tools/train/train.py --passkey-format
+  std::vector<std::size_t> estimator_pages{16, 32};  // ArkVale's page sizes
+  std::vector<std::size_t> estimator_ks{1, 5, 10};
 };
 
 template <class T>
@@ -92,10 +102,30 @@ std::vector<std::size_t> top_positions(const std::vector<double>& weights, std::
 }
 
 // Installs a probe accumulating recall/mass into `arm` (and, for the full
-// cache, the top-k sets per layer for commonality).
+// cache, the top-k sets per layer for commonality and the page estimators'
+// accuracy).
 void install_probe(Decoder<P>& decoder, P& p, Arm& arm,
-                   std::vector<std::vector<std::vector<std::size_t>>>* full_topk, const std::vector<std::size_t>* ks) {
-  decoder.set_probe([&p, &arm, full_topk, ks](std::size_t layer, std::size_t head, const Share& probs, const Share& positions) {
+                   std::vector<std::vector<std::vector<std::size_t>>>* full_topk, const std::vector<std::size_t>* ks,
+                   EstimatorAccuracy* estimators) {
+  decoder.set_probe([&decoder, &p, &arm, full_topk, ks, estimators](std::size_t layer, std::size_t head,
+                                                                    const Share& queries, const Share& probs,
+                                                                    const Share& positions) {
+    if (estimators) {
+      const auto q = p.to_real(queries);  // (g, d)
+      const auto k = p.to_real(decoder.cache().at(layer).at(head).keys);  // (T, d)
+      const KeyRows keys{k.data(), k.shape()[0], k.shape()[1]};
+      estimators->observe(layer, q.data(), q.shape()[0], keys);
+      // The study's inputs are attention's: q . k peaks where attention does.
+      const auto pr = p.to_real(probs);
+      for (std::size_t h = 0; h < q.shape()[0]; ++h) {
+        std::vector<double> dots(keys.rows), weights(keys.rows);
+        for (std::size_t t = 0; t < keys.rows; ++t) {
+          dots[t] = true_importance(q.data() + h * keys.dim, keys, t, t + 1);
+          weights[t] = pr(h, t);
+        }
+        estimators->check_inputs(top_pages(dots, 1) == top_pages(weights, 1));
+      }
+    }
     auto pr = p.to_real(probs);  // (g, T)
     const std::size_t g = pr.shape()[0], t = pr.shape()[1];
     std::vector<double> w(t, 0.0);
@@ -137,6 +167,7 @@ class Study {
     for (double b : s_.budgets) ks.push_back(kv::budget_tokens(b, context));
     Commonality common;
     common.sum.assign(ks.size(), std::vector<double>(c.num_layers - 1, 0.0));
+    EstimatorAccuracy estimators(s_.estimator_pages, s_.estimator_ks, c.num_layers);
 
     // Perplexity windows, evenly spread over the text.
     const std::size_t span = text_.size() - context - 1;
@@ -145,7 +176,7 @@ class Study {
       std::vector<std::uint32_t> tokens(context);
       for (std::size_t i = 0; i < context; ++i) tokens[i] = static_cast<unsigned char>(text_[start + i]);
       const std::size_t prefix = context - s_.decode;
-      evaluate(arms, ks, common, tokens, prefix, /*answer=*/0);
+      evaluate(arms, ks, common, estimators, tokens, prefix, /*answer=*/0);
     }
     // Passkeys at stratified depths.
     std::uniform_int_distribution<int> key_dist(10000, 99999);
@@ -153,7 +184,7 @@ class Study {
       const double depth = (double(i) + 0.5) / double(s_.passkeys);
       const int key = key_dist(rng_);
       auto tokens = passkey_prompt(context, depth, key);
-      evaluate(arms, ks, common, tokens, context - 5, /*answer=*/5);
+      evaluate(arms, ks, common, estimators, tokens, context - 5, /*answer=*/5);
     }
     for (const auto& a : arms) {
       emit(a.policy, a.budget, context, "ppl", a.predictions ? std::exp(a.nll / double(a.predictions)) : NAN, a.predictions);
@@ -171,6 +202,8 @@ class Study {
       }
       emit("full", s_.budgets[b], context, "commonality", mean / double(c.num_layers - 1), common.n);
     }
+    emit_estimators(estimators, context);
+    emit("full", 1.0, context, "estimator_inputs_match", estimators.inputs_match(), estimators.inputs_checked());
   }
 
  private:
@@ -194,7 +227,8 @@ class Study {
   // Prefill tokens[0, prefix) once for every arm, then per arm decode the
   // rest: teacher-forced NLL (answer == 0) or greedy passkey digits.
   void evaluate(std::vector<Arm>& arms, const std::vector<std::size_t>& ks, Commonality& common,
-                const std::vector<std::uint32_t>& tokens, std::size_t prefix, std::size_t answer) {
+                EstimatorAccuracy& estimators, const std::vector<std::uint32_t>& tokens, std::size_t prefix,
+                std::size_t answer) {
     P p;
     Decoder<P> base(weights_);
     std::vector<kv::AnyPolicy<P>> policies;
@@ -210,7 +244,7 @@ class Study {
       Decoder<P> decoder = base;
       const bool full = arm.policy == "full";
       std::vector<std::vector<std::vector<std::size_t>>> topk(ks.size(), std::vector<std::vector<std::size_t>>(layers * 64));
-      install_probe(decoder, p, arm, full ? &topk : nullptr, &ks);
+      install_probe(decoder, p, arm, full ? &topk : nullptr, &ks, full ? &estimators : nullptr);
       auto after_step = [&] {
         if (!full) return;
         for (std::size_t b = 0; b < ks.size(); ++b)
@@ -261,6 +295,41 @@ class Study {
     std::cout << j.dump() << std::endl;
   }
 
+  // Per estimator, page size and k: one row per layer and their mean
+  // (layer -1; the mean of the layers' means).
+  void emit_estimators(const EstimatorAccuracy& acc, std::size_t context) {
+    for (std::size_t pi = 0; pi < acc.page_sizes().size(); ++pi)
+      for (std::size_t ki = 0; ki < acc.ks().size(); ++ki)
+        for (std::size_t ei = 0; ei < all_page_estimators.size(); ++ei) {
+          double mean = 0;
+          std::size_t samples = 0, layers = 0;
+          auto row = [&](long layer, double value, std::size_t n) {
+            nlohmann::json j = {{"preset", "fidelity"},
+                                {"policy", "full"},
+                                {"budget", 1.0},
+                                {"context", context},
+                                {"metric", "estimator_recall"},
+                                {"estimator", estimator_name(all_page_estimators[ei])},
+                                {"page", acc.page_sizes()[pi]},
+                                {"k", acc.ks()[ki]},
+                                {"layer", layer},
+                                {"value", value},
+                                {"samples", n}};
+            std::cout << j.dump() << std::endl;
+          };
+          for (std::size_t l = 0; l < acc.layers(); ++l) {
+            const std::size_t n = acc.samples(pi, ki, l, ei);
+            if (n == 0) continue;
+            const double v = acc.recall(pi, ki, l, ei);
+            row(static_cast<long>(l), v, n);
+            mean += v;
+            samples += n;
+            ++layers;
+          }
+          if (layers > 0) row(-1, mean / double(layers), samples);
+        }
+  }
+
   const Settings& s_;
   DecoderWeights<P>& weights_;
   std::string text_;
@@ -281,6 +350,12 @@ int fidelity_main(int argc, char** argv) {
   app.add_option("--decode", s.decode, "bytes decoded (and scored) per window");
   app.add_option("--passkeys", s.passkeys, "passkey trials per context");
   app.add_option("--seed", s.seed, "passkey seed");
+  app.add_option("--estimator-pages", s.estimator_pages, "page sizes of the page-estimator accuracy study")
+      ->delimiter(',')
+      ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+  app.add_option("--estimator-ks", s.estimator_ks, "k of its top-k recall")
+      ->delimiter(',')
+      ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
   app.add_option("--passkey-format", s.passkey_format, "needle format the model was trained on")
       ->check(CLI::IsMember({"marker", "plain"}));
   bool json = true;

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"rss3", "add2"}));
   app.add_flag("--insecure", options.insecure, "with --processes 3: plain TCP instead of AES-GCM channels");
   app.add_option("--spin-us", options.spin_us,
-                 "with --processes 3: low-latency mode, parties poll up to this many microseconds before sleeping")
+                 "with --processes 3: parties poll up to this many microseconds before sleeping (0: off; 200-1000: low-latency mode)")
       ->check(CLI::Range(0, 100000));
   app.add_option("--load", options.load,
                  "keep this many extra threads busy (spinning) while the benchmark runs: latency on a loaded machine")

@@ -205,15 +205,17 @@ double median(std::vector<double> v) {
 // ratio to the blocking baseline. Where the scheduler puts the two threads
 // (one core or two) moves every figure, so single runs mislead.
 std::vector<CaseResult> rtt_rows(const Options& options) {
-  const std::array<int, 2> off{0, 0}, both{low_latency_spin_us, low_latency_spin_us},
-      first_only{low_latency_spin_us, 0};
+  const int fallback = static_cast<int>(default_spin.count());
+  const std::array<int, 2> none{0, 0}, standard{fallback, fallback},
+      both{low_latency_spin_us, low_latency_spin_us}, first_only{low_latency_spin_us, fallback};
   const std::vector<RttCase> cases = {
-      {"io_uring", TcpBackend::uring, false, off},
+      {"io_uring", TcpBackend::uring, false, standard},
+      {"io_uring no spin", TcpBackend::uring, false, none},
       {"io_uring low-latency", TcpBackend::uring, false, both},
       {"io_uring low-latency party 0 only", TcpBackend::uring, false, first_only},
-      {"io_uring+aead", TcpBackend::uring, true, off},
+      {"io_uring+aead", TcpBackend::uring, true, standard},
       {"io_uring+aead low-latency", TcpBackend::uring, true, both},
-      {"asio", TcpBackend::asio, false, off},
+      {"asio", TcpBackend::asio, false, standard},
       {"asio low-latency", TcpBackend::asio, false, both},
   };
   const int runs = std::max(3, options.repeat);
@@ -242,7 +244,7 @@ std::vector<CaseResult> rtt_rows(const Options& options) {
   add("bare io_uring polling", ring[1], " (the ring alone, polled as the low-latency mode does)");
   for (std::size_t k = 0; k < cases.size(); ++k)
     add(cases[k].transport, seconds[k],
-        cases[k].spin_us == off ? "" : ", spin " + std::to_string(low_latency_spin_us) + " us");
+        ", spin " + std::to_string(cases[k].spin_us[0]) + "/" + std::to_string(cases[k].spin_us[1]) + " us");
   if (options.load > 0)
     for (auto& c : out) c.note += ", " + std::to_string(options.load) + " busy thread(s) (--load)";
   return out;

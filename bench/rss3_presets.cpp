@@ -51,7 +51,7 @@ std::vector<CaseResult> in_process(const std::string& preset, const Options& opt
 std::vector<CaseResult> three_processes(const std::string& preset, const Options& options) {
   const std::string base = "--job " + preset + " --repeat " + std::to_string(options.repeat) +
                            (options.insecure ? " --insecure" : "") +
-                           (options.spin_us > 0 ? " --spin-us " + std::to_string(options.spin_us) : "");
+                           " --spin-us " + std::to_string(options.spin_us);
   const auto unemulated = run_local_job(base);
   const bool emulate = options.link.name != "none";
   const auto measured = emulate ? run_local_job(base + " --link " + options.link.name) : unemulated;

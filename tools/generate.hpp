@@ -8,6 +8,7 @@
 //     client (prompt, learns the text), party 1 the model owner (reads the
 //     weights), party 2 holds nothing (rss3) or deals correlations (add2);
 //   * --in-process: all three parties in this process (debugging).
+// Include after `import mpcache;`.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -30,7 +31,7 @@ struct GenerateOptions {
   std::string truncation = "exact";  // exact | probabilistic (one round less per product, may fail: rss3.cppm)
   std::string link = "none";         // emulated link: none | lan | wan | RTT_MS:MBYTES_PER_S
   std::string transport = "auto";    // auto | uring | asio
-  int spin_us = 0;                   // low-latency mode: TcpOptions::spin
+  int spin_us = static_cast<int>(default_spin.count());  // TcpOptions::spin (more: low-latency mode)
   int timeout_ms = -1;               // peer silence deadline (-1: the config's, else default_generate_timeout_ms)
   bool insecure = false;             // plain TCP
   bool allow_unused_weights = false; // run even if the config leaves tensors of the file unused

@@ -27,8 +27,8 @@ int main(int argc, char** argv) {
       "must be in want of a wife. However little known the feelings";
   const std::vector<std::string> transports = {"auto", "uring", "asio"};
   const std::string spin_help =
-      "low-latency mode: before sleeping, poll the network for up to this many microseconds, yielding the CPU "
-      "between polls (0: off; costs up to that much CPU time per wait)";
+      "before sleeping, poll the network for up to this many microseconds, yielding the CPU between polls "
+      "(0: off; more, e.g. 200-1000: the low-latency mode; costs up to that much CPU time per wait)";
   const auto link_check = CLI::Validator(
       [](std::string& s) -> std::string {
         try {

@@ -15,7 +15,7 @@ struct PartyOptions {
   std::string report;              // JSON report file ("" = stdout)
   std::string fault;               // tests: "exit" or "silent" mid-protocol
   int repeat = 1;
-  int spin_us = 0;                 // low-latency mode: TcpOptions::spin
+  int spin_us = static_cast<int>(default_spin.count());  // TcpOptions::spin (more: low-latency mode)
 };
 // Returns the process exit code; errors are printed naming the peer.
 int run_party(const PartyOptions& options);
@@ -29,7 +29,7 @@ struct LocalOptions {
   std::string fault;        // "PARTY:exit" or "PARTY:silent"
   int repeat = 1;
   bool stranger = false;    // tests: garbage + an idle connection at each listening port during set-up
-  int spin_us = 0;          // low-latency mode: TcpOptions::spin
+  int spin_us = static_cast<int>(default_spin.count());  // TcpOptions::spin (more: low-latency mode)
 };
 
 // `self` is this executable (re-run as `party` three times).

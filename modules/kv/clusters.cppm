@@ -163,4 +163,43 @@ typename P::Share tile_row(const typename P::Share& row, std::size_t n) {
   });
 }
 
+// (n, d) -> (n * s, d): row r repeated s times in place (r, r, ..., r + 1, ...).
+template <Protocol P>
+typename P::Share repeat_rows(const typename P::Share& a, std::size_t s) {
+  return P::apply(a, [s](const RingTensor& t) {
+    const std::size_t n = t.shape()[0], d = t.shape()[1];
+    RingTensor out = RingTensor::from_shape({n * s, d});
+    for (std::size_t r = 0; r < n * s; ++r)
+      std::copy(t.data() + (r / s) * d, t.data() + (r / s + 1) * d, out.data() + r * d);
+    return out;
+  });
+}
+
+// (n, d) -> (n * s, d): the whole block s times over.
+template <Protocol P>
+typename P::Share tile_rows(const typename P::Share& a, std::size_t s) {
+  return P::apply(a, [s](const RingTensor& t) {
+    RingTensor out = RingTensor::from_shape({t.shape()[0] * s, t.shape()[1]});
+    for (std::size_t c = 0; c < s; ++c) std::copy(t.begin(), t.end(), out.data() + c * t.size());
+    return out;
+  });
+}
+
+// The bounding-box bound of each page's best key for a query group (g, d)
+// (Quest's, ArkVale's cuboid-max): sum over the group's heads and the
+// dimensions of max(q_i hi_i, q_i lo_i), over pages' max and min keys
+// (F, d) -> (F). All g F d comparisons in one batch.
+template <Protocol P>
+Task<typename P::Share> cuboid_bound(P& p, const typename P::Share& queries, const typename P::Share& max_keys,
+                                     const typename P::Share& min_keys) {
+  const std::size_t g = P::shape(queries).at(0), f = P::shape(max_keys).at(0);
+  auto q = repeat_rows<P>(queries, f);  // row h f + c: query head h, for page c
+  P pa = p.fork(), pb = p.fork();
+  auto [a, b] = co_await when_all(pa.mul_trunc(q, tile_rows<P>(max_keys, g)), pb.mul_trunc(q, tile_rows<P>(min_keys, g)));
+  auto a_less = co_await ops::less_than_bits(p, a, b);
+  auto larger = co_await ops::select_by_bit(p, a_less, b, a);               // (g F, d)
+  auto per_head = ops::reshape<P>(ops::sum_last<P>(larger), {g, f});
+  co_return P::apply(per_head, [](const RingTensor& t) { return ring_sum_second_last(t); });  // (F)
+}
+
 }  // namespace mpcache::kv

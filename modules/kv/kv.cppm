@@ -15,6 +15,7 @@ export import :snapkv;
 export import :longcache;
 export import :infllm;
 export import :quest;
+export import :arkvale;
 export import :mpcache;
 export import :any_policy;
 export import :named;

@@ -16,14 +16,15 @@ import :snapkv;
 import :longcache;
 import :infllm;
 import :quest;
+import :arkvale;
 import :mpcache;
 import :any_policy;
 
 export namespace mpcache::kv {
 
 inline const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names = {"mpcache", "mpcache-paper", "full",      "streaming_llm", "h2o",
-                                                 "tova",    "snapkv",        "longcache", "infllm",        "quest"};
+  static const std::vector<std::string> names = {"mpcache", "mpcache-paper", "full",   "streaming_llm", "h2o",    "tova",
+                                                 "snapkv",  "longcache",     "infllm", "quest",         "arkvale"};
   return names;
 }
 
@@ -54,7 +55,17 @@ AnyPolicy<P> make_policy(const std::string& name, std::size_t budget) {
   if (name == "snapkv") return AnyPolicy<P>(SnapKv<P>(budget));
   if (name == "longcache") return AnyPolicy<P>(LongCache<P>(budget));
   if (name == "infllm") return AnyPolicy<P>(InfLlm<P>(budget));
-  return AnyPolicy<P>(Quest<P>(budget));
+  if (name == "quest") return AnyPolicy<P>(Quest<P>(budget));
+  return AnyPolicy<P>(ArkVale<P>(budget));
 }
 
+}  // namespace mpcache::kv
+
+// Compiled once, in src/kv/make_policy.cpp, for the four backends: every
+// program that names a policy would otherwise compile all of them for each.
+namespace mpcache::kv {
+extern template AnyPolicy<Rss3> make_policy<Rss3>(const std::string&, std::size_t);
+extern template AnyPolicy<Add2> make_policy<Add2>(const std::string&, std::size_t);
+extern template AnyPolicy<Ref> make_policy<Ref>(const std::string&, std::size_t);
+extern template AnyPolicy<Plain> make_policy<Plain>(const std::string&, std::size_t);
 }  // namespace mpcache::kv

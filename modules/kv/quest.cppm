@@ -1,9 +1,9 @@
 // Quest (Tang et al. 2024): the full cache cut into pages of `page` tokens,
 // each with per-dimension key max and min (a ClusterList); per step the
 // pages with the highest upper bound sum_i max(q_i max_i, q_i min_i) summed
-// over the group's query heads, gathered whole, and the newest tokens.
-// The bound's max is a comparison per page and dimension (C * d of them);
-// page ids stay secret.
+// over the group's query heads (cuboid_bound), gathered whole, and the
+// newest tokens. The bound's max is a comparison per page, dimension and
+// query head, all in one batch; page ids stay secret.
 module;
 #include "prelude.hpp"
 export module mpcache.kv:quest;
@@ -41,20 +41,8 @@ class Quest {
         continue;
       }
       co_await list.summarise(p);
-      const auto& q = (*step.queries)[j];
-      const std::size_t g = P::shape(q).at(0), d = P::shape(q).at(1);
-      std::optional<typename P::Share> bound;
-      for (std::size_t h = 0; h < g; ++h) {
-        auto qh = tile_row<P>(rows<P>(q, h, h + 1), f);
-        P pa = p.fork(), pb = p.fork();
-        auto [a, b] = co_await when_all(pa.mul_trunc(qh, *list.max_keys), pb.mul_trunc(qh, *list.min_keys));
-        auto a_less = co_await ops::less_than_bits(p, a, b);
-        auto m = co_await ops::select_by_bit(p, a_less, b, a);
-        auto ub = ops::reshape<P>(ops::sum_last<P>(m), {f});
-        bound = bound ? p.add(*bound, ub) : ub;
-      }
-      (void)d;
-      auto top = co_await ops::topk(p, *bound, k);
+      auto bound = co_await cuboid_bound(p, (*step.queries)[j], *list.max_keys, *list.min_keys);
+      auto top = co_await ops::topk(p, bound, k);
       auto one = co_await list.gather(p, top.indices);
       append_list_rows(list, list.tail_begin(), list.length, one);
       push_head(s, std::move(one));

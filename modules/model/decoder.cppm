@@ -22,11 +22,13 @@ import :weights;
 
 export namespace mpcache {
 
-// Per decode step and layer, for metrics: full attention weights of each KV
-// head's query group over the whole cache (group, T), and the positions the
-// policy selected (n). Only computed when a probe is installed.
+// Per decode step and layer, for metrics: each KV head's query group
+// (group, head_dim; as attention uses them, scaled), its full attention
+// weights over the whole cache (group, T), and the positions the policy
+// selected (n). The keys are in cache(). Only computed when a probe is
+// installed.
 template <Protocol P>
-using StepProbe = std::function<void(std::size_t layer, std::size_t kv_head,
+using StepProbe = std::function<void(std::size_t layer, std::size_t kv_head, const typename P::Share& queries,
                                      const typename P::Share& full_probs,
                                      const typename P::Share& selected_positions)>;
 
@@ -395,7 +397,7 @@ class Decoder {
           for (std::size_t j = 0; j < kvh; ++j) {
             auto scores = co_await px.matmul_trunc(queries[j], kv::transpose<P>(layer_cache[j].keys));
             auto full = co_await ops::softmax_last(px, scores);
-            probe_(layer, j, full, sel.positions.at(j));
+            probe_(layer, j, queries[j], full, sel.positions.at(j));
           }
         Share joined = outputs[0];
         for (std::size_t hh = 1; hh < c_.num_heads; ++hh) joined = ops::concat_last<P>(joined, outputs[hh]);
@@ -484,4 +486,21 @@ class Decoder {
   bool early_ranking_ = true;
 };
 
+}  // namespace mpcache
+
+// Compiled once, in src/model/instantiate_*.cpp (one file per backend),
+// with the type-erased policy every named policy runs through.
+namespace mpcache {
+extern template class Decoder<Rss3>;
+extern template Task<Rss3::Share> Decoder<Rss3>::prefill<kv::AnyPolicy<Rss3>>(Rss3&, kv::AnyPolicy<Rss3>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t);
+extern template Task<Rss3::Share> Decoder<Rss3>::decode<kv::AnyPolicy<Rss3>>(Rss3&, kv::AnyPolicy<Rss3>&, PartyId, std::optional<std::uint32_t>);
+extern template class Decoder<Add2>;
+extern template Task<Add2::Share> Decoder<Add2>::prefill<kv::AnyPolicy<Add2>>(Add2&, kv::AnyPolicy<Add2>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t);
+extern template Task<Add2::Share> Decoder<Add2>::decode<kv::AnyPolicy<Add2>>(Add2&, kv::AnyPolicy<Add2>&, PartyId, std::optional<std::uint32_t>);
+extern template class Decoder<Ref>;
+extern template Task<Ref::Share> Decoder<Ref>::prefill<kv::AnyPolicy<Ref>>(Ref&, kv::AnyPolicy<Ref>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t);
+extern template Task<Ref::Share> Decoder<Ref>::decode<kv::AnyPolicy<Ref>>(Ref&, kv::AnyPolicy<Ref>&, PartyId, std::optional<std::uint32_t>);
+extern template class Decoder<Plain>;
+extern template Task<Plain::Share> Decoder<Plain>::prefill<kv::AnyPolicy<Plain>>(Plain&, kv::AnyPolicy<Plain>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t);
+extern template Task<Plain::Share> Decoder<Plain>::decode<kv::AnyPolicy<Plain>>(Plain&, kv::AnyPolicy<Plain>&, PartyId, std::optional<std::uint32_t>);
 }  // namespace mpcache

@@ -280,7 +280,7 @@ inline constexpr StreamId generation_header_stream = 0x67656E6572617465ull;  // 
 namespace detail {
 // The client's public job header, sent to every other party (the dealer
 // too: shapes and the policy fix its program).
-inline Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job) {
+Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job) {
   const PartyId id = endpoint.id();
   GenerationHeader header;
   if (id == job.client) {
@@ -341,8 +341,10 @@ Task<GenerationResult> setup_and_generate(Endpoint& endpoint, GenerationJob job,
 }  // namespace detail
 
 // `stop`: see the header. Every party's own stop cancels every party.
-inline Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
-                                             GenerationObserver observer = {}, std::stop_token stop = {}) {
+// Not inline: its rss3 and add2 instantiations are compiled once, in the
+// library, instead of in every program that calls it.
+Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
+                                      GenerationObserver observer = {}, std::stop_token stop = {}) {
   const char* name = protocol_name(job.protocol);
   if (endpoint.parties() != 3)
     throw Error(ErrorCode::invalid_argument, std::string("generate: ") + name + " needs 3 parties, not " +
@@ -375,4 +377,13 @@ inline Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob j
   }
 }
 
+}  // namespace mpcache
+
+// Compiled once, in src/model/instantiate_*.cpp (one file per backend).
+namespace mpcache {
+extern template Task<std::vector<std::uint32_t>> generate<Rss3, kv::AnyPolicy<Rss3>>(Rss3&, Decoder<Rss3>&, kv::AnyPolicy<Rss3>&, GenerationRequest, GenerationObserver);
+extern template Task<std::vector<std::uint32_t>> generate<Add2, kv::AnyPolicy<Add2>>(Add2&, Decoder<Add2>&, kv::AnyPolicy<Add2>&, GenerationRequest, GenerationObserver);
+extern template Task<std::vector<std::uint32_t>> generate<Ref, kv::AnyPolicy<Ref>>(Ref&, Decoder<Ref>&, kv::AnyPolicy<Ref>&, GenerationRequest, GenerationObserver);
+extern template Task<std::vector<std::uint32_t>> generate<Plain, kv::AnyPolicy<Plain>>(Plain&, Decoder<Plain>&, kv::AnyPolicy<Plain>&, GenerationRequest, GenerationObserver);
+extern template Task<std::vector<std::vector<double>>> teacher_forced_logits<kv::AnyPolicy<Ref>>(Ref&, Decoder<Ref>&, kv::AnyPolicy<Ref>&, const std::vector<std::uint32_t>&, const std::vector<std::uint32_t>&);
 }  // namespace mpcache

@@ -269,3 +269,11 @@ Task<DecoderWeights<P>> load_decoder(P& p, const ModelConfig& c, const WeightSou
 }
 
 }  // namespace mpcache
+
+// Compiled once, in src/model/instantiate_*.cpp (one file per backend).
+namespace mpcache {
+extern template Task<DecoderWeights<Rss3>> load_decoder<Rss3>(Rss3&, const ModelConfig&, const WeightSource&, PartyId);
+extern template Task<DecoderWeights<Add2>> load_decoder<Add2>(Add2&, const ModelConfig&, const WeightSource&, PartyId);
+extern template Task<DecoderWeights<Ref>> load_decoder<Ref>(Ref&, const ModelConfig&, const WeightSource&, PartyId);
+extern template Task<DecoderWeights<Plain>> load_decoder<Plain>(Plain&, const ModelConfig&, const WeightSource&, PartyId);
+}  // namespace mpcache

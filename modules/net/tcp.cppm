@@ -31,6 +31,12 @@ export namespace mpcache {
 
 enum class TcpBackend { automatic, uring, asio };
 
+// The default spin budget of TcpOptions: a few loopback or LAN round trips
+// (~15 us each on loopback), so a party that waits for a prompt reply
+// never pays a cross-core wake-up, while one that waits for a slow peer
+// gives its core back after at most this long.
+inline constexpr std::chrono::microseconds default_spin{50};
+
 struct TcpOptions {
   TcpBackend backend = TcpBackend::automatic;
   // A peer this party waits for that sends nothing for this long, or that
@@ -38,14 +44,16 @@ struct TcpOptions {
   std::chrono::milliseconds silence_timeout{10000};
   // Longest record accepted from a peer (a batch of frames, one tick).
   std::uint64_t max_record_bytes = std::uint64_t{1} << 33;
-  // Low-latency mode: before it sleeps, a party with nothing to run polls
-  // for completions for up to this long, yielding the CPU between polls
-  // (0: sleep at once). Waking a sleeping thread costs tens of microseconds
-  // when the message comes from another core; a polling party sees it in a
-  // few. CPU cost: up to `spin` of CPU time per wait, i.e. a core kept busy
-  // while rounds follow each other; the yield lets a peer sharing the core
-  // run first.
-  std::chrono::microseconds spin{0};
+  // Before it sleeps, a party with nothing to run polls for completions
+  // for up to this long, yielding the CPU between polls (0: sleep at once).
+  // Waking a sleeping thread costs tens of microseconds when the message
+  // comes from another core; a polling party sees it in a few. The default
+  // (default_spin) catches a reply already on its way; a larger budget is
+  // the low-latency mode for services, for rounds with more local work in
+  // between. CPU cost: up to `spin` of CPU time per wait, i.e. a core kept
+  // busy while rounds follow each other; the yield lets a peer sharing the
+  // core run first.
+  std::chrono::microseconds spin = default_spin;
 };
 
 TcpBackend parse_backend(const std::string& name);  // "auto" | "uring" | "asio"

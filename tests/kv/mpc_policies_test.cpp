@@ -190,6 +190,12 @@ template <class P> struct MakeSnapKv { static kv::SnapKv<P> make() { return kv::
 template <class P> struct MakeLongCache { static kv::LongCache<P> make() { return kv::LongCache<P>(16, 2, 4); } };
 template <class P> struct MakeInfLlm { static kv::InfLlm<P> make() { return kv::InfLlm<P>(24, 4, 2, 2); } };
 template <class P> struct MakeQuest { static kv::Quest<P> make() { return kv::Quest<P>(16, 4); } };
+template <kv::PageEstimate E>
+struct ArkValeWith {
+  template <class P> struct Make {
+    static kv::ArkVale<P> make() { return kv::ArkVale<P>(16, {.page = 4, .sink_pages = 1, .estimate = E}); }
+  };
+};
 template <class P> struct MakeMpCache {
   static kv::MpCache<P> make() { return kv::MpCache<P>(24, small_clusters(kv::MpCacheOptions{})); }
 };
@@ -207,6 +213,11 @@ TEST_SUITE("kv policies under MPC") {
   TEST_CASE("LongCache") { check_policy_under_mpc<MakeLongCache>(106, 16); }
   TEST_CASE("InfLLM") { check_policy_under_mpc<MakeInfLlm>(107, 24); }
   TEST_CASE("Quest") { check_policy_under_mpc<MakeQuest>(108, 16); }
+  TEST_CASE("ArkVale, cuboid-mean") {
+    check_policy_under_mpc<ArkValeWith<kv::PageEstimate::cuboid_mean>::Make>(111, 16);
+  }
+  TEST_CASE("ArkVale, cuboid-max") { check_policy_under_mpc<ArkValeWith<kv::PageEstimate::cuboid_max>::Make>(112, 16); }
+  TEST_CASE("ArkVale, centroid") { check_policy_under_mpc<ArkValeWith<kv::PageEstimate::centroid>::Make>(113, 16); }
   TEST_CASE("MPCache, our defaults") { check_policy_under_mpc<MakeMpCache>(109, 24); }
   TEST_CASE("MPCache, the paper's options") { check_policy_under_mpc<MakeMpCachePaper>(110, 24); }
 }

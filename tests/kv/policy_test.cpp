@@ -3,6 +3,7 @@
 import mpcache;
 
 #include "../support/run_task.hpp"
+#include "../../bench/page_estimators.hpp"
 
 using namespace mpcache;
 
@@ -225,6 +226,54 @@ TEST_SUITE("kv policies") {
     auto expect = range(32, 48);
     for (long i = 64; i < 80; ++i) expect.push_back(i);
     CHECK(pos == expect);
+  }
+
+  TEST_CASE("ArkVale attends the sink page, the pages the float64 estimators rank highest, and the tail") {
+    // Float64 estimates from bench/page_estimators.hpp, summed over the
+    // group's query heads; ranks over pages [1, 8), page 0 is the sink.
+    const std::pair<kv::PageEstimate, bench::PageEstimator> estimators[] = {
+        {kv::PageEstimate::cuboid_mean, bench::PageEstimator::cuboid_mean},
+        {kv::PageEstimate::cuboid_max, bench::PageEstimator::cuboid_max},
+        {kv::PageEstimate::centroid, bench::PageEstimator::centroid}};
+    for (const auto& [estimate, reference] : estimators)
+      for (std::uint64_t seed : {41u, 42u, 43u}) {
+        CAPTURE(kv::page_estimate_name(estimate));
+        CAPTURE(seed);
+        const Scene s = scene(16 * 8 + 5, 8, 2, seed);
+        const xt::xarray<double> keys = s.keys;
+        const bench::KeyRows rows{keys.data(), s.t, s.d};
+        std::vector<double> score(8, 0.0);
+        for (std::size_t page = 1; page < 8; ++page) {
+          const auto digest = bench::digest_page(rows, page * 16, (page + 1) * 16);
+          for (std::size_t h = 0; h < s.g; ++h) {
+            std::vector<double> q(s.d);
+            for (std::size_t i = 0; i < s.d; ++i) q[i] = s.queries(h, i);
+            score[page] += bench::estimate_importance(reference, q.data(), digest);
+          }
+        }
+        score[0] = -1e300;  // the sink is attended anyway
+        auto expect = range(0, 16);
+        for (auto page : bench::top_pages(score, 2)) {
+          const auto run_of = range(long(page) * 16, long(page + 1) * 16);
+          expect.insert(expect.end(), run_of.begin(), run_of.end());
+        }
+        for (long i = 128; i < long(s.t); ++i) expect.push_back(i);
+        std::sort(expect.begin(), expect.end());
+        const kv::ArkValeOptions o{.page = 16, .sink_pages = 1, .estimate = estimate};
+        Ref r;
+        kv::ArkVale<Ref> ar(64, o);  // sink + tail + 2 pages
+        CHECK(sorted(select_once(r, ar, s)) == expect);
+        Plain p;
+        kv::ArkVale<Plain> ap(64, o);
+        CHECK(sorted(select_once(p, ap, s)) == expect);
+      }
+  }
+
+  TEST_CASE("ArkVale refuses a budget without room for its sinks, tail and one page") {
+    CHECK_THROWS_WITH_AS(kv::ArkVale<Ref>(47, {.page = 16, .sink_pages = 1}),
+                         doctest::Contains("budget 47 is below 1 sink page(s), the tail and one page of 16 tokens"),
+                         Error);
+    CHECK(kv::ArkVale<Ref>(48, {.page = 16, .sink_pages = 1}).top_pages() == 1);
   }
 
   TEST_CASE("MPCache hierarchical selection equals the brute-force reference, on ref and plain") {
