@@ -1,6 +1,6 @@
 // ArkVale (Chen et al. 2024, ../shared/seeds/arkvale-slides.txt): the cache
 // cut into pages of `page` tokens (16 or 32), each summarised once, when it
-// is complete, by a digest; per step the pages whose digests estimate the
+// is complete (the prompt's with the prefill), by a digest; per step the pages whose digests estimate the
 // highest importance for the step's queries are attended whole, with the
 // first `sink_pages` pages and the newest tokens (the tail, which holds the
 // current token). The importance of a page for q is max over its keys of
@@ -116,7 +116,22 @@ class ArkVale {
     for (auto& layer : pages_)
       for (auto& head : layer) head.list.size = o_.page;
   }
-  Task<void> after_prefill(P&, const PrefillView<P>&) { co_return; }
+  // The prompt's complete pages are digested with the prefill, each KV head
+  // on its own stream, so that a decode step digests only the page it
+  // completes. (A cache started without a prefill is digested by the first
+  // step instead.)
+  Task<void> after_prefill(P& p, const PrefillView<P>& view) {
+    if (!view.cache) co_return;
+    const std::size_t heads = view.cache->size();
+    std::vector<P> forks;
+    forks.reserve(heads);
+    std::vector<Task<void>> tasks;
+    for (std::size_t j = 0; j < heads; ++j) {
+      forks.push_back(p.fork());
+      tasks.push_back(prefill_head(forks.back(), view, j));
+    }
+    co_await when_all(std::move(tasks));
+  }
 
   Task<Selection<P>> select(P& p, const StepView<P>& step) {
     return select_every_head(p, step.cache->size(),
@@ -130,6 +145,13 @@ class ArkVale {
     std::optional<Share> digest;  // (F, 2d) [s (lo + hi) | sum |2k - lo - hi|], or (F, d) sum k
     std::size_t digested = 0;
   };
+
+  Task<void> prefill_head(P& p, const PrefillView<P>& view, std::size_t j) {
+    Pages& pages = pages_[view.layer][j];
+    pages.list.append_rows(p, (*view.cache)[j], pages.list.length, view.tokens);
+    auto scope = cost_scope(p, CostTag::summary);
+    co_await summarise_upto(p, pages, pages.list.complete());
+  }
 
   Task<Selection<P>> select_head(P& p, const StepView<P>& step, std::size_t j) {
     Pages& pages = pages_[step.layer][j];
