@@ -91,16 +91,6 @@ double log_prob(const std::vector<double>& logits, std::size_t target) {
   return logits[target] - m - std::log(z);
 }
 
-std::vector<std::size_t> top_positions(const std::vector<double>& weights, std::size_t k) {
-  std::vector<std::size_t> idx(weights.size());
-  std::iota(idx.begin(), idx.end(), std::size_t{0});
-  k = std::min(k, idx.size());
-  std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(k), idx.end(),
-                    [&](std::size_t a, std::size_t b) { return weights[a] != weights[b] ? weights[a] > weights[b] : a < b; });
-  idx.resize(k);
-  return idx;
-}
-
 // Installs a probe accumulating recall/mass into `arm` (and, for the full
 // cache, the top-k sets per layer for commonality and the page estimators'
 // accuracy).
@@ -133,7 +123,7 @@ void install_probe(Decoder<P>& decoder, P& p, Arm& arm,
       for (std::size_t c = 0; c < t; ++c) w[c] += pr(h, c) / double(g);
     std::vector<std::size_t> sel;
     for (double v : positions.value) sel.push_back(static_cast<std::size_t>(std::llround(v)));
-    const auto top = top_positions(w, sel.size());
+    const auto top = top_pages(w, sel.size());
     std::set<std::size_t> chosen(sel.begin(), sel.end());
     std::size_t hit = 0;
     for (auto x : top) hit += chosen.count(x);
@@ -143,7 +133,7 @@ void install_probe(Decoder<P>& decoder, P& p, Arm& arm,
     arm.mass += mass;
     ++arm.recall_n;
     if (full_topk) {
-      for (std::size_t b = 0; b < ks->size(); ++b) (*full_topk)[b][layer * 64 + head] = top_positions(w, (*ks)[b]);
+      for (std::size_t b = 0; b < ks->size(); ++b) (*full_topk)[b][layer * 64 + head] = top_pages(w, (*ks)[b]);
     }
   });
 }

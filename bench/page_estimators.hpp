@@ -115,7 +115,8 @@ inline double true_importance(const double* q, const KeyRows& keys, std::size_t 
   return best;
 }
 
-// Indices of the k largest scores (ties to the lower index).
+// Indices of the k largest scores (ties to the lower index); the fidelity
+// preset ranks tokens with it too.
 inline std::vector<std::size_t> top_pages(const std::vector<double>& scores, std::size_t k) {
   std::vector<std::size_t> idx(scores.size());
   std::iota(idx.begin(), idx.end(), std::size_t{0});
