@@ -234,7 +234,11 @@ class Study {
       Decoder<P> decoder = base;
       const bool full = arm.policy == "full";
       std::vector<std::vector<std::vector<std::size_t>>> topk(ks.size(), std::vector<std::vector<std::size_t>>(layers * 64));
-      install_probe(decoder, p, arm, full ? &topk : nullptr, &ks, full ? &estimators : nullptr);
+      // The probe attends over the decoder's whole cache, which a policy
+      // that keeps its own (arkvale-recall) leaves behind: no recall or
+      // mass rows for it (its selections are arkvale's).
+      if (!policies[ai].owns_cache())
+        install_probe(decoder, p, arm, full ? &topk : nullptr, &ks, full ? &estimators : nullptr);
       auto after_step = [&] {
         if (!full) return;
         for (std::size_t b = 0; b < ks.size(); ++b)

@@ -215,11 +215,29 @@ std::uint64_t peak_rss_bytes() {
   return 0;
 }
 
+// Party 0's KV cache after the last step: what the decoder holds, what the
+// policy holds (if it counts it) and what it keeps in its backing file.
+struct KvBytes {
+  std::size_t decoder = 0;
+  std::optional<std::size_t> policy;
+  std::size_t backing = 0;
+};
+
+template <Protocol P, class Pol>
+KvBytes kv_bytes(const Decoder<P>& decoder, const Pol& policy) {
+  KvBytes out{decoder.cache_bytes(), std::nullopt, 0};
+  if constexpr (requires { policy.backing_bytes(); }) {
+    out.policy = policy.resident_bytes();
+    out.backing = policy.backing_bytes();
+  }
+  return out;
+}
+
 // Party `id`'s side of one run: weights, the prompt (a real prefill, or a
 // prepared cache and the policy's look at it), then the decode steps.
 template <Protocol P, class Pol>
 Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void(Mark&)> mark, Mark& start,
-                 Mark& prefilled, std::vector<Mark>& steps) {
+                 Mark& prefilled, std::vector<Mark>& steps, KvBytes& kv) {
   const std::size_t kvh = r.config.num_kv_heads, d = r.config.head_dim, group = r.config.num_heads / kvh;
   ModelConfig one = r.config;
   one.num_layers = 1;
@@ -295,6 +313,7 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
     if (chosen) token = static_cast<std::uint32_t>((*chosen)(0, 0));
     mark(steps[s + 1]);
   }
+  if (id == 0) kv = kv_bytes(decoder, policy);
 }
 
 std::vector<json> measure(const Run& r) {
@@ -303,6 +322,7 @@ std::vector<json> measure(const Run& r) {
   InProcessNetwork network(scheduler, 3);
   Mark start, prefilled;
   std::vector<Mark> steps(r.steps + 1);
+  KvBytes kv;
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
     auto mark = [&network, id](Mark& m) {
       m.costs[id] = network.endpoint(id).costs();
@@ -312,16 +332,16 @@ std::vector<json> measure(const Run& r) {
       const std::size_t budget = budget_tokens_of(r);
       if (r.arm.policy == "full") {
         kv::FullCache<P> policy;
-        co_await party(r, p, id, policy, mark, start, prefilled, steps);
+        co_await party(r, p, id, policy, mark, start, prefilled, steps, kv);
       } else if (r.arm.policy == "longcache") {
         kv::LongCache<P> policy(budget);
-        co_await party(r, p, id, policy, mark, start, prefilled, steps);
+        co_await party(r, p, id, policy, mark, start, prefilled, steps, kv);
       } else if (r.arm.policy == "mpcache") {
         kv::MpCache<P> policy(budget, r.arm.options);
-        co_await party(r, p, id, policy, mark, start, prefilled, steps);
+        co_await party(r, p, id, policy, mark, start, prefilled, steps, kv);
       } else {
         auto policy = kv::make_policy<P>(r.arm.policy, budget);
-        co_await party(r, p, id, policy, mark, start, prefilled, steps);
+        co_await party(r, p, id, policy, mark, start, prefilled, steps, kv);
       }
     };
     if (r.protocol == "add2") {
@@ -372,6 +392,9 @@ std::vector<json> measure(const Run& r) {
     json per_step = json::array();
     for (const auto& ph : each) per_step.push_back({{"rounds", ph.rounds}, {"bytes_per_party", ph.bytes}, {"latency_s", ph.wall_s}});
     dec["per_step"] = per_step;
+    dec["kv_decoder_bytes_per_party"] = kv.decoder;  // after the last step
+    if (kv.policy) dec["kv_policy_bytes_per_party"] = *kv.policy;
+    dec["kv_backing_bytes_per_party"] = kv.backing;
     rows.push_back(dec);
   }
   return rows;

@@ -222,6 +222,20 @@ void print_summary(const json& s, const json& parties) {
       rss += (rss.empty() ? "" : ", ") + std::string("party ") + std::to_string(p["party"].get<int>()) + " " +
              std::to_string(p["peak_rss_kb"].get<long>() / 1024) + " MB";
   if (!rss.empty()) std::printf("peak RSS: %s\n", rss.c_str());
+  for (const auto& p : parties) {
+    if (!p.contains("kv_decoder_bytes")) continue;
+    std::printf("KV cache at the end, party %d: decoder %.3f MB", p["party"].get<int>(),
+                mb(p["kv_decoder_bytes"].get<std::uint64_t>()));
+    if (p.contains("kv_policy_bytes")) std::printf(" + policy %.3f MB", mb(p["kv_policy_bytes"].get<std::uint64_t>()));
+    else std::printf(" + policy (not counted)");
+    std::printf(" resident, %.3f MB in its backing file\n", mb(p["kv_backing_bytes"].get<std::uint64_t>()));
+  }
+}
+
+void add_kv_memory(json& party, const GenerationResult& result) {
+  party["kv_decoder_bytes"] = result.kv_decoder_bytes;
+  if (result.kv_policy_bytes) party["kv_policy_bytes"] = *result.kv_policy_bytes;
+  party["kv_backing_bytes"] = result.kv_backing_bytes;
 }
 
 void write_json_lines(const std::string& path, const std::vector<json>& lines) {
@@ -342,6 +356,7 @@ int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& p
                        {"setup_bytes_sent", results[i].setup_costs.payload_bytes_sent()},
                        // One process: its peak RSS is that of all three parties together.
                        {"peak_rss_kb", peak_rss_kb()}, {"peak_rss_shared_by_all_parties", true}});
+  for (int i = 0; i < 3; ++i) add_kv_memory(parties[i], results[i]);
   return finish(o, "in-process", transport, prompt, results[0].tokens, merge_steps(rows, o.protocol), parties,
                 others_learned_nothing, /*print_text=*/true);
 }
@@ -412,6 +427,7 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     party["prompt_length"] = result.prompt_length;
     party["new_tokens"] = result.new_tokens;
     party["wire_bytes_sent"] = transport.wire_bytes_sent();
+    add_kv_memory(party, result);
     if (id == client_id) {
       party["tokens"] = result.tokens;
       std::printf("generated, learned by the client only: \"%s\"\n", escaped(result.tokens).c_str());

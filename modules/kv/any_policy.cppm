@@ -25,6 +25,9 @@ class AnyPolicy {
     virtual Task<void> prefetch(P& p, std::size_t layer, std::size_t position) = 0;
     virtual bool ranks_early(std::size_t layer) const = 0;
     virtual Task<void> rank(P& p, const RankView<P>& view) = 0;
+    virtual bool owns_cache() const = 0;
+    virtual std::optional<std::size_t> resident_bytes() const = 0;
+    virtual std::size_t backing_bytes() const = 0;
     virtual std::unique_ptr<Iface> clone() const = 0;
   };
   template <class Pol>
@@ -49,6 +52,18 @@ class AnyPolicy {
     Task<void> rank(P& p, const RankView<P>& view) override {
       if constexpr (EarlyRanking<Pol, P>) return policy.rank(p, view);
       else throw Error(ErrorCode::invalid_argument, "policy " + policy.name() + " does not rank early");
+    }
+    bool owns_cache() const override {
+      if constexpr (OwnsCache<Pol, P>) return policy.owns_cache();
+      else return false;
+    }
+    std::optional<std::size_t> resident_bytes() const override {
+      if constexpr (OwnsCache<Pol, P>) return policy.resident_bytes();
+      else return std::nullopt;
+    }
+    std::size_t backing_bytes() const override {
+      if constexpr (OwnsCache<Pol, P>) return policy.backing_bytes();
+      else return 0;
     }
     static Task<void> nothing() { co_return; }
     std::unique_ptr<Iface> clone() const override { return std::make_unique<Impl>(policy); }
@@ -78,6 +93,11 @@ class AnyPolicy {
   }
   bool ranks_early(std::size_t layer) const { return impl_->ranks_early(layer); }
   Task<void> rank(P& p, const RankView<P>& view) { return impl_->rank(p, view); }
+  // OwnsCache's members; resident_bytes() is nullopt for a policy that does
+  // not count what it holds.
+  bool owns_cache() const { return impl_->owns_cache(); }
+  std::optional<std::size_t> resident_bytes() const { return impl_->resident_bytes(); }
+  std::size_t backing_bytes() const { return impl_->backing_bytes(); }
 };
 
 // Feeds one prefill to every policy in `targets`; not for decoding.

@@ -18,12 +18,18 @@
 // and keeps every digest an exact sum of shares. The KV heads select
 // concurrently, each on its own stream.
 //
-// Page ids stay secret, so the gather reads every page (one one-hot over the
-// pages and one matmul, as Quest and MPCache). ArkVale's eviction with recall
-// (pages not picked move to CPU memory and come back when their digest ranks
-// high again) moves pages by their ids: under MPC that would reveal which
-// pages the query attends to. Here every page stays resident; an oblivious
-// backing tier is not implemented (see the README, "ArkVale under MPC").
+// Pages leave the token list once they are complete and selection has begun:
+// each party appends its shares of them to a page store (PageStore), and the
+// step's pages are gathered from it by one one-hot over the candidate pages
+// and one matmul streamed over the store's chunks (ops::matmul_sum). The sink
+// pages and the tail stay aside. With the file tier (`tier`, the policy
+// "arkvale-recall") this is ArkVale's eviction with recall: pages not picked
+// wait in each party's backing file and come back whenever their digests
+// rank high again. ArkVale recalls pages by id; page ids are secret here, so
+// every step reads the whole file (the reads never depend on the choice),
+// one chunk of pages at a time. The policy then keeps the cache itself
+// (OwnsCache): resident are the digests, the sink pages, the tail and one
+// chunk of pages (as many as the step picks) while a gather reads it.
 module;
 #include "prelude.hpp"
 export module mpcache.kv:arkvale;
@@ -33,6 +39,7 @@ import mpcache.proto;
 import mpcache.ops;
 import :policy;
 import :clusters;
+import :page_store;
 
 export namespace mpcache::kv {
 
@@ -51,6 +58,9 @@ struct ArkValeOptions {
   std::size_t page = 16;        // tokens per page (ArkVale: 16 or 32)
   std::size_t sink_pages = 1;   // the first pages, always attended
   PageEstimate estimate = PageEstimate::cuboid_mean;
+  PageTier tier = PageTier::memory;  // file: the backing tier, with recall
+  std::filesystem::path dir;         // the file tier's folder (default: the temporary directory)
+  std::size_t chunk_pages = 0;       // pages a gather reads at once (0: as many as a step picks)
 };
 
 // x * n for a public count n, by doubling and adding: exact on every
@@ -106,15 +116,21 @@ class ArkVale {
                   "ArkVale: budget " + std::to_string(budget_) + " is below " + std::to_string(o_.sink_pages) +
                       " sink page(s), the tail and one page of " + std::to_string(o_.page) + " tokens");
   }
-  std::string name() const { return "arkvale"; }
+  std::string name() const { return o_.tier == PageTier::file ? "arkvale-recall" : "arkvale"; }
   const ArkValeOptions& options() const noexcept { return o_; }
   // Pages picked per step besides the sinks and the tail.
   std::size_t top_pages() const { return (budget_ - (o_.sink_pages + 1) * o_.page) / o_.page; }
 
   void reset(std::size_t layers, std::size_t heads) {
-    pages_.assign(layers, std::vector<Pages>(heads));
-    for (auto& layer : pages_)
-      for (auto& head : layer) head.list.size = o_.page;
+    const PageStoreOptions store{o_.tier, o_.dir, o_.chunk_pages ? o_.chunk_pages : std::max<std::size_t>(1, top_pages())};
+    pages_.assign(layers, {});
+    for (auto& layer : pages_) {
+      layer.reserve(heads);
+      for (std::size_t j = 0; j < heads; ++j) {
+        layer.push_back(Pages{store});
+        layer.back().list.size = o_.page;
+      }
+    }
   }
   // The prompt's complete pages are digested with the prefill, each KV head
   // on its own stream, so that a decode step digests only the page it
@@ -139,9 +155,37 @@ class ArkVale {
   }
   Task<void> observe(P&, const StepView<P>&, const std::vector<Share>&) { co_return; }
 
+  // OwnsCache, with the backing tier: the decoder then keeps only the rows
+  // this policy has not yet taken.
+  bool owns_cache() const noexcept { return o_.tier == PageTier::file; }
+  std::size_t resident_bytes() const {
+    std::size_t bytes = 0;
+    auto add = [&bytes](const std::optional<Share>& a) { bytes += a ? share_bytes<P>(*a) : 0; };
+    for (const auto& layer : pages_)
+      for (const auto& h : layer) {
+        add(h.list.keys), add(h.list.values), add(h.list.positions), add(h.list.max_keys), add(h.list.min_keys);
+        add(h.digest);
+        if (h.sink_rows)
+          for (const auto* part : {&h.sink_rows->keys, &h.sink_rows->values, &h.sink_rows->positions})
+            for (const auto& a : *part) bytes += share_bytes<P>(a);
+        bytes += h.store.resident_bytes();
+      }
+    return bytes;
+  }
+  std::size_t backing_bytes() const {
+    std::size_t bytes = 0;
+    for (const auto& layer : pages_)
+      for (const auto& h : layer) bytes += h.store.file_bytes();
+    return bytes;
+  }
+
  private:
   struct Pages {
-    ClusterList<P> list;          // tokens, and max/min keys for cuboid_max
+    explicit Pages(const PageStoreOptions& o) : store(o) {}
+    ClusterList<P> list;                 // tokens from page `stored` on; max/min keys of every page (cuboid_max)
+    std::optional<Selection<P>> sink_rows;  // the sink pages' tokens, once pages are stored
+    PageStore<P> store;                  // pages [sink_pages, stored)
+    std::size_t stored = 0;              // pages [0, stored) have left the list
     std::optional<Share> digest;  // (F, 2d) [s (lo + hi) | sum |2k - lo - hi|], or (F, d) sum k
     std::size_t digested = 0;
   };
@@ -150,7 +194,9 @@ class ArkVale {
     Pages& pages = pages_[view.layer][j];
     pages.list.append_rows(p, (*view.cache)[j], pages.list.length, view.tokens);
     auto scope = cost_scope(p, CostTag::summary);
-    co_await summarise_upto(p, pages, pages.list.complete());
+    const std::size_t f = pages.list.complete();
+    co_await summarise_upto(p, pages, f);
+    if (f > o_.sink_pages + top_pages()) store_upto(pages, f);
   }
 
   Task<Selection<P>> select_head(P& p, const StepView<P>& step, std::size_t j) {
@@ -159,7 +205,7 @@ class ArkVale {
     const std::size_t t = step.position + 1;
     list.append_rows(p, (*step.cache)[j], list.length, t);
     const std::size_t f = list.complete(), sinks = std::min(o_.sink_pages, f), k = top_pages();
-    if (f <= sinks + k) co_return list_rows(list, 0, t);
+    if (f <= sinks + k) co_return list_rows(list, 0, t);  // nothing stored yet
     {
       auto scope = cost_scope(p, CostTag::summary);
       co_await summarise_upto(p, pages, f);
@@ -169,17 +215,49 @@ class ArkVale {
       auto scope = cost_scope(p, CostTag::similarity);
       scores = co_await estimate(p, pages, (*step.queries)[j], f);  // (f)
     }
-    auto scope = cost_scope(p, CostTag::topk);
-    auto top = co_await ops::topk(p, ops::slice_last<P>(scores, sinks, f), k);
-    // Candidates are pages [sinks, f): shift the ids to pages of the list.
-    RingTensor shift = RingTensor::from_shape({k});
-    for (auto& v : shift) v = sinks;
-    auto hot = co_await ops::one_hot(p, p.add_public(top.indices, shift), f);  // (k, f)
-    Selection<P> picked = co_await list.gather_hot(p, hot);
-    Selection<P> sel = sinks > 0 ? list_rows(list, 0, sinks * o_.page) : std::move(picked);
-    if (sinks > 0) append_selection(sel, std::move(picked));
+    ops::TopK<P> top;
+    {
+      auto scope = cost_scope(p, CostTag::topk);
+      top = co_await ops::topk(p, ops::slice_last<P>(scores, sinks, f), k);
+    }
+    // Candidates are pages [sinks, f): the store's pages, in order.
+    auto hot = co_await ops::one_hot(p, top.indices, f - sinks);  // (k, f - sinks)
+    store_upto(pages, f);
+    Selection<P> picked = co_await gather_stored(p, pages.store, hot);
+    Selection<P> sel = pages.sink_rows ? *pages.sink_rows : std::move(picked);
+    if (pages.sink_rows) append_selection(sel, std::move(picked));
     append_list_rows(list, list.tail_begin(), list.length, sel);
     co_return sel;
+  }
+
+  // Pages [stored, f) move from the list to the store (the sink pages, the
+  // first time, aside).
+  void store_upto(Pages& pages, std::size_t f) {
+    ClusterList<P>& list = pages.list;
+    const std::size_t s = o_.page;
+    if (pages.stored == 0) {
+      if (o_.sink_pages > 0) pages.sink_rows = list_rows(list, 0, o_.sink_pages * s);
+      pages.stored = o_.sink_pages;
+    }
+    if (f <= pages.stored) return;
+    auto moving = list_rows(list, pages.stored * s, f * s);
+    auto blocks = token_blocks<P>(moving.keys[0], moving.values[0], moving.positions[0], s);  // (n, s, 2d + 1)
+    const Shape b = P::shape(blocks);
+    pages.store.append(ops::reshape<P>(blocks, {b[0], b[1] * b[2]}));
+    list.drop_before(f * s);
+    pages.stored = f;
+  }
+
+  // The store's pages picked by one-hot rows (k, pages): one matmul whose
+  // terms are the store's chunks, read one at a time.
+  Task<Selection<P>> gather_stored(P& p, const PageStore<P>& store, const Share& hot) const {
+    auto term = [&store, &hot](std::size_t c) {
+      const auto [first, last] = store.chunk_pages(c);
+      return std::pair<Share, Share>{ops::slice_last<P>(hot, first, last), store.load(c)};
+    };
+    auto picked = co_await ops::matmul_sum(p, store.chunks(), term);  // (k, s (2d + 1))
+    const Shape shape = P::shape(picked);
+    co_return unpack_tokens<P>(ops::reshape<P>(picked, {shape[0] * o_.page, shape[1] / o_.page}));
   }
 
   // Each of pages [0, f)'s estimate for the group's queries q (g, d),
@@ -201,7 +279,7 @@ class ArkVale {
     if (o_.estimate == PageEstimate::cuboid_max) co_return co_await list.summarise_upto(p, f);
     if (f <= pages.digested) co_return;
     const std::size_t first = pages.digested, s = o_.page;
-    auto keys = rows<P>(*list.keys, first * s, f * s);  // ((f - first) s, d)
+    auto keys = list.key_rows(first * s, f * s);  // ((f - first) s, d)
     Share digest;
     if (o_.estimate == PageEstimate::centroid) {
       digest = sum_row_runs<P>(keys, s);

@@ -52,10 +52,11 @@ template <Protocol P>
 struct ClusterList {
   using Share = typename P::Share;
   std::size_t size = 16;          // tokens per cluster
-  std::optional<Share> keys;      // (A, d)
-  std::optional<Share> values;    // (A, d)
-  std::optional<Share> positions; // (A)
+  std::optional<Share> keys;      // (A - first, d): tokens [first, A)
+  std::optional<Share> values;    // (A - first, d)
+  std::optional<Share> positions; // (A - first)
   std::size_t length = 0;         // A
+  std::size_t first = 0;          // tokens before it were dropped (drop_before)
   std::optional<Share> max_keys, min_keys;  // (F, d) for the summarised clusters
   std::size_t summarised = 0;
 
@@ -67,14 +68,31 @@ struct ClusterList {
     keys = keys ? stack_rows<P>(*keys, k) : k;
     values = values ? stack_rows<P>(*values, v) : v;
     positions = positions ? ops::concat_last<P>(*positions, pos) : pos;
-    length = P::shape(*keys).at(0);
+    length = first + P::shape(*keys).at(0);
     (void)p;
   }
-  // Public rows [begin, end) of a head cache.
+  // Public positions [begin, end) of a head cache.
   void append_rows(const P& p, const HeadCache<P>& hc, std::size_t begin, std::size_t end) {
-    if (end > begin)
-      append(p, rows<P>(hc.keys, begin, end), rows<P>(hc.values, begin, end),
-             public_range(p, hc.keys, begin, end));
+    if (end <= begin) return;
+    if (begin < hc.first)
+      throw Error(ErrorCode::invalid_argument, "cluster list: the cache no longer holds token " +
+                                                   std::to_string(begin) + " (it starts at " +
+                                                   std::to_string(hc.first) + ")");
+    append(p, rows<P>(hc.keys, begin - hc.first, end - hc.first), rows<P>(hc.values, begin - hc.first, end - hc.first),
+           public_range(p, hc.keys, begin, end));
+  }
+  // Rows [begin, end) of the kept tokens, by position.
+  Share key_rows(std::size_t begin, std::size_t end) const { return rows<P>(*keys, begin - first, end - first); }
+  // Forget tokens before `position` (they live elsewhere now); at least one
+  // token stays.
+  void drop_before(std::size_t position) {
+    if (position <= first) return;
+    if (position >= length)
+      throw Error(ErrorCode::invalid_argument, "cluster list: cannot drop all " + std::to_string(length) + " tokens");
+    keys = rows<P>(*keys, position - first, length - first);
+    values = rows<P>(*values, position - first, length - first);
+    positions = ops::slice_last<P>(*positions, position - first, length - first);
+    first = position;
   }
 
   // Max and min keys of the clusters completed since the last call.
@@ -89,7 +107,7 @@ struct ClusterList {
     if (f <= summarised) co_return;
     const std::size_t n = f - summarised, s = size, d = P::shape(*keys).at(1);
     // (n * d, s): row (c, i) holds dimension i of cluster c's s keys.
-    auto block = rows<P>(*keys, summarised * s, f * s);
+    auto block = key_rows(summarised * s, f * s);
     auto spread = P::apply(block, [=](const RingTensor& t) {
       RingTensor out = RingTensor::from_shape({n * d, s});
       for (std::size_t c = 0; c < n; ++c)
@@ -109,6 +127,7 @@ struct ClusterList {
   // Clusters [0, f) as (f, s, 2d + 1): each token's [key | value | position].
   Share table(std::size_t f) const {
     const std::size_t s = size;
+    if (first != 0) throw Error(ErrorCode::invalid_argument, "cluster list: tokens before " + std::to_string(first) + " were dropped");
     return token_blocks<P>(rows<P>(*keys, 0, f * s), rows<P>(*values, 0, f * s),
                            ops::slice_last<P>(*positions, 0, f * s), s);
   }
@@ -127,21 +146,15 @@ struct ClusterList {
   }
 };
 
-// One selection head: `head` followed by public token-list rows [begin, end).
-template <Protocol P>
-void append_list_rows(const ClusterList<P>& list, std::size_t begin, std::size_t end, Selection<P>& sel) {
-  if (end <= begin) return;
-  sel.keys[0] = stack_rows<P>(sel.keys[0], rows<P>(*list.keys, begin, end));
-  sel.values[0] = stack_rows<P>(sel.values[0], rows<P>(*list.values, begin, end));
-  sel.positions[0] = ops::concat_last<P>(sel.positions[0], ops::slice_last<P>(*list.positions, begin, end));
-}
-
+// Tokens [begin, end) of the list (by position) as a one-head selection.
 template <Protocol P>
 Selection<P> list_rows(const ClusterList<P>& list, std::size_t begin, std::size_t end) {
+  const std::size_t b = begin - list.first, e = end - list.first;
+  if (begin < list.first) throw Error(ErrorCode::invalid_argument, "cluster list: token " + std::to_string(begin) + " was dropped");
   Selection<P> sel;
-  sel.keys.push_back(rows<P>(*list.keys, begin, end));
-  sel.values.push_back(rows<P>(*list.values, begin, end));
-  sel.positions.push_back(ops::slice_last<P>(*list.positions, begin, end));
+  sel.keys.push_back(rows<P>(*list.keys, b, e));
+  sel.values.push_back(rows<P>(*list.values, b, e));
+  sel.positions.push_back(ops::slice_last<P>(*list.positions, b, e));
   return sel;
 }
 
@@ -150,6 +163,13 @@ void append_selection(Selection<P>& into, Selection<P>&& more) {
   into.keys[0] = stack_rows<P>(into.keys[0], more.keys[0]);
   into.values[0] = stack_rows<P>(into.values[0], more.values[0]);
   into.positions[0] = ops::concat_last<P>(into.positions[0], more.positions[0]);
+}
+
+// One selection head: `head` followed by public token-list rows [begin, end).
+template <Protocol P>
+void append_list_rows(const ClusterList<P>& list, std::size_t begin, std::size_t end, Selection<P>& sel) {
+  if (end <= begin) return;
+  append_selection(sel, list_rows(list, begin, end));
 }
 
 // Tile a (1, d) row to (n, d).

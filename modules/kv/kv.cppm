@@ -7,6 +7,7 @@ export module mpcache.kv;
 export import :policy;
 export import :selection;
 export import :clusters;
+export import :page_store;
 export import :full_cache;
 export import :streaming_llm;
 export import :h2o;

@@ -16,6 +16,7 @@ import :snapkv;
 import :longcache;
 import :infllm;
 import :quest;
+import :page_store;
 import :arkvale;
 import :mpcache;
 import :any_policy;
@@ -24,7 +25,7 @@ export namespace mpcache::kv {
 
 inline const std::vector<std::string>& policy_names() {
   static const std::vector<std::string> names = {"mpcache", "mpcache-paper", "full",   "streaming_llm", "h2o",    "tova",
-                                                 "snapkv",  "longcache",     "infllm", "quest",         "arkvale"};
+                                                 "snapkv",  "longcache",     "infllm", "quest",         "arkvale", "arkvale-recall"};
   return names;
 }
 
@@ -56,7 +57,10 @@ AnyPolicy<P> make_policy(const std::string& name, std::size_t budget) {
   if (name == "longcache") return AnyPolicy<P>(LongCache<P>(budget));
   if (name == "infllm") return AnyPolicy<P>(InfLlm<P>(budget));
   if (name == "quest") return AnyPolicy<P>(Quest<P>(budget));
-  return AnyPolicy<P>(ArkVale<P>(budget));
+  if (name == "arkvale") return AnyPolicy<P>(ArkVale<P>(budget));
+  ArkValeOptions recall;  // "arkvale-recall": pages in each party's backing file
+  recall.tier = PageTier::file;
+  return AnyPolicy<P>(ArkVale<P>(budget, recall));
 }
 
 }  // namespace mpcache::kv

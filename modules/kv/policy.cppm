@@ -22,8 +22,11 @@ export namespace mpcache::kv {
 
 template <Protocol P>
 struct HeadCache {
-  typename P::Share keys;    // (T, d), after RoPE
-  typename P::Share values;  // (T, d)
+  typename P::Share keys;    // (T - first, d), after RoPE
+  typename P::Share values;  // (T - first, d)
+  // Position of row 0: 0 unless the policy keeps the cache itself
+  // (OwnsCache), when the decoder holds only the rows it has not yet taken.
+  std::size_t first = 0;
 };
 
 template <Protocol P>
@@ -78,6 +81,26 @@ concept Policy =
       // Attention weights of the step, per KV head (group, n) over the selection.
       { pol.observe(p, step, probs) } -> std::same_as<Task<void>>;
     };
+
+// Optional: a policy that keeps the tokens it needs itself (ArkVale with a
+// backing tier) says so, and the decoder then keeps only the rows of its
+// cache the policy has not yet taken (HeadCache::first): the newest token's
+// after a step, the prompt's until after_prefill has taken them. Such a
+// policy reads the cache only through rows [first, T). resident_bytes() is
+// what it holds in memory, backing_bytes() what it keeps elsewhere.
+template <class Pol, class P>
+concept OwnsCache = Protocol<P> && requires(const Pol& cpol) {
+  { cpol.owns_cache() } -> std::convertible_to<bool>;
+  { cpol.resident_bytes() } -> std::convertible_to<std::size_t>;
+  { cpol.backing_bytes() } -> std::convertible_to<std::size_t>;
+};
+
+// Whether `policy` (a policy, AnyPolicy or not) keeps the cache itself now.
+template <class Pol>
+bool keeps_own_cache(const Pol& policy) {
+  if constexpr (requires { { policy.owns_cache() } -> std::convertible_to<bool>; }) return policy.owns_cache();
+  else return false;
+}
 
 // Optional: once layer - 1 has selected at `position`, a policy may start
 // work for `layer` that needs only earlier tokens (MPCache's index sharing

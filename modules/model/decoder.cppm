@@ -53,6 +53,14 @@ class Decoder {
   const ModelConfig& config() const noexcept { return c_; }
   std::size_t length() const noexcept { return length_; }
   const std::vector<std::vector<kv::HeadCache<P>>>& cache() const noexcept { return cache_; }
+  // Bytes of KV cache this party holds (all of it, or, under a policy that
+  // keeps the cache itself, the rows it has not yet taken).
+  std::size_t cache_bytes() const {
+    std::size_t bytes = 0;
+    for (const auto& layer : cache_)
+      for (const auto& hc : layer) bytes += kv::share_bytes<P>(hc.keys) + kv::share_bytes<P>(hc.values);
+    return bytes;
+  }
   void set_probe(StepProbe<P> probe) { probe_ = std::move(probe); }
   // Let policies that can (kv::EarlyRanking) rank while the norm runs: on
   // by default; off gives the same selections (up to rounding near ties),
@@ -263,6 +271,12 @@ class Decoder {
     auto scope = cost_scope(p, CostTag::eviction);
     co_await policy.after_prefill(p, view);
     probs.clear();
+    if (kv::keeps_own_cache(policy))  // the policy took the prompt's rows: keep the last only
+      for (auto& hc : cache_[layer]) {
+        const std::size_t held = P::shape(hc.keys).at(0);
+        hc = kv::HeadCache<P>{kv::rows<P>(hc.keys, held - 1, held), kv::rows<P>(hc.values, held - 1, held),
+                              hc.first + held - 1};
+      }
   }
 
   // One decode row of queries (1, heads * d) as each KV head's query group (g, d).
@@ -333,9 +347,15 @@ class Decoder {
 
     auto& layer_cache = cache_[layer];
     if (layer_cache.empty()) layer_cache.resize(kvh);
+    const bool policy_keeps_cache = kv::keeps_own_cache(policy);
+    if (decode && policy_keeps_cache && probe_)
+      throw Error(ErrorCode::invalid_argument, "decoder: the step probe attends over the whole cache, but policy " +
+                                                   std::string(policy.name()) + " keeps the cache itself");
     for (std::size_t j = 0; j < kvh; ++j) {
       auto kj = head_columns(kr, j), vj = head_columns(v, j);
-      if (decode) {
+      if (decode && policy_keeps_cache) {  // it took the earlier rows: keep only this step's
+        layer_cache[j] = kv::HeadCache<P>{std::move(kj), std::move(vj), first};
+      } else if (decode) {
         layer_cache[j].keys = kv::stack_rows<P>(layer_cache[j].keys, kj);
         layer_cache[j].values = kv::stack_rows<P>(layer_cache[j].values, vj);
       } else {

@@ -107,6 +107,8 @@ class ObservedPolicy {
   Task<void> observe(P& p, const kv::StepView<P>& step, const std::vector<typename P::Share>& probs) {
     return inner_->observe(p, step, probs);
   }
+  // Nor that it keeps the cache itself (the decoder then keeps only new rows).
+  bool owns_cache() const { return kv::keeps_own_cache(*inner_); }
 
  private:
   Pol* inner_;
@@ -246,6 +248,12 @@ struct GenerationResult {
   std::size_t new_tokens = 0;
   double setup_seconds = 0;  // keys, job header, weight sharing
   CostCounters setup_costs;
+  // This party's KV cache at the end: bytes the decoder holds, bytes the
+  // policy holds (nullopt: a policy that does not count them; it holds at
+  // most a selection's worth besides), bytes in its backing file.
+  std::size_t kv_decoder_bytes = 0;
+  std::optional<std::size_t> kv_policy_bytes;
+  std::size_t kv_backing_bytes = 0;
 };
 
 // The public job header the client sends to every other party first.
@@ -322,6 +330,9 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
   GenerationRequest request{job.client, std::move(job.prompt), header.prompt_length, header.new_tokens,
                             std::move(stop)};
   result.tokens = co_await generate(p, decoder, policy, std::move(request), std::move(observer));
+  result.kv_decoder_bytes = decoder.cache_bytes();
+  result.kv_policy_bytes = policy.resident_bytes();
+  result.kv_backing_bytes = policy.backing_bytes();
   co_return result;
 }
 }  // namespace detail

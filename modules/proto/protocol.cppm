@@ -72,6 +72,19 @@ concept Protocol =
       { p.reveal_bits(x) } -> std::same_as<Task<RingTensor>>;
     };
 
+// Optional: sum_i a_i b_i for the communication of one product, each term
+// (a_i, b_i) asked for when it is needed and dropped before the next, so
+// that a long operand can stream from storage (rss3 sums its local products,
+// then reshares once). ops::matmul_sum runs the terms as concurrent matmuls
+// on backends without it: the same rounds; the same bytes where a product's
+// traffic follows its inputs (add2's openings), none on plain and ref.
+template <class P>
+concept SummingMatmul =
+    Protocol<P> && requires(P& p, std::size_t n,
+                            std::function<std::pair<typename P::Share, typename P::Share>(std::size_t)> term) {
+      { p.matmul_sum(n, term) } -> std::same_as<Task<typename P::Share>>;
+    };
+
 // Tags the messages a protocol object sends and awaits while the scope lives
 // (forks taken meanwhile inherit the tag), then restores the previous tag.
 // Backends without a network (plain, ref) have nothing to tag. A protocol

@@ -167,6 +167,11 @@ class Rss3 {
   // bits < 0: frac_bits(). Other values truncate by `bits` in the same round.
   Task<Share> mul_trunc(const Share& a, const Share& b, int bits = -1);
   Task<Share> matmul_trunc(const Share& a, const Share& b);
+  // sum over i < terms of a_i b_i, term(i) giving (a_i, b_i) when asked:
+  // the local products are summed, then reshared once (1 round, the bytes
+  // of one product), and each term is dropped before the next is asked for
+  // (ops::matmul_sum; kv's page store streams a backing file through it).
+  Task<Share> matmul_sum(std::size_t terms, std::function<std::pair<Share, Share>(std::size_t)> term);
 
   // Boolean layer.
   // A2B: XOR-sharing of a mod 2^width (bits at and above `width` are zero).

@@ -326,6 +326,23 @@ Task<Rss3Share> Rss3::matmul(const Share& a, const Share& b) {
   return reshare(std::move(z));
 }
 
+Task<Rss3Share> Rss3::matmul_sum(std::size_t terms, std::function<std::pair<Share, Share>(std::size_t)> term) {
+  if (terms == 0) throw Error(ErrorCode::invalid_argument, "rss3 matmul_sum of zero terms");
+  std::optional<RingTensor> z;
+  for (std::size_t i = 0; i < terms; ++i) {
+    const auto [a, b] = term(i);
+    if (!z) {
+      z = local_matmul(a, b);
+      continue;
+    }
+    // ring_matmul_accumulate names a term whose shape does not fit the first's.
+    ring_matmul_accumulate(*z, a.own, ring_add(b.own, b.next));
+    ring_matmul_accumulate(*z, a.next, b.own);
+  }
+  ring_add_inplace(*z, zero_share(shape_of(*z)));
+  co_return co_await reshare(std::move(*z));
+}
+
 Task<Rss3Share> Rss3::mul_trunc(const Share& a, const Share& b, int bits) {
   if (bits < 0) bits = frac_bits();
   check_bits(bits);

@@ -196,6 +196,11 @@ struct ArkValeWith {
     static kv::ArkVale<P> make() { return kv::ArkVale<P>(16, {.page = 4, .sink_pages = 1, .estimate = E}); }
   };
 };
+template <class P> struct MakeArkValeRecall {  // pages in each party's file, read 2 pages at a time
+  static kv::ArkVale<P> make() {
+    return kv::ArkVale<P>(16, {.page = 4, .sink_pages = 1, .tier = kv::PageTier::file, .chunk_pages = 2});
+  }
+};
 template <class P> struct MakeMpCache {
   static kv::MpCache<P> make() { return kv::MpCache<P>(24, small_clusters(kv::MpCacheOptions{})); }
 };
@@ -217,6 +222,7 @@ TEST_SUITE("kv policies under MPC") {
     check_policy_under_mpc<ArkValeWith<kv::PageEstimate::cuboid_mean>::Make>(111, 16);
   }
   TEST_CASE("ArkVale, cuboid-max") { check_policy_under_mpc<ArkValeWith<kv::PageEstimate::cuboid_max>::Make>(112, 16); }
+  TEST_CASE("ArkVale with recall from a backing file") { check_policy_under_mpc<MakeArkValeRecall>(114, 16); }
   TEST_CASE("ArkVale, centroid") { check_policy_under_mpc<ArkValeWith<kv::PageEstimate::centroid>::Make>(113, 16); }
   TEST_CASE("MPCache, our defaults") { check_policy_under_mpc<MakeMpCache>(109, 24); }
   TEST_CASE("MPCache, the paper's options") { check_policy_under_mpc<MakeMpCachePaper>(110, 24); }

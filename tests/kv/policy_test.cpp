@@ -42,6 +42,14 @@ std::vector<long> revealed_positions(P& p, const typename P::Share& s) {
   return out;
 }
 
+// Rows [first, last) of a (n, d) array.
+xt::xarray<double> row_block(const xt::xarray<double>& x, std::size_t first, std::size_t last) {
+  const std::size_t d = x.shape()[1];
+  xt::xarray<double> out = xt::xarray<double>::from_shape({last - first, d});
+  std::copy(x.data() + first * d, x.data() + last * d, out.data());
+  return out;
+}
+
 std::vector<long> sorted(std::vector<long> v) {
   std::sort(v.begin(), v.end());
   return v;
@@ -267,6 +275,90 @@ TEST_SUITE("kv policies") {
         kv::ArkVale<Plain> ap(64, o);
         CHECK(sorted(select_once(p, ap, s)) == expect);
       }
+  }
+
+  TEST_CASE("ArkVale's backing tier selects what the resident one does, holding only digests, sinks and the tail") {
+    // Plain (exact ring arithmetic): chunks of 3 pages in the file, 2 in
+    // memory, so the streamed gathers add their terms differently. The
+    // file-tier policy sees the cache as the decoder leaves it for a policy
+    // that keeps its own: the prompt, then each step's row alone.
+    const std::size_t d = 8, g = 2, prompt = 16 * 9 + 3, steps = 20, page = 16;
+    const Scene s = scene(prompt + steps, d, g, 77);
+    Plain p;
+    kv::ArkValeOptions resident_options{.page = page, .sink_pages = 1};
+    kv::ArkValeOptions file_options = resident_options;
+    file_options.tier = kv::PageTier::file;
+    file_options.chunk_pages = 3;
+    kv::ArkVale<Plain> resident(64, resident_options), backed(64, file_options);
+    CHECK_FALSE(resident.owns_cache());
+    CHECK(backed.owns_cache());
+    CHECK(backed.name() == "arkvale-recall");
+    const auto keys = secret(p, s.keys), values = secret(p, s.values);
+    std::vector<kv::HeadCache<Plain>> whole{{kv::rows<Plain>(keys, 0, prompt), kv::rows<Plain>(values, 0, prompt)}};
+    resident.reset(1, 1);
+    backed.reset(1, 1);
+    run(resident.after_prefill(p, kv::PrefillView<Plain>{0, prompt, g, nullptr, &whole}));
+    run(backed.after_prefill(p, kv::PrefillView<Plain>{0, prompt, g, nullptr, &whole}));
+    CHECK(backed.backing_bytes() > 0);  // the prompt's pages are stored with the prefill
+    for (std::size_t step = 0; step < steps; ++step) {
+      CAPTURE(step);
+      const std::size_t t = prompt + step + 1;
+      std::vector<kv::HeadCache<Plain>> all{{kv::rows<Plain>(keys, 0, t), kv::rows<Plain>(values, 0, t)}};
+      std::vector<kv::HeadCache<Plain>> newest{{kv::rows<Plain>(keys, t - 1, t), kv::rows<Plain>(values, t - 1, t), t - 1}};
+      std::vector<Plain::Share> queries{secret(p, uniform({g, d}, 500 + step))};
+      auto a = run(resident.select(p, kv::StepView<Plain>{0, t - 1, g, &queries, &all}));
+      auto b = run(backed.select(p, kv::StepView<Plain>{0, t - 1, g, &queries, &newest}));
+      CHECK(revealed_positions(p, b.positions[0]) == revealed_positions(p, a.positions[0]));
+      CHECK(run(p.reveal(b.keys[0])) == run(p.reveal(a.keys[0])));
+      CHECK(run(p.reveal(b.values[0])) == run(p.reveal(a.values[0])));
+      CHECK(revealed_positions(p, a.positions[0]).size() == page + 2 * page + (t - (t - 1) / page * page));  // sink, 2 pages, tail
+    }
+    // Stored: every complete page but the sink, a row of 16 (2d + 1) words each.
+    const std::size_t t = prompt + steps, f = (t - 1) / page, row = page * (2 * d + 1) * sizeof(Ring);
+    CHECK(backed.backing_bytes() == (f - 1) * row);
+    CHECK(resident.backing_bytes() == 0);
+    // Resident: the digests and boxes (4d words a page), the sink page, the
+    // tail and one page (the store's layout), against every token.
+    CHECK(backed.resident_bytes() <= f * 4 * d * sizeof(Ring) + 3 * row);
+    CHECK(resident.resident_bytes() >= t * (2 * d + 1) * sizeof(Ring));
+  }
+
+  TEST_CASE("a page store's file tier gives back what it was given, and names a folder it cannot use") {
+    Ref r;
+    kv::PageStore<Ref> memory({.tier = kv::PageTier::memory, .chunk_pages = 4});
+    kv::PageStore<Ref> file({.tier = kv::PageTier::file, .chunk_pages = 4});
+    // Multiples of 2^-10 below 2^10: exact through ref's fixed-point layout
+    // transforms (the memory tier's), so every tier must give them back.
+    xt::xarray<double> pages = uniform({11, 6}, 91, -1024, 1024);
+    for (auto& v : pages) v = std::round(v * 1024.0) / 1024.0;
+    for (auto [first, last] : {std::pair<std::size_t, std::size_t>{0, 3}, {3, 9}, {9, 11}}) {
+      const auto part = secret(r, row_block(pages, first, last));
+      memory.append(part);
+      file.append(part);
+    }
+    REQUIRE(file.chunks() == 3);
+    CHECK(file.file_bytes() == 11 * 6 * sizeof(double));
+    kv::PageStore<Ref> copy = file;  // a copy has its own file
+    copy.append(secret(r, row_block(pages, 0, 1)));
+    CHECK(copy.pages() == 12);
+    CHECK(file.pages() == 11);
+    for (std::size_t c = 0; c < 3; ++c) {
+      CAPTURE(c);
+      const auto [first, last] = file.chunk_pages(c);
+      const xt::xarray<double> expect = row_block(pages, first, last);
+      CHECK(r.to_real(file.load(c)) == expect);  // bit for bit
+      CHECK(r.to_real(memory.load(c)) == expect);
+      if (c < 2) CHECK(r.to_real(copy.load(c)) == expect);
+    }
+    xt::xarray<double> copy_tail = xt::xarray<double>::from_shape({4, 6});  // pages 8-10, then page 0 again
+    std::copy(pages.data() + 8 * 6, pages.data() + 11 * 6, copy_tail.data());
+    std::copy(pages.data(), pages.data() + 6, copy_tail.data() + 3 * 6);
+    CHECK(r.to_real(copy.load(2)) == copy_tail);
+    CHECK_THROWS_WITH_AS(file.append(secret(r, uniform({1, 5}, 1))), doctest::Contains("for rows of width 6"), Error);
+    CHECK_THROWS_WITH_AS(file.load(3), doctest::Contains("chunk 3 of 3"), Error);
+    kv::PageStore<Ref> nowhere({.tier = kv::PageTier::file, .dir = "/nonexistent/mpcache-pages"});
+    CHECK_THROWS_WITH_AS(nowhere.append(secret(r, uniform({1, 6}, 2))), doctest::Contains("/nonexistent/mpcache-pages"),
+                         Error);
   }
 
   TEST_CASE("ArkVale refuses a budget without room for its sinks, tail and one page") {

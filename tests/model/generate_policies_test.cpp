@@ -14,7 +14,7 @@ using namespace mpcache;
 namespace {
 using testing::fixture_prompt;
 const std::filesystem::path fixture = testing::fixture_dir();
-constexpr std::size_t budget = 64;  // above InfLLM's smallest with its defaults (51) and MPCache's (48); the prompt has 78 bytes
+constexpr std::size_t budget = 64;  // above InfLLM's smallest with its defaults (51) and MPCache's (48); the prompt has 77 bytes
 }  // namespace
 
 TEST_SUITE("generation policies") {
@@ -35,6 +35,33 @@ TEST_SUITE("generation policies") {
         CHECK(logits[i].at(chosen[i]) >= best - 0.05);
       }
     }
+  }
+
+  TEST_CASE("ArkVale with recall generates what ArkVale does, its pages in each party's file, not in memory") {
+    const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+    const auto resident = testing::generate_results_on_fixture(GenerationProtocol::rss3, "arkvale", budget, 3);
+    const auto recall = testing::generate_results_on_fixture(GenerationProtocol::rss3, "arkvale-recall", budget, 3);
+    CHECK(recall[0].tokens == resident[0].tokens);
+    // After the prompt (77) and 2 decoded tokens: 79 tokens, 4 complete
+    // pages of 16 (the newest token's page is the tail), 3 stored (the first
+    // is the sink); per layer and KV head, a page is 16 tokens of [key |
+    // value | position], 2 words a value (rss3).
+    const std::size_t heads = c.num_layers * c.num_kv_heads, word_pairs = 2 * sizeof(Ring);
+    const std::size_t page_bytes = 16 * (2 * c.head_dim + 1) * word_pairs;
+    for (std::size_t i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      CHECK(resident[i].kv_decoder_bytes == heads * 79 * 2 * c.head_dim * word_pairs);  // every token
+      CHECK(recall[i].kv_decoder_bytes == heads * 2 * c.head_dim * word_pairs);         // the newest only
+      CHECK(recall[i].kv_backing_bytes == heads * 3 * page_bytes);
+      CHECK(resident[i].kv_backing_bytes == 0);
+      REQUIRE(recall[i].kv_policy_bytes.has_value());
+      REQUIRE(resident[i].kv_policy_bytes.has_value());
+      // The same but for the stored pages (and the file tier's one-word layout prototype).
+      CHECK(*recall[i].kv_policy_bytes + heads * 3 * page_bytes == *resident[i].kv_policy_bytes + heads * word_pairs);
+    }
+    // Policies that do not count what they hold say so.
+    CHECK_FALSE(testing::generate_results_on_fixture(GenerationProtocol::rss3, "streaming_llm", budget, 2)[0]
+                    .kv_policy_bytes.has_value());
   }
 
   TEST_CASE("an unknown policy name is refused, listing the accepted ones") {

@@ -10,7 +10,7 @@ inline std::filesystem::path fixture_dir() {
   return std::filesystem::path(MPCACHE_SOURCE_DIR) / "tools/model/fixture";
 }
 
-// 78 bytes of Emma.
+// 77 bytes of Emma.
 inline std::vector<std::uint32_t> fixture_prompt() {
   std::vector<std::uint32_t> tokens;
   for (unsigned char ch : std::string("Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy"))
@@ -18,10 +18,11 @@ inline std::vector<std::uint32_t> fixture_prompt() {
   return tokens;
 }
 
-// generate_party at every party (exact truncation, seed 5): the client's
-// tokens; the other two parties must learn none.
-inline std::vector<std::uint32_t> generate_on_fixture(GenerationProtocol protocol, const std::string& policy,
-                                                      std::size_t budget, std::size_t tokens) {
+// generate_party at every party (exact truncation, seed 5): every party's
+// result; the other two parties must learn no token.
+inline std::array<GenerationResult, 3> generate_results_on_fixture(GenerationProtocol protocol,
+                                                                   const std::string& policy, std::size_t budget,
+                                                                   std::size_t tokens) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
@@ -38,7 +39,13 @@ inline std::vector<std::uint32_t> generate_on_fixture(GenerationProtocol protoco
   });
   CHECK(results[1].tokens.empty());  // the model owner learns no token
   CHECK(results[2].tokens.empty());  // nor does the third party (the dealer under add2)
-  return results[0].tokens;
+  return {results[0], results[1], results[2]};
+}
+
+// The client's tokens of generate_results_on_fixture.
+inline std::vector<std::uint32_t> generate_on_fixture(GenerationProtocol protocol, const std::string& policy,
+                                                      std::size_t budget, std::size_t tokens) {
+  return generate_results_on_fixture(protocol, policy, budget, tokens)[0].tokens;
 }
 
 }  // namespace mpcache::testing
