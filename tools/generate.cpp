@@ -282,8 +282,8 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
   summary["row"] = "summary";
   summary["mode"] = mode;
   summary["transport"] = transport;
-  summary["link"] = o.link;
-  summary["encrypted"] = !o.insecure && !o.in_process;
+  summary["link"] = o.network.link;
+  summary["encrypted"] = !o.network.insecure && !o.in_process;
   summary["policy"] = o.policy;
   summary["budget"] = o.budget;
   summary["protocol"] = o.protocol;
@@ -321,7 +321,7 @@ int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& p
   InProcessNetwork network(scheduler, 3);
   std::optional<TimerLoop> timers;
   std::optional<LinkEmulator> emulator;
-  const Link link = link_named(o.link);
+  const Link link = link_named(o.network.link);
   if (link.name != "none") {
     timers.emplace(scheduler);
     emulator.emplace(network, timers->timers(), link);
@@ -379,30 +379,17 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     party["role"] = role(id, o.protocol);
     if (id == client_id && !prompt) throw Error(ErrorCode::invalid_argument, "party 0 (the client) needs --prompt");
     const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : config.timeout_ms;
-    std::vector<PartyAddress> addresses;
-    for (const auto& p : config.parties) addresses.push_back({p.host, p.port});
-    const ConnectOptions connect = cluster_connect_options(config, o.config, id, o.insecure, timeout_ms);
-    const Link link = link_named(o.link);
-    TcpOptions tcp;
-    tcp.backend = parse_backend(o.transport);
-    tcp.silence_timeout = std::chrono::milliseconds(timeout_ms);
-    tcp.spin = std::chrono::microseconds(o.spin_us);
-
     Scheduler scheduler;
     StopOnSignal stop(scheduler);
     Endpoint endpoint(scheduler, id, config.parties.size());
-    TcpTransport transport(scheduler, endpoint, connect_cluster(id, addresses, connect), tcp);
-    std::optional<LinkEmulator> emulator;
-    if (link.name != "none") {
-      emulator.emplace(transport, transport.timers(), link);
-      endpoint.attach(&*emulator);
-    }
+    ClusterConnection connection(scheduler, endpoint, config, o.config, id, o.network, timeout_ms);
+    TcpTransport& transport = connection.transport();
     const std::string transport_name = endpoint.transport()->name();
     party["transport"] = transport_name;
     if (!transport.fallback_reason().empty()) party["fallback_reason"] = transport.fallback_reason();
     ClientConsole console;
     if (id == client_id)
-      print_header(o, "party 0 (client) of " + o.config + ", " + transport_name + ", link " + o.link, *prompt);
+      print_header(o, "party 0 (client) of " + o.config + ", " + transport_name + ", link " + o.network.link, *prompt);
     GenerationObserver observer;
     observer.step = [&](const GenerationStep& s) {
       lines.push_back(step_row(s, id));
@@ -461,7 +448,7 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
   if (fault_party >= 0 && o.tokens < 3)
     throw Error(ErrorCode::invalid_argument, "--fault: the party dies after decode step 1, so --tokens must be >= 3");
   const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : default_generate_timeout_ms;
-  LocalCluster cluster(o.insecure, timeout_ms);
+  LocalCluster cluster(o.network.insecure, timeout_ms);
   const std::string prompt_file = cluster.file("prompt.txt");  // read by party 0 only
   write_text_file(prompt_file, std::string(prompt.begin(), prompt.end()), true);
   std::vector<PartyProcess> processes;
@@ -469,9 +456,10 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
     PartyProcess p;
     p.args = {self, "generate", "--config", cluster.config_path(), "--id", std::to_string(i), "--model",
               o.model_dir, "--tokens", std::to_string(o.tokens), "--policy", o.policy, "--budget",
-              std::to_string(o.budget), "--protocol", o.protocol, "--truncation", o.truncation, "--transport", o.transport, "--spin-us", std::to_string(o.spin_us), "--link", o.link, "--json",
+              std::to_string(o.budget), "--protocol", o.protocol, "--truncation", o.truncation, "--json",
               cluster.file("party-" + std::to_string(i) + ".jsonl")};
-    if (o.insecure) p.args.push_back("--insecure");
+    const auto network_args = o.network.args();
+    p.args.insert(p.args.end(), network_args.begin(), network_args.end());
     if (o.allow_unused_weights) p.args.push_back("--allow-unused-weights");
     if (i == 0) p.args.insert(p.args.end(), {"--prompt-file", prompt_file});
     if (i == fault_party) p.args.insert(p.args.end(), {"--fault", fault_kind});
@@ -479,7 +467,7 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
     processes.push_back(std::move(p));
   }
   std::printf("mpcache generate: 3 party processes on this host (loopback TCP, %s, fresh keys), link %s\n",
-              o.insecure ? "plain, --insecure" : "AES-GCM", o.link.c_str());
+              o.network.insecure ? "plain, --insecure" : "AES-GCM", o.network.link.c_str());
   std::fflush(stdout);
   bool killed_late = false;
   int stopped_by = 0;
@@ -535,9 +523,8 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
   if (o.in_process && !o.fault.empty()) throw Error(ErrorCode::invalid_argument, "--fault needs party processes");
   if (party_mode && !o.fault.empty() && o.fault != "exit")
     throw Error(ErrorCode::invalid_argument, "--fault in a party: 'exit' (dies after decode step 1)");
-  if (o.in_process && o.insecure) throw Error(ErrorCode::invalid_argument, "--insecure is for TCP parties");
-  (void)link_named(o.link);
-  (void)parse_backend(o.transport);
+  if (o.in_process && o.network.insecure) throw Error(ErrorCode::invalid_argument, "--insecure is for TCP parties");
+  o.network.check();
   (void)parse_generation_protocol(o.protocol);
   if (o.budget == 0) throw Error(ErrorCode::invalid_argument, "--budget must be at least 1 token");
   (void)kv::make_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work

@@ -10,6 +10,7 @@
 //   * --in-process: all three parties in this process (debugging).
 // Include after `import mpcache;`.
 #pragma once
+#include "network_choice.hpp"
 #include <cstddef>
 #include <string>
 
@@ -29,11 +30,8 @@ struct GenerateOptions {
   std::string policy = "mpcache";    // mpcache | mpcache-paper | full
   std::string protocol = "rss3";     // rss3 | add2 (party 2 is the dealer)
   std::string truncation = "exact";  // exact | probabilistic (one round less per product, may fail: rss3.cppm)
-  std::string link = "none";         // emulated link: none | lan | wan | RTT_MS:MBYTES_PER_S
-  std::string transport = "auto";    // auto | uring | asio
-  int spin_us = static_cast<int>(default_spin.count());  // TcpOptions::spin (more: low-latency mode)
+  NetworkChoice network;             // TCP parties: backend, spin, encryption, emulated link
   int timeout_ms = -1;               // peer silence deadline (-1: the config's, else default_generate_timeout_ms)
-  bool insecure = false;             // plain TCP
   bool allow_unused_weights = false; // run even if the config leaves tensors of the file unused
   bool in_process = false;
   bool check = false;                // float64 reference check (launcher / in-process only)

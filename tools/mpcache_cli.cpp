@@ -25,20 +25,6 @@ int main(int argc, char** argv) {
   const std::string default_prompt =
       "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
       "must be in want of a wife. However little known the feelings";
-  const std::vector<std::string> transports = {"auto", "uring", "asio"};
-  const std::string spin_help =
-      "before sleeping, poll the network for up to this many microseconds, yielding the CPU between polls "
-      "(0: off; more, e.g. 200-1000: the low-latency mode; costs up to that much CPU time per wait)";
-  const auto link_check = CLI::Validator(
-      [](std::string& s) -> std::string {
-        try {
-          (void)mpcache::link_named(s);
-          return {};
-        } catch (const std::exception& e) {
-          return e.what();
-        }
-      },
-      "lan|wan|none|RTT_MS:MBYTES_PER_S");
 
   mpcache::tools::GenerateOptions gen;
   gen.model_dir = default_model;
@@ -67,13 +53,9 @@ int main(int argc, char** argv) {
       "probability |x|/2^64 (about 1 prompt in 300 at 57 bytes, more with longer prompts)";
   gen_cmd->add_option("--truncation", gen.truncation, truncation_help)
       ->check(CLI::IsMember({"exact", "probabilistic"}));
-  gen_cmd->add_option("--link", gen.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")->check(link_check);
-  gen_cmd->add_option("--transport", gen.transport, "auto (io_uring, else asio), uring or asio")
-      ->check(CLI::IsMember(transports));
-  gen_cmd->add_option("--spin-us", gen.spin_us, spin_help)->check(CLI::Range(0, 100000));
+  mpcache::tools::add_network_options(*gen_cmd, gen.network);
   gen_cmd->add_option("--timeout-ms", gen.timeout_ms, "set-up and peer silence deadline (default: the config's; launcher 60000)")
       ->check(CLI::Range(100, 3600000));
-  gen_cmd->add_flag("--insecure", gen.insecure, "plain TCP: no authentication, no encryption");
   gen_cmd->add_flag("--allow-unused-weights", gen.allow_unused_weights,
                     "run even if the config leaves tensors of the weights file unused");
   gen_cmd->add_flag("--in-process", gen.in_process, "all three parties in this process (debugging)");
@@ -115,12 +97,7 @@ int main(int argc, char** argv) {
   const std::string jobs_help =
       "demo, a benchmark preset (micro, ops, paper-table2) or one of its cases (mul-1M, "
       "fixed-mul-1M, matvec, compare-100k, softmax-1024, table2-cluster, ...)";
-  party_cmd->add_option("--transport", party.transport, "auto (io_uring, else asio), uring or asio")
-      ->check(CLI::IsMember(transports));
-  party_cmd->add_option("--link", party.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")
-      ->check(link_check);
-  party_cmd->add_option("--spin-us", party.spin_us, spin_help)->check(CLI::Range(0, 100000));
-  party_cmd->add_flag("--insecure", party.insecure, "plain TCP: no authentication, no encryption");
+  mpcache::tools::add_network_options(*party_cmd, party.network);
   party_cmd->add_option("--job", party.job, jobs_help);
   party_cmd->add_option("--report", party.report, "write the JSON report here (default: stdout)");
   party_cmd->add_option("--repeat", party.repeat, "runs per case (median reported)")->check(CLI::Range(1, 100));
@@ -130,11 +107,7 @@ int main(int argc, char** argv) {
   mpcache::tools::LocalOptions local;
   auto* local_cmd = app.add_subcommand(
       "local", "run the three parties as processes on loopback (free ports, fresh keys); prints a JSON report");
-  local_cmd->add_option("--transport", local.transport, "auto, uring or asio")->check(CLI::IsMember(transports));
-  local_cmd->add_option("--link", local.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")
-      ->check(link_check);
-  local_cmd->add_option("--spin-us", local.spin_us, spin_help)->check(CLI::Range(0, 100000));
-  local_cmd->add_flag("--insecure", local.insecure, "plain TCP: no authentication, no encryption");
+  mpcache::tools::add_network_options(*local_cmd, local.network);
   local_cmd->add_option("--job", local.job, jobs_help);
   local_cmd->add_option("--timeout-ms", local.timeout_ms, "set-up and peer silence deadline")
       ->check(CLI::Range(100, 600000));

@@ -99,8 +99,8 @@ std::vector<bench::OpCase> job_cases(const std::string& job, const std::string& 
 }  // namespace
 
 int run_party(const PartyOptions& o) {
-  json report = {{"party", o.id}, {"job", o.job}, {"ok", false}, {"link", o.link},
-                 {"link_emulated", o.link != "none"}, {"encrypted", !o.insecure}};
+  json report = {{"party", o.id}, {"job", o.job}, {"ok", false}, {"link", o.network.link},
+                 {"link_emulated", o.network.link != "none"}, {"encrypted", !o.network.insecure}};
   auto emit = [&] {
     const std::string text = report.dump() + "\n";
     if (o.report.empty()) {
@@ -110,27 +110,14 @@ int run_party(const PartyOptions& o) {
     }
   };
   try {
-    const auto cases = job_cases(o.job, o.link);
+    const auto cases = job_cases(o.job, o.network.link);
     const ClusterConfig config = read_cluster_config(o.config);
     if (o.id >= config.parties.size())
       throw Error(ErrorCode::bad_party, "party " + std::to_string(o.id) + " is not in " + o.config);
-    std::vector<PartyAddress> addresses;
-    for (const auto& p : config.parties) addresses.push_back({p.host, p.port});
-    const ConnectOptions connect = cluster_connect_options(config, o.config, o.id, o.insecure, config.timeout_ms);
-    const Link link = link_named(o.link);
-    TcpOptions tcp;
-    tcp.backend = parse_backend(o.transport);
-    tcp.silence_timeout = std::chrono::milliseconds(config.timeout_ms);
-    tcp.spin = std::chrono::microseconds(o.spin_us);
-
     Scheduler scheduler;
     Endpoint endpoint(scheduler, o.id, config.parties.size());
-    TcpTransport transport(scheduler, endpoint, connect_cluster(o.id, addresses, connect), tcp);
-    std::optional<LinkEmulator> emulator;
-    if (link.name != "none") {
-      emulator.emplace(transport, transport.timers(), link);
-      endpoint.attach(&*emulator);
-    }
+    ClusterConnection connection(scheduler, endpoint, config, o.config, o.id, o.network, config.timeout_ms);
+    TcpTransport& transport = connection.transport();
     report["transport"] = endpoint.transport()->name();
     report["backend"] = transport.backend();
     if (!transport.fallback_reason().empty()) report["fallback_reason"] = transport.fallback_reason();
@@ -279,20 +266,19 @@ json merge_cases(const json& parties, const Link& link) {
 
 int run_local(const LocalOptions& o, const std::string& self) {
   // Everything is checked before a file is written or a process started.
-  job_cases(o.job, o.link);
-  link_named(o.link);
-  parse_backend(o.transport);
+  job_cases(o.job, o.network.link);
+  o.network.check();
   const auto [fault_party, fault_kind] = parse_fault(o.fault, {"exit", "silent"});
-  const LocalCluster cluster(o.insecure, o.timeout_ms);
+  const LocalCluster cluster(o.network.insecure, o.timeout_ms);
   const std::string& dir = cluster.dir();
   const ClusterConfig config = read_cluster_config(cluster.config_path());
   std::vector<PartyProcess> processes;
   for (int i = 0; i < 3; ++i) {
     PartyProcess p;
-    p.args = {self, "party", "--config", dir + "/cluster.json", "--id", std::to_string(i), "--transport",
-              o.transport, "--link", o.link, "--job", o.job, "--repeat", std::to_string(o.repeat), "--spin-us",
-              std::to_string(o.spin_us), "--report", dir + "/report-" + std::to_string(i) + ".json"};
-    if (o.insecure) p.args.push_back("--insecure");
+    p.args = {self, "party", "--config", dir + "/cluster.json", "--id", std::to_string(i), "--job", o.job,
+              "--repeat", std::to_string(o.repeat), "--report", dir + "/report-" + std::to_string(i) + ".json"};
+    const auto network_args = o.network.args();
+    p.args.insert(p.args.end(), network_args.begin(), network_args.end());
     if (i == fault_party) p.args.insert(p.args.end(), {"--fault", fault_kind});
     processes.push_back(std::move(p));
   }
@@ -314,8 +300,8 @@ int run_local(const LocalOptions& o, const std::string& self) {
     std::fprintf(stderr, "mpcache local: stopped by signal %d; it was passed on to the parties\n", stopped_by);
     return 128 + stopped_by;
   }
-  json summary = {{"job", o.job}, {"link", o.link}, {"link_emulated", o.link != "none"},
-                  {"encrypted", !o.insecure}, {"parties", json::array()}};
+  json summary = {{"job", o.job}, {"link", o.network.link}, {"link_emulated", o.network.link != "none"},
+                  {"encrypted", !o.network.insecure}, {"parties", json::array()}};
   bool ok = !killed_late;
   for (int i = 0; i < 3; ++i) {
     json r;
@@ -329,7 +315,7 @@ int run_local(const LocalOptions& o, const std::string& self) {
     if (r.contains("transport")) summary["transport"] = r["transport"];
     summary["parties"].push_back(r);
   }
-  summary["cases"] = ok ? merge_cases(summary["parties"], link_named(o.link)) : json::array();
+  summary["cases"] = ok ? merge_cases(summary["parties"], link_named(o.network.link)) : json::array();
   summary["ok"] = ok;
   std::cout << summary.dump() << "\n";
   for (const auto& r : summary["parties"])

@@ -1,0 +1,50 @@
+// See network_choice.hpp.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <CLI/CLI.hpp>
+import mpcache;
+#include "network_choice.hpp"
+
+namespace mpcache::tools {
+
+void NetworkChoice::check() const {
+  (void)link_named(link);
+  (void)parse_backend(transport);
+}
+
+TcpOptions NetworkChoice::tcp_options(std::chrono::milliseconds silence) const {
+  TcpOptions tcp;
+  tcp.backend = parse_backend(transport);
+  tcp.silence_timeout = silence;
+  tcp.spin = std::chrono::microseconds(spin_us);
+  return tcp;
+}
+
+std::vector<std::string> NetworkChoice::args() const {
+  std::vector<std::string> out{"--transport", transport, "--link", link, "--spin-us", std::to_string(spin_us)};
+  if (insecure) out.push_back("--insecure");
+  return out;
+}
+
+void add_network_options(CLI::App& command, NetworkChoice& choice) {
+  const auto link_check = CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          (void)link_named(s);
+          return {};
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+      },
+      "lan|wan|none|RTT_MS:MBYTES_PER_S");
+  command.add_option("--transport", choice.transport, "auto (io_uring, else asio), uring or asio")
+      ->check(CLI::IsMember({"auto", "uring", "asio"}));
+  command.add_option("--link", choice.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")->check(link_check);
+  command
+      .add_option("--spin-us", choice.spin_us,
+                  "before sleeping, poll the network for up to this many microseconds, yielding the CPU between "
+                  "polls (0: off; more, e.g. 200-1000: the low-latency mode; costs up to that much CPU time per wait)")
+      ->check(CLI::Range(0, 100000));
+  command.add_flag("--insecure", choice.insecure, "plain TCP: no authentication, no encryption");
+}
+
+}  // namespace mpcache::tools
