@@ -20,13 +20,12 @@ struct Costs {
 
 Costs busiest(const std::array<CostCounters, 3>& before, const std::array<CostCounters, 3>& after) {
   Costs c;
-  std::uint64_t b = 0, a = 0;
+  CriticalPath path;
   for (std::size_t i = 0; i < 3; ++i) {
-    b = std::max(b, before[i].rounds);
-    a = std::max(a, after[i].rounds);
+    path.add(before[i].rounds, after[i].rounds);
     c.bytes = std::max<std::uint64_t>(c.bytes, (after[i] - before[i]).payload_bytes_sent());
   }
-  c.rounds = a - b;
+  c.rounds = path.rounds();
   return c;
 }
 

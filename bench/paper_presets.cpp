@@ -108,12 +108,9 @@ struct Phase {
 // dealer, party 2, works offline).
 Phase phase_between(const Mark& a, const Mark& b, std::size_t online = 3) {
   Phase ph;
-  std::uint64_t before = 0, after = 0;  // critical path: the highest clocks
-  for (std::size_t i = 0; i < online; ++i) {
-    before = std::max(before, a.costs[i].rounds);
-    after = std::max(after, b.costs[i].rounds);
-  }
-  ph.rounds = after - before;
+  CriticalPath path;
+  for (std::size_t i = 0; i < online; ++i) path.add(a.costs[i].rounds, b.costs[i].rounds);
+  ph.rounds = path.rounds();
   // (The dealer runs ahead of the online parties: its marks would stretch the window.)
   auto first_in = a.time[0], last_out = b.time[0];
   for (std::size_t i = 1; i < online; ++i) first_in = std::min(first_in, a.time[i]), last_out = std::max(last_out, b.time[i]);

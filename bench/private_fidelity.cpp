@@ -70,7 +70,7 @@ PrivateRun run_private(const Settings& s, const ModelConfig& c, const std::vecto
       logits = step == 0 ? co_await decoder.prefill(p, policy, 0, std::move(mine), prompt.size())
                          : co_await decoder.decode(p, policy, 0, next);
       const std::size_t rows = Rss3::shape(logits).at(0);
-      auto last = kv::rows<Rss3>(logits, rows - 1, rows);
+      auto last = ops::rows<Rss3>(logits, rows - 1, rows);
       auto token = co_await p.reveal_to(0, co_await next_token(p, last));
       const RingTensor opened = co_await p.reveal(last);
       next.reset();

@@ -62,14 +62,12 @@ Sample run_three_parties(Body body, const std::string& protocol, const Link* emu
   s.seconds = std::chrono::duration<double>(*std::max_element(section.stop.begin(), section.stop.begin() + online) -
                                             *std::min_element(section.start.begin(), section.start.begin() + online))
                   .count();
-  std::uint64_t clock_before = 0, clock_after = 0;
+  CriticalPath path;
   for (std::size_t i = 0; i < 3; ++i) {
     s.costs[i] = section.after[i] - section.before[i];
-    if (i >= online) continue;
-    clock_before = std::max(clock_before, section.before[i].rounds);
-    clock_after = std::max(clock_after, section.after[i].rounds);
+    if (i < online) path.add(section.before[i].rounds, section.after[i].rounds);
   }
-  s.rounds = clock_after - clock_before;
+  s.rounds = path.rounds();
   return s;
 }
 

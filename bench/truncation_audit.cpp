@@ -57,7 +57,7 @@ void audit_prompt(Scheduler& scheduler, const DecoderWeights<Plain>& weights, co
       auto logits = step == 0 ? co_await decoder.prefill(p, policy, 0, prompt, prompt.size())
                               : co_await decoder.decode(p, policy, 0, next);
       const std::size_t rows = Plain::shape(logits).at(0);
-      auto token = co_await p.reveal(co_await next_token(p, kv::rows<Plain>(logits, rows - 1, rows)));
+      auto token = co_await p.reveal(co_await next_token(p, ops::rows<Plain>(logits, rows - 1, rows)));
       next = static_cast<std::uint32_t>(token(0, 0));
     }
     p.audit_truncations(nullptr);

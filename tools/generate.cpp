@@ -113,14 +113,14 @@ json merge_steps(const std::array<std::vector<json>, 3>& rows, const std::string
   const bool dealt = protocol == "add2";
   for (std::size_t k = 0; k < steps; ++k) {
     double latency = 0;
-    std::uint64_t bytes_max = 0, bytes_total = 0, before = 0, after = 0;
+    std::uint64_t bytes_max = 0, bytes_total = 0;
+    CriticalPath path;
     for (std::size_t i = 0; i < (dealt ? 2 : 3); ++i) {
       const json& r = rows[i][k];
       latency = std::max(latency, r.at("latency_s").get<double>());
       bytes_max = std::max(bytes_max, r.at("bytes_sent").get<std::uint64_t>());
       bytes_total += r.at("bytes_sent").get<std::uint64_t>();
-      before = std::max(before, r.at("clock_before").get<std::uint64_t>());
-      after = std::max(after, r.at("clock_after").get<std::uint64_t>());
+      path.add(r.at("clock_before").get<std::uint64_t>(), r.at("clock_after").get<std::uint64_t>());
     }
     out.push_back({{"row", "step"},
                    {"phase", rows[0][k].at("phase")},
@@ -129,7 +129,7 @@ json merge_steps(const std::array<std::vector<json>, 3>& rows, const std::string
                    {"bytes_max_party", bytes_max},
                    {"bytes_total", bytes_total},
                    {"offline_bytes", dealt ? rows[2][k].at("bytes_sent").get<std::uint64_t>() : 0},
-                   {"rounds", after - before}});
+                   {"rounds", path.rounds()}});
   }
   return out;
 }

@@ -238,18 +238,16 @@ json merge_cases(const json& parties, const Link& link) {
   const auto& first = parties[0]["cases"];
   for (std::size_t k = 0; k < first.size(); ++k) {
     double latency = 0;
-    std::uint64_t bytes_max = 0, bytes_total = 0, clock_before = 0, clock_after = 0;
+    std::uint64_t bytes_max = 0, bytes_total = 0;
+    CriticalPath path;
     for (const auto& r : parties) {
       const auto& c = r["cases"][k];
       latency = std::max(latency, c["latency_s"].get<double>());
       bytes_max = std::max(bytes_max, c["bytes_sent"].get<std::uint64_t>());
       bytes_total += c["bytes_sent"].get<std::uint64_t>();
-      clock_before = std::max(clock_before, c["clock_before"].get<std::uint64_t>());
-      clock_after = std::max(clock_after, c["clock_after"].get<std::uint64_t>());
+      path.add(c["clock_before"].get<std::uint64_t>(), c["clock_after"].get<std::uint64_t>());
     }
-    // Rounds on the critical path: parties' clocks differ (one that only
-    // sends does not advance), so compare the highest ones.
-    const std::uint64_t rounds = clock_after - clock_before;
+    const std::uint64_t rounds = path.rounds();
     json c = {{"case", first[k]["case"]}, {"latency_s", latency}, {"bytes_max_party", bytes_max},
               {"bytes_total", bytes_total}, {"rounds", rounds}};
     if (link.name != "none") {

@@ -58,4 +58,19 @@ struct CostCounters {
   friend CostCounters operator-(CostCounters later, const CostCounters& earlier);
 };
 
+// The rounds a stretch of work added to the critical path across parties,
+// from each party's Lamport clock (CostCounters::rounds) before and after
+// it. Clocks differ (a party that only sends does not advance its own), so
+// the highest ones are compared. The one way tests, benches and tools count
+// a phase's rounds.
+struct CriticalPath {
+  std::uint64_t before = 0, after = 0;
+
+  void add(std::uint64_t clock_before, std::uint64_t clock_after) noexcept {
+    before = std::max(before, clock_before);
+    after = std::max(after, clock_after);
+  }
+  std::uint64_t rounds() const noexcept { return after - before; }
+};
+
 }  // namespace mpcache

@@ -63,47 +63,6 @@ struct ArkValeOptions {
   std::size_t chunk_pages = 0;       // pages a gather reads at once (0: as many as a step picks)
 };
 
-// x * n for a public count n, by doubling and adding: exact on every
-// backend (a public integer factor is not a fixed-point one).
-template <Protocol P>
-typename P::Share times_count(const P& p, const typename P::Share& x, std::size_t n) {
-  std::optional<typename P::Share> sum;
-  typename P::Share power = x;
-  for (; n > 0; n >>= 1) {
-    if (n & 1) sum = sum ? p.add(*sum, power) : power;
-    if (n > 1) power = p.add(power, power);
-  }
-  return sum ? *sum : p.sub(x, x);
-}
-
-// (n * s, d) -> (n, d): each run of s rows summed.
-template <Protocol P>
-typename P::Share sum_row_runs(const typename P::Share& a, std::size_t s) {
-  return P::apply(a, [s](const RingTensor& t) {
-    const std::size_t n = t.shape()[0] / s, d = t.shape()[1];
-    RingTensor out = ring_zeros({n, d});
-    for (std::size_t r = 0; r < n * s; ++r)
-      for (std::size_t i = 0; i < d; ++i) out(r / s, i) += t(r, i);
-    return out;
-  });
-}
-
-// (g, d) -> (1, d): the group's rows summed.
-template <Protocol P>
-typename P::Share sum_rows(const typename P::Share& a) {
-  return P::apply(a, [](const RingTensor& t) {
-    const std::size_t d = t.shape()[1];
-    return ring_reshape(ring_sum_second_last(t), {1, d});
-  });
-}
-
-// |x| = x - 2 [x < 0] x.
-template <Protocol P>
-Task<typename P::Share> absolute(P& p, const typename P::Share& x) {
-  auto negative_part = co_await ops::msb_times(p, x, x);
-  co_return p.sub(x, p.add(negative_part, negative_part));
-}
-
 template <Protocol P>
 class ArkVale {
  public:
@@ -265,10 +224,10 @@ class ArkVale {
   Task<Share> estimate(P& p, Pages& pages, const Share& q, std::size_t f) {
     const ClusterList<P>& list = pages.list;
     if (o_.estimate == PageEstimate::cuboid_max)
-      co_return co_await cuboid_bound(p, q, rows<P>(*list.max_keys, 0, f), rows<P>(*list.min_keys, 0, f));
-    Share lhs = sum_rows<P>(q);  // (1, d)
-    if (o_.estimate == PageEstimate::cuboid_mean) lhs = ops::concat_last<P>(lhs, sum_rows<P>(co_await absolute(p, q)));
-    auto s = co_await p.matmul_trunc(lhs, transpose<P>(rows<P>(*pages.digest, 0, f)));  // (1, f)
+      co_return co_await cuboid_bound(p, q, ops::rows<P>(*list.max_keys, 0, f), ops::rows<P>(*list.min_keys, 0, f));
+    Share lhs = ops::sum_rows<P>(q);  // (1, d)
+    if (o_.estimate == PageEstimate::cuboid_mean) lhs = ops::concat_last<P>(lhs, ops::sum_rows<P>(co_await ops::absolute(p, q)));
+    auto s = co_await p.matmul_trunc(lhs, ops::transpose<P>(ops::rows<P>(*pages.digest, 0, f)));  // (1, f)
     co_return ops::reshape<P>(s, {f});
   }
 
@@ -282,15 +241,15 @@ class ArkVale {
     auto keys = list.key_rows(first * s, f * s);  // ((f - first) s, d)
     Share digest;
     if (o_.estimate == PageEstimate::centroid) {
-      digest = sum_row_runs<P>(keys, s);
+      digest = ops::sum_row_runs<P>(keys, s);
     } else {
       co_await list.summarise_upto(p, f);
-      auto box = p.add(rows<P>(*list.max_keys, first, f), rows<P>(*list.min_keys, first, f));  // lo + hi
-      auto off_centre = p.sub(p.add(keys, keys), repeat_rows<P>(box, s));                   // 2k - lo - hi
-      auto spread = sum_row_runs<P>(co_await absolute(p, off_centre), s);
-      digest = ops::concat_last<P>(times_count(p, box, s), spread);
+      auto box = p.add(ops::rows<P>(*list.max_keys, first, f), ops::rows<P>(*list.min_keys, first, f));  // lo + hi
+      auto off_centre = p.sub(p.add(keys, keys), ops::repeat_rows<P>(box, s));                   // 2k - lo - hi
+      auto spread = ops::sum_row_runs<P>(co_await ops::absolute(p, off_centre), s);
+      digest = ops::concat_last<P>(ops::times_count(p, box, s), spread);
     }
-    pages.digest = pages.digest ? stack_rows<P>(*pages.digest, digest) : digest;
+    pages.digest = pages.digest ? ops::stack_rows<P>(*pages.digest, digest) : digest;
     pages.digested = f;
   }
 

@@ -65,8 +65,8 @@ struct ClusterList {
   std::size_t tail_begin() const { return complete() * size; }
 
   void append(const P& p, const Share& k, const Share& v, const Share& pos) {
-    keys = keys ? stack_rows<P>(*keys, k) : k;
-    values = values ? stack_rows<P>(*values, v) : v;
+    keys = keys ? ops::stack_rows<P>(*keys, k) : k;
+    values = values ? ops::stack_rows<P>(*values, v) : v;
     positions = positions ? ops::concat_last<P>(*positions, pos) : pos;
     length = first + P::shape(*keys).at(0);
     (void)p;
@@ -78,19 +78,19 @@ struct ClusterList {
       throw Error(ErrorCode::invalid_argument, "cluster list: the cache no longer holds token " +
                                                    std::to_string(begin) + " (it starts at " +
                                                    std::to_string(hc.first) + ")");
-    append(p, rows<P>(hc.keys, begin - hc.first, end - hc.first), rows<P>(hc.values, begin - hc.first, end - hc.first),
+    append(p, ops::rows<P>(hc.keys, begin - hc.first, end - hc.first), ops::rows<P>(hc.values, begin - hc.first, end - hc.first),
            public_range(p, hc.keys, begin, end));
   }
   // Rows [begin, end) of the kept tokens, by position.
-  Share key_rows(std::size_t begin, std::size_t end) const { return rows<P>(*keys, begin - first, end - first); }
+  Share key_rows(std::size_t begin, std::size_t end) const { return ops::rows<P>(*keys, begin - first, end - first); }
   // Forget tokens before `position` (they live elsewhere now); at least one
   // token stays.
   void drop_before(std::size_t position) {
     if (position <= first) return;
     if (position >= length)
       throw Error(ErrorCode::invalid_argument, "cluster list: cannot drop all " + std::to_string(length) + " tokens");
-    keys = rows<P>(*keys, position - first, length - first);
-    values = rows<P>(*values, position - first, length - first);
+    keys = ops::rows<P>(*keys, position - first, length - first);
+    values = ops::rows<P>(*values, position - first, length - first);
     positions = ops::slice_last<P>(*positions, position - first, length - first);
     first = position;
   }
@@ -119,8 +119,8 @@ struct ClusterList {
     auto [mx, neg_mn] = co_await when_all(ops::max_last(pa, spread), ops::max_last(pb, p.neg(spread)));
     auto new_max = ops::reshape<P>(mx, {n, d});
     auto new_min = ops::reshape<P>(p.neg(neg_mn), {n, d});
-    max_keys = max_keys ? stack_rows<P>(*max_keys, new_max) : new_max;
-    min_keys = min_keys ? stack_rows<P>(*min_keys, new_min) : new_min;
+    max_keys = max_keys ? ops::stack_rows<P>(*max_keys, new_max) : new_max;
+    min_keys = min_keys ? ops::stack_rows<P>(*min_keys, new_min) : new_min;
     summarised = f;
   }
 
@@ -128,7 +128,7 @@ struct ClusterList {
   Share table(std::size_t f) const {
     const std::size_t s = size;
     if (first != 0) throw Error(ErrorCode::invalid_argument, "cluster list: tokens before " + std::to_string(first) + " were dropped");
-    return token_blocks<P>(rows<P>(*keys, 0, f * s), rows<P>(*values, 0, f * s),
+    return token_blocks<P>(ops::rows<P>(*keys, 0, f * s), ops::rows<P>(*values, 0, f * s),
                            ops::slice_last<P>(*positions, 0, f * s), s);
   }
 
@@ -152,16 +152,16 @@ Selection<P> list_rows(const ClusterList<P>& list, std::size_t begin, std::size_
   const std::size_t b = begin - list.first, e = end - list.first;
   if (begin < list.first) throw Error(ErrorCode::invalid_argument, "cluster list: token " + std::to_string(begin) + " was dropped");
   Selection<P> sel;
-  sel.keys.push_back(rows<P>(*list.keys, b, e));
-  sel.values.push_back(rows<P>(*list.values, b, e));
+  sel.keys.push_back(ops::rows<P>(*list.keys, b, e));
+  sel.values.push_back(ops::rows<P>(*list.values, b, e));
   sel.positions.push_back(ops::slice_last<P>(*list.positions, b, e));
   return sel;
 }
 
 template <Protocol P>
 void append_selection(Selection<P>& into, Selection<P>&& more) {
-  into.keys[0] = stack_rows<P>(into.keys[0], more.keys[0]);
-  into.values[0] = stack_rows<P>(into.values[0], more.values[0]);
+  into.keys[0] = ops::stack_rows<P>(into.keys[0], more.keys[0]);
+  into.values[0] = ops::stack_rows<P>(into.values[0], more.values[0]);
   into.positions[0] = ops::concat_last<P>(into.positions[0], more.positions[0]);
 }
 
@@ -172,39 +172,6 @@ void append_list_rows(const ClusterList<P>& list, std::size_t begin, std::size_t
   append_selection(sel, list_rows(list, begin, end));
 }
 
-// Tile a (1, d) row to (n, d).
-template <Protocol P>
-typename P::Share tile_row(const typename P::Share& row, std::size_t n) {
-  return P::apply(row, [n](const RingTensor& t) {
-    const std::size_t d = t.size();
-    RingTensor out = RingTensor::from_shape({n, d});
-    for (std::size_t r = 0; r < n; ++r) std::copy(t.data(), t.data() + d, out.data() + r * d);
-    return out;
-  });
-}
-
-// (n, d) -> (n * s, d): row r repeated s times in place (r, r, ..., r + 1, ...).
-template <Protocol P>
-typename P::Share repeat_rows(const typename P::Share& a, std::size_t s) {
-  return P::apply(a, [s](const RingTensor& t) {
-    const std::size_t n = t.shape()[0], d = t.shape()[1];
-    RingTensor out = RingTensor::from_shape({n * s, d});
-    for (std::size_t r = 0; r < n * s; ++r)
-      std::copy(t.data() + (r / s) * d, t.data() + (r / s + 1) * d, out.data() + r * d);
-    return out;
-  });
-}
-
-// (n, d) -> (n * s, d): the whole block s times over.
-template <Protocol P>
-typename P::Share tile_rows(const typename P::Share& a, std::size_t s) {
-  return P::apply(a, [s](const RingTensor& t) {
-    RingTensor out = RingTensor::from_shape({t.shape()[0] * s, t.shape()[1]});
-    for (std::size_t c = 0; c < s; ++c) std::copy(t.begin(), t.end(), out.data() + c * t.size());
-    return out;
-  });
-}
-
 // The bounding-box bound of each page's best key for a query group (g, d)
 // (Quest's, ArkVale's cuboid-max): sum over the group's heads and the
 // dimensions of max(q_i hi_i, q_i lo_i), over pages' max and min keys
@@ -213,9 +180,9 @@ template <Protocol P>
 Task<typename P::Share> cuboid_bound(P& p, const typename P::Share& queries, const typename P::Share& max_keys,
                                      const typename P::Share& min_keys) {
   const std::size_t g = P::shape(queries).at(0), f = P::shape(max_keys).at(0);
-  auto q = repeat_rows<P>(queries, f);  // row h f + c: query head h, for page c
+  auto q = ops::repeat_rows<P>(queries, f);  // row h f + c: query head h, for page c
   P pa = p.fork(), pb = p.fork();
-  auto [a, b] = co_await when_all(pa.mul_trunc(q, tile_rows<P>(max_keys, g)), pb.mul_trunc(q, tile_rows<P>(min_keys, g)));
+  auto [a, b] = co_await when_all(pa.mul_trunc(q, ops::tile_rows<P>(max_keys, g)), pb.mul_trunc(q, ops::tile_rows<P>(min_keys, g)));
   auto a_less = co_await ops::less_than_bits(p, a, b);
   auto larger = co_await ops::select_by_bit(p, a_less, b, a);               // (g F, d)
   auto per_head = ops::reshape<P>(ops::sum_last<P>(larger), {g, f});

@@ -66,19 +66,19 @@ class InfLlm {
       const auto& hc = (*step.cache)[j];
       st.score = detail::pad_to(p, st.score, t);
       co_await summarise(p, st, hc, blocks);
-      auto k_sel = rows<P>(hc.keys, 0, sinks_), v_sel = rows<P>(hc.values, 0, sinks_);
+      auto k_sel = ops::rows<P>(hc.keys, 0, sinks_), v_sel = ops::rows<P>(hc.values, 0, sinks_);
       auto pos = public_range(p, hc.keys, 0, sinks_);
       if (k > 0) {
         auto q = P::apply((*step.queries)[j], [](const RingTensor& x) { return ring_sum_second_last(x); });
         const std::size_t d = P::shape(hc.keys).at(1);
-        auto rel = co_await p.matmul_trunc(ops::reshape<P>(q, {1, d}), transpose<P>(*st.summary));
+        auto rel = co_await p.matmul_trunc(ops::reshape<P>(q, {1, d}), ops::transpose<P>(*st.summary));
         auto top = co_await ops::topk(p, ops::reshape<P>(rel, {blocks}), k);
         auto hot = co_await ops::one_hot(p, top.indices, blocks);  // (k, blocks)
-        auto table = token_blocks<P>(rows<P>(hc.keys, sinks_, loose_begin), rows<P>(hc.values, sinks_, loose_begin),
+        auto table = token_blocks<P>(ops::rows<P>(hc.keys, sinks_, loose_begin), ops::rows<P>(hc.values, sinks_, loose_begin),
                                      public_range(p, hc.keys, sinks_, loose_begin), block_);
         auto picked = co_await gather_blocks(p, hot, table);
-        k_sel = stack_rows<P>(k_sel, picked.keys[0]);
-        v_sel = stack_rows<P>(v_sel, picked.values[0]);
+        k_sel = ops::stack_rows<P>(k_sel, picked.keys[0]);
+        v_sel = ops::stack_rows<P>(v_sel, picked.values[0]);
         pos = ops::concat_last<P>(pos, picked.positions[0]);
       }
       detail::append_rows(p, hc, loose_begin, t, k_sel, v_sel, pos);
@@ -126,7 +126,7 @@ class InfLlm {
     auto summed = P::apply(rep_keys, [=, reps = reps_](const RingTensor& x) {
       return ring_sum_second_last(ring_reshape(x, {n, reps, d}));
     });
-    st.summary = st.summary ? stack_rows<P>(*st.summary, summed) : summed;
+    st.summary = st.summary ? ops::stack_rows<P>(*st.summary, summed) : summed;
     st.summarised = blocks;
   }
 

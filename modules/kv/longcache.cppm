@@ -47,14 +47,14 @@ class LongCache {
     {
       auto scope = cost_scope(p, CostTag::similarity);
       // Unit keys k/|k| for the tokens not normalised yet.
-      auto fresh = rows<P>(hc.keys, st.normalised, t);
+      auto fresh = ops::rows<P>(hc.keys, st.normalised, t);
       const std::size_t d = P::shape(fresh).at(1);
       auto sq = ops::sum_last<P>(co_await p.mul_trunc(fresh, fresh));  // (m, 1)
       auto inv = co_await ops::rsqrt(p, sq);
       auto unit = co_await p.mul_trunc(fresh, ops::broadcast_last<P>(inv, d));
-      st.unit = st.normalised == 0 ? unit : stack_rows<P>(*st.unit, unit);
+      st.unit = st.normalised == 0 ? unit : ops::stack_rows<P>(*st.unit, unit);
       st.normalised = t;
-      sim = co_await group_scores(p, (*step.queries)[j], rows<P>(*st.unit, sinks_, t - recent_));
+      sim = co_await group_scores(p, (*step.queries)[j], ops::rows<P>(*st.unit, sinks_, t - recent_));
     }
     ops::TopK<P> top;
     {
@@ -63,12 +63,12 @@ class LongCache {
     }
     RingTensor offset = ring_filled(P::shape(top.indices), sinks_);
     auto picked = p.add_public(top.indices, offset);
-    auto k = rows<P>(hc.keys, 0, sinks_), v = rows<P>(hc.values, 0, sinks_);
+    auto k = ops::rows<P>(hc.keys, 0, sinks_), v = ops::rows<P>(hc.values, 0, sinks_);
     auto pos = public_range(p, hc.keys, 0, sinks_);
     Selection<P> one;
     co_await select_indices(p, hc, picked, one);
-    k = stack_rows<P>(k, one.keys[0]);
-    v = stack_rows<P>(v, one.values[0]);
+    k = ops::stack_rows<P>(k, one.keys[0]);
+    v = ops::stack_rows<P>(v, one.values[0]);
     pos = ops::concat_last<P>(pos, one.positions[0]);
     detail::append_rows(p, hc, t - recent_, t, k, v, pos);
     Selection<P> out;

@@ -293,7 +293,7 @@ class MpCache {
     std::optional<Share> scores;  // (heads, T)
     for (std::size_t j = 0; j < heads; ++j) {
       auto row = ops::reshape<P>(accumulated_attention<P>((*view.probs)[j], view.group, t, t - window), {1, t});
-      scores = scores ? stack_rows<P>(*scores, row) : row;
+      scores = scores ? ops::stack_rows<P>(*scores, row) : row;
     }
     // Accumulated attention sums at most t probabilities: |score| < 2t
     // (twice, for the approximations' error), so comparisons need only
@@ -432,7 +432,7 @@ class MpCache {
     if (f == before) co_return;
     const FixedPoint fp(p.frac_bits());
     const std::size_t d = P::shape(*list.max_keys).at(1), n = f - before;
-    auto mx = rows<P>(*list.max_keys, before, f), mn = rows<P>(*list.min_keys, before, f);
+    auto mx = ops::rows<P>(*list.max_keys, before, f), mn = ops::rows<P>(*list.min_keys, before, f);
     const std::size_t c0 = st.coarse_count, c = f / 2;
     P pf = p.fork(), pc = p.fork();
     // A summary row from r_max and r_min (rows, d): bound: [max | min];
@@ -447,8 +447,8 @@ class MpCache {
       if (!o_.hierarchical || c <= c0) co_return std::nullopt;  // the flat top-k needs no coarse level
       const std::size_t m = c - c0;
       // Coarse max/min of the new pairs: over the two children's max/min.
-      auto pairs_max = P::apply(rows<P>(*list.max_keys, 2 * c0, 2 * c), [=](const RingTensor& t) { return pair_columns(t, m, d); });
-      auto pairs_min = P::apply(rows<P>(*list.min_keys, 2 * c0, 2 * c), [=](const RingTensor& t) { return pair_columns(t, m, d); });
+      auto pairs_max = P::apply(ops::rows<P>(*list.max_keys, 2 * c0, 2 * c), [=](const RingTensor& t) { return pair_columns(t, m, d); });
+      auto pairs_min = P::apply(ops::rows<P>(*list.min_keys, 2 * c0, 2 * c), [=](const RingTensor& t) { return pair_columns(t, m, d); });
       auto both = ops::concat_last<P>(pairs_max, q.neg(pairs_min));  // (m * d, 2) | (m * d, 2)
       auto stacked = P::apply(both, [=](const RingTensor& t) {  // (2 m d, 2)
         RingTensor out = RingTensor::from_shape({2 * m * d, 2});
@@ -459,14 +459,14 @@ class MpCache {
         return out;
       });
       auto best = co_await ops::max_last(q, stacked);  // (2 m d, 1)
-      auto cmx = ops::reshape<P>(rows<P>(best, 0, m * d), {m, d});
-      auto cmn = ops::reshape<P>(q.neg(rows<P>(best, m * d, 2 * m * d)), {m, d});
+      auto cmx = ops::reshape<P>(ops::rows<P>(best, 0, m * d), {m, d});
+      auto cmn = ops::reshape<P>(q.neg(ops::rows<P>(best, m * d, 2 * m * d)), {m, d});
       co_return co_await mix(q, cmx, cmn, m);
     };
     auto [fine, coarse] = co_await when_all(fine_task(pf), coarse_task(pc));
-    st.fine = st.fine ? stack_rows<P>(*st.fine, fine) : fine;
+    st.fine = st.fine ? ops::stack_rows<P>(*st.fine, fine) : fine;
     if (coarse) {
-      st.coarse = st.coarse ? stack_rows<P>(*st.coarse, *coarse) : *coarse;
+      st.coarse = st.coarse ? ops::stack_rows<P>(*st.coarse, *coarse) : *coarse;
       st.coarse_count = c;
     }
   }
@@ -502,7 +502,7 @@ class MpCache {
     const std::size_t n = P::shape(summaries).at(0);
     if (o_.similarity == Similarity::elementwise) {  // summaries (n, 2d) = [max | min]
       const std::size_t d = P::shape(query).at(1);
-      auto products = co_await p.mul_trunc(tile_row<P>(ops::concat_last<P>(query, query), n), summaries);
+      auto products = co_await p.mul_trunc(ops::tile_row<P>(ops::concat_last<P>(query, query), n), summaries);
       auto pairs = P::apply(products, [=](const RingTensor& t) {  // (n * d, 2): [q r_max, q r_min]
         RingTensor out = RingTensor::from_shape({n * d, 2});
         for (std::size_t r = 0; r < n; ++r)
@@ -512,7 +512,7 @@ class MpCache {
       auto best = ops::reshape<P>(co_await ops::max_last(p, pairs), {n, d});
       co_return ops::reshape<P>(ops::sum_last<P>(best), {n});
     }
-    auto sim = co_await p.matmul_trunc(query, transpose<P>(summaries));
+    auto sim = co_await p.matmul_trunc(query, ops::transpose<P>(summaries));
     co_return ops::reshape<P>(sim, {n});
   }
 
@@ -542,7 +542,7 @@ class MpCache {
     // every candidate cluster's rows), unless the paper's hierarchy is forced.
     const bool argmax = k == 1 && o_.flat_up_to > 0;
     if (!o_.hierarchical || argmax || c < 2 || f - 1 <= o_.flat_up_to) {
-      auto sim = co_await similarity(p, query, rows<P>(*st.fine, 1, f));
+      auto sim = co_await similarity(p, query, ops::rows<P>(*st.fine, 1, f));
       auto hot = after_first(p, co_await top_onehot(p, sim, k));  // (k, f)
       auto g = co_await list.gather_hot(p, hot);
       co_return std::pair{std::move(hot), std::move(g)};
@@ -551,7 +551,7 @@ class MpCache {
     const std::size_t candidates_coarse = c - 1;
     const std::size_t kc = std::min(candidates_coarse,
                                     std::max<std::size_t>((k + 1) / 2, static_cast<std::size_t>(std::ceil(o_.coarse_ratio * double(candidates_coarse)))));
-    auto csim = co_await similarity(p, query, rows<P>(*st.coarse, 1, c));
+    auto csim = co_await similarity(p, query, ops::rows<P>(*st.coarse, 1, c));
     auto chot = co_await top_onehot(p, csim, kc);  // (kc, c - 1) over coarse 1..c-1
     // Candidates: children 2i and 2i+1 of the picked coarse clusters, then
     // the public fine cluster 1 and, if f is odd, the unpaired last one.
@@ -569,12 +569,12 @@ class MpCache {
     });
     RingTensor fixed = ring_zeros({extra.size(), f});
     for (std::size_t e = 0; e < extra.size(); ++e) fixed(e, extra[e]) = 1;
-    auto cand = stack_rows<P>(children, ops::public_share(p, children, fixed));  // (n, f)
+    auto cand = ops::stack_rows<P>(children, ops::public_share(p, children, fixed));  // (n, f)
     const std::size_t w = P::shape(*st.fine).at(1);
     // (st.fine may hold more than f rows: a cluster the current token just
     // filled is summarised but is still the tail.)
     const std::size_t row = s * (2 * d + 1);  // one cluster's [key | value | position] rows, flat
-    auto both = co_await p.matmul(cand, ops::concat_last<P>(rows<P>(*st.fine, 0, f),
+    auto both = co_await p.matmul(cand, ops::concat_last<P>(ops::rows<P>(*st.fine, 0, f),
                                                             ops::reshape<P>(list.table(f), {f, row})));
     auto fsim = co_await similarity(p, query, ops::slice_last<P>(both, 0, w));
     if (n < k) throw Error(ErrorCode::invalid_argument, "MPCache: coarse level left too few clusters");

@@ -16,6 +16,7 @@ module;
 export module mpcache.kv:page_store;
 import mpcache.core;
 import mpcache.proto;
+import mpcache.ops;
 import :policy;
 
 export namespace mpcache::kv {
@@ -99,7 +100,7 @@ class PageStore {
       for (std::size_t c = 0; c < component_count_; ++c)
         std::copy_n(parts[c].data() + r * row_words, row_words, buffer.data() + (r * component_count_ + c) * row_words);
     file_->write_at(page_offset(pages_), std::as_bytes(std::span(buffer)));
-    if (!prototype_) prototype_ = P::apply(rows<P>(page_rows, 0, 1), [](const RingTensor&) { return ring_zeros({1, 1}); });
+    if (!prototype_) prototype_ = P::apply(ops::rows<P>(page_rows, 0, 1), [](const RingTensor&) { return ring_zeros({1, 1}); });
     pages_ += n;
   }
 
@@ -146,9 +147,9 @@ class PageStore {
     while (done < n) {
       const std::size_t in_last = pages_ % o_.chunk_pages;
       const std::size_t take = std::min(n - done, o_.chunk_pages - in_last);
-      auto part = rows<P>(page_rows, done, done + take);
+      auto part = ops::rows<P>(page_rows, done, done + take);
       if (in_last == 0) resident_.push_back(std::move(part));
-      else resident_.back() = stack_rows<P>(resident_.back(), part);
+      else resident_.back() = ops::stack_rows<P>(resident_.back(), part);
       pages_ += take;
       done += take;
     }

@@ -129,31 +129,6 @@ concept EarlyRanking = Protocol<P> && requires(Pol& pol, const Pol& cpol, P& p, 
 // ---------------------------------------------------------------------------
 // Helpers shared by the policies (all generic, no clear-text shortcuts).
 
-template <Protocol P>
-typename P::Share transpose(const typename P::Share& a) {
-  return P::apply(a, [](const RingTensor& t) { return RingTensor(xt::transpose(t)); });
-}
-
-// (m, d) over (n, d) -> (m + n, d).
-template <Protocol P>
-typename P::Share stack_rows(const typename P::Share& a, const typename P::Share& b) {
-  return P::apply2(a, b, [](const RingTensor& x, const RingTensor& y) {
-    const std::size_t d = x.shape()[1];
-    RingTensor flat = ring_concat_last(ring_reshape(x, {1, x.size()}), ring_reshape(y, {1, y.size()}));
-    return ring_reshape(flat, {(x.size() + y.size()) / d, d});
-  });
-}
-
-// Rows [begin, end) of a (T, d) tensor.
-template <Protocol P>
-typename P::Share rows(const typename P::Share& a, std::size_t begin, std::size_t end) {
-  return P::apply(a, [begin, end](const RingTensor& t) {
-    const std::size_t d = t.shape()[1];
-    RingTensor flat = ring_slice_last(ring_reshape(t, {1, t.size()}), begin * d, end * d);
-    return ring_reshape(flat, {end - begin, d});
-  });
-}
-
 // A public integer vector as a (secret-typed) share shaped like `like`.
 template <Protocol P>
 typename P::Share public_integers(const P& p, const typename P::Share& like,
@@ -197,7 +172,7 @@ Task<typename P::Share> gather_values(P& p, const typename P::Share& vector,
 template <Protocol P>
 Task<typename P::Share> group_scores(P& p, const typename P::Share& queries,
                                      const typename P::Share& keys) {
-  auto s = co_await p.matmul_trunc(queries, transpose<P>(keys));  // (g, T)
+  auto s = co_await p.matmul_trunc(queries, ops::transpose<P>(keys));  // (g, T)
   co_return P::apply(s, [](const RingTensor& t) { return ring_sum_second_last(t); });
 }
 

@@ -33,8 +33,8 @@ Selection<P> whole_cache(const P& p, const StepView<P>& step) {
 template <Protocol P>
 void append_rows(const P& p, const HeadCache<P>& hc, std::size_t begin, std::size_t end,
                  typename P::Share& keys, typename P::Share& values, typename P::Share& positions) {
-  keys = stack_rows<P>(keys, rows<P>(hc.keys, begin, end));
-  values = stack_rows<P>(values, rows<P>(hc.values, begin, end));
+  keys = ops::stack_rows<P>(keys, ops::rows<P>(hc.keys, begin, end));
+  values = ops::stack_rows<P>(values, ops::rows<P>(hc.values, begin, end));
   positions = ops::concat_last<P>(positions, public_range(p, hc.keys, begin, end));
 }
 

@@ -28,7 +28,7 @@ class StreamingLlm {
     if (t <= budget_) co_return detail::whole_cache(p, step);
     Selection<P> s;
     for (const auto& hc : *step.cache) {
-      auto k = rows<P>(hc.keys, 0, sinks_), v = rows<P>(hc.values, 0, sinks_);
+      auto k = ops::rows<P>(hc.keys, 0, sinks_), v = ops::rows<P>(hc.values, 0, sinks_);
       auto pos = public_range(p, hc.keys, 0, sinks_);
       detail::append_rows(p, hc, t - (budget_ - sinks_), t, k, v, pos);
       s.keys.push_back(std::move(k));

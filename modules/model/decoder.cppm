@@ -176,7 +176,7 @@ class Decoder {
     }
     Share one_hot = co_await p.input(owner, std::move(hot), {count, v});  // integer 0/1
     auto h = co_await p.matmul(one_hot, w_.embed);
-    if (w_.positions) h = p.add(h, kv::rows<P>(*w_.positions, length_, length_ + count));  // learned positions
+    if (w_.positions) h = p.add(h, ops::rows<P>(*w_.positions, length_, length_ + count));  // learned positions
     co_return h;
   }
 
@@ -238,7 +238,7 @@ class Decoder {
   Share with_bias(const P& p, Share y, const std::optional<Share>& bias) const {
     if (!bias) return y;
     const std::size_t n = P::shape(y).at(0), out = P::shape(y).at(1);
-    return p.add(y, kv::tile_row<P>(ops::reshape<P>(*bias, {1, out}), n));
+    return p.add(y, ops::tile_row<P>(ops::reshape<P>(*bias, {1, out}), n));
   }
 
   // x W (+ b): one matmul round, the bias added locally. With input_shift,
@@ -274,7 +274,7 @@ class Decoder {
     if (kv::keeps_own_cache(policy))  // the policy took the prompt's rows: keep the last only
       for (auto& hc : cache_[layer]) {
         const std::size_t held = P::shape(hc.keys).at(0);
-        hc = kv::HeadCache<P>{kv::rows<P>(hc.keys, held - 1, held), kv::rows<P>(hc.values, held - 1, held),
+        hc = kv::HeadCache<P>{ops::rows<P>(hc.keys, held - 1, held), ops::rows<P>(hc.values, held - 1, held),
                               hc.first + held - 1};
       }
   }
@@ -317,11 +317,25 @@ class Decoder {
     co_return;
   }
 
+  // A layer's attention: the prefill's over the prompt (then the caller runs
+  // the MLP), or a decode step's over the policy's selection, which runs the
+  // MLP too (decode_layer), so that the next layer's prefetch overlaps both.
   template <class Pol>
   Task<Share> attention_block(P& p, Pol& policy, std::size_t layer, const Share& h_in,
                               std::size_t count, bool decode, std::vector<Share>* prefill_probs = nullptr) {
+    auto [qr, kr, v] = co_await project_rotated(p, policy, layer, h_in, decode);
+    keep_rows(policy, layer, kr, v, decode);
+    if (decode) co_return co_await decode_layer(p, policy, layer, h_in, qr);
     const auto& lw = layer_weights(layer);
-    const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
+    auto outputs = co_await prefill_attention(p, layer, qr, count, *prefill_probs);
+    co_return p.add(h_in, co_await affine(p, join_heads(outputs), lw.wo, lw.bo));
+  }
+
+  // The norm and the q, k, v projections (the policy may rank meanwhile),
+  // then RoPE on q and k: (q, k, v) at positions length_...
+  template <class Pol>
+  Task<std::array<Share, 3>> project_rotated(P& p, Pol& policy, std::size_t layer, const Share& h_in, bool decode) {
+    const auto& lw = layer_weights(layer);
     const std::size_t first = length_;
     auto project = [&](P& pn) {
       return norm_affine(pn, h_in, lw.input_norm, lw.input_norm_bias,
@@ -336,15 +350,17 @@ class Decoder {
     } else {
       qkv = co_await project(p);
     }
-    const Share &q = qkv[0], &k = qkv[1], &v = qkv[2];
-    Share qr = q, kr = k;
-    if (!gpt2()) {  // GPT-2 has learned absolute positions instead of RoPE
-      P pq2 = p.fork(), pk2 = p.fork();
-      auto [a, b] = co_await when_all(rope(pq2, q, first, c_.num_heads), rope(pk2, k, first, kvh));
-      qr = std::move(a);
-      kr = std::move(b);
-    }
+    if (gpt2()) co_return std::array<Share, 3>{qkv[0], qkv[1], qkv[2]};  // learned positions, no RoPE
+    P pq = p.fork(), pk = p.fork();
+    auto [qr, kr] = co_await when_all(rope(pq, qkv[0], first, c_.num_heads), rope(pk, qkv[1], first, c_.num_kv_heads));
+    co_return std::array<Share, 3>{std::move(qr), std::move(kr), qkv[2]};
+  }
 
+  // The new keys and values into the layer's cache: the prompt's, or the
+  // step's appended (a policy that keeps its own cache took the rest).
+  template <class Pol>
+  void keep_rows(const Pol& policy, std::size_t layer, const Share& kr, const Share& v, bool decode) {
+    const std::size_t kvh = c_.num_kv_heads, first = length_;
     auto& layer_cache = cache_[layer];
     if (layer_cache.empty()) layer_cache.resize(kvh);
     const bool policy_keeps_cache = kv::keeps_own_cache(policy);
@@ -353,99 +369,111 @@ class Decoder {
                                                    std::string(policy.name()) + " keeps the cache itself");
     for (std::size_t j = 0; j < kvh; ++j) {
       auto kj = head_columns(kr, j), vj = head_columns(v, j);
-      if (decode && policy_keeps_cache) {  // it took the earlier rows: keep only this step's
+      if (decode && policy_keeps_cache) {
         layer_cache[j] = kv::HeadCache<P>{std::move(kj), std::move(vj), first};
       } else if (decode) {
-        layer_cache[j].keys = kv::stack_rows<P>(layer_cache[j].keys, kj);
-        layer_cache[j].values = kv::stack_rows<P>(layer_cache[j].values, vj);
+        layer_cache[j].keys = ops::stack_rows<P>(layer_cache[j].keys, kj);
+        layer_cache[j].values = ops::stack_rows<P>(layer_cache[j].values, vj);
       } else {
         layer_cache[j].keys = std::move(kj);
         layer_cache[j].values = std::move(vj);
       }
     }
+  }
 
-    std::vector<Share> outputs(c_.num_heads);  // per query head (count, d)
-    if (!decode) {
-      std::vector<Share> probs(kvh);
-      std::vector<Task<Share>> tasks;
+  // Per query head (count, d): each KV head's query group over the prompt,
+  // causal; the attention weights per KV head go to `probs` (for the policy).
+  Task<std::vector<Share>> prefill_attention(P& p, std::size_t layer, const Share& qr, std::size_t count,
+                                             std::vector<Share>& probs) {
+    const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
+    probs.assign(kvh, Share{});
+    std::vector<P> forks;
+    forks.reserve(kvh);
+    for (std::size_t j = 0; j < kvh; ++j) forks.push_back(p.fork());
+    std::vector<Share> group_queries(kvh);  // (g * count, d) each; alive while the tasks run
+    std::vector<Task<Share>> tasks;
+    for (std::size_t j = 0; j < kvh; ++j) {
+      group_queries[j] = head_columns(qr, j * g);
+      for (std::size_t hh = 1; hh < g; ++hh)
+        group_queries[j] = ops::stack_rows<P>(group_queries[j], head_columns(qr, j * g + hh));
+      tasks.push_back(prefill_head(forks[j], group_queries[j], cache_[layer][j], g, count, probs[j]));
+    }
+    auto outs = co_await when_all(std::move(tasks));
+    std::vector<Share> outputs(c_.num_heads);
+    for (std::size_t j = 0; j < kvh; ++j)
+      for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = ops::rows<P>(outs[j], hh * count, (hh + 1) * count);
+    co_return outputs;
+  }
+
+  // A decode step's layer: the policy's selection, attention over it, the
+  // policy's look at the weights, the output projection and the MLP; the
+  // next layer's prefetch (index sharing) runs alongside.
+  template <class Pol>
+  Task<Share> decode_layer(P& p, Pol& policy, std::size_t layer, const Share& h_in, const Share& qr) {
+    const auto& lw = layer_weights(layer);
+    const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh, first = length_;
+    auto& layer_cache = cache_[layer];
+    std::vector<Share> queries = query_groups(qr);
+    kv::StepView<P> view{layer, first, g, &queries, &layer_cache};
+    // Policies tag their own summaries, scores and top-k; the rest of a
+    // selection (copying or gathering rows) counts as gathering.
+    kv::Selection<P> sel;
+    {
+      auto scope = cost_scope(p, CostTag::gather);
+      sel = co_await policy.select(p, view);
+    }
+    if (sel.keys.size() != kvh || sel.values.size() != kvh)
+      throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) +
+                                                   " returned a selection for the wrong number of heads");
+    auto rest = [&](P& px) -> Task<Share> {
+      std::vector<Share> probs(kvh), outputs(c_.num_heads);
       std::vector<P> forks;
       forks.reserve(kvh);
-      for (std::size_t j = 0; j < kvh; ++j) forks.push_back(p.fork());
-      std::vector<Share> group_queries(kvh);
-      for (std::size_t j = 0; j < kvh; ++j) {
-        Share stacked = head_columns(qr, j * g);
-        for (std::size_t hh = 1; hh < g; ++hh)
-          stacked = kv::stack_rows<P>(stacked, head_columns(qr, j * g + hh));
-        group_queries[j] = std::move(stacked);  // (g * count, d)
-      }
+      for (std::size_t j = 0; j < kvh; ++j) forks.push_back(px.fork());
+      std::vector<Task<Share>> tasks;
       for (std::size_t j = 0; j < kvh; ++j)
-        tasks.push_back(prefill_head(forks[j], group_queries[j], layer_cache[j], g, count, probs[j]));
-      auto outs = co_await when_all(std::move(tasks));
+        tasks.push_back(decode_head(forks[j], queries[j], sel.keys[j], sel.values[j], probs[j]));
+      auto outs = co_await when_all(std::move(tasks));  // (g, d) each
       for (std::size_t j = 0; j < kvh; ++j)
-        for (std::size_t hh = 0; hh < g; ++hh)
-          outputs[j * g + hh] = kv::rows<P>(outs[j], hh * count, (hh + 1) * count);
-      *prefill_probs = std::move(probs);  // for the policy, see prefill()
-    } else {  // the whole layer: attention, then the MLP
-      std::vector<Share> queries = query_groups(qr);
-      kv::StepView<P> view{layer, first, g, &queries, &layer_cache};
-      // Policies tag their own summaries, scores and top-k; the rest of a
-      // selection (copying or gathering rows) counts as gathering.
-      kv::Selection<P> sel;
+        for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = ops::rows<P>(outs[j], hh, hh + 1);
       {
-        auto scope = cost_scope(p, CostTag::gather);
-        sel = co_await policy.select(p, view);
+        auto scope = cost_scope(px, CostTag::summary);  // policy bookkeeping (H2O's scores, ...)
+        co_await policy.observe(px, view, probs);
       }
-      if (sel.keys.size() != kvh || sel.values.size() != kvh)
-        throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) +
-                                                     " returned a selection for the wrong number of heads");
-      auto rest = [&](P& px) -> Task<Share> {
-        std::vector<Share> probs(kvh);
-        std::vector<Task<Share>> tasks;
-        std::vector<P> forks;
-        forks.reserve(kvh);
-        for (std::size_t j = 0; j < kvh; ++j) forks.push_back(px.fork());
-        for (std::size_t j = 0; j < kvh; ++j)
-          tasks.push_back(decode_head(forks[j], queries[j], sel.keys[j], sel.values[j], probs[j]));
-        auto outs = co_await when_all(std::move(tasks));  // (g, d) each
-        for (std::size_t j = 0; j < kvh; ++j)
-          for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = kv::rows<P>(outs[j], hh, hh + 1);
-        {
-          auto scope = cost_scope(px, CostTag::summary);  // policy bookkeeping (H2O's scores, ...)
-          co_await policy.observe(px, view, probs);
+      if (probe_)
+        for (std::size_t j = 0; j < kvh; ++j) {
+          auto scores = co_await px.matmul_trunc(queries[j], ops::transpose<P>(layer_cache[j].keys));
+          auto full = co_await ops::softmax_last(px, scores);
+          probe_(layer, j, queries[j], full, sel.positions.at(j));
         }
-        if (probe_)
-          for (std::size_t j = 0; j < kvh; ++j) {
-            auto scores = co_await px.matmul_trunc(queries[j], kv::transpose<P>(layer_cache[j].keys));
-            auto full = co_await ops::softmax_last(px, scores);
-            probe_(layer, j, queries[j], full, sel.positions.at(j));
-          }
-        Share joined = outputs[0];
-        for (std::size_t hh = 1; hh < c_.num_heads; ++hh) joined = ops::concat_last<P>(joined, outputs[hh]);
-        auto after = px.add(h_in, co_await affine(px, joined, lw.wo, lw.bo));
-        co_return co_await mlp_block(px, layer, after);
-      };
-      if constexpr (kv::Prefetching<Pol, P>) {
-        // The next layer's selection may need only this step's indices
-        // (index sharing): let it gather while this layer finishes.
-        P pr = p.fork(), pf = p.fork();
-        auto prefetch_scope = cost_scope(pf, CostTag::gather);
-        auto [out, none] = co_await when_all(rest(pr), policy.prefetch(pf, layer + 1, first));
-        (void)none;
-        co_return out;
-      } else {
-        co_return co_await rest(p);
-      }
+      auto after = px.add(h_in, co_await affine(px, join_heads(outputs), lw.wo, lw.bo));
+      co_return co_await mlp_block(px, layer, after);
+    };
+    if constexpr (kv::Prefetching<Pol, P>) {
+      // The next layer's selection may need only this step's indices
+      // (index sharing): let it gather while this layer finishes.
+      P pr = p.fork(), pf = p.fork();
+      auto prefetch_scope = cost_scope(pf, CostTag::gather);
+      auto [out, none] = co_await when_all(rest(pr), policy.prefetch(pf, layer + 1, first));
+      (void)none;
+      co_return out;
+    } else {
+      co_return co_await rest(p);
     }
+  }
+
+  // Per-head outputs (count, d) side by side: (count, heads * d).
+  Share join_heads(const std::vector<Share>& outputs) const {
     Share joined = outputs[0];
-    for (std::size_t hh = 1; hh < c_.num_heads; ++hh) joined = ops::concat_last<P>(joined, outputs[hh]);
-    co_return p.add(h_in, co_await affine(p, joined, lw.wo, lw.bo));
+    for (std::size_t hh = 1; hh < outputs.size(); ++hh) joined = ops::concat_last<P>(joined, outputs[hh]);
+    return joined;
   }
 
   // One KV head's query group over its own prompt: (g*T, d) -> (g*T, d).
   Task<Share> prefill_head(P& p, const Share& queries, const kv::HeadCache<P>& cache, std::size_t g,
                            std::size_t count, Share& probs_out) {
     auto scope = cost_scope(p, CostTag::attention);
-    auto scores = co_await p.matmul_trunc(queries, kv::transpose<P>(cache.keys));  // (g*T, T)
+    auto scores = co_await p.matmul_trunc(queries, ops::transpose<P>(cache.keys));  // (g*T, T)
     const FixedPoint fp(p.frac_bits());
     RingTensor bias = ring_zeros({g * count, count}), mask = ring_zeros({g * count, count});
     const Ring minus_big = fp.encode(-1024.0);
@@ -466,7 +494,7 @@ class Decoder {
   Task<Share> decode_head(P& p, const Share& queries, const Share& keys, const Share& values,
                           Share& probs_out) {
     auto scope = cost_scope(p, CostTag::attention);
-    auto scores = co_await p.matmul_trunc(queries, kv::transpose<P>(keys));  // (g, n)
+    auto scores = co_await p.matmul_trunc(queries, ops::transpose<P>(keys));  // (g, n)
     {
       auto softmax_scope = cost_scope(p, CostTag::softmax);
       probs_out = co_await ops::softmax_last(p, scores);

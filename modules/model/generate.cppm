@@ -121,7 +121,7 @@ template <Protocol P>
 Task<typename P::Share> next_token(P& p, const typename P::Share& logits) {
   auto scope = cost_scope(p, CostTag::argmax);
   const std::size_t rows = P::shape(logits).at(0);
-  auto best = co_await ops::argmax_last(p, kv::rows<P>(logits, rows - 1, rows));
+  auto best = co_await ops::argmax_last(p, ops::rows<P>(logits, rows - 1, rows));
   co_return best.index;
 }
 

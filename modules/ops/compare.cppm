@@ -109,6 +109,13 @@ Task<typename P::Share> msb_times(P& p, const typename P::Share& a, const typena
   }
 }
 
+// |x| = x - 2 [x < 0] x: msb_times' rounds.
+template <Protocol P>
+Task<typename P::Share> absolute(P& p, const typename P::Share& x) {
+  auto negative_part = co_await msb_times(p, x, x);
+  co_return p.sub(x, p.add(negative_part, negative_part));
+}
+
 // [x < c_j] for every public threshold c_j (ring-encoded), on a new last
 // axis: (...) -> (..., k), all in one batched msb of x - c_j over `width`
 // bits (|x - c_j| < 2^(width-1) required).

@@ -1,6 +1,8 @@
 // Share layout helpers, generic over the backend: slicing, concatenation and
-// reshaping along the last axis are component-wise and need no messages;
-// public constants become shares through add_public.
+// reshaping along the last axis, and the row layouts of (rows, d) tensors a
+// KV cache and its summaries use (row ranges, stacking, transposes, tiling,
+// sums of row runs), are component-wise and need no messages; public
+// constants become shares through add_public.
 module;
 #include "prelude.hpp"
 export module mpcache.ops:layout;
@@ -77,6 +79,101 @@ std::pair<S, S> split_pairs(const S& a) {
   out.back() = m;
   S pairs = reshape<P>(slice_last<P>(a, 0, 2 * m), paired);
   return {reshape<P>(slice_last<P>(pairs, 0, 1), out), reshape<P>(slice_last<P>(pairs, 1, 2), out)};
+}
+
+// ---------------------------------------------------------------------------
+// Rows of (rows, d) tensors.
+
+template <Protocol P>
+typename P::Share transpose(const typename P::Share& a) {
+  return P::apply(a, [](const RingTensor& t) { return RingTensor(xt::transpose(t)); });
+}
+
+// (m, d) over (n, d) -> (m + n, d).
+template <Protocol P>
+typename P::Share stack_rows(const typename P::Share& a, const typename P::Share& b) {
+  return P::apply2(a, b, [](const RingTensor& x, const RingTensor& y) {
+    const std::size_t d = x.shape()[1];
+    RingTensor flat = ring_concat_last(ring_reshape(x, {1, x.size()}), ring_reshape(y, {1, y.size()}));
+    return ring_reshape(flat, {(x.size() + y.size()) / d, d});
+  });
+}
+
+// Rows [begin, end) of a (T, d) tensor.
+template <Protocol P>
+typename P::Share rows(const typename P::Share& a, std::size_t begin, std::size_t end) {
+  return P::apply(a, [begin, end](const RingTensor& t) {
+    const std::size_t d = t.shape()[1];
+    RingTensor flat = ring_slice_last(ring_reshape(t, {1, t.size()}), begin * d, end * d);
+    return ring_reshape(flat, {end - begin, d});
+  });
+}
+
+// A (1, d) row tiled to (n, d).
+template <Protocol P>
+typename P::Share tile_row(const typename P::Share& row, std::size_t n) {
+  return P::apply(row, [n](const RingTensor& t) {
+    const std::size_t d = t.size();
+    RingTensor out = RingTensor::from_shape({n, d});
+    for (std::size_t r = 0; r < n; ++r) std::copy(t.data(), t.data() + d, out.data() + r * d);
+    return out;
+  });
+}
+
+// (n, d) -> (n * s, d): row r repeated s times in place (r, r, ..., r + 1, ...).
+template <Protocol P>
+typename P::Share repeat_rows(const typename P::Share& a, std::size_t s) {
+  return P::apply(a, [s](const RingTensor& t) {
+    const std::size_t n = t.shape()[0], d = t.shape()[1];
+    RingTensor out = RingTensor::from_shape({n * s, d});
+    for (std::size_t r = 0; r < n * s; ++r)
+      std::copy(t.data() + (r / s) * d, t.data() + (r / s + 1) * d, out.data() + r * d);
+    return out;
+  });
+}
+
+// (n, d) -> (n * s, d): the whole block s times over.
+template <Protocol P>
+typename P::Share tile_rows(const typename P::Share& a, std::size_t s) {
+  return P::apply(a, [s](const RingTensor& t) {
+    RingTensor out = RingTensor::from_shape({t.shape()[0] * s, t.shape()[1]});
+    for (std::size_t c = 0; c < s; ++c) std::copy(t.begin(), t.end(), out.data() + c * t.size());
+    return out;
+  });
+}
+
+// (n * s, d) -> (n, d): each run of s rows summed.
+template <Protocol P>
+typename P::Share sum_row_runs(const typename P::Share& a, std::size_t s) {
+  return P::apply(a, [s](const RingTensor& t) {
+    const std::size_t n = t.shape()[0] / s, d = t.shape()[1];
+    RingTensor out = ring_zeros({n, d});
+    for (std::size_t r = 0; r < n * s; ++r)
+      for (std::size_t i = 0; i < d; ++i) out(r / s, i) += t(r, i);
+    return out;
+  });
+}
+
+// (g, d) -> (1, d): all rows summed.
+template <Protocol P>
+typename P::Share sum_rows(const typename P::Share& a) {
+  return P::apply(a, [](const RingTensor& t) {
+    const std::size_t d = t.shape()[1];
+    return ring_reshape(ring_sum_second_last(t), {1, d});
+  });
+}
+
+// x * n for a public count n, by doubling and adding: exact on every
+// backend (a public integer factor is not a fixed-point one).
+template <Protocol P>
+typename P::Share times_count(const P& p, const typename P::Share& x, std::size_t n) {
+  std::optional<typename P::Share> sum;
+  typename P::Share power = x;
+  for (; n > 0; n >>= 1) {
+    if (n & 1) sum = sum ? p.add(*sum, power) : power;
+    if (n > 1) power = p.add(power, power);
+  }
+  return sum ? *sum : p.sub(x, x);
 }
 
 }  // namespace mpcache::ops

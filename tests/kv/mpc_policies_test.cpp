@@ -77,7 +77,7 @@ Task<Trace> drive(P& p, Pol& policy, const Scene& s) {
   std::vector<Share> probs;
   for (std::size_t h = 0; h < s.heads; ++h) {
     full.push_back({co_await secret(p, s.keys[h]), co_await secret(p, s.values[h])});
-    prompt.push_back({kv::rows<P>(full[h].keys, 0, s.prompt), kv::rows<P>(full[h].values, 0, s.prompt)});
+    prompt.push_back({ops::rows<P>(full[h].keys, 0, s.prompt), ops::rows<P>(full[h].values, 0, s.prompt)});
     probs.push_back(co_await secret(p, s.prefill_probs[h]));
   }
   policy.reset(1, s.heads);
@@ -89,7 +89,7 @@ Task<Trace> drive(P& p, Pol& policy, const Scene& s) {
     std::vector<kv::HeadCache<P>> cache;
     std::vector<Share> queries, weights;
     for (std::size_t h = 0; h < s.heads; ++h) {
-      cache.push_back({kv::rows<P>(full[h].keys, 0, t), kv::rows<P>(full[h].values, 0, t)});
+      cache.push_back({ops::rows<P>(full[h].keys, 0, t), ops::rows<P>(full[h].values, 0, t)});
       queries.push_back(co_await secret(p, s.queries[step][h]));
       xt::xarray<double> w = xt::xarray<double>::from_shape({t});
       std::copy(s.attention[step][h].data(), s.attention[step][h].data() + t, w.data());
@@ -113,7 +113,7 @@ Task<Trace> drive(P& p, Pol& policy, const Scene& s) {
       trace.key_column.back().push_back(std::move(column));
       auto w = co_await kv::gather_values(p, weights[h], selection.positions[h]);  // (n)
       const std::size_t n = P::shape(w).at(0);
-      observed.push_back(kv::tile_row<P>(ops::reshape<P>(w, {1, n}), s.g));
+      observed.push_back(ops::tile_row<P>(ops::reshape<P>(w, {1, n}), s.g));
     }
     co_await policy.observe(p, view, observed);
   }

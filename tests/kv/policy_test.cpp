@@ -71,7 +71,7 @@ std::vector<long> select_once(P& p, Pol& policy, const Scene& s, std::optional<x
   if (probs) {
     std::vector<typename P::Share> pr{secret(p, *probs)};
     kv::PrefillView<P> pre{layer, s.t - 1, s.g, &pr, nullptr};
-    std::vector<kv::HeadCache<P>> prompt{{kv::rows<P>(cache[0].keys, 0, s.t - 1), kv::rows<P>(cache[0].values, 0, s.t - 1)}};
+    std::vector<kv::HeadCache<P>> prompt{{ops::rows<P>(cache[0].keys, 0, s.t - 1), ops::rows<P>(cache[0].values, 0, s.t - 1)}};
     pre.cache = &prompt;
     run(policy.after_prefill(p, pre));
   }
@@ -294,7 +294,7 @@ TEST_SUITE("kv policies") {
     CHECK(backed.owns_cache());
     CHECK(backed.name() == "arkvale-recall");
     const auto keys = secret(p, s.keys), values = secret(p, s.values);
-    std::vector<kv::HeadCache<Plain>> whole{{kv::rows<Plain>(keys, 0, prompt), kv::rows<Plain>(values, 0, prompt)}};
+    std::vector<kv::HeadCache<Plain>> whole{{ops::rows<Plain>(keys, 0, prompt), ops::rows<Plain>(values, 0, prompt)}};
     resident.reset(1, 1);
     backed.reset(1, 1);
     run(resident.after_prefill(p, kv::PrefillView<Plain>{0, prompt, g, nullptr, &whole}));
@@ -303,8 +303,8 @@ TEST_SUITE("kv policies") {
     for (std::size_t step = 0; step < steps; ++step) {
       CAPTURE(step);
       const std::size_t t = prompt + step + 1;
-      std::vector<kv::HeadCache<Plain>> all{{kv::rows<Plain>(keys, 0, t), kv::rows<Plain>(values, 0, t)}};
-      std::vector<kv::HeadCache<Plain>> newest{{kv::rows<Plain>(keys, t - 1, t), kv::rows<Plain>(values, t - 1, t), t - 1}};
+      std::vector<kv::HeadCache<Plain>> all{{ops::rows<Plain>(keys, 0, t), ops::rows<Plain>(values, 0, t)}};
+      std::vector<kv::HeadCache<Plain>> newest{{ops::rows<Plain>(keys, t - 1, t), ops::rows<Plain>(values, t - 1, t), t - 1}};
       std::vector<Plain::Share> queries{secret(p, uniform({g, d}, 500 + step))};
       auto a = run(resident.select(p, kv::StepView<Plain>{0, t - 1, g, &queries, &all}));
       auto b = run(backed.select(p, kv::StepView<Plain>{0, t - 1, g, &queries, &newest}));
@@ -432,7 +432,7 @@ TEST_SUITE("kv policies") {
     const auto probs = attention_on(1, 199, hot);
     // Layer 3 shares layer 2's eviction: run both through one policy.
     std::vector<kv::HeadCache<Ref>> cache{{p.from_real(s.keys), p.from_real(s.values)}};
-    std::vector<kv::HeadCache<Ref>> prompt{{kv::rows<Ref>(cache[0].keys, 0, 199), kv::rows<Ref>(cache[0].values, 0, 199)}};
+    std::vector<kv::HeadCache<Ref>> prompt{{ops::rows<Ref>(cache[0].keys, 0, 199), ops::rows<Ref>(cache[0].values, 0, 199)}};
     std::vector<Ref::Share> pr{p.from_real(probs)}, queries{p.from_real(s.queries)};
     mc.reset(4, 1);
     for (std::size_t l = 2; l < 4; ++l) {

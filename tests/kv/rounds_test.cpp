@@ -49,7 +49,7 @@ Rounds measure(const Setting& s) {
       auto v = co_await share_of(p, 0, fp.encode(random_real({total, s.d}, -1, 1, 30 + h)));
       probs.push_back(co_await share_of(p, 0, fp.encode(random_real({s.g * s.prompt, s.prompt}, 0, 0.05, 50 + h))));
       queries.push_back(co_await share_of(p, 0, fp.encode(random_real({s.g, s.d}, -1, 1, 70 + h))));
-      prompt.push_back({kv::rows<Rss3>(k, 0, s.prompt), kv::rows<Rss3>(v, 0, s.prompt)});
+      prompt.push_back({ops::rows<Rss3>(k, 0, s.prompt), ops::rows<Rss3>(v, 0, s.prompt)});
       full.push_back({std::move(k), std::move(v)});
     }
     kv::MpCache<Rss3> mc(s.budget, s.options);
@@ -65,7 +65,7 @@ Rounds measure(const Setting& s) {
     for (std::size_t step = 0; step < s.steps; ++step) {
       std::vector<kv::HeadCache<Rss3>> cache;
       for (const auto& hc : full)
-        cache.push_back({kv::rows<Rss3>(hc.keys, 0, s.prompt + step + 1), kv::rows<Rss3>(hc.values, 0, s.prompt + step + 1)});
+        cache.push_back({ops::rows<Rss3>(hc.keys, 0, s.prompt + step + 1), ops::rows<Rss3>(hc.values, 0, s.prompt + step + 1)});
       for (std::size_t l = 0; l < s.layers; ++l) {
         kv::StepView<Rss3> view{l, s.prompt + step, s.g, &queries, &cache};
         co_await mpcache::testing::align_clocks(network.endpoint(id));

@@ -184,7 +184,7 @@ TEST_SUITE("prepared cache") {
       RingTensor iota = RingTensor::from_shape({keep});
       for (std::size_t i = 0; i < keep; ++i) iota(i) = 2 * i;
       const auto positions = ops::public_share(p, head.keys, iota);
-      const kv::HeadCache<Rss3> kept{kv::rows<Rss3>(head.keys, 0, keep), kv::rows<Rss3>(head.values, 0, keep)};
+      const kv::HeadCache<Rss3> kept{ops::rows<Rss3>(head.keys, 0, keep), ops::rows<Rss3>(head.values, 0, keep)};
       try {
         co_await policy.start_evicted(p, 0, t, {kvh, head}, {kvh, positions});
       } catch (const Error& e) {
@@ -194,8 +194,8 @@ TEST_SUITE("prepared cache") {
       for (std::size_t l = 0; l < 4; ++l) co_await policy.start_evicted(p, l, t, {kvh, kept}, {kvh, positions});
       prepared_bytes[id] = (network.endpoint(id).costs() - mid).payload_bytes_sent();
       std::vector<Rss3::Share> queries(kvh, co_await secret({g, d}, 4));
-      std::vector<kv::HeadCache<Rss3>> grown(kvh, {kv::stack_rows<Rss3>(head.keys, kv::rows<Rss3>(head.keys, 0, 1)),
-                                                  kv::stack_rows<Rss3>(head.values, kv::rows<Rss3>(head.values, 0, 1))});
+      std::vector<kv::HeadCache<Rss3>> grown(kvh, {ops::stack_rows<Rss3>(head.keys, ops::rows<Rss3>(head.keys, 0, 1)),
+                                                  ops::stack_rows<Rss3>(head.values, ops::rows<Rss3>(head.values, 0, 1))});
       kv::StepView<Rss3> step{0, t, g, &queries, &grown};
       auto sel = co_await policy.select(p, step);
       selected[id] = Rss3::shape(sel.keys.at(0)).at(0);

@@ -9,10 +9,11 @@ struct PartyRun {
   std::array<R, 3> results;
   std::array<CostCounters, 3> costs;  // measured after key set-up
 
+  // Rounds on the critical path (the counters start after key set-up).
   std::uint64_t max_rounds() const {
-    std::uint64_t r = 0;
-    for (const auto& c : costs) r = std::max(r, c.rounds);
-    return r;
+    CriticalPath path;
+    for (const auto& c : costs) path.add(0, c.rounds);
+    return path.rounds();
   }
 };
 
@@ -75,16 +76,12 @@ inline Task<void> align_clocks(Endpoint& endpoint) {
   }
 }
 
-// Rounds an operation added to the critical path: parties' clocks differ
-// (a party that only sends does not advance), so compare the highest ones.
+// Rounds an operation added to the critical path (CriticalPath).
 inline std::uint64_t critical_rounds(const std::array<CostCounters, 3>& before,
                                      const std::array<CostCounters, 3>& after) {
-  std::uint64_t b = 0, a = 0;
-  for (std::size_t i = 0; i < 3; ++i) {
-    b = std::max(b, before[i].rounds);
-    a = std::max(a, after[i].rounds);
-  }
-  return a - b;
+  CriticalPath path;
+  for (std::size_t i = 0; i < 3; ++i) path.add(before[i].rounds, after[i].rounds);
+  return path.rounds();
 }
 
 // Every party's counters around one operation: `inputs` shared from party
