@@ -7,18 +7,11 @@
 namespace mpcache::bench {
 
 struct Section {
-  std::array<CostCounters, 3> before, after;
-  std::array<std::chrono::steady_clock::time_point, 3> start, stop;
+  std::array<SectionMark, 3> marks;  // per party
   InProcessNetwork* network = nullptr;
 
-  void begin(PartyId id) {
-    before[id] = network->endpoint(id).costs();
-    start[id] = std::chrono::steady_clock::now();
-  }
-  void end(PartyId id) {
-    stop[id] = std::chrono::steady_clock::now();
-    after[id] = network->endpoint(id).costs();
-  }
+  void begin(PartyId id) { marks[id].begin(network->endpoint(id)); }
+  void end(PartyId id) { marks[id].end(network->endpoint(id)); }
 };
 
 struct Sample {
@@ -59,14 +52,18 @@ Sample run_three_parties(Body body, const std::string& protocol, const Link* emu
   });
   const std::size_t online = dealt ? 2 : 3;
   Sample s;
-  s.seconds = std::chrono::duration<double>(*std::max_element(section.stop.begin(), section.stop.begin() + online) -
-                                            *std::min_element(section.start.begin(), section.start.begin() + online))
-                  .count();
+  // First online party in to last one out.
+  auto first_in = section.marks[0].start, last_out = section.marks[0].stop;
   CriticalPath path;
   for (std::size_t i = 0; i < 3; ++i) {
-    s.costs[i] = section.after[i] - section.before[i];
-    if (i < online) path.add(section.before[i].rounds, section.after[i].rounds);
+    const SectionMark& m = section.marks[i];
+    s.costs[i] = m.costs();
+    if (i >= online) continue;
+    path.add(m.before.rounds, m.after.rounds);
+    first_in = std::min(first_in, m.start);
+    last_out = std::max(last_out, m.stop);
   }
+  s.seconds = std::chrono::duration<double>(last_out - first_in).count();
   s.rounds = path.rounds();
   return s;
 }

@@ -31,18 +31,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-struct CaseRecord {
-  std::string name;
-  double seconds = 0;
-  CostCounters costs;
-  std::uint64_t clock_before = 0, clock_after = 0;  // Lamport clocks
-};
-
 struct Recorder {
   Endpoint* endpoint = nullptr;
-  CostCounters before;
-  Clock::time_point start;
-  std::vector<CaseRecord> cases;
+  bench::SectionMark current;
+  std::vector<std::pair<std::string, bench::SectionMark>> cases;  // each run of each case
   std::string fault;
   std::uint64_t barriers = 0;
   // Starts the timed section. A barrier first (one tiny message to and from
@@ -56,12 +48,11 @@ struct Recorder {
       if (p != endpoint->id()) endpoint->send(p, stream, std::vector<std::byte>(1));
     for (PartyId p = 0; p < endpoint->parties(); ++p)
       if (p != endpoint->id()) (void)co_await endpoint->recv(p, stream);
-    before = endpoint->costs();
-    start = Clock::now();
+    current.begin(*endpoint);
   }
   void end(const std::string& name) {
-    cases.push_back({name, std::chrono::duration<double>(Clock::now() - start).count(),
-                     endpoint->costs() - before, before.rounds, endpoint->costs().rounds});
+    current.end(*endpoint);
+    cases.emplace_back(name, current);
   }
 };
 
@@ -150,19 +141,19 @@ int run_party(const PartyOptions& o) {
     for (const auto& job_case : cases) {
       const std::string& name = job_case.name;
       std::vector<double> times;
-      const CaseRecord* first = nullptr;
-      for (const auto& c : rec.cases)
-        if (c.name == name) {
-          times.push_back(c.seconds);
-          if (!first) first = &c;
+      const bench::SectionMark* first = nullptr;
+      for (const auto& [case_name, mark] : rec.cases)
+        if (case_name == name) {
+          times.push_back(mark.seconds());
+          if (!first) first = &mark;
         }
       std::sort(times.begin(), times.end());
       jc.push_back({{"case", name},
                     {"latency_s", times[times.size() / 2]},
-                    {"bytes_sent", first->costs.payload_bytes_sent()},
-                    {"messages_sent", first->costs.messages_sent()},
-                    {"clock_before", first->clock_before},
-                    {"clock_after", first->clock_after}});
+                    {"bytes_sent", first->costs().payload_bytes_sent()},
+                    {"messages_sent", first->costs().messages_sent()},
+                    {"clock_before", first->before.rounds},  // Lamport clocks
+                    {"clock_after", first->after.rounds}});
     }
     report["cases"] = jc;
     report["ok"] = ok;

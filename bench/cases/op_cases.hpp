@@ -7,6 +7,27 @@
 
 namespace mpcache::bench {
 
+// One party's timed section as it saw it: its counters and the time on
+// entering and leaving. The one record of a timed section, in one process
+// (bench's Section, a mark per party) and across processes (the Recorder of
+// `mpcache party`, a mark per case); rounds across parties come from the
+// marks' clocks through CriticalPath.
+struct SectionMark {
+  CostCounters before, after;
+  std::chrono::steady_clock::time_point start, stop;
+
+  void begin(const Endpoint& endpoint) {
+    before = endpoint.costs();
+    start = std::chrono::steady_clock::now();
+  }
+  void end(const Endpoint& endpoint) {
+    stop = std::chrono::steady_clock::now();
+    after = endpoint.costs();
+  }
+  double seconds() const { return std::chrono::duration<double>(stop - start).count(); }
+  CostCounters costs() const { return after - before; }
+};
+
 // Marks one party's timed section. In one process the parties' sections are
 // compared on one clock; across processes `begin` first meets the peers
 // (a barrier, not counted) so a party does not time its wait for the others.
