@@ -12,21 +12,28 @@ import mpcache;
 #include "local_cluster.hpp"
 #include "install_paths.hpp"
 
-int main(int argc, char** argv) {
-  CLI::App app{"mpcache: private LLM inference with MPC-friendly KV-cache eviction"};
-  app.require_subcommand(1);
-  mpcache::tools::DemoOptions demo;
+namespace {
+
+const std::string default_prompt =
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+    "must be in want of a wife. However little known the feelings";
+const std::string truncation_help =
+    "exact (default), or probabilistic: one round less per product, but each truncated value is garbage with "
+    "probability |x|/2^64 (about 1 prompt in 300 at 57 bytes, more with longer prompts)";
+// Jobs: demo, or benchmark cases (bench/cases/op_cases.hpp), checked when the job starts.
+const std::string jobs_help =
+    "demo, a benchmark preset (micro, ops, paper-table2) or one of its cases (mul-1M, "
+    "fixed-mul-1M, matvec, compare-100k, softmax-1024, table2-cluster, ...)";
+
+CLI::App* add_demo(CLI::App& app, mpcache::tools::DemoOptions& demo) {
   auto* demo_cmd = app.add_subcommand("demo", "3-party secure (x W + b)^2 with rss3, checked against float64");
   demo_cmd->add_option("--in", demo.in_features, "input features")->check(CLI::Range(1, 1 << 14));
   demo_cmd->add_option("--out", demo.out_features, "output features")->check(CLI::Range(4, 1 << 14));
   demo_cmd->add_option("--seed", demo.seed, "seed of the random example data");
-  const std::filesystem::path exe = mpcache::tools::executable_path(argv[0]);
-  const std::string default_model = mpcache::tools::default_model_dir(exe);
-  const std::string default_prompt =
-      "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
-      "must be in want of a wife. However little known the feelings";
+  return demo_cmd;
+}
 
-  mpcache::tools::GenerateOptions gen;
+CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, const std::string& default_model) {
   gen.model_dir = default_model;
   gen.prompt = default_prompt;
   auto* gen_cmd = app.add_subcommand(
@@ -48,9 +55,6 @@ int main(int argc, char** argv) {
                       "rss3 (3 parties, honest majority; default) or add2 (parties 0 and 1 online, party 2 the "
                       "dealer of correlated randomness, offline)")
       ->check(CLI::IsMember({"rss3", "add2"}));
-  const std::string truncation_help =
-      "exact (default), or probabilistic: one round less per product, but each truncated value is garbage with "
-      "probability |x|/2^64 (about 1 prompt in 300 at 57 bytes, more with longer prompts)";
   gen_cmd->add_option("--truncation", gen.truncation, truncation_help)
       ->check(CLI::IsMember({"exact", "probabilistic"}));
   mpcache::tools::add_network_options(*gen_cmd, gen.network);
@@ -66,8 +70,10 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--config", gen.config, "cluster config (JSON): join it as party --id");
   gen_cmd->add_option("--id", gen.id, "this party's id: 0 client, 1 model owner, 2 helper")->check(CLI::Range(0, 2));
   gen_cmd->add_option("--fault", gen.fault, "tests: launcher PARTY:exit, party exit (dies after decode step 1)");
+  return gen_cmd;
+}
 
-  mpcache::tools::GenerateOptions decode;
+CLI::App* add_decode(CLI::App& app, mpcache::tools::GenerateOptions& decode, const std::string& default_model) {
   decode.model_dir = default_model;
   decode.prompt = default_prompt;
   decode.tokens = 8;
@@ -88,23 +94,23 @@ int main(int argc, char** argv) {
   decode_cmd->add_flag("--allow-unused-weights", decode.allow_unused_weights,
                        "run even if the config leaves tensors of the weights file unused");
   decode_cmd->add_option("--json", decode.json, "write JSON lines: one row per step, a summary");
+  return decode_cmd;
+}
 
-  mpcache::tools::PartyOptions party;
+CLI::App* add_party(CLI::App& app, mpcache::tools::PartyOptions& party) {
   auto* party_cmd = app.add_subcommand("party", "run one party of a multi-process job over TCP");
   party_cmd->add_option("--config", party.config, "cluster config (JSON)")->required();
   party_cmd->add_option("--id", party.id, "this party's id (index in the config)")->required();
-  // Jobs: demo, or benchmark cases (bench/cases/op_cases.hpp), checked when the job starts.
-  const std::string jobs_help =
-      "demo, a benchmark preset (micro, ops, paper-table2) or one of its cases (mul-1M, "
-      "fixed-mul-1M, matvec, compare-100k, softmax-1024, table2-cluster, ...)";
   mpcache::tools::add_network_options(*party_cmd, party.network);
   party_cmd->add_option("--job", party.job, jobs_help);
   party_cmd->add_option("--report", party.report, "write the JSON report here (default: stdout)");
   party_cmd->add_option("--repeat", party.repeat, "runs per case (median reported)")->check(CLI::Range(1, 100));
   party_cmd->add_option("--fault", party.fault, "tests: exit or silent in the middle of the job")
       ->check(CLI::IsMember({"exit", "silent"}));
+  return party_cmd;
+}
 
-  mpcache::tools::LocalOptions local;
+CLI::App* add_local(CLI::App& app, mpcache::tools::LocalOptions& local) {
   auto* local_cmd = app.add_subcommand(
       "local", "run the three parties as processes on loopback (free ports, fresh keys); prints a JSON report");
   mpcache::tools::add_network_options(*local_cmd, local.network);
@@ -125,13 +131,35 @@ int main(int argc, char** argv) {
           "PARTY:exit|silent"));
   local_cmd->add_flag("--stranger", local.stranger,
                       "tests: a stranger sends garbage to, and idles at, each listening port during set-up");
+  return local_cmd;
+}
 
-  mpcache::tools::KeygenOptions keygen;
+CLI::App* add_keygen(CLI::App& app, mpcache::tools::KeygenOptions& keygen) {
   auto* keygen_cmd = app.add_subcommand("keygen", "write Ed25519 key files pN.key (secret) and pN.pub");
   keygen_cmd->add_option("--out", keygen.out_dir, "folder for the key files (created if missing; not its parents)");
   keygen_cmd->add_option("--parties", keygen.parties, "number of parties")->check(CLI::Range(1, 64));
   keygen_cmd->add_flag("--force", keygen.force, "replace existing key files");
+  return keygen_cmd;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mpcache: private LLM inference with MPC-friendly KV-cache eviction"};
+  app.require_subcommand(1);
+  const std::filesystem::path exe = mpcache::tools::executable_path(argv[0]);
+  const std::string default_model = mpcache::tools::default_model_dir(exe);
+  mpcache::tools::DemoOptions demo;
+  mpcache::tools::GenerateOptions gen, decode;
+  mpcache::tools::PartyOptions party;
+  mpcache::tools::LocalOptions local;
+  mpcache::tools::KeygenOptions keygen;
+  auto* demo_cmd = add_demo(app, demo);
+  auto* gen_cmd = add_generate(app, gen, default_model);
+  auto* decode_cmd = add_decode(app, decode, default_model);
+  auto* party_cmd = add_party(app, party);
+  auto* local_cmd = add_local(app, local);
+  auto* keygen_cmd = add_keygen(app, keygen);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo_cmd) return mpcache::tools::run_demo(demo);
