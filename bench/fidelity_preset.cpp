@@ -122,7 +122,8 @@ void install_probe(Decoder<P>& decoder, P& p, Arm& arm,
     for (std::size_t h = 0; h < g; ++h)
       for (std::size_t c = 0; c < t; ++c) w[c] += pr(h, c) / double(g);
     std::vector<std::size_t> sel;
-    for (double v : positions.value) sel.push_back(static_cast<std::size_t>(std::llround(v)));
+    for (double v : p.to_real(positions))  // integers, not fixed-point: undo to_real's scale
+      sel.push_back(static_cast<std::size_t>(std::llround(std::ldexp(v, p.frac_bits()))));
     const auto top = top_pages(w, sel.size());
     std::set<std::size_t> chosen(sel.begin(), sel.end());
     std::size_t hit = 0;

@@ -258,7 +258,7 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
     const WeightSource values = id == 0 ? random_weights(9, 1 / std::sqrt(3.0)) : no_weights();
     // A prepared cache stands for keys and values the model computed.
     auto secret = [&](const Shape& shape) -> Task<typename P::Share> {
-      co_return computed<P>(co_await secret_real(p, 0, values("prepared-cache", shape), shape));
+      co_return computed<P>(co_await ops::secret_real(p, 0, values("prepared-cache", shape), shape));
     };
     kv::HeadCache<P> head{co_await secret({r.length, d}), co_await secret({r.length, d})};
     decoder.start_from_cache(policy, std::vector<std::vector<kv::HeadCache<P>>>(r.config.num_layers, {kvh, head}),
@@ -313,6 +313,31 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
   if (id == 0) kv = kv_bytes(decoder, policy);
 }
 
+// What every row of a run says about it: preset, model, policy, budget,
+// how its cache was made, where the parties ran, peak memory.
+json run_header(const Run& r) {
+  const std::uint64_t rss = peak_rss_bytes();
+  return {{"preset", r.preset},
+          {"protocol", r.protocol},
+          {"model", r.model},
+          {"layers", r.config.num_layers},
+          {"hidden", r.config.hidden_size},
+          {"heads", r.config.num_heads},
+          {"length", r.length},
+          {"policy", r.arm.policy},
+          {"arm", r.arm.label},
+          {"budget_tokens", r.arm.policy == "full" ? r.length : budget_tokens_of(r)},
+          {"cache", r.real_prefill                                          ? "prefill"
+                    : r.arm.policy == "full" || r.arm.policy == "longcache" ? "prepared"
+                    : r.arm.policy != "mpcache"                             ? "prepared, the policy's look at zero attention"
+                    : r.length <= r.evict_up_to                             ? "prepared, static eviction run"
+                                                                            : "prepared, eviction state prepared (not run)"},
+          {"parties", r.protocol == "add2" ? "in-process, 2 online + dealer" : "in-process"},
+          {"model_s_is", "model: rounds x 0.3 ms + bytes / 377 MB/s + wall / 3"},
+          {"peak_rss_process_bytes", rss},
+          {"peak_rss_per_party_bytes", rss / 3}};
+}
+
 std::vector<json> measure(const Run& r) {
   reset_peak_rss();
   Scheduler scheduler;
@@ -352,26 +377,7 @@ std::vector<json> measure(const Run& r) {
     }
   });
   const std::size_t online = r.protocol == "add2" ? 2 : 3;
-  const std::uint64_t rss = peak_rss_bytes();
-  json base = {{"preset", r.preset},
-               {"protocol", r.protocol},
-               {"model", r.model},
-               {"layers", r.config.num_layers},
-               {"hidden", r.config.hidden_size},
-               {"heads", r.config.num_heads},
-               {"length", r.length},
-               {"policy", r.arm.policy},
-               {"arm", r.arm.label},
-               {"budget_tokens", r.arm.policy == "full" ? r.length : budget_tokens_of(r)},
-               {"cache", r.real_prefill                 ? "prefill"
-                         : r.arm.policy == "full" || r.arm.policy == "longcache" ? "prepared"
-                         : r.arm.policy != "mpcache"     ? "prepared, the policy's look at zero attention"
-                         : r.length <= r.evict_up_to     ? "prepared, static eviction run"
-                                                         : "prepared, eviction state prepared (not run)"},
-               {"parties", r.protocol == "add2" ? "in-process, 2 online + dealer" : "in-process"},
-               {"model_s_is", "model: rounds x 0.3 ms + bytes / 377 MB/s + wall / 3"},
-               {"peak_rss_process_bytes", rss},
-               {"peak_rss_per_party_bytes", rss / 3}};
+  const json base = run_header(r);
   std::vector<json> rows;
   json pre = base;
   pre["phase"] = r.real_prefill ? "prefill" : "policy-prefill";  // prepared: the policy's look at the prompt

@@ -42,12 +42,19 @@ std::string secs(std::chrono::milliseconds ms) {
 
 }  // namespace
 
-TcpBackend parse_backend(const std::string& name) {
-  if (name == "auto") return TcpBackend::automatic;
-  if (name == "uring" || name == "io_uring") return TcpBackend::uring;
-  if (name == "asio") return TcpBackend::asio;
-  throw Error(ErrorCode::invalid_argument,
-              "unknown transport backend '" + name + "' (auto, uring or asio)");
+std::vector<std::string> tcp_backend_names() {
+  std::vector<std::string> names{"auto"};
+  for (const auto& d : sys::io_drivers()) names.push_back(d.name);
+  return names;
+}
+
+std::string parse_backend(const std::string& name) {
+  if (name == "auto") return name;
+  for (const auto& d : sys::io_drivers())
+    if (d.name == name || std::find(d.aliases.begin(), d.aliases.end(), name) != d.aliases.end()) return d.name;
+  std::string known;
+  for (const auto& n : tcp_backend_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(ErrorCode::invalid_argument, "unknown transport backend '" + name + "' (" + known + ")");
 }
 
 struct TcpTransport::Impl {
@@ -523,18 +530,30 @@ TcpTransport::TcpTransport(Scheduler& scheduler, Endpoint& endpoint, Connections
     throw Error(ErrorCode::invalid_argument, "TCP transport: " + std::to_string(connections.fds.size()) +
                                                  " sockets for " + std::to_string(n) + " parties");
   }
-  if (options.backend != TcpBackend::asio) {
+  std::string wanted;
+  try {
+    wanted = parse_backend(options.backend);
+  } catch (...) {
+    close_all();
+    throw;
+  }
+  for (const auto& d : sys::io_drivers()) {
+    if (wanted != "auto" && d.name != wanted) continue;
     try {
-      I.driver = sys::make_uring_driver(64);
+      I.driver = d.make();
+      break;
     } catch (const std::exception& e) {
-      if (options.backend == TcpBackend::uring) {
+      if (wanted != "auto") {
         close_all();
-        throw Error(ErrorCode::network, std::string("io_uring transport unavailable: ") + e.what());
+        throw Error(ErrorCode::network, d.name + " transport unavailable: " + e.what());
       }
-      fallback_reason_ = e.what();
+      if (fallback_reason_.empty()) fallback_reason_ = e.what();
     }
   }
-  if (!I.driver) I.driver = sys::make_asio_driver();
+  if (!I.driver) {
+    close_all();
+    throw Error(ErrorCode::network, "no transport driver could start (" + fallback_reason_ + ")");
+  }
   I.peers.resize(n);
   const auto now = SteadyClock::now();
   bool any_keys = false, all_keys = true;

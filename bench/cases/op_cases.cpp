@@ -188,7 +188,7 @@ std::vector<OpCase> ops_only_cases(const Link& link) {
   const RingTensor scores = random_fixed({1, 1024}, 13, -10, 10);
   out.push_back(softmax_case(scores));
   out.push_back(topk_case("sort-1024", scores, 1024, ops::TopKMethod::network, link, "bitonic network"));
-  const auto method = ops::resolve_topk_method(ops::TopKMethod::automatic, 1024, 256, link, bounded_width(4));
+  const auto method = ops::resolve_topk_method<Rss3Costs>(ops::TopKMethod::automatic, 1024, 256, link, bounded_width(4));
   out.push_back(topk_case("top256-of-1024", scores, 256, ops::TopKMethod::automatic, link,
                           method == ops::TopKMethod::rank     ? "rank-based"
                           : method == ops::TopKMethod::blocks ? "blocks of 256, merged"

@@ -6,6 +6,10 @@ import :ring;
 
 export namespace mpcache {
 
+// Real numbers in float64: the clear-text side of encode/decode, and the
+// values of the exact-reals backend (ref).
+using RealTensor = xt::xarray<double>;
+
 inline constexpr int default_frac_bits = 18;
 
 class FixedPoint {

@@ -18,6 +18,33 @@ struct Link {
   }
 };
 
+// What one protocol step costs: rounds on its critical path and payload
+// bytes each party sends (parties 0, 1, 2). Steps run one after another
+// add. Backends describe their building blocks in these terms (see
+// CostModel in mpcache.proto) and ops plan with them.
+struct OpCost {
+  std::uint64_t rounds = 0;
+  std::array<std::uint64_t, 3> bytes{};
+
+  std::uint64_t max_bytes() const noexcept { return std::max({bytes[0], bytes[1], bytes[2]}); }
+  double seconds(const Link& link) const noexcept {
+    return link.seconds(static_cast<double>(rounds), static_cast<double>(max_bytes()));
+  }
+  OpCost& operator+=(const OpCost& o) noexcept {
+    rounds += o.rounds;
+    for (std::size_t i = 0; i < 3; ++i) bytes[i] += o.bytes[i];
+    return *this;
+  }
+  friend OpCost operator+(OpCost a, const OpCost& b) noexcept { return a += b; }
+  // The step run `times` times in a row.
+  OpCost repeated(std::uint64_t times) const noexcept {
+    OpCost out;
+    out.rounds = rounds * times;
+    for (std::size_t i = 0; i < 3; ++i) out.bytes[i] = bytes[i] * times;
+    return out;
+  }
+};
+
 // The paper's LAN: 0.3 ms RTT, 377 MB/s.
 Link lan_link();
 // The paper's WAN: 40 ms RTT, 300 Mbit/s.

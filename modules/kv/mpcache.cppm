@@ -281,15 +281,6 @@ class MpCache {
   Task<std::vector<Share>> eviction(P& p, const PrefillView<P>& view, std::size_t keep, std::size_t window) {
     const std::size_t t = view.tokens, heads = view.probs->size();
     std::vector<Share> out;
-    if constexpr (NativeReal<P>) {  // clear text: sort the kept positions
-      for (std::size_t j = 0; j < heads; ++j) {
-        auto score = accumulated_attention<P>((*view.probs)[j], view.group, t, t - window);
-        auto top = co_await ops::topk(p, score, keep);
-        auto sorted = co_await ops::topk(p, p.neg(top.indices), keep);
-        out.push_back(co_await ops::one_hot(p, p.neg(sorted.values), t));
-      }
-      co_return out;
-    } else {
     std::optional<Share> scores;  // (heads, T)
     for (std::size_t j = 0; j < heads; ++j) {
       auto row = ops::reshape<P>(accumulated_attention<P>((*view.probs)[j], view.group, t, t - window), {1, t});
@@ -330,7 +321,6 @@ class MpCache {
       out.push_back(std::move(head));
     }
     co_return out;
-    }
   }
 
   // Kept rows of one head's prompt: (keep, 2d + 1) = [keys | values | position].

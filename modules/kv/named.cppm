@@ -3,6 +3,7 @@
 // default options ("mpcache" our defaults, "mpcache-paper" the paper's).
 module;
 #include "prelude.hpp"
+#include "backends.hpp"
 export module mpcache.kv:named;
 import mpcache.core;
 import mpcache.async;
@@ -21,11 +22,29 @@ import :arkvale;
 import :mpcache;
 import :any_policy;
 
+// Every named policy: its name, then the expression that makes it for
+// backend P at `budget` tokens. Adding a policy: its partition in this
+// folder (exported by kv.cppm, imported above), then one line here.
+#define MPCACHE_NAMED_POLICIES(X)                                 \
+  X("mpcache", MpCache<P>(budget, MpCacheOptions{}))              \
+  X("mpcache-paper", MpCache<P>(budget, MpCacheOptions::paper())) \
+  X("full", FullCache<P>{})                                       \
+  X("streaming_llm", StreamingLlm<P>(budget))                     \
+  X("h2o", H2O<P>(budget))                                        \
+  X("tova", Tova<P>(budget))                                      \
+  X("snapkv", SnapKv<P>(budget))                                  \
+  X("longcache", LongCache<P>(budget))                            \
+  X("infllm", InfLlm<P>(budget))                                  \
+  X("quest", Quest<P>(budget))                                    \
+  X("arkvale", ArkVale<P>(budget))                                \
+  X("arkvale-recall", ArkVale<P>(budget, ArkValeOptions{.tier = PageTier::file}))
+
 export namespace mpcache::kv {
 
 inline const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names = {"mpcache", "mpcache-paper", "full",   "streaming_llm", "h2o",    "tova",
-                                                 "snapkv",  "longcache",     "infllm", "quest",         "arkvale", "arkvale-recall"};
+#define MPCACHE_POLICY_NAME(name, make) name,
+  static const std::vector<std::string> names = {MPCACHE_NAMED_POLICIES(MPCACHE_POLICY_NAME)};
+#undef MPCACHE_POLICY_NAME
   return names;
 }
 
@@ -48,19 +67,11 @@ AnyPolicy<P> make_policy(const std::string& name, std::size_t budget) {
   if (std::find(names.begin(), names.end(), name) == names.end())
     throw Error(ErrorCode::invalid_argument, "unknown policy '" + name + "' (" + policy_name_list() + ")");
   if (budget == 0) throw Error(ErrorCode::invalid_argument, "policy " + name + ": budget must be at least 1 token");
-  if (name == "mpcache") return AnyPolicy<P>(MpCache<P>(budget, MpCacheOptions{}));
-  if (name == "mpcache-paper") return AnyPolicy<P>(MpCache<P>(budget, MpCacheOptions::paper()));
-  if (name == "streaming_llm") return AnyPolicy<P>(StreamingLlm<P>(budget));
-  if (name == "h2o") return AnyPolicy<P>(H2O<P>(budget));
-  if (name == "tova") return AnyPolicy<P>(Tova<P>(budget));
-  if (name == "snapkv") return AnyPolicy<P>(SnapKv<P>(budget));
-  if (name == "longcache") return AnyPolicy<P>(LongCache<P>(budget));
-  if (name == "infllm") return AnyPolicy<P>(InfLlm<P>(budget));
-  if (name == "quest") return AnyPolicy<P>(Quest<P>(budget));
-  if (name == "arkvale") return AnyPolicy<P>(ArkVale<P>(budget));
-  ArkValeOptions recall;  // "arkvale-recall": pages in each party's backing file
-  recall.tier = PageTier::file;
-  return AnyPolicy<P>(ArkVale<P>(budget, recall));
+#define MPCACHE_MAKE_NAMED(policy_name, make) \
+  if (name == policy_name) return AnyPolicy<P>(make);
+  MPCACHE_NAMED_POLICIES(MPCACHE_MAKE_NAMED)
+#undef MPCACHE_MAKE_NAMED
+  throw Error(ErrorCode::invalid_argument, "policy " + name + " is named but has no maker");
 }
 
 }  // namespace mpcache::kv
@@ -68,8 +79,7 @@ AnyPolicy<P> make_policy(const std::string& name, std::size_t budget) {
 // Compiled once, in src/kv/make_policy.cpp, for the four backends: every
 // program that names a policy would otherwise compile all of them for each.
 namespace mpcache::kv {
-extern template AnyPolicy<Rss3> make_policy<Rss3>(const std::string&, std::size_t);
-extern template AnyPolicy<Add2> make_policy<Add2>(const std::string&, std::size_t);
-extern template AnyPolicy<Ref> make_policy<Ref>(const std::string&, std::size_t);
-extern template AnyPolicy<Plain> make_policy<Plain>(const std::string&, std::size_t);
+#define MPCACHE_EXTERN_MAKE_POLICY(B) extern template AnyPolicy<B> make_policy<B>(const std::string&, std::size_t);
+MPCACHE_FOR_EACH_BACKEND(MPCACHE_EXTERN_MAKE_POLICY)
+#undef MPCACHE_EXTERN_MAKE_POLICY
 }  // namespace mpcache::kv

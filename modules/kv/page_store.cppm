@@ -21,21 +21,6 @@ import :policy;
 
 export namespace mpcache::kv {
 
-// Bytes a share holds in this process: every component tensor.
-template <Protocol P>
-std::size_t share_bytes(const typename P::Share& a) {
-  if constexpr (NativeReal<P>) {
-    return a.value.size() * sizeof(double);
-  } else {
-    std::size_t bytes = 0;
-    (void)P::apply(a, [&bytes](const RingTensor& t) {
-      bytes += t.size() * sizeof(Ring);
-      return RingTensor{};
-    });
-    return bytes;
-  }
-}
-
 // An unnamed read-write file (O_TMPFILE; a named file unlinked at once where
 // the file system lacks it), closed with the object. Copies get a new file
 // with the same bytes.
@@ -92,7 +77,7 @@ class PageStore {
     width_ = s[1];
     if (o_.tier == PageTier::memory) return append_resident(page_rows);
     if (!file_) file_.emplace(o_.dir);
-    auto parts = components(page_rows);
+    auto parts = share_components<P>(page_rows);
     component_count_ = parts.size();
     const std::size_t n = s[0], row_words = width_;
     std::vector<Ring> buffer(n * component_count_ * row_words);
@@ -114,22 +99,13 @@ class PageStore {
     const std::size_t n = last - first, row_words = width_;
     std::vector<Ring> buffer(n * component_count_ * row_words);
     file_->read_at(page_offset(first), std::as_writable_bytes(std::span(buffer)));
-    std::size_t next = 0;
-    auto rebuild = [&](const RingTensor&) {
-      RingTensor t = RingTensor::from_shape({n, row_words});
+    std::vector<RingTensor> parts(component_count_);
+    for (std::size_t k = 0; k < component_count_; ++k) {
+      parts[k] = RingTensor::from_shape({n, row_words});
       for (std::size_t r = 0; r < n; ++r)
-        std::copy_n(buffer.data() + (r * component_count_ + next) * row_words, row_words, t.data() + r * row_words);
-      ++next;
-      return t;
-    };
-    if constexpr (NativeReal<P>) {
-      RingTensor bits = rebuild(RingTensor{});
-      RealTensor values = RealTensor::from_shape({n, row_words});
-      std::memcpy(values.data(), bits.data(), bits.size() * sizeof(Ring));
-      return Share{std::move(values)};
-    } else {
-      return P::apply(*prototype_, rebuild);
+        std::copy_n(buffer.data() + (r * component_count_ + k) * row_words, row_words, parts[k].data() + r * row_words);
     }
+    return share_from_components<P>(*prototype_, std::move(parts));
   }
 
   std::size_t resident_bytes() const {
@@ -153,23 +129,6 @@ class PageStore {
       pages_ += take;
       done += take;
     }
-  }
-
-  // The component tensors of a share, in the order P::apply visits them
-  // (ref: its float64 values, bit for bit).
-  static std::vector<RingTensor> components(const Share& a) {
-    std::vector<RingTensor> parts;
-    if constexpr (NativeReal<P>) {
-      RingTensor bits = RingTensor::from_shape(a.value.shape());
-      std::memcpy(bits.data(), a.value.data(), bits.size() * sizeof(Ring));
-      parts.push_back(std::move(bits));
-    } else {
-      (void)P::apply(a, [&parts](const RingTensor& t) {
-        parts.push_back(t);
-        return RingTensor{};
-      });
-    }
-    return parts;
   }
 
   std::uint64_t page_offset(std::size_t page) const {

@@ -181,15 +181,6 @@ Task<typename P::Share> group_scores(P& p, const typename P::Share& queries,
 template <Protocol P>
 typename P::Share accumulated_attention(const typename P::Share& probs, std::size_t group,
                                         std::size_t tokens, std::size_t row_begin) {
-  if constexpr (NativeReal<P>) {  // same sums, without the layout round trip
-    RealTensor out = xt::zeros<double>({tokens});
-    for (std::size_t h = 0; h < group; ++h)
-      for (std::size_t r = row_begin; r < tokens; ++r) {
-        const double* row = probs.value.data() + (h * tokens + r) * tokens;
-        for (std::size_t c = 0; c < tokens; ++c) out(c) += row[c];
-      }
-    return typename P::Share{std::move(out)};
-  }
   return P::apply(probs, [=](const RingTensor& t) {
     RingTensor out = ring_zeros({tokens});
     for (std::size_t h = 0; h < group; ++h)

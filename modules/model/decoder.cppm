@@ -11,6 +11,7 @@
 // GeLU is the erf form (GPT-2's tanh "gelu_new" differs by < 3e-4).
 module;
 #include "prelude.hpp"
+#include "backends.hpp"
 export module mpcache.model:decoder;
 import mpcache.core;
 import mpcache.async;
@@ -58,7 +59,7 @@ class Decoder {
   std::size_t cache_bytes() const {
     std::size_t bytes = 0;
     for (const auto& layer : cache_)
-      for (const auto& hc : layer) bytes += kv::share_bytes<P>(hc.keys) + kv::share_bytes<P>(hc.values);
+      for (const auto& hc : layer) bytes += share_bytes<P>(hc.keys) + share_bytes<P>(hc.values);
     return bytes;
   }
   void set_probe(StepProbe<P> probe) { probe_ = std::move(probe); }
@@ -208,13 +209,7 @@ class Decoder {
     for (std::size_t hh = 0; hh < heads; ++hh)
       for (std::size_t i = 0; i < d; ++i) swap[hh * d + i] = hh * d + (i < half ? i + half : i - half);
     auto swapped = P::apply(x, [&](const RingTensor& t) { return ring_take_last(t, swap); });
-    if constexpr (NativeReal<P>) {  // exact cos/sin instead of fixed-point codes
-      co_return typename P::Share{x.value * cs + swapped.value * sn};
-    } else {
-      const FixedPoint fp(p.frac_bits());
-      co_return co_await p.truncate(
-          p.add(p.mul_public(x, fp.encode(cs)), p.mul_public(swapped, fp.encode(sn))), p.frac_bits());
-    }
+    co_return co_await ops::sum_weighted_by_reals<P>(p, {{x, cs}, {swapped, sn}});
   }
 
   bool gpt2() const { return c_.architecture == Architecture::gpt2; }
@@ -539,16 +534,12 @@ class Decoder {
 // Compiled once, in src/model/instantiate_*.cpp (one file per backend),
 // with the type-erased policy every named policy runs through.
 namespace mpcache {
-extern template class Decoder<Rss3>;
-extern template Task<Rss3::Share> Decoder<Rss3>::prefill<kv::AnyPolicy<Rss3>>(Rss3&, kv::AnyPolicy<Rss3>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t);
-extern template Task<Rss3::Share> Decoder<Rss3>::decode<kv::AnyPolicy<Rss3>>(Rss3&, kv::AnyPolicy<Rss3>&, PartyId, std::optional<std::uint32_t>);
-extern template class Decoder<Add2>;
-extern template Task<Add2::Share> Decoder<Add2>::prefill<kv::AnyPolicy<Add2>>(Add2&, kv::AnyPolicy<Add2>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t);
-extern template Task<Add2::Share> Decoder<Add2>::decode<kv::AnyPolicy<Add2>>(Add2&, kv::AnyPolicy<Add2>&, PartyId, std::optional<std::uint32_t>);
-extern template class Decoder<Ref>;
-extern template Task<Ref::Share> Decoder<Ref>::prefill<kv::AnyPolicy<Ref>>(Ref&, kv::AnyPolicy<Ref>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t);
-extern template Task<Ref::Share> Decoder<Ref>::decode<kv::AnyPolicy<Ref>>(Ref&, kv::AnyPolicy<Ref>&, PartyId, std::optional<std::uint32_t>);
-extern template class Decoder<Plain>;
-extern template Task<Plain::Share> Decoder<Plain>::prefill<kv::AnyPolicy<Plain>>(Plain&, kv::AnyPolicy<Plain>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t);
-extern template Task<Plain::Share> Decoder<Plain>::decode<kv::AnyPolicy<Plain>>(Plain&, kv::AnyPolicy<Plain>&, PartyId, std::optional<std::uint32_t>);
+#define MPCACHE_EXTERN_DECODER(B)                                                                             \
+  extern template class Decoder<B>;                                                                          \
+  extern template Task<B::Share> Decoder<B>::prefill<kv::AnyPolicy<B>>(                                      \
+      B&, kv::AnyPolicy<B>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t);               \
+  extern template Task<B::Share> Decoder<B>::decode<kv::AnyPolicy<B>>(B&, kv::AnyPolicy<B>&, PartyId,         \
+                                                                      std::optional<std::uint32_t>);
+MPCACHE_FOR_EACH_BACKEND(MPCACHE_EXTERN_DECODER)
+#undef MPCACHE_EXTERN_DECODER
 }  // namespace mpcache

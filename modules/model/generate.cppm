@@ -16,6 +16,7 @@
 // and every other party unwinds with Error(cancelled) naming this one.
 module;
 #include "prelude.hpp"
+#include "backends.hpp"
 export module mpcache.model:generate;
 import mpcache.core;
 import mpcache.async;
@@ -392,9 +393,10 @@ Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
 
 // Compiled once, in src/model/instantiate_*.cpp (one file per backend).
 namespace mpcache {
-extern template Task<std::vector<std::uint32_t>> generate<Rss3, kv::AnyPolicy<Rss3>>(Rss3&, Decoder<Rss3>&, kv::AnyPolicy<Rss3>&, GenerationRequest, GenerationObserver);
-extern template Task<std::vector<std::uint32_t>> generate<Add2, kv::AnyPolicy<Add2>>(Add2&, Decoder<Add2>&, kv::AnyPolicy<Add2>&, GenerationRequest, GenerationObserver);
-extern template Task<std::vector<std::uint32_t>> generate<Ref, kv::AnyPolicy<Ref>>(Ref&, Decoder<Ref>&, kv::AnyPolicy<Ref>&, GenerationRequest, GenerationObserver);
-extern template Task<std::vector<std::uint32_t>> generate<Plain, kv::AnyPolicy<Plain>>(Plain&, Decoder<Plain>&, kv::AnyPolicy<Plain>&, GenerationRequest, GenerationObserver);
+#define MPCACHE_EXTERN_GENERATE(B)                                                                          \
+  extern template Task<std::vector<std::uint32_t>> generate<B, kv::AnyPolicy<B>>(                           \
+      B&, Decoder<B>&, kv::AnyPolicy<B>&, GenerationRequest, GenerationObserver);
+MPCACHE_FOR_EACH_BACKEND(MPCACHE_EXTERN_GENERATE)
+#undef MPCACHE_EXTERN_GENERATE
 extern template Task<std::vector<std::vector<double>>> teacher_forced_logits<kv::AnyPolicy<Ref>>(Ref&, Decoder<Ref>&, kv::AnyPolicy<Ref>&, const std::vector<std::uint32_t>&, const std::vector<std::uint32_t>&);
 }  // namespace mpcache

@@ -4,10 +4,12 @@
 // or deterministic random weights for any config (benches, tests).
 module;
 #include "prelude.hpp"
+#include "backends.hpp"
 export module mpcache.model:weights;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;
+import mpcache.ops;
 import :safetensors;
 import :config;
 
@@ -58,21 +60,6 @@ WeightSource weights_from_file(const std::filesystem::path& path, UnusedTensors 
 WeightSource random_weights(std::uint64_t seed, double scale = 0.02);
 // For parties that do not own the weights.
 WeightSource no_weights();
-
-// A secret tensor from `owner`'s real values (fixed-point encoded; Ref keeps
-// float64).
-template <Protocol P>
-Task<typename P::Share> secret_real(P& p, PartyId owner, std::optional<xt::xarray<double>> value,
-                                    const Shape& shape) {
-  if constexpr (NativeReal<P>) {
-    if (!value) throw Error(ErrorCode::invalid_argument, "ref: weights must be given");
-    co_return p.from_real(*value);
-  } else {
-    std::optional<RingTensor> encoded;
-    if (value) encoded = FixedPoint(p.frac_bits()).encode(*value);
-    co_return co_await p.input(owner, std::move(encoded), shape);
-  }
-}
 
 // One block. LLaMA: RMSNorm weights, no biases, SiLU-gated MLP (gate, up,
 // down). GPT-2: LayerNorm weight + bias, biases everywhere, GeLU MLP (up =
@@ -161,35 +148,35 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
                     kv_out = c.num_kv_heads * hd, inter = c.intermediate_size, v = c.vocab_size;
   DecoderWeights<P> w;
   w.config = c;
-  w.embed = co_await secret_real(p, owner, get("model.embed_tokens.weight", {v, h}), {v, h});
+  w.embed = co_await ops::secret_real(p, owner, get("model.embed_tokens.weight", {v, h}), {v, h});
   for (std::size_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
     LayerWeights<P> lw;
     auto input_norm = get(pre + "input_layernorm.weight", {h});
-    lw.input_norm = co_await secret_real(p, owner, input_norm, {h});
+    lw.input_norm = co_await ops::secret_real(p, owner, input_norm, {h});
     lw.post_norm =
-        co_await secret_real(p, owner, get(pre + "post_attention_layernorm.weight", {h}), {h});
+        co_await ops::secret_real(p, owner, get(pre + "post_attention_layernorm.weight", {h}), {h});
     auto wq = detail::transposed(get(pre + "self_attn.q_proj.weight", {q_out, h}), 1.0 / std::sqrt(double(hd)));
-    lw.wq = co_await secret_real(p, owner, wq, {h, q_out});
-    lw.wq_ranking = co_await secret_real(p, owner, detail::rows_scaled(wq, input_norm, std::ldexp(1.0, -ranking_query_shift)),
+    lw.wq = co_await ops::secret_real(p, owner, wq, {h, q_out});
+    lw.wq_ranking = co_await ops::secret_real(p, owner, detail::rows_scaled(wq, input_norm, std::ldexp(1.0, -ranking_query_shift)),
                                          {h, q_out});
-    lw.wk = co_await secret_real(p, owner, detail::transposed(get(pre + "self_attn.k_proj.weight", {kv_out, h})),
+    lw.wk = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "self_attn.k_proj.weight", {kv_out, h})),
                                  {h, kv_out});
-    lw.wv = co_await secret_real(p, owner, detail::transposed(get(pre + "self_attn.v_proj.weight", {kv_out, h})),
+    lw.wv = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "self_attn.v_proj.weight", {kv_out, h})),
                                  {h, kv_out});
-    lw.wo = co_await secret_real(p, owner, detail::transposed(get(pre + "self_attn.o_proj.weight", {h, q_out})),
+    lw.wo = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "self_attn.o_proj.weight", {h, q_out})),
                                  {q_out, h});
-    lw.gate = co_await secret_real(p, owner, detail::transposed(get(pre + "mlp.gate_proj.weight", {inter, h})),
+    lw.gate = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "mlp.gate_proj.weight", {inter, h})),
                                    {h, inter});
-    lw.up = co_await secret_real(p, owner, detail::transposed(get(pre + "mlp.up_proj.weight", {inter, h})),
+    lw.up = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "mlp.up_proj.weight", {inter, h})),
                                  {h, inter});
-    lw.down = co_await secret_real(p, owner, detail::transposed(get(pre + "mlp.down_proj.weight", {h, inter})),
+    lw.down = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "mlp.down_proj.weight", {h, inter})),
                                    {inter, h});
     w.layers.push_back(std::move(lw));
   }
-  w.final_norm = co_await secret_real(p, owner, get("model.norm.weight", {h}), {h});
+  w.final_norm = co_await ops::secret_real(p, owner, get("model.norm.weight", {h}), {h});
   const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  w.lm_head = co_await secret_real(p, owner, detail::transposed(get(head, {v, h})), {h, v});
+  w.lm_head = co_await ops::secret_real(p, owner, detail::transposed(get(head, {v, h})), {h, v});
   if (mine) source.finish();
   co_return w;
 }
@@ -229,34 +216,34 @@ Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource
   DecoderWeights<P> w;
   w.config = c;
   auto wte = get("wte.weight", {v, h});
-  w.embed = co_await secret_real(p, owner, wte, {v, h});
-  w.positions = co_await secret_real(p, owner, get("wpe.weight", {c.max_positions, h}), {c.max_positions, h});
+  w.embed = co_await ops::secret_real(p, owner, wte, {v, h});
+  w.positions = co_await ops::secret_real(p, owner, get("wpe.weight", {c.max_positions, h}), {c.max_positions, h});
   for (std::size_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "h." + std::to_string(l) + ".";
     LayerWeights<P> lw;
-    lw.input_norm = co_await secret_real(p, owner, get(pre + "ln_1.weight", {h}), {h});
-    lw.input_norm_bias = co_await secret_real(p, owner, get(pre + "ln_1.bias", {h}), {h});
+    lw.input_norm = co_await ops::secret_real(p, owner, get(pre + "ln_1.weight", {h}), {h});
+    lw.input_norm_bias = co_await ops::secret_real(p, owner, get(pre + "ln_1.bias", {h}), {h});
     auto attn_w = get(pre + "attn.c_attn.weight", {h, 3 * h});
     auto attn_b = get(pre + "attn.c_attn.bias", {3 * h});
-    lw.wq = co_await secret_real(p, owner, detail::columns(attn_w, 0, h, qs), {h, h});
-    lw.wk = co_await secret_real(p, owner, detail::columns(attn_w, h, 2 * h), {h, h});
-    lw.wv = co_await secret_real(p, owner, detail::columns(attn_w, 2 * h, 3 * h), {h, h});
-    lw.bq = co_await secret_real(p, owner, detail::columns(attn_b, 0, h, qs), {h});
-    lw.bk = co_await secret_real(p, owner, detail::columns(attn_b, h, 2 * h), {h});
-    lw.bv = co_await secret_real(p, owner, detail::columns(attn_b, 2 * h, 3 * h), {h});
-    lw.wo = co_await secret_real(p, owner, get(pre + "attn.c_proj.weight", {h, h}), {h, h});
-    lw.bo = co_await secret_real(p, owner, get(pre + "attn.c_proj.bias", {h}), {h});
-    lw.post_norm = co_await secret_real(p, owner, get(pre + "ln_2.weight", {h}), {h});
-    lw.post_norm_bias = co_await secret_real(p, owner, get(pre + "ln_2.bias", {h}), {h});
-    lw.up = co_await secret_real(p, owner, get(pre + "mlp.c_fc.weight", {h, inter}), {h, inter});
-    lw.b_up = co_await secret_real(p, owner, get(pre + "mlp.c_fc.bias", {inter}), {inter});
-    lw.down = co_await secret_real(p, owner, get(pre + "mlp.c_proj.weight", {inter, h}), {inter, h});
-    lw.b_down = co_await secret_real(p, owner, get(pre + "mlp.c_proj.bias", {h}), {h});
+    lw.wq = co_await ops::secret_real(p, owner, detail::columns(attn_w, 0, h, qs), {h, h});
+    lw.wk = co_await ops::secret_real(p, owner, detail::columns(attn_w, h, 2 * h), {h, h});
+    lw.wv = co_await ops::secret_real(p, owner, detail::columns(attn_w, 2 * h, 3 * h), {h, h});
+    lw.bq = co_await ops::secret_real(p, owner, detail::columns(attn_b, 0, h, qs), {h});
+    lw.bk = co_await ops::secret_real(p, owner, detail::columns(attn_b, h, 2 * h), {h});
+    lw.bv = co_await ops::secret_real(p, owner, detail::columns(attn_b, 2 * h, 3 * h), {h});
+    lw.wo = co_await ops::secret_real(p, owner, get(pre + "attn.c_proj.weight", {h, h}), {h, h});
+    lw.bo = co_await ops::secret_real(p, owner, get(pre + "attn.c_proj.bias", {h}), {h});
+    lw.post_norm = co_await ops::secret_real(p, owner, get(pre + "ln_2.weight", {h}), {h});
+    lw.post_norm_bias = co_await ops::secret_real(p, owner, get(pre + "ln_2.bias", {h}), {h});
+    lw.up = co_await ops::secret_real(p, owner, get(pre + "mlp.c_fc.weight", {h, inter}), {h, inter});
+    lw.b_up = co_await ops::secret_real(p, owner, get(pre + "mlp.c_fc.bias", {inter}), {inter});
+    lw.down = co_await ops::secret_real(p, owner, get(pre + "mlp.c_proj.weight", {inter, h}), {inter, h});
+    lw.b_down = co_await ops::secret_real(p, owner, get(pre + "mlp.c_proj.bias", {h}), {h});
     w.layers.push_back(std::move(lw));
   }
-  w.final_norm = co_await secret_real(p, owner, get("ln_f.weight", {h}), {h});
-  w.final_norm_bias = co_await secret_real(p, owner, get("ln_f.bias", {h}), {h});
-  w.lm_head = co_await secret_real(p, owner, detail::transposed(wte), {h, v});
+  w.final_norm = co_await ops::secret_real(p, owner, get("ln_f.weight", {h}), {h});
+  w.final_norm_bias = co_await ops::secret_real(p, owner, get("ln_f.bias", {h}), {h});
+  w.lm_head = co_await ops::secret_real(p, owner, detail::transposed(wte), {h, v});
   if (mine) source.finish();
   co_return w;
 }
@@ -272,8 +259,8 @@ Task<DecoderWeights<P>> load_decoder(P& p, const ModelConfig& c, const WeightSou
 
 // Compiled once, in src/model/instantiate_*.cpp (one file per backend).
 namespace mpcache {
-extern template Task<DecoderWeights<Rss3>> load_decoder<Rss3>(Rss3&, const ModelConfig&, const WeightSource&, PartyId);
-extern template Task<DecoderWeights<Add2>> load_decoder<Add2>(Add2&, const ModelConfig&, const WeightSource&, PartyId);
-extern template Task<DecoderWeights<Ref>> load_decoder<Ref>(Ref&, const ModelConfig&, const WeightSource&, PartyId);
-extern template Task<DecoderWeights<Plain>> load_decoder<Plain>(Plain&, const ModelConfig&, const WeightSource&, PartyId);
+#define MPCACHE_EXTERN_LOAD_DECODER(B) \
+  extern template Task<DecoderWeights<B>> load_decoder<B>(B&, const ModelConfig&, const WeightSource&, PartyId);
+MPCACHE_FOR_EACH_BACKEND(MPCACHE_EXTERN_LOAD_DECODER)
+#undef MPCACHE_EXTERN_LOAD_DECODER
 }  // namespace mpcache

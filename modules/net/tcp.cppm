@@ -29,8 +29,6 @@ import :connect;
 
 export namespace mpcache {
 
-enum class TcpBackend { automatic, uring, asio };
-
 // The default spin budget of TcpOptions: a few loopback or LAN round trips
 // (~15 us each on loopback), so a party that waits for a prompt reply
 // never pays a cross-core wake-up, while one that waits for a slow peer
@@ -38,7 +36,9 @@ enum class TcpBackend { automatic, uring, asio };
 inline constexpr std::chrono::microseconds default_spin{50};
 
 struct TcpOptions {
-  TcpBackend backend = TcpBackend::automatic;
+  // "auto" (the first driver that starts: io_uring, else asio) or a
+  // driver's name (tcp_backend_names()).
+  std::string backend = "auto";
   // A peer this party waits for that sends nothing for this long, or that
   // accepts none of our data for this long, is declared failed.
   std::chrono::milliseconds silence_timeout{10000};
@@ -56,7 +56,11 @@ struct TcpOptions {
   std::chrono::microseconds spin = default_spin;
 };
 
-TcpBackend parse_backend(const std::string& name);  // "auto" | "uring" | "asio"
+// "auto" or a driver's canonical name for `name` (a name or an alias such
+// as "uring"); an unknown name throws Error(invalid_argument) listing them.
+std::string parse_backend(const std::string& name);
+// "auto", then every driver's name, in the order auto tries them.
+std::vector<std::string> tcp_backend_names();
 
 class TcpTransport final : public Transport, public IoSource {
  public:
@@ -70,10 +74,10 @@ class TcpTransport final : public Transport, public IoSource {
   TcpTransport& operator=(const TcpTransport&) = delete;
 
   void write(PartyId from, PartyId to, std::vector<Frame>&& batch) override;
-  // "tcp/io_uring" or "tcp/asio", plus "+aead" on encrypted channels.
+  // "tcp/<driver>" (tcp/io_uring, tcp/asio), plus "+aead" on encrypted channels.
   std::string name() const override;
-  std::string backend() const;  // "io_uring" or "asio"
-  // Why the automatic choice fell back to asio ("" when it did not).
+  std::string backend() const;  // the driver's name: "io_uring", "asio"
+  // Why the automatic choice passed over a driver ("" when it did not).
   const std::string& fallback_reason() const noexcept { return fallback_reason_; }
   bool encrypted() const noexcept;
 

@@ -51,14 +51,14 @@ inline const Piecewise& silu_spec() {
 
 template <Protocol P>
 Task<typename P::Share> gelu(P& p, const typename P::Share& x) {
-  if constexpr (NativeReal<P>)
+  if constexpr (ExactReals<P>)
     co_return p.map_real(x, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); });
   co_return co_await piecewise(p, x, gelu_spec());
 }
 
 template <Protocol P>
 Task<typename P::Share> silu(P& p, const typename P::Share& x) {
-  if constexpr (NativeReal<P>) co_return p.map_real(x, [](double v) { return v / (1 + std::exp(-v)); });
+  if constexpr (ExactReals<P>) co_return p.map_real(x, [](double v) { return v / (1 + std::exp(-v)); });
   co_return co_await piecewise(p, x, silu_spec());
 }
 
@@ -68,7 +68,7 @@ Task<typename P::Share> silu(P& p, const typename P::Share& x) {
 // Error: <= 1e-3 |y| + 2^-(f-shift-1) (tested).
 template <Protocol P>
 Task<typename P::Share> silu_times(P& p, const typename P::Share& x, const typename P::Share& y, int shift = 0) {
-  if constexpr (NativeReal<P>) {
+  if constexpr (ExactReals<P>) {
     auto product = co_await p.mul_trunc(co_await silu(p, x), y);
     co_return p.map_real(product, [shift](double v) { return std::ldexp(v, -shift); });
   }

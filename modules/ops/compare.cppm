@@ -35,22 +35,13 @@ inline int ceil_log2(std::size_t n) {
   return l;
 }
 
-// rss3 cost of to_bits(a, w), w >= 2: the carry-save AND, the generate AND,
-// then Kogge-Stone levels of two ANDs in one message (one in the last).
-inline std::size_t a2b_rounds(int width) { return 2 + static_cast<std::size_t>(ceil_log2(static_cast<std::size_t>(width))); }
-inline std::size_t a2b_words(int width) { return 2 * static_cast<std::size_t>(ceil_log2(static_cast<std::size_t>(width))) + 1; }
-
-// rss3 cost of msb_bits over n elements, and of B2A (bit_to_arith, every
-// party sends one word per element in 2 rounds).
-inline std::size_t msb_bits_rounds(int width) { return rss3_msb_cost(width, 1).rounds; }
-inline std::uint64_t msb_bits_max_bytes(int width, std::size_t n) { return rss3_msb_cost(width, n).max_bytes(); }
-// Words (of 8 bytes) per element for the busiest party, for cost models.
-inline double msb_bits_words(int width) {
+// Words (of 8 bytes) per element that msb_bits at `width` costs the busiest
+// party on backend costs C, for planning (n large, so packing is whole).
+template <CostModel C>
+double msb_bits_words(int width) {
   constexpr std::size_t n = 3 * 64 * 1024;
-  return double(msb_bits_max_bytes(width, n)) / double(n) / 8.0;
+  return double(C::msb_bits(width, n, 0).max_bytes()) / double(n) / 8.0;
 }
-inline constexpr std::size_t b2a_rounds = 2;
-inline constexpr std::size_t b2a_words = 1;
 
 // (The ops of a model do not narrow their comparisons: nothing bounds a
 // trained model's MLP inputs or hidden states below, e.g., 2^12, which 32
@@ -79,11 +70,7 @@ Task<typename P::Bits> msb_bits(P& p, const typename P::Share& a, int width = ri
 
 template <Protocol P>
 Task<typename P::Share> msb(P& p, const typename P::Share& a, int width = ring_bits) {
-  if constexpr (NativeReal<P>) {
-    auto out = a;
-    for (auto& v : out.value) v = v < 0 ? 1.0 : 0.0;
-    co_return out;
-  }
+  if constexpr (ExactReals<P>) co_return p.exact_sign(a);
   co_return co_await p.bit_to_arith(co_await msb_bits(p, a, width));
 }
 
@@ -102,8 +89,8 @@ Task<typename P::Share> bit_times(P& p, const typename P::Bits& b, const typenam
 template <Protocol P>
 Task<typename P::Share> msb_times(P& p, const typename P::Share& a, const typename P::Share& x,
                                   int width = ring_bits) {
-  if constexpr (NativeReal<P>) {
-    co_return co_await p.mul(co_await msb(p, a, width), x);
+  if constexpr (ExactReals<P>) {
+    co_return co_await p.mul(p.exact_sign(a), x);
   } else {
     co_return co_await bit_times(p, co_await msb_bits(p, a, width), x);
   }

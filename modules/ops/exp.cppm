@@ -31,7 +31,7 @@ Task<typename P::Share> exp_by_squaring(P& p, const typename P::Share& x) {
 
 template <Protocol P>
 Task<typename P::Share> exp_neg(P& p, const typename P::Share& x) {
-  if constexpr (NativeReal<P>) co_return p.map_real(x, [](double v) { return std::exp(v); });
+  if constexpr (ExactReals<P>) co_return p.map_real(x, [](double v) { return std::exp(v); });
   const Shape s = P::shape(x);
   const FixedPoint fp(p.frac_bits());
   const auto clip = public_share(p, x, ring_filled(s, fp.encode(exp_clip_below)));

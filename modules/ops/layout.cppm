@@ -7,6 +7,7 @@ module;
 #include "prelude.hpp"
 export module mpcache.ops:layout;
 import mpcache.core;
+import mpcache.async;
 import mpcache.proto;
 
 export namespace mpcache::ops {
@@ -40,10 +41,48 @@ typename P::Share public_share(const P& p, const typename P::Share& like, const 
 // exact on float64 ones.
 template <Protocol P>
 typename P::Share add_constant(const P& p, const typename P::Share& x, double c) {
-  if constexpr (NativeReal<P>) {
+  if constexpr (ExactReals<P>) {
     return p.map_real(x, [c](double v) { return v + c; });
   } else {
     return p.add_public(x, ring_filled(P::shape(x), FixedPoint(p.frac_bits()).encode(c)));
+  }
+}
+
+// A secret tensor from `owner`'s real values: fixed-point encoded and input
+// on ring backends; ExactReals backends keep the reals (every party holds
+// them, so they must be given).
+template <Protocol P>
+Task<typename P::Share> secret_real(P& p, PartyId owner, std::optional<RealTensor> value, const Shape& shape) {
+  if constexpr (ExactReals<P>) {
+    if (!value) throw Error(ErrorCode::invalid_argument, "secret_real: the exact-reals backend needs the values");
+    co_return p.from_real(*value);
+  } else {
+    std::optional<RingTensor> encoded;
+    if (value) encoded = FixedPoint(p.frac_bits()).encode(*value);
+    co_return co_await p.input(owner, std::move(encoded), shape);
+  }
+}
+
+// sum_i x_i * c_i for public real tensors c_i of x_i's shape. Ring
+// backends encode the c_i, add the products and truncate once (1 round on
+// rss3); ExactReals backends multiply unrounded.
+template <Protocol P>
+struct RealWeighted {
+  const typename P::Share& x;
+  const RealTensor& weights;
+};
+template <Protocol P>
+Task<typename P::Share> sum_weighted_by_reals(P& p, const std::vector<RealWeighted<P>>& terms) {
+  if (terms.empty()) throw Error(ErrorCode::invalid_argument, "sum_weighted_by_reals: no terms");
+  if constexpr (ExactReals<P>) {
+    auto sum = p.mul_real(terms[0].x, terms[0].weights);
+    for (std::size_t i = 1; i < terms.size(); ++i) sum = p.add(sum, p.mul_real(terms[i].x, terms[i].weights));
+    co_return sum;
+  } else {
+    const FixedPoint fp(p.frac_bits());
+    auto sum = p.mul_public(terms[0].x, fp.encode(terms[0].weights));
+    for (std::size_t i = 1; i < terms.size(); ++i) sum = p.add(sum, p.mul_public(terms[i].x, fp.encode(terms[i].weights)));
+    co_return co_await p.truncate(sum, p.frac_bits());
   }
 }
 

@@ -23,7 +23,7 @@ Task<typename P::Share> mean_last(P& p, const typename P::Share& x, int extra_sh
   const Shape s = P::shape(x);
   const FixedPoint fp(p.frac_bits());
   const auto sum = sum_last<P>(x);
-  if constexpr (NativeReal<P>) {  // exact 1/d instead of its fixed-point code
+  if constexpr (ExactReals<P>) {  // exact 1/d instead of its fixed-point code
     const double inv = std::ldexp(1.0 / static_cast<double>(s.back()), -extra_shift);
     co_return p.map_real(sum, [inv](double v) { return v * inv; });
   }
@@ -143,7 +143,7 @@ Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typen
                                    const typename P::Share& beta, double eps = 1e-5) {
   const std::size_t d = P::shape(x).back();
   const Shape lead = detail::leading_shape<P>(x);
-  if constexpr (NativeReal<P>) {
+  if constexpr (ExactReals<P>) {
     auto mean = co_await detail::mean_last(p, x);
     auto centered = p.sub(x, broadcast_last<P>(mean, d));
     auto var = add_constant(p, co_await detail::mean_last(p, co_await p.mul_trunc(centered, centered)), eps);
@@ -165,7 +165,7 @@ Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typenam
                                  double eps = 1e-5) {
   const std::size_t d = P::shape(x).back();
   const Shape lead = detail::leading_shape<P>(x);
-  if constexpr (NativeReal<P>) {
+  if constexpr (ExactReals<P>) {
     auto ms = co_await detail::mean_last(p, co_await p.mul_trunc(x, x));
     ms = add_constant(p, ms, eps);
     auto inv = co_await rsqrt(p, ms);
@@ -211,7 +211,7 @@ Task<std::vector<typename P::Share>> norm_project(P& p, const typename P::Share&
       for (std::size_t i = 0; i < weights.size(); ++i) beta_w[i] = std::move(done[weights.size() + i]);
     co_return out;
   };
-  if constexpr (NativeReal<P>) {
+  if constexpr (ExactReals<P>) {
     Share x;
     if (beta) x = co_await layer_norm(p, h, gamma, *beta, eps);
     else x = co_await rms_norm(p, h, gamma, eps);

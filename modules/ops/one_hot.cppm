@@ -20,18 +20,7 @@ template <Protocol P>
 Task<typename P::Share> one_hot(P& p, const typename P::Share& idx, std::size_t classes, int min_width = 0) {
   if (classes < 1)
     throw Error(ErrorCode::invalid_argument, "one_hot over zero classes");
-  if constexpr (NativeReal<P>) {
-    Shape s = P::shape(idx);
-    s.push_back(classes);
-    RealTensor out = xt::zeros<double>(s);
-    std::size_t row = 0;
-    for (double v : idx.value) {
-      const auto c = static_cast<long long>(std::llround(v));
-      if (c >= 0 && static_cast<std::size_t>(c) < classes) out.data()[row * classes + c] = 1.0;
-      ++row;
-    }
-    co_return typename P::Share{std::move(out)};
-  }
+  if constexpr (ExactReals<P>) co_return p.exact_one_hot(idx, classes);
   const int width = std::max({1, ceil_log2(classes), min_width});
   auto bits = co_await p.to_bits(idx, width);
   auto repeated = P::apply(bits, [&](const RingTensor& t) { return ring_repeat_last(t, classes); });

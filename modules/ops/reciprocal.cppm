@@ -99,7 +99,7 @@ inline std::vector<Ring> normaliser_weights(int width) {
 
 template <Protocol P>
 Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log2 = reciprocal_max_log2) {
-  if constexpr (NativeReal<P>) co_return p.map_real(x, [](double v) { return 1.0 / v; });
+  if constexpr (ExactReals<P>) co_return p.map_real(x, [](double v) { return 1.0 / v; });
   constexpr int K = reciprocal_scale_bits, G = reciprocal_guard_bits;
   const int f = p.frac_bits();
   const Shape shape = P::shape(x);

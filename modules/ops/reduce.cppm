@@ -36,27 +36,34 @@ inline std::size_t tournament_and_rounds(std::size_t m) {
 
 inline constexpr std::size_t tournament_max_group = 64;
 
-// Rounds of one tournament level of groups of m on rss3, and words sent per
-// group per party: A2B of the differences (`width` bits), the AND tree,
-// and bit_dot of the winners' bits with values and indices.
-inline std::size_t tournament_level_rounds(std::size_t m, int width = ring_bits) {
-  return msb_bits_rounds(width) + detail::tournament_and_rounds(m) + 2;
+// Rounds of one tournament level of groups of m on backend costs C, and
+// words sent per group by the busiest party: the differences' sign bits
+// (`width` bits), the AND tree, and bit_dot of the winners' bits with values
+// and indices.
+template <CostModel C>
+std::size_t tournament_level_rounds(std::size_t m, int width = ring_bits) {
+  return C::msb_bits(width, 1, 0).rounds + detail::tournament_and_rounds(m) * C::bits_and(1).rounds +
+         C::bit_dot(1, 1).rounds;
 }
-inline double tournament_group_words(std::size_t m, int width = ring_bits) {
+template <CostModel C>
+double tournament_group_words(std::size_t m, int width = ring_bits) {
   const double pairs = double(m) * double(m - 1) / 2;
-  return msb_bits_words(width) * pairs + double(m * detail::tournament_and_rounds(m)) + 4 * double(m) + 2;
+  return msb_bits_words<C>(width) * pairs + double(C::bits_and(m * detail::tournament_and_rounds(m)).max_bytes()) / 8 +
+         double(C::bit_dot(2 * m, m).max_bytes()) / 8;
 }
 
 // The group size of every level, first to last, that minimises
 // rounds x RTT + bytes / bandwidth on `link` (by default the paper's LAN)
-// for `rows` rows of length n: a shortest path over the remaining lengths.
-inline std::vector<std::size_t> tournament_plan(std::size_t rows, std::size_t n, int width = ring_bits,
-                                                const Link& link = lan_link()) {
+// for `rows` rows of length n on backend costs C: a shortest path over the
+// remaining lengths.
+template <CostModel C>
+std::vector<std::size_t> tournament_plan(std::size_t rows, std::size_t n, int width = ring_bits,
+                                         const Link& link = lan_link()) {
   // A level's rounds and words per group, by group size (computed once).
   std::vector<double> level_rounds(tournament_max_group + 1), group_words(tournament_max_group + 1);
   for (std::size_t m = 2; m <= std::min(n, tournament_max_group); ++m) {
-    level_rounds[m] = double(tournament_level_rounds(m, width));
-    group_words[m] = tournament_group_words(m, width);
+    level_rounds[m] = double(tournament_level_rounds<C>(m, width));
+    group_words[m] = tournament_group_words<C>(m, width);
   }
   // best[len] = (cost to reduce len candidates to one, first group size).
   std::vector<std::pair<double, std::size_t>> best(n + 1, {0.0, 0});
@@ -214,23 +221,15 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, s
     throw Error(ErrorCode::invalid_argument, "argmax: comparison width " + std::to_string(width) +
                                                  " is outside [3, 64]");
   const std::size_t n = shape.back();
-  if constexpr (NativeReal<P>) {
-    Shape out_shape = shape;
-    out_shape.back() = 1;
-    RealTensor value = xt::empty<double>(out_shape), index = xt::empty<double>(out_shape);
-    for (std::size_t r = 0; r < value.size(); ++r) {
-      const double* row = x.value.data() + r * n;
-      const std::size_t best = static_cast<std::size_t>(std::max_element(row, row + n) - row);
-      value.data()[r] = row[best];  // max_element keeps the first (lowest index) of ties
-      index.data()[r] = static_cast<double>(best);
-    }
-    co_return ArgMax<P>{typename P::Share{std::move(value)}, typename P::Share{std::move(index)}};
+  if constexpr (ExactReals<P>) {
+    auto [value, index] = p.exact_argmax_last(x);
+    co_return ArgMax<P>{std::move(value), std::move(index)};
   }
   RingTensor iota = RingTensor::from_shape(shape);
   for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
   typename P::Share idx = public_share(p, x, iota);
   std::vector<std::size_t> plan;
-  if (arity == 0) plan = tournament_plan(x_rows(shape), n, width);
+  if (arity == 0) plan = tournament_plan<CostsOf<P>>(x_rows(shape), n, width);
   for (std::size_t level = 0; P::shape(x).back() > 1; ++level) {
     const std::size_t m = arity != 0 ? arity : plan.at(level);
     auto [v, i] = co_await group_level(p, x, idx, std::min(m, P::shape(x).back()), with_index, width);

@@ -114,7 +114,7 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
 template <Protocol P>
 Task<typename P::Share> rsqrt_times(P& p, const typename P::Share& x, const std::optional<typename P::Share>& m) {
   using Share = typename P::Share;
-  if constexpr (NativeReal<P>) {
+  if constexpr (ExactReals<P>) {
     auto inv = p.map_real(x, [](double v) { return 1.0 / std::sqrt(v); });
     if (!m) co_return inv;
     co_return co_await p.mul_trunc(*m, broadcast_last<P>(inv, P::shape(*m).back()));

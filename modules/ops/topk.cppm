@@ -41,15 +41,6 @@ struct TopK {
 
 enum class TopKMethod { automatic, network, blocks, rank };
 
-struct TopKCost {
-  std::uint64_t rounds = 0;
-  std::array<std::uint64_t, 3> bytes{};  // payload sent by each party, rss3
-  std::uint64_t max_bytes() const { return std::max({bytes[0], bytes[1], bytes[2]}); }
-  double seconds(const Link& link) const {
-    return link.seconds(static_cast<double>(rounds), static_cast<double>(max_bytes()));
-  }
-};
-
 namespace detail {
 inline std::size_t next_pow2(std::size_t n) {
   std::size_t p = 1;
@@ -185,61 +176,56 @@ inline void check_topk(std::size_t n, std::size_t k) {
 }
 }  // namespace detail
 
-// rss3 cost (probabilistic truncation) of topk_network / topk_blocks over
-// `rows` rows of n, from a fresh protocol object (msb_bits rotates its
-// lead by the object's forks: layer L's is rotated by L mod 3): bytes
-// exact; rounds the sum of the steps', an upper
-// bound on the critical path (a comparison's lead sends its first message
-// without waiting, so measured layers overlap by about a round).
-inline TopKCost topk_sort_cost(std::size_t n, std::size_t k, TopKMethod method, int width = ring_bits,
-                               std::size_t rows = 1) {
+// Cost of topk_network / topk_blocks over `rows` rows of n on backend
+// costs C (CostsOf<P>), from a fresh protocol object (layer L's comparison
+// is run by the object's L-th fork): bytes exact; rounds the sum of the
+// steps', an upper bound on the critical path (on rss3 a comparison's lead
+// sends its first message without waiting, so measured layers overlap by
+// about a round).
+template <CostModel C>
+OpCost topk_sort_cost(std::size_t n, std::size_t k, TopKMethod method, int width = ring_bits, std::size_t rows = 1) {
   const std::size_t m = detail::next_pow2(n);
   const int b = detail::key_shift(m), key_width = detail::value_width(width, m) + b;
-  TopKCost cost;
+  OpCost cost;
   std::size_t layer = 0;
   for (const auto& step : detail::block_topk_plan(m, detail::topk_block(n, k, method))) {
-    const std::size_t pairs = step.u.size() * rows, rotation = layer++ % 3;
-    const Rss3MsbCost msb = rss3_msb_cost(key_width, pairs);
-    cost.rounds += msb.rounds + 2;
-    for (std::size_t id = 0; id < 3; ++id)
-      cost.bytes[id] += msb.bytes[(id + 3 - rotation) % 3] + 3 * pairs * 8;  // bit_times
+    const std::size_t pairs = step.u.size() * rows;
+    cost += C::msb_bits(key_width, pairs, layer++) + C::bit_dot(pairs, 1);  // compare, then bit_times
   }
-  // split_keys: A2B of b bits, B2A of k b bits, truncation (party 0 sends).
-  const std::uint64_t out = k * rows;
-  cost.rounds += (b >= 2 ? a2b_rounds(b) : 0) + b2a_rounds + 1;
-  for (std::size_t id = 0; id < 3; ++id)
-    cost.bytes[id] += ((b >= 2 ? a2b_words(b) : 0) * out + b2a_words * out * std::uint64_t(b) + (id == 0 ? out : 0)) * 8;
-  return cost;
+  // split_keys: A2B of b bits, B2A of k b bits, an exact division by 2^b.
+  const std::size_t out = k * rows;
+  if (b >= 2) cost += C::to_bits(b, out);
+  return cost + C::bit_to_arith(out * static_cast<std::size_t>(b)) + C::truncate(out);
 }
-inline TopKCost topk_network_cost(std::size_t n, std::size_t k, int width = ring_bits, std::size_t rows = 1) {
-  return topk_sort_cost(n, k, TopKMethod::network, width, rows);
+template <CostModel C>
+OpCost topk_network_cost(std::size_t n, std::size_t k, int width = ring_bits, std::size_t rows = 1) {
+  return topk_sort_cost<C>(n, k, TopKMethod::network, width, rows);
 }
-inline TopKCost topk_blocks_cost(std::size_t n, std::size_t k, int width = ring_bits, std::size_t rows = 1) {
-  return topk_sort_cost(n, k, TopKMethod::blocks, width, rows);
+template <CostModel C>
+OpCost topk_blocks_cost(std::size_t n, std::size_t k, int width = ring_bits, std::size_t rows = 1) {
+  return topk_sort_cost<C>(n, k, TopKMethod::blocks, width, rows);
 }
 
-inline TopKCost topk_rank_cost(std::size_t n, std::size_t k, int width = ring_bits, std::size_t rows = 1) {
-  const std::uint64_t pairs = n * (n - 1) / 2 * rows;
+// topk_rank: all pairs' comparisons and their B2A, the ranks' one-hot (A2B
+// of ceil(log2 n) bits, an AND tree, B2A), the selecting product.
+template <CostModel C>
+OpCost topk_rank_cost(std::size_t n, std::size_t k, int width = ring_bits, std::size_t rows = 1) {
+  const std::size_t pairs = n * (n - 1) / 2 * rows;
   const int key_width = detail::value_width(width, n) + detail::key_shift(n);
-  const Rss3MsbCost msb = rss3_msb_cost(key_width, pairs);
   const int w = std::max(1, ceil_log2(n));
-  const std::uint64_t a2b_r = w >= 2 ? a2b_rounds(w) : 0, a2b_w = w >= 2 ? a2b_words(w) : 0;
-  const std::uint64_t and_rounds = ceil_log2(static_cast<std::size_t>(w));
-  TopKCost cost;
-  cost.rounds = msb.rounds + b2a_rounds + a2b_r + and_rounds + b2a_rounds + 1;
-  for (std::size_t id = 0; id < 3; ++id)
-    cost.bytes[id] = msb.bytes[id] +
-                     (pairs * b2a_words + rows * (n * a2b_w + n * n * (and_rounds + b2a_words) + n * k)) * 8;
-  return cost;
+  OpCost cost = C::msb_bits(key_width, pairs, 0) + C::bit_to_arith(pairs);
+  if (w >= 2) cost += C::to_bits(w, rows * n);
+  cost += C::bits_and(rows * n * n).repeated(static_cast<std::uint64_t>(ceil_log2(static_cast<std::size_t>(w))));
+  return cost + C::bit_to_arith(rows * n * n) + C::mul(rows * n * k);
 }
 
 // `automatic` becomes the method with the lowest modelled time on `link`.
-inline TopKMethod resolve_topk_method(TopKMethod method, std::size_t n, std::size_t k, const Link& link,
-                                      int width = ring_bits) {
+template <CostModel C>
+TopKMethod resolve_topk_method(TopKMethod method, std::size_t n, std::size_t k, const Link& link, int width = ring_bits) {
   if (method != TopKMethod::automatic) return method;
-  const double rank = topk_rank_cost(n, k, width).seconds(link);
-  const double network = topk_network_cost(n, k, width).seconds(link);
-  const double blocks = topk_blocks_cost(n, k, width).seconds(link);
+  const double rank = topk_rank_cost<C>(n, k, width).seconds(link);
+  const double network = topk_network_cost<C>(n, k, width).seconds(link);
+  const double blocks = topk_blocks_cost<C>(n, k, width).seconds(link);
   if (rank <= std::min(network, blocks)) return TopKMethod::rank;
   return blocks < network ? TopKMethod::blocks : TopKMethod::network;
 }
@@ -361,28 +347,13 @@ template <Protocol P>
 Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
                    TopKMethod method = TopKMethod::automatic, Link link = lan_link(), int width = ring_bits) {
   const std::size_t n = P::shape(x).back();
-  if constexpr (NativeReal<P>) {
+  if constexpr (ExactReals<P>) {
     detail::check_topk(n, k);
-    Shape out_shape = P::shape(x);
-    out_shape.back() = k;
-    RealTensor values = xt::empty<double>(out_shape), indices = xt::empty<double>(out_shape);
-    std::vector<std::size_t> order(n);
-    for (std::size_t r = 0; r < values.size() / k; ++r) {
-      const double* row = x.value.data() + r * n;
-      std::iota(order.begin(), order.end(), std::size_t{0});
-      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                        [row](std::size_t a, std::size_t b) {
-                          return row[a] != row[b] ? row[a] > row[b] : a < b;
-                        });
-      for (std::size_t j = 0; j < k; ++j) {
-        values.data()[r * k + j] = row[order[j]];
-        indices.data()[r * k + j] = static_cast<double>(order[j]);
-      }
-    }
-    co_return TopK<P>{typename P::Share{std::move(values)}, typename P::Share{std::move(indices)}};
+    auto [values, indices] = p.exact_topk_last(x, k);
+    co_return TopK<P>{std::move(values), std::move(indices)};
   }
   detail::check_topk(n, k);
-  method = resolve_topk_method(method, n, k, link, width);
+  method = resolve_topk_method<CostsOf<P>>(method, n, k, link, width);
   if (method == TopKMethod::rank) co_return co_await topk_rank(p, std::move(x), k, width);
   co_return co_await topk_sorted(p, std::move(x), k, method, width);
 }
@@ -401,12 +372,12 @@ Task<typename P::Share> argmax_onehot_last(P& p, typename P::Share x, int width 
   if (shape.empty() || shape.back() == 0)
     throw Error(ErrorCode::invalid_argument, "argmax over an empty last axis, shape " + shape_string(shape));
   const std::size_t n = shape.back(), rows = x_rows(shape);
-  if constexpr (NativeReal<P>) {
+  if constexpr (ExactReals<P>) {
     auto best = co_await argmax_last(p, std::move(x), true, 0, width);
     co_return co_await one_hot(p, reshape<P>(best.index, Shape(shape.begin(), shape.end() - 1)), n);
   } else {
     if (n == 1) co_return public_share(p, x, ring_filled(shape, 1));
-    const std::vector<std::size_t> plan = tournament_plan(rows, n, width);
+    const std::vector<std::size_t> plan = tournament_plan<CostsOf<P>>(rows, n, width);
     std::optional<Share> running;  // (rows, n): 1 where the element won every level so far
     std::size_t span = 1;          // original elements per candidate of the current level
     Share candidates = reshape<P>(x, {rows, n});
@@ -450,8 +421,8 @@ Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
   if (k == 0 || k > n)
     throw Error(ErrorCode::invalid_argument,
                 "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
-  method = resolve_topk_method(method, n, k, link, width);
-  if (!NativeReal<P> && k == 1 && n <= 64 && method == TopKMethod::rank) {
+  method = resolve_topk_method<CostsOf<P>>(method, n, k, link, width);
+  if (!ExactReals<P> && k == 1 && n <= 64 && method == TopKMethod::rank) {
     // The best one: all pairs in one batch, then an AND of n - 1 bits (no
     // ranks, no one-hot encoding): 8 + ceil(log2(n - 1)) + 2 rounds.
     if (n == 1) co_return public_share(p, x, ring_filled(shape, 1));
@@ -460,7 +431,7 @@ Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
     out.insert(out.end() - 1, 1);
     co_return reshape<P>(wins, out);
   }
-  if (!NativeReal<P> && k == 1 && n > 64) {
+  if (!ExactReals<P> && k == 1 && n > 64) {
     // The best one of a long row: the tournament's levels, its comparisons
     // about n (all pairs would be n^2/2, ranks or a sort far more rounds).
     auto hot = co_await argmax_onehot_last(p, std::move(x), width);
@@ -468,7 +439,7 @@ Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
     out.insert(out.end() - 1, 1);
     co_return reshape<P>(hot, out);
   }
-  if (NativeReal<P> || method != TopKMethod::rank) {
+  if (ExactReals<P> || method != TopKMethod::rank) {
     auto top = co_await topk(p, std::move(x), k, method, link, width);
     co_return co_await one_hot(p, top.indices, n);
   }

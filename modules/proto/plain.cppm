@@ -6,6 +6,7 @@ module;
 export module mpcache.proto:plain;
 import mpcache.core;
 import mpcache.async;
+import :rss3;
 
 export namespace mpcache {
 
@@ -38,6 +39,8 @@ class Plain {
  public:
   using Share = PlainShare;
   using Bits = PlainBits;
+  // plans as rss3 does, so it chooses what rss3 chooses
+  using Costs = Rss3Costs;
 
   explicit Plain(int frac_bits = default_frac_bits);
 

@@ -85,6 +85,122 @@ concept SummingMatmul =
       { p.matmul_sum(n, term) } -> std::same_as<Task<typename P::Share>>;
     };
 
+// Optional hook for exact non-linear ops. A backend whose shares are real
+// numbers (ref: float64 clear text, at the fixed-point scale) computes
+// these exactly, and the generic ops in mpcache.ops call them instead of
+// their fixed-point approximations, so the reference is exact wherever an
+// approximation would differ. Only ops (and the backend) test for it:
+// kv and model code is written once against Protocol and reaches exact
+// arithmetic through the ops it calls.
+//   from_real, to_real    real values in and out (no fixed-point codes)
+//   map_real(a, f)        f on every element, reals in, reals out
+//   mul_real(a, r)        a * r for public reals r of a's shape, unrounded
+//   exact_sign(a)         1 where a < 0, else 0 (msb)
+//   exact_one_hot(i, n)   (..., n): 1 at column i of each row, none if i is
+//                         outside [0, n)
+//   exact_argmax_last(a)  {value, index} of each row's largest element, the
+//                         lowest index on ties, shapes (..., 1)
+//   exact_topk_last(a, k) {values, indices} of each row's k largest, value
+//                         descending then index ascending, shapes (..., k)
+//   to_words, from_words  the share's exact image as 64-bit words and back
+//                         (storage: a page store writes and reads these)
+template <class P>
+concept ExactReals =
+    Protocol<P> &&
+    requires(P& p, const P& cp, const typename P::Share& a, const RealTensor& r, std::size_t n,
+             const RingTensor& words, double (*f)(double)) {
+      { cp.from_real(r) } -> std::same_as<typename P::Share>;
+      { cp.to_real(a) } -> std::same_as<RealTensor>;
+      { cp.map_real(a, f) } -> std::same_as<typename P::Share>;
+      { cp.mul_real(a, r) } -> std::same_as<typename P::Share>;
+      { cp.exact_sign(a) } -> std::same_as<typename P::Share>;
+      { cp.exact_one_hot(a, n) } -> std::same_as<typename P::Share>;
+      { cp.exact_argmax_last(a) } -> std::same_as<std::pair<typename P::Share, typename P::Share>>;
+      { cp.exact_topk_last(a, n) } -> std::same_as<std::pair<typename P::Share, typename P::Share>>;
+      { P::to_words(a) } -> std::same_as<RingTensor>;
+      { P::from_words(words) } -> std::same_as<typename P::Share>;
+    };
+
+// A share's exact image as 64-bit word tensors, one per component in the
+// order P::apply visits them (an ExactReals backend: its to_words), so that
+// storage can write shares out and read them back bit for bit.
+template <Protocol P>
+std::vector<RingTensor> share_components(const typename P::Share& a) {
+  if constexpr (ExactReals<P>) {
+    return {P::to_words(a)};
+  } else {
+    std::vector<RingTensor> parts;
+    (void)P::apply(a, [&parts](const RingTensor& t) {
+      parts.push_back(t);
+      return RingTensor{};
+    });
+    return parts;
+  }
+}
+
+// The share whose components are `parts`; `layout` is any share of the
+// same backend and party (it says how many components there are).
+template <Protocol P>
+typename P::Share share_from_components(const typename P::Share& layout, std::vector<RingTensor> parts) {
+  const std::size_t count = share_components<P>(layout).size();
+  if (parts.size() != count)
+    throw Error(ErrorCode::invalid_argument, "share_from_components: " + std::to_string(parts.size()) +
+                                                 " components for a share of " + std::to_string(count));
+  if constexpr (ExactReals<P>) {
+    return P::from_words(parts.front());
+  } else {
+    std::size_t next = 0;
+    return P::apply(layout, [&](const RingTensor&) { return std::move(parts[next++]); });
+  }
+}
+
+// Bytes a share holds in this process: every component tensor.
+template <Protocol P>
+std::size_t share_bytes(const typename P::Share& a) {
+  if constexpr (ExactReals<P>) {
+    const Shape s = P::shape(a);
+    return std::accumulate(s.begin(), s.end(), std::size_t{1}, std::multiplies<>()) * sizeof(Ring);
+  } else {
+    std::size_t bytes = 0;
+    (void)P::apply(a, [&bytes](const RingTensor& t) {
+      bytes += t.size() * sizeof(Ring);
+      return RingTensor{};
+    });
+    return bytes;
+  }
+}
+
+// A backend's cost model: what the building blocks of the generic ops cost
+// on it (OpCost: rounds, bytes sent per party) for n elements, exact for a
+// fresh protocol object with default options. Ops that choose between
+// algorithms by cost (top-k's method, the argmax tournament's group sizes)
+// plan with `typename P::Costs`, so each backend's choice is made on its
+// own costs. Backends without a network (plain, ref) use rss3's, so that
+// they choose what the three-party run chooses and their results match it
+// step for step.
+//   mul(n)              products of n elements, both operands fresh
+//   truncate(n)         truncation of n elements by the fixed-point bits
+//   bits_and(n)         AND of n words of boolean shares
+//   to_bits(w, n)       A2B of the low w bits (w >= 2)
+//   bit_to_arith(n)     B2A of bit 0
+//   bit_dot(n, k)       bit_dot over n elements summed in groups of k
+//   msb_bits(w, n, i)   the sign bit of n values mod 2^w, run by the i-th
+//                       fork of a fresh object (rss3 rotates its lead)
+template <class C>
+concept CostModel = requires(int w, std::size_t n) {
+  { C::mul(n) } -> std::same_as<OpCost>;
+  { C::truncate(n) } -> std::same_as<OpCost>;
+  { C::bits_and(n) } -> std::same_as<OpCost>;
+  { C::to_bits(w, n) } -> std::same_as<OpCost>;
+  { C::bit_to_arith(n) } -> std::same_as<OpCost>;
+  { C::bit_dot(n, n) } -> std::same_as<OpCost>;
+  { C::msb_bits(w, n, n) } -> std::same_as<OpCost>;
+};
+
+template <Protocol P>
+  requires CostModel<typename P::Costs>
+using CostsOf = typename P::Costs;
+
 // Tags the messages a protocol object sends and awaits while the scope lives
 // (forks taken meanwhile inherit the tag), then restores the previous tag.
 // Backends without a network (plain, ref) have nothing to tag. A protocol

@@ -7,9 +7,10 @@
 // without rounding (truncate divides exactly). Public constants arrive as
 // fixed-point RingTensors and are read as signed integers.
 //
-// Ops that have an exact libm form (exp, reciprocal, rsqrt, GeLU, SiLU, max,
-// top-k, gathers...) check `NativeReal<P>` and use it instead of the
-// MPC-friendly approximation, so "ref" is float64 everywhere it matters.
+// Ref provides the ExactReals hook (:protocol): ops that have an exact form
+// (exp, reciprocal, rsqrt, GeLU, SiLU, signs, max, top-k, one-hot) use it
+// instead of the MPC-friendly approximation, so "ref" is float64 everywhere
+// it matters.
 // Comparisons through the boolean layer still work: to_bits rounds to the
 // nearest integer first (values that reach the boolean layer are integers or
 // fixed-point codes, whose last bit is noise anyway).
@@ -18,10 +19,9 @@ module;
 export module mpcache.proto:ref;
 import mpcache.core;
 import mpcache.async;
+import :rss3;
 
 export namespace mpcache {
-
-using RealTensor = xt::xarray<double>;
 
 struct RefShare {
   RealTensor value;  // real value * 2^frac_bits
@@ -43,7 +43,8 @@ class Ref {
  public:
   using Share = RefShare;
   using Bits = RefBits;
-  static constexpr bool native_real = true;
+  // plans as rss3 does, so it chooses what rss3 chooses
+  using Costs = Rss3Costs;
 
   explicit Ref(int frac_bits = default_frac_bits);
 
@@ -100,8 +101,7 @@ class Ref {
   Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);
   Task<RingTensor> reveal_bits(const Bits& x);
 
-  // Native float64 entry points (only Ref has them; generic code reaches
-  // them through `if constexpr (NativeReal<P>)`).
+  // The ExactReals hook (see :protocol for what each does).
   Share from_real(const RealTensor& x) const;  // real -> Ref value
   RealTensor to_real(const Share& a) const;    // Ref value -> real
   template <class F>
@@ -111,6 +111,13 @@ class Ref {
     for (auto& v : out.value) v = f(v * inv) * s;
     return out;
   }
+  Share mul_real(const Share& a, const RealTensor& r) const;
+  Share exact_sign(const Share& a) const;
+  Share exact_one_hot(const Share& index, std::size_t classes) const;
+  std::pair<Share, Share> exact_argmax_last(const Share& a) const;
+  std::pair<Share, Share> exact_topk_last(const Share& a, std::size_t k) const;
+  static RingTensor to_words(const Share& a);   // the doubles' bits
+  static Share from_words(const RingTensor& words);
 
  private:
   static double max_abs(const RealTensor& t);
@@ -120,9 +127,5 @@ class Ref {
 
   int frac_bits_;
 };
-
-// Backends with exact float64 versions of the non-linear ops.
-template <class P>
-concept NativeReal = requires { requires P::native_real; };
 
 }  // namespace mpcache

@@ -91,6 +91,38 @@ struct Rss3MsbCost {
 // group 0: the group size msb_bits picks (fewest rounds, then fewest bytes).
 Rss3MsbCost rss3_msb_cost(int width, std::size_t n, int group = 0);
 
+// rss3's cost model (CostModel in :protocol): the table at the top of this
+// file, with probabilistic truncation. Tested against measured runs.
+struct Rss3Costs {
+  static OpCost mul(std::size_t n) { return everyone(1, n); }
+  static OpCost truncate(std::size_t n) { return {1, {8 * n, 0, 0}}; }  // party 0 to 2
+  static OpCost bits_and(std::size_t n) { return everyone(1, n); }
+  // The carry-save AND, the generate AND, then Kogge-Stone levels of two
+  // ANDs in one message (one in the last).
+  static OpCost to_bits(int width, std::size_t n) {
+    const std::uint64_t levels = log2_ceil(width);
+    return everyone(2 + levels, (2 * levels + 1) * n);
+  }
+  static OpCost bit_to_arith(std::size_t n) { return everyone(2, n); }
+  static OpCost bit_dot(std::size_t n, std::size_t k) { return everyone(2, 2 * n + n / k); }
+  // The call's lead is party (fork mod 3): party i pays what party
+  // i - fork pays in rss3_msb_cost.
+  static OpCost msb_bits(int width, std::size_t n, std::size_t fork) {
+    const Rss3MsbCost c = rss3_msb_cost(width, n);
+    OpCost out{c.rounds, {}};
+    for (std::size_t id = 0; id < 3; ++id) out.bytes[id] = c.bytes[(id + 3 - fork % 3) % 3];
+    return out;
+  }
+
+ private:
+  static OpCost everyone(std::uint64_t rounds, std::uint64_t words) { return {rounds, {8 * words, 8 * words, 8 * words}}; }
+  static std::uint64_t log2_ceil(int n) {
+    std::uint64_t l = 0;
+    while ((std::int64_t{1} << l) < n) ++l;
+    return l;
+  }
+};
+
 // Long-lived state of one party: its endpoint and its two pairwise keys.
 class Rss3Party {
  public:
@@ -121,6 +153,7 @@ class Rss3 {
  public:
   using Share = Rss3Share;
   using Bits = Rss3Bits;
+  using Costs = Rss3Costs;
 
   Rss3(Rss3Party& party, StreamId stream) : party_(&party), stream_(stream) {}
   Rss3(Rss3&&) noexcept = default;

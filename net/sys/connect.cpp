@@ -210,15 +210,54 @@ void set_blocking(int fd, bool blocking) {
   if (flags >= 0) ::fcntl(fd, F_SETFL, blocking ? flags & ~O_NONBLOCK : flags | O_NONBLOCK);
 }
 
+// Reads what has arrived of c's hello. Returns why to drop the connection,
+// or nothing (the hello is complete when c.got == hello_bytes).
+std::optional<std::string> read_some_hello(Pending& c) {
+  const ssize_t got = ::recv(c.fd, c.hello.data() + c.got, hello_bytes - c.got, MSG_DONTWAIT);
+  if (got == 0) return "closed the connection before its hello";
+  if (got < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return std::string(std::strerror(errno));
+    return std::nullopt;
+  }
+  c.got += static_cast<std::size_t>(got);
+  return std::nullopt;
+}
+
+// c's hello is complete: check that it names a missing higher party, answer
+// it and run the key exchange (after_hello). Returns that party's id;
+// throws std::runtime_error (naming the reason) to drop the connection.
+std::uint32_t admit(std::uint32_t self, std::size_t n, const MeshOptions& options, Clock::time_point deadline,
+                    Pending& c, const std::vector<int>& fds) {
+  const Hello h = check_hello(c.hello.data(), self, std::nullopt, options.encrypted, c.desc);
+  if (h.from <= self || h.from >= n || fds[h.from] >= 0)
+    throw std::runtime_error(party(self) + ": " + c.desc + " says it is " + party(h.from) +
+                             ", which should not connect here (wrong party id; check the cluster config)");
+  const auto by = std::min(deadline, Clock::now() + options.authenticate_within);
+  set_blocking(c.fd, true);
+  const Hello mine{self, h.from, options.encrypted};
+  const auto hb = mine.encode();
+  write_exactly(c.fd, hb.data(), hb.size(), by, party(self) + ": hello to " + party(h.from));
+  const int one = 1;
+  ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (options.after_hello) options.after_hello(c.fd, h.from, by);
+  return h.from;
+}
+
+// The higher parties that have not connected yet ("" when none).
+std::string missing_higher(std::uint32_t self, const std::vector<int>& fds) {
+  std::string m;
+  for (std::uint32_t j = self + 1; j < fds.size(); ++j)
+    if (fds[j] < 0) m += (m.empty() ? "" : ", ") + party(j);
+  return m;
+}
+
 // Waits on the listening socket and on every connection that has not said
 // its hello yet, all at once, so a silent or garbage-sending stranger holds
-// up nobody. A connection is kept once its hello names a missing higher
-// party and its key exchange (after_hello) succeeds; anything else is dropped
-// and reported, and waiting goes on until every higher party is in or the
-// deadline passes.
+// up nobody. A connection is kept once admit() accepts it; anything else is
+// dropped and reported, and waiting goes on until every higher party is in
+// or the deadline passes.
 void accept_peers(std::uint32_t self, const std::vector<PeerAddress>& parties, const MeshOptions& options,
                   Clock::time_point deadline, int listen_fd, std::vector<int>& fds) {
-  const std::size_t n = parties.size();
   std::vector<Pending> pending;
   std::vector<std::string> dropped;
   auto drop = [&](Pending& c, const std::string& why) {
@@ -234,21 +273,14 @@ void accept_peers(std::uint32_t self, const std::vector<PeerAddress>& parties, c
   };
   set_blocking(listen_fd, false);
   try {
-    auto missing = [&] {
-      std::string m;
-      for (std::uint32_t j = self + 1; j < n; ++j)
-        if (fds[j] < 0) m += (m.empty() ? "" : ", ") + party(j);
-      return m;
-    };
-    while (!missing().empty()) {
+    while (!missing_higher(self, fds).empty()) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) {
-        std::string error = party(self) + ": " + missing() + " did not connect to " + where(parties[self]) +
-                            " within " + seconds(options.timeout) + " s";
-        if (!dropped.empty()) {
+        std::string error = party(self) + ": " + missing_higher(self, fds) + " did not connect to " +
+                            where(parties[self]) + " within " + seconds(options.timeout) + " s";
+        if (!dropped.empty())
           error += " (dropped " + std::to_string(dropped.size()) + " other connection" +
                    (dropped.size() > 1 ? "s" : "") + ", the last from " + dropped.back() + ")";
-        }
         throw std::runtime_error(error);
       }
       std::vector<pollfd> polled{{listen_fd, POLLIN, 0}};
@@ -260,48 +292,26 @@ void accept_peers(std::uint32_t self, const std::vector<PeerAddress>& parties, c
       for (std::size_t i = 0; i < pending.size(); ++i) {
         if (!(polled[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         Pending& c = pending[i];
-        const ssize_t got = ::recv(c.fd, c.hello.data() + c.got, hello_bytes - c.got, MSG_DONTWAIT);
-        if (got == 0) {
-          drop(c, "closed the connection before its hello");
-          continue;
-        }
-        if (got < 0) {
-          if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) drop(c, std::strerror(errno));
-          continue;
-        }
-        c.got += static_cast<std::size_t>(got);
-        if (c.got < hello_bytes) continue;
-        try {
-          const Hello h = check_hello(c.hello.data(), self, std::nullopt, options.encrypted, c.desc);
-          if (h.from <= self || h.from >= n || fds[h.from] >= 0)
-            throw std::runtime_error(party(self) + ": " + c.desc + " says it is " + party(h.from) +
-                                     ", which should not connect here (wrong party id; check the "
-                                     "cluster config)");
-          const auto by = std::min(deadline, Clock::now() + options.authenticate_within);
-          set_blocking(c.fd, true);
-          const Hello mine{self, h.from, options.encrypted};
-          const auto hb = mine.encode();
-          write_exactly(c.fd, hb.data(), hb.size(), by, party(self) + ": hello to " + party(h.from));
-          const int one = 1;
-          ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          if (options.after_hello) options.after_hello(c.fd, h.from, by);
-          fds[h.from] = c.fd;
-          c.fd = -1;  // now owned by fds
-        } catch (const std::runtime_error& e) {
-          drop(c, e.what());
+        if (auto why = read_some_hello(c)) {
+          drop(c, *why);
+        } else if (c.got == hello_bytes) {
+          try {
+            fds[admit(self, parties.size(), options, deadline, c, fds)] = c.fd;
+            c.fd = -1;  // now owned by fds
+          } catch (const std::runtime_error& e) {
+            drop(c, e.what());
+          }
         }
       }
       std::erase_if(pending, [](const Pending& c) { return c.fd < 0; });
-      if (polled[0].revents & POLLIN) {
-        for (;;) {
-          const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) break;  // EAGAIN: none left (other errors: retried at the next poll)
-          if (pending.size() >= options.max_pending) {
-            drop(pending.front(), "too many unauthenticated connections at once");
-            pending.erase(pending.begin());
-          }
-          pending.push_back(Pending{fd, remote_of(fd), {}, 0});
+      if (!(polled[0].revents & POLLIN)) continue;
+      for (int fd; (fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+        // (fd < 0, EAGAIN: none left; other errors are retried at the next poll)
+        if (pending.size() >= options.max_pending) {
+          drop(pending.front(), "too many unauthenticated connections at once");
+          pending.erase(pending.begin());
         }
+        pending.push_back(Pending{fd, remote_of(fd), {}, 0});
       }
     }
   } catch (...) {
@@ -309,6 +319,59 @@ void accept_peers(std::uint32_t self, const std::vector<PeerAddress>& parties, c
     throw;
   }
   cleanup();
+}
+
+// Connects to lower party j, retrying while it is not listening yet, and
+// exchanges hellos. Returns the connected socket.
+tcp::socket connect_lower(asio::io_context& io, std::uint32_t self, std::uint32_t j,
+                          const std::vector<PeerAddress>& parties, const MeshOptions& options,
+                          Clock::time_point deadline) {
+  const tcp::endpoint ep = resolve(io, parties[j], j);
+  std::string last = "no attempt";
+  for (;;) {
+    if (Clock::now() >= deadline)
+      throw std::runtime_error(party(self) + " could not connect to " + party(j) + " at " + where(parties[j]) +
+                               " within " + seconds(options.timeout) + " s: " + last +
+                               " (is the peer running and reachable?)");
+    tcp::socket s(io);
+    asio::error_code ec;
+    bool done = false;
+    s.async_connect(ep, [&](const asio::error_code& e) { ec = e, done = true; });
+    io.restart();
+    io.run_for(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) +
+               std::chrono::milliseconds(1));
+    if (!done) {
+      s.close();
+      io.restart();
+      io.run();  // collect the aborted handler
+      last = "connect timed out";
+      continue;
+    }
+    if (ec) {
+      last = ec.message();
+      std::this_thread::sleep_for(options.retry_every);  // set-up only, before the event loop
+      continue;
+    }
+    const std::string desc = where(parties[j]);
+    const Hello mine{self, j, options.encrypted};
+    const auto hb = mine.encode();
+    const int fd = s.native_handle();
+    write_exactly(fd, hb.data(), hb.size(), deadline, party(self) + ": hello to " + party(j));
+    std::array<unsigned char, hello_bytes> theirs{};
+    const std::string no_hello = party(self) + ": no hello from " + party(j) + " at " + desc;
+    try {
+      read_exactly(fd, theirs.data(), theirs.size(), deadline, no_hello);
+    } catch (const PeerClosed&) {
+      // It read our hello and hung up: that is a refusal.
+      throw std::runtime_error(no_hello + " (the peer refused this party: wrong party id or security mode?)");
+    } catch (const std::runtime_error&) {
+      throw std::runtime_error(no_hello + " within " + seconds(options.timeout) +
+                               " s (the peer accepted the connection but did not answer: late, busy or "
+                               "not an mpcache party?)");
+    }
+    check_hello(theirs.data(), self, j, options.encrypted, desc);
+    return s;
+  }
 }
 
 }  // namespace
@@ -334,61 +397,12 @@ std::vector<int> connect_mesh(std::uint32_t self, const std::vector<PeerAddress>
         throw std::runtime_error(party(self) + ": " + e.what());
       }
     }
-    auto finish = [&](tcp::socket& s, std::uint32_t peer, Clock::time_point by) {
-      s.set_option(tcp::no_delay(true));
-      const int fd = s.release();
-      fds[peer] = fd;  // owned (closed on error) from here on
-      if (options.after_hello) options.after_hello(fd, peer, by);
-    };
-    // Connect to every lower party, retrying while it is not listening yet.
+    // Connect to every lower party.
     for (std::uint32_t j = 0; j < self; ++j) {
-      const tcp::endpoint ep = resolve(io, parties[j], j);
-      std::string last = "no attempt";
-      for (;;) {
-        if (Clock::now() >= deadline)
-          throw std::runtime_error(party(self) + " could not connect to " + party(j) + " at " +
-                                   where(parties[j]) + " within " + seconds(options.timeout) +
-                                   " s: " + last + " (is the peer running and reachable?)");
-        tcp::socket s(io);
-        asio::error_code ec;
-        bool done = false;
-        s.async_connect(ep, [&](const asio::error_code& e) { ec = e, done = true; });
-        io.restart();
-        io.run_for(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) +
-                   std::chrono::milliseconds(1));
-        if (!done) {
-          s.close();
-          io.restart();
-          io.run();  // collect the aborted handler
-          last = "connect timed out";
-          continue;
-        }
-        if (ec) {
-          last = ec.message();
-          std::this_thread::sleep_for(options.retry_every);  // set-up only, before the event loop
-          continue;
-        }
-        const std::string desc = where(parties[j]);
-        const Hello mine{self, j, options.encrypted};
-        const auto hb = mine.encode();
-        const int fd = s.native_handle();
-        write_exactly(fd, hb.data(), hb.size(), deadline, party(self) + ": hello to " + party(j));
-        std::array<unsigned char, hello_bytes> theirs{};
-        const std::string no_hello = party(self) + ": no hello from " + party(j) + " at " + desc;
-        try {
-          read_exactly(fd, theirs.data(), theirs.size(), deadline, no_hello);
-        } catch (const PeerClosed&) {
-          // It read our hello and hung up: that is a refusal.
-          throw std::runtime_error(no_hello + " (the peer refused this party: wrong party id or security mode?)");
-        } catch (const std::runtime_error&) {
-          throw std::runtime_error(no_hello + " within " + seconds(options.timeout) +
-                                   " s (the peer accepted the connection but did not answer: late, busy or "
-                                   "not an mpcache party?)");
-        }
-        check_hello(theirs.data(), self, j, options.encrypted, desc);
-        finish(s, j, deadline);
-        break;
-      }
+      tcp::socket s = connect_lower(io, self, j, parties, options, deadline);
+      s.set_option(tcp::no_delay(true));
+      fds[j] = s.release();  // owned (closed on error) from here on
+      if (options.after_hello) options.after_hello(fds[j], j, deadline);
     }
     // Accept every higher party; the hello says who it is.
     if (self + 1 < n) accept_peers(self, parties, options, deadline, acceptor.release(), fds);

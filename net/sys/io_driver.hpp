@@ -8,6 +8,7 @@
 // also after cancel(): cancellation only asks the kernel to finish early.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -59,5 +60,14 @@ class IoDriver {
 std::unique_ptr<IoDriver> make_uring_driver(unsigned entries = 64);
 // Standalone asio (epoll), one io_context per driver.
 std::unique_ptr<IoDriver> make_asio_driver();
+
+// The drivers TcpTransport can run on, in the order "auto" tries them
+// (drivers.cpp). Adding a driver: its own file here, then one entry there.
+struct DriverChoice {
+  std::string name;                 // as TcpOptions::backend and --transport name it
+  std::vector<std::string> aliases;  // other accepted spellings
+  std::function<std::unique_ptr<IoDriver>()> make;  // throws std::runtime_error naming why it cannot start
+};
+const std::vector<DriverChoice>& io_drivers();
 
 }  // namespace mpcache::sys

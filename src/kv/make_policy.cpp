@@ -3,12 +3,12 @@
 // all ten policies for its backend.
 module;
 #include "prelude.hpp"
+#include "backends.hpp"
 module mpcache.kv;
 import mpcache.proto;
 
 namespace mpcache::kv {
-template AnyPolicy<Rss3> make_policy<Rss3>(const std::string&, std::size_t);
-template AnyPolicy<Add2> make_policy<Add2>(const std::string&, std::size_t);
-template AnyPolicy<Ref> make_policy<Ref>(const std::string&, std::size_t);
-template AnyPolicy<Plain> make_policy<Plain>(const std::string&, std::size_t);
+#define MPCACHE_MAKE_POLICY(B) template AnyPolicy<B> make_policy<B>(const std::string&, std::size_t);
+MPCACHE_FOR_EACH_BACKEND(MPCACHE_MAKE_POLICY)
+#undef MPCACHE_MAKE_POLICY
 }  // namespace mpcache::kv

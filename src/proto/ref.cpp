@@ -187,4 +187,78 @@ Task<RefShare> Ref::bit_dot(const Bits& b, const Share& x, int bits) {
 RefShare Ref::from_real(const RealTensor& x) const { return {x * std::ldexp(1.0, frac_bits_)}; }
 RealTensor Ref::to_real(const Share& a) const { return a.value * std::ldexp(1.0, -frac_bits_); }
 
+RefShare Ref::mul_real(const Share& a, const RealTensor& r) const {
+  require_same(a.value, r, "ref mul_real");
+  return {a.value * r};
+}
+
+RefShare Ref::exact_sign(const Share& a) const {
+  RefShare out = a;
+  for (auto& v : out.value) v = v < 0 ? 1.0 : 0.0;
+  return out;
+}
+
+RefShare Ref::exact_one_hot(const Share& index, std::size_t classes) const {
+  Shape s = shape(index);
+  s.push_back(classes);
+  RealTensor out = xt::zeros<double>(s);
+  std::size_t row = 0;
+  for (double v : index.value) {
+    const auto c = static_cast<long long>(std::llround(v));
+    if (c >= 0 && static_cast<std::size_t>(c) < classes) out.data()[row * classes + static_cast<std::size_t>(c)] = 1.0;
+    ++row;
+  }
+  return {std::move(out)};
+}
+
+std::pair<RefShare, RefShare> Ref::exact_argmax_last(const Share& a) const {
+  Shape out_shape = shape(a);
+  if (out_shape.empty() || out_shape.back() == 0)
+    throw Error(ErrorCode::invalid_argument, "ref argmax over an empty last axis, shape " + shape_string(out_shape));
+  const std::size_t n = out_shape.back();
+  out_shape.back() = 1;
+  RealTensor value = xt::empty<double>(out_shape), index = xt::empty<double>(out_shape);
+  for (std::size_t r = 0; r < value.size(); ++r) {
+    const double* row = a.value.data() + r * n;
+    const std::size_t best = static_cast<std::size_t>(std::max_element(row, row + n) - row);
+    value.data()[r] = row[best];  // max_element keeps the first (lowest index) of ties
+    index.data()[r] = static_cast<double>(best);
+  }
+  return {RefShare{std::move(value)}, RefShare{std::move(index)}};
+}
+
+std::pair<RefShare, RefShare> Ref::exact_topk_last(const Share& a, std::size_t k) const {
+  Shape out_shape = shape(a);
+  const std::size_t n = out_shape.empty() ? 0 : out_shape.back();
+  if (k == 0 || k > n)
+    throw Error(ErrorCode::invalid_argument, "ref top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
+  out_shape.back() = k;
+  RealTensor values = xt::empty<double>(out_shape), indices = xt::empty<double>(out_shape);
+  std::vector<std::size_t> order(n);
+  for (std::size_t r = 0; r < values.size() / k; ++r) {
+    const double* row = a.value.data() + r * n;
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                      [row](std::size_t x, std::size_t y) { return row[x] != row[y] ? row[x] > row[y] : x < y; });
+    for (std::size_t j = 0; j < k; ++j) {
+      values.data()[r * k + j] = row[order[j]];
+      indices.data()[r * k + j] = static_cast<double>(order[j]);
+    }
+  }
+  return {RefShare{std::move(values)}, RefShare{std::move(indices)}};
+}
+
+RingTensor Ref::to_words(const Share& a) {
+  static_assert(sizeof(double) == sizeof(Ring));
+  RingTensor words = RingTensor::from_shape(a.value.shape());
+  std::memcpy(words.data(), a.value.data(), words.size() * sizeof(Ring));
+  return words;
+}
+
+RefShare Ref::from_words(const RingTensor& words) {
+  RealTensor values = RealTensor::from_shape(words.shape());
+  std::memcpy(values.data(), words.data(), words.size() * sizeof(Ring));
+  return {std::move(values)};
+}
+
 }  // namespace mpcache

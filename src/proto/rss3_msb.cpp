@@ -192,6 +192,46 @@ Rss3Bits bits_concat(const std::vector<const Rss3Bits*>& parts, std::size_t word
   return out;
 }
 
+// The carry tree over the replicated planes of msb_planes' groups: G of
+// every group, P of all but the lowest, A's top bit. A level ANDs adjacent
+// groups (G = G_hi ^ P_hi G_lo, P = P_hi P_lo) in one message; the sign is
+// the last G XOR the top bit.
+Task<Rss3Bits> carry_tree(Rss3& proto, Rss3Bits shared, std::size_t count, std::size_t reshared, std::size_t words) {
+  using Bits = Rss3Bits;
+  std::vector<Bits> g, p;
+  for (std::size_t k = 0; k < count; ++k) {
+    g.push_back(bits_plane(shared, k, words));
+    p.push_back(k > 0 ? bits_plane(shared, count - 1 + k, words) : Bits{});
+  }
+  const Bits top_bit = bits_plane(shared, reshared - 1, words);
+  while (g.size() > 1) {
+    const std::size_t k = g.size(), pairs = k / 2;
+    std::vector<const Bits*> left, right;
+    for (std::size_t j = 0; j < pairs; ++j) {
+      left.push_back(&p[2 * j + 1]);
+      right.push_back(&g[2 * j]);
+      if (j > 0) {
+        left.push_back(&p[2 * j + 1]);
+        right.push_back(&p[2 * j]);
+      }
+    }
+    const Bits products = co_await proto.bits_and(bits_concat(left, words), bits_concat(right, words));
+    std::vector<Bits> g_next, p_next;
+    std::size_t at = 0;
+    for (std::size_t j = 0; j < pairs; ++j) {
+      g_next.push_back(proto.bits_xor(g[2 * j + 1], bits_plane(products, at++, words)));
+      p_next.push_back(j > 0 ? bits_plane(products, at++, words) : Bits{});
+    }
+    if (k % 2 == 1) {
+      g_next.push_back(std::move(g[k - 1]));
+      p_next.push_back(std::move(p[k - 1]));
+    }
+    g = std::move(g_next);
+    p = std::move(p_next);
+  }
+  co_return proto.bits_xor(g[0], top_bit);
+}
+
 }  // namespace
 
 Rss3MsbCost rss3_msb_cost(int width, std::size_t n, int group) {
@@ -284,38 +324,7 @@ Task<Rss3Bits> Rss3::msb_planes(PartyId lead, RingTensor values, std::size_t n, 
     shared = is_second ? Bits{std::move(theirs), std::move(own_mask)} : Bits{std::move(own_mask), std::move(theirs)};
   }
 
-  std::vector<Bits> g, p;
-  for (std::size_t k = 0; k < count; ++k) {
-    g.push_back(bits_plane(shared, k, words));
-    p.push_back(k > 0 ? bits_plane(shared, count - 1 + k, words) : Bits{});
-  }
-  const Bits top_bit = bits_plane(shared, reshared - 1, words);
-  while (g.size() > 1) {
-    const std::size_t k = g.size(), pairs = k / 2;
-    std::vector<const Bits*> left, right;
-    for (std::size_t j = 0; j < pairs; ++j) {
-      left.push_back(&p[2 * j + 1]);
-      right.push_back(&g[2 * j]);
-      if (j > 0) {
-        left.push_back(&p[2 * j + 1]);
-        right.push_back(&p[2 * j]);
-      }
-    }
-    const Bits products = co_await bits_and(bits_concat(left, words), bits_concat(right, words));
-    std::vector<Bits> g_next, p_next;
-    std::size_t at = 0;
-    for (std::size_t j = 0; j < pairs; ++j) {
-      g_next.push_back(bits_xor(g[2 * j + 1], bits_plane(products, at++, words)));
-      p_next.push_back(j > 0 ? bits_plane(products, at++, words) : Bits{});
-    }
-    if (k % 2 == 1) {
-      g_next.push_back(std::move(g[k - 1]));
-      p_next.push_back(std::move(p[k - 1]));
-    }
-    g = std::move(g_next);
-    p = std::move(p_next);
-  }
-  co_return bits_xor(g[0], top_bit);
+  co_return co_await carry_tree(*this, std::move(shared), count, reshared, words);
 }
 
 Task<Rss3Bits> Rss3::msb_bits(const Share& a, int width, int group) {

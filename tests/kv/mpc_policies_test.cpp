@@ -56,13 +56,13 @@ struct Trace {
 
 template <class P>
 Task<typename P::Share> secret(P& p, const xt::xarray<double>& x) {
-  if constexpr (NativeReal<P>) co_return p.from_real(x);
+  if constexpr (ExactReals<P>) co_return p.from_real(x);
   else co_return co_await testing::share_of(p, 0, FixedPoint(p.frac_bits()).encode(x));
 }
 
 template <class P>
 double opened_real(const P& p, Ring v) {
-  if constexpr (NativeReal<P>) return double(std::int64_t(v)) / std::ldexp(1.0, p.frac_bits());
+  if constexpr (ExactReals<P>) return double(std::int64_t(v)) / std::ldexp(1.0, p.frac_bits());
   else return FixedPoint(p.frac_bits()).decode(v);
 }
 

@@ -30,7 +30,7 @@ Scene scene(std::size_t t, std::size_t d, std::size_t g, std::uint64_t seed) {
 
 template <class P>
 typename P::Share secret(P& p, const xt::xarray<double>& x) {
-  if constexpr (NativeReal<P>) return p.from_real(x);
+  if constexpr (ExactReals<P>) return p.from_real(x);
   else return typename P::Share{FixedPoint(p.frac_bits()).encode(x)};
 }
 
@@ -83,7 +83,7 @@ std::vector<long> select_once(P& p, Pol& policy, const Scene& s, std::optional<x
   const auto k = run(p.reveal(sel.keys[0]));
   const FixedPoint fp(p.frac_bits());
   for (std::size_t i = 0; i < pos.size(); ++i) {
-    const double got = NativeReal<P> ? static_cast<double>(static_cast<std::int64_t>(k(i, 0))) / std::ldexp(1.0, p.frac_bits())
+    const double got = ExactReals<P> ? static_cast<double>(static_cast<std::int64_t>(k(i, 0))) / std::ldexp(1.0, p.frac_bits())
                                      : fp.decode(k(i, 0));
     CHECK(got == doctest::Approx(s.keys(static_cast<std::size_t>(pos[i]), 0)).epsilon(1e-4));
   }

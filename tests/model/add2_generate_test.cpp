@@ -33,7 +33,7 @@ Task<xt::xarray<double>> last_logits(P& p, PartyId owner) {
   typename P::Share l = co_await decoder.prefill(p, policy, 0, std::move(head), prefix);
   for (std::size_t t = prefix; t < tokens.size(); ++t)
     l = co_await decoder.decode(p, policy, 0, client ? std::optional<std::uint32_t>(tokens[t]) : std::nullopt);
-  if constexpr (NativeReal<P>) {
+  if constexpr (ExactReals<P>) {
     co_return p.to_real(l);
   } else {
     co_return FixedPoint(p.frac_bits()).decode(co_await p.reveal(l));

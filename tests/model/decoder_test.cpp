@@ -39,7 +39,7 @@ using testing::run;
 
 template <class P>
 xt::xarray<double> to_real(P& p, const typename P::Share& s) {
-  if constexpr (NativeReal<P>) {
+  if constexpr (ExactReals<P>) {
     return p.to_real(s);
   } else {
     return FixedPoint(p.frac_bits()).decode(run(p.reveal(s)));

@@ -25,13 +25,12 @@ std::vector<std::byte> pattern(std::size_t n, std::uint8_t seed) {
   return v;
 }
 
-const std::array<TcpBackend, 2> backends{TcpBackend::uring, TcpBackend::asio};
-const char* backend_name(TcpBackend b) { return b == TcpBackend::uring ? "io_uring" : "asio"; }
+const std::array<std::string, 2> backends{"io_uring", "asio"};
 
 // Party 0 sends `send_first` bytes to party 1 (if any), then waits for a
 // message from party 1 on stream 7; party 1's socket end is driven by hand
 // by `peer(fd)`.
-std::string error_when_peer_does(TcpBackend backend, std::chrono::milliseconds timeout,
+std::string error_when_peer_does(const std::string& backend, std::chrono::milliseconds timeout,
                                  const std::function<void(int)>& peer, std::size_t send_first = 0,
                                  std::chrono::microseconds spin = {}) {
   auto mesh = local_socket_mesh(2);
@@ -75,9 +74,9 @@ std::vector<unsigned char> record_header(std::uint32_t count, std::uint64_t body
 }  // namespace
 
 TEST_CASE("rss3 mul over socket pairs: exact bytes and rounds on both backends, also in the low-latency mode") {
-  for (TcpBackend backend : backends)
+  for (const std::string& backend : backends)
   for (int spin_us : {0, 500}) {
-    CAPTURE(backend_name(backend));
+    CAPTURE(backend);
     CAPTURE(spin_us);
     const std::size_t n = 1000;
     const RingTensor x = testing::random_ring({n}, 1), y = testing::random_ring({n}, 2);
@@ -98,7 +97,7 @@ TEST_CASE("rss3 mul over socket pairs: exact bytes and rounds on both backends, 
     for (PartyId id = 0; id < 3; ++id) {
       CAPTURE(id);
       REQUIRE(results[id].error == "");
-      CHECK(results[id].transport == std::string("tcp/") + backend_name(backend));
+      CHECK(results[id].transport == std::string("tcp/") + backend);
       CHECK(*results[id].value == RingTensor(x * y));
       // 2 inputs (1 round each) + mul + reveal; party 1 owns the second
       // input, so it does not wait a round for it.
@@ -108,8 +107,8 @@ TEST_CASE("rss3 mul over socket pairs: exact bytes and rounds on both backends, 
 }
 
 TEST_CASE("large messages survive short reads and writes, in order, on both backends") {
-  for (TcpBackend backend : backends) {
-    CAPTURE(backend_name(backend));
+  for (const std::string& backend : backends) {
+    CAPTURE(backend);
     const std::size_t big = (8u << 20) + 13;
     auto results = run_tcp_parties<int>(
         local_socket_mesh(2), {.backend = backend}, [&](PartyId id, Endpoint& ep) -> Task<int> {
@@ -136,8 +135,8 @@ TEST_CASE("large messages survive short reads and writes, in order, on both back
 }
 
 TEST_CASE("a peer that closes mid-protocol is named in the error") {
-  for (TcpBackend backend : backends) {
-    CAPTURE(backend_name(backend));
+  for (const std::string& backend : backends) {
+    CAPTURE(backend);
     auto error = error_when_peer_does(backend, std::chrono::milliseconds(10000),
                                       [](int fd) { ::shutdown(fd, SHUT_RDWR); });
     CHECK(contains(error, "party 0: link to party 1 failed: party 1 closed the connection"));
@@ -145,9 +144,9 @@ TEST_CASE("a peer that closes mid-protocol is named in the error") {
 }
 
 TEST_CASE("a silent peer fails the waiting party at the deadline, also in the low-latency mode") {
-  for (TcpBackend backend : backends)
+  for (const std::string& backend : backends)
   for (int spin_us : {0, 1000}) {
-    CAPTURE(backend_name(backend));
+    CAPTURE(backend);
     CAPTURE(spin_us);
     auto error = error_when_peer_does(backend, std::chrono::milliseconds(300), [&](int fd) {
       char c;
@@ -162,8 +161,8 @@ TEST_CASE("a peer that stops reading fails the sender at the deadline, even whil
   // The peer keeps sending well-formed empty frames (so it is not silent)
   // but never reads: the 64 MiB record fills the socket buffers and the
   // send makes no progress.
-  for (TcpBackend backend : backends) {
-    CAPTURE(backend_name(backend));
+  for (const std::string& backend : backends) {
+    CAPTURE(backend);
     auto error = error_when_peer_does(
         backend, std::chrono::milliseconds(300),
         [](int fd) {
@@ -184,8 +183,8 @@ TEST_CASE("a peer that stops reading fails the sender at the deadline, even whil
 }
 
 TEST_CASE("garbage from a peer is refused with a clear error") {
-  for (TcpBackend backend : backends) {
-    CAPTURE(backend_name(backend));
+  for (const std::string& backend : backends) {
+    CAPTURE(backend);
     auto error = error_when_peer_does(backend, std::chrono::milliseconds(10000), [](int fd) {
       send_all(fd, {'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1', '.', '1', '\r', '\n',
                     '\r', '\n'});
@@ -195,8 +194,8 @@ TEST_CASE("garbage from a peer is refused with a clear error") {
 }
 
 TEST_CASE("a truncated record is refused naming the peer and the byte counts") {
-  for (TcpBackend backend : backends) {
-    CAPTURE(backend_name(backend));
+  for (const std::string& backend : backends) {
+    CAPTURE(backend);
     auto error = error_when_peer_does(backend, std::chrono::milliseconds(10000), [](int fd) {
       auto bytes = record_header(1, 100);
       bytes.resize(bytes.size() + 10, 0);
@@ -209,7 +208,7 @@ TEST_CASE("a truncated record is refused naming the peer and the byte counts") {
 }
 
 TEST_CASE("a record whose frames do not fill it is refused") {
-  auto error = error_when_peer_does(TcpBackend::uring, std::chrono::milliseconds(10000), [](int fd) {
+  auto error = error_when_peer_does("io_uring", std::chrono::milliseconds(10000), [](int fd) {
     auto bytes = record_header(2, 20);  // two frames announced, room for one header + 4 bytes
     std::vector<unsigned char> frame(16, 0);
     frame[8] = 4;  // length 4
@@ -221,7 +220,7 @@ TEST_CASE("a record whose frames do not fill it is refused") {
 }
 
 TEST_CASE("an oversized record length is refused before anything is allocated") {
-  auto error = error_when_peer_does(TcpBackend::asio, std::chrono::milliseconds(10000), [](int fd) {
+  auto error = error_when_peer_does("asio", std::chrono::milliseconds(10000), [](int fd) {
     send_all(fd, record_header(1, ~std::uint64_t{0}));
   });
   CHECK(contains(error, "party 1 sent a malformed record of 18446744073709551615 bytes"));
@@ -234,7 +233,7 @@ TEST_CASE("forcing io_uring when it is disabled is a clear error; auto falls bac
     Scheduler s;
     Endpoint e(s, 0, 2);
     try {
-      TcpTransport t(s, e, std::move(mesh[0]), {.backend = TcpBackend::uring});
+      TcpTransport t(s, e, std::move(mesh[0]), {.backend = "io_uring"});
       FAIL("io_uring was forced and disabled, yet the transport started");
     } catch (const Error& err) {
       CHECK(contains(err.what(), "io_uring transport unavailable: io_uring disabled by MPCACHE_DISABLE_IO_URING"));
@@ -264,9 +263,9 @@ TEST_CASE("records over 1 MiB arrive frame by frame: big and small frames mixed,
   // straight into the receiver's; records from 1 MiB on are parsed frame by
   // frame. Sizes straddle both thresholds and the 256 KiB receive chunk.
   const std::vector<std::size_t> sizes = {(1u << 20) + 7, 3, 65535, 65536, 0, (2u << 20) + 1, 262143, 17};
-  for (TcpBackend backend : backends)
+  for (const std::string& backend : backends)
     for (int spin_us : {0, 200}) {
-      CAPTURE(backend_name(backend));
+      CAPTURE(backend);
       CAPTURE(spin_us);
       auto results = run_tcp_parties<int>(
           local_socket_mesh(2), {.backend = backend, .spin = std::chrono::microseconds(spin_us)},
@@ -301,7 +300,7 @@ TEST_CASE("a transport built on one thread can be driven from another") {
   for (PartyId id = 0; id < 2; ++id) {
     s.push_back(std::make_unique<Scheduler>());
     e.push_back(std::make_unique<Endpoint>(*s[id], id, 2));
-    t.push_back(std::make_unique<TcpTransport>(*s[id], *e[id], std::move(mesh[id]), TcpOptions{.backend = TcpBackend::uring}));
+    t.push_back(std::make_unique<TcpTransport>(*s[id], *e[id], std::move(mesh[id]), TcpOptions{.backend = "io_uring"}));
   }
   std::vector<std::string> got(2);
   std::vector<std::thread> threads;
@@ -329,8 +328,8 @@ TEST_CASE("a big record cut short, overrun by a frame, or not filled is refused 
     for (int i = 0; i < 4; ++i) f[8 + i] = static_cast<unsigned char>(length >> (8 * i));
     return f;
   };
-  for (TcpBackend backend : backends) {
-    CAPTURE(backend_name(backend));
+  for (const std::string& backend : backends) {
+    CAPTURE(backend);
     auto truncated = error_when_peer_does(backend, std::chrono::milliseconds(10000), [&](int fd) {
       auto bytes = record_header(1, body);
       auto f = frame_header(static_cast<std::uint32_t>(body - 16));
@@ -360,5 +359,19 @@ TEST_CASE("a big record cut short, overrun by a frame, or not filled is refused 
     });
     CHECK(contains(unfilled, "party 1 sent a malformed record (1 frames do not fill its " + std::to_string(body) +
                                  " bytes)"));
+  }
+}
+
+TEST_CASE("transport drivers by name: canonical names, aliases, and unknown names listed") {
+  CHECK(parse_backend("uring") == "io_uring");
+  CHECK(parse_backend("io_uring") == "io_uring");
+  CHECK(parse_backend("asio") == "asio");
+  CHECK(parse_backend("auto") == "auto");
+  CHECK(tcp_backend_names() == std::vector<std::string>{"auto", "io_uring", "asio"});
+  try {
+    (void)parse_backend("epoll");
+    FAIL("an unknown driver was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("unknown transport backend 'epoll' (auto, io_uring, asio)") != std::string::npos);
   }
 }

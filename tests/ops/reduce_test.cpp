@@ -60,21 +60,21 @@ TEST_CASE("argmax rounds follow the tournament depth and the group size") {
   // its value and index, bit_dot 2), the model's 32; measured, every level
   // after the first starts a round early (a comparison's lead sends its
   // first message without waiting for the previous level's last one).
-  CHECK(ops::tournament_level_rounds(2) == 8);
+  CHECK(ops::tournament_level_rounds<Rss3Costs>(2) == 8);
   CHECK(rounds(2) == 8 + 3 * 7);
   // Groups of 4: 2 levels x (6 + AND of 3 bits 2 + 2), the second level
   // starting a round early.
   CHECK(rounds(4) == 19);
   // One group of 16: 6 + AND of 15 bits 4 + 2.
   CHECK(rounds(16) == 12);
-  CHECK(ops::tournament_level_rounds(16) == 12);
+  CHECK(ops::tournament_level_rounds<Rss3Costs>(16) == 12);
   // The link model picks one group for two short rows, small groups for many long ones.
-  CHECK(ops::tournament_plan(2, 16) == std::vector<std::size_t>{16});
+  CHECK(ops::tournament_plan<Rss3Costs>(2, 16) == std::vector<std::size_t>{16});
   CHECK(rounds(0) == 12);
   // Many long rows: small groups (the comparisons' bytes matter), yet since
   // packed comparisons cost a sixth of A2B's bytes, groups of 3 rather
   // than pairs: 6 levels instead of 10.
-  const auto many = ops::tournament_plan(4096, 1024);
+  const auto many = ops::tournament_plan<Rss3Costs>(4096, 1024);
   CHECK(many.size() == 6);
   CHECK(many[0] == 3);
   // Per level: the plan costs no more on the link model than any single
@@ -85,9 +85,9 @@ TEST_CASE("argmax rounds follow the tournament depth and the group size") {
     std::size_t rounds = 0;
     for (std::size_t m : plan) {
       const std::size_t mm = std::min(m, n), groups = (n + mm - 1) / mm;
-      rounds += ops::tournament_level_rounds(mm, width);
-      seconds += lan_link().seconds(double(ops::tournament_level_rounds(mm, width)),
-                                          double(rows * groups) * ops::tournament_group_words(mm, width) * 8);
+      rounds += ops::tournament_level_rounds<Rss3Costs>(mm, width);
+      seconds += lan_link().seconds(double(ops::tournament_level_rounds<Rss3Costs>(mm, width)),
+                                          double(rows * groups) * ops::tournament_group_words<Rss3Costs>(mm, width) * 8);
       n = groups;
     }
     CHECK(n == 1);
@@ -97,14 +97,14 @@ TEST_CASE("argmax rounds follow the tournament depth and the group size") {
     for (std::size_t n : {7u, 100u, 1000u, 4096u}) {
       CAPTURE(rows);
       CAPTURE(n);
-      const auto best = plan_cost(ops::tournament_plan(rows, n, 32), rows, n, 32);
+      const auto best = plan_cost(ops::tournament_plan<Rss3Costs>(rows, n, 32), rows, n, 32);
       for (std::size_t m = 2; m <= ops::tournament_max_group; ++m) {
         std::vector<std::size_t> uniform;
         for (std::size_t len = n; len > 1; len = (len + m - 1) / m) uniform.push_back(m);
         CHECK(best.first <= plan_cost(uniform, rows, n, 32).first + 1e-12);
       }
     }
-  CHECK(plan_cost(ops::tournament_plan(2, 1000, 32), 2, 1000, 32).second < 3 * ops::tournament_level_rounds(16, 32));
+  CHECK(plan_cost(ops::tournament_plan<Rss3Costs>(2, 1000, 32), 2, 1000, 32).second < 3 * ops::tournament_level_rounds<Rss3Costs>(16, 32));
 }
 
 TEST_CASE("argmax with narrowed comparisons: same values and indices within range, fewer rounds") {

@@ -6,6 +6,7 @@ import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 #include "../support/parties.hpp"
+#include "../support/add2_parties.hpp"
 
 using namespace mpcache;
 using mpcache::testing::share_of;
@@ -90,8 +91,8 @@ TEST_CASE("top-k with a bound on the values: same result on fewer bits") {
       }
     }
     CHECK(clear == secure.results[0]);
-    const auto wide = ops::topk_sort_cost(n, k, method == ops::TopKMethod::rank ? ops::TopKMethod::network : method, ring_bits, 2);
-    const auto narrow = ops::topk_sort_cost(n, k, method == ops::TopKMethod::rank ? ops::TopKMethod::network : method, width, 2);
+    const auto wide = ops::topk_sort_cost<Rss3Costs>(n, k, method == ops::TopKMethod::rank ? ops::TopKMethod::network : method, ring_bits, 2);
+    const auto narrow = ops::topk_sort_cost<Rss3Costs>(n, k, method == ops::TopKMethod::rank ? ops::TopKMethod::network : method, width, 2);
     CHECK(narrow.max_bytes() < wide.max_bytes());
     CHECK(narrow.rounds < wide.rounds);
   }
@@ -104,7 +105,7 @@ TEST_CASE("top-k costs: every method as its model says; the network 8 rounds per
       return ops::topk(p, a, 4, method);
     });
   };
-  const auto rank = ops::topk_rank_cost(16, 4), net = ops::topk_network_cost(16, 4), blocks = ops::topk_blocks_cost(16, 4);
+  const auto rank = ops::topk_rank_cost<Rss3Costs>(16, 4), net = ops::topk_network_cost<Rss3Costs>(16, 4), blocks = ops::topk_blocks_cost<Rss3Costs>(16, 4);
   std::map<ops::TopKMethod, std::uint64_t> rounds;
   for (auto [method, model] : {std::pair{ops::TopKMethod::rank, rank}, std::pair{ops::TopKMethod::network, net},
                                std::pair{ops::TopKMethod::blocks, blocks}}) {
@@ -129,13 +130,40 @@ TEST_CASE("top-k costs: every method as its model says; the network 8 rounds per
   CHECK(rounds[ops::TopKMethod::rank] == 16);
 }
 
+// The same algorithms planned on add2's own costs (Add2Costs): its
+// networks' online bytes are what the model says; rounds at most the model's.
+TEST_CASE("top-k on add2 costs what Add2Costs says") {
+  const RingTensor x = ring_shift_floor(mpcache::testing::random_ring({2, 16}, 93), 30);
+  for (auto method : {ops::TopKMethod::network, ops::TopKMethod::blocks, ops::TopKMethod::rank}) {
+    INFO("method " << static_cast<int>(method));
+    const auto measured = mpcache::testing::measure_add2({x}, [method](Add2& p, auto& s) {
+      return ops::topk(p, s[0], 4, method);
+    });
+    const OpCost model = method == ops::TopKMethod::rank ? ops::topk_rank_cost<Add2Costs>(16, 4, ring_bits, 2)
+                                                         : ops::topk_sort_cost<Add2Costs>(16, 4, method, ring_bits, 2);
+    CHECK(measured.rounds <= model.rounds);
+    if (method == ops::TopKMethod::rank) {  // the product's second operand is an input: opened at sharing
+      CHECK(measured.bytes[0] <= model.bytes[0]);
+    } else {
+      CHECK(measured.bytes[0] == model.bytes[0]);
+      CHECK(measured.bytes[1] == model.bytes[1]);
+    }
+  }
+  // A layer of the network: on add2 msb_bits (7 rounds at 64 bits) and
+  // bit_dot (1), on rss3 6 + 2; the keys' split: add2 A2B of 10 bits (5),
+  // B2A (1), a local truncation, rss3 6 + 2 + 1. add2's comparisons send
+  // more bytes.
+  CHECK(ops::topk_network_cost<Add2Costs>(1024, 256).rounds == ops::topk_network_cost<Rss3Costs>(1024, 256).rounds - 3);
+  CHECK(ops::topk_network_cost<Add2Costs>(1024, 256).max_bytes() > ops::topk_network_cost<Rss3Costs>(1024, 256).max_bytes());
+}
+
 TEST_CASE("the cost model picks ranks for small n on a LAN and the network for large n") {
   const Link lan = lan_link();
-  CHECK(ops::topk_rank_cost(64, 16).seconds(lan) < ops::topk_network_cost(64, 16).seconds(lan));
-  CHECK(ops::topk_network_cost(4096, 4096).seconds(lan) < ops::topk_rank_cost(4096, 4096).seconds(lan));
+  CHECK(ops::topk_rank_cost<Rss3Costs>(64, 16).seconds(lan) < ops::topk_network_cost<Rss3Costs>(64, 16).seconds(lan));
+  CHECK(ops::topk_network_cost<Rss3Costs>(4096, 4096).seconds(lan) < ops::topk_rank_cost<Rss3Costs>(4096, 4096).seconds(lan));
   // A quarter of 1024: the blocks stop at k.
-  CHECK(ops::resolve_topk_method(ops::TopKMethod::automatic, 1024, 256, lan) == ops::TopKMethod::blocks);
-  CHECK(ops::resolve_topk_method(ops::TopKMethod::automatic, 1024, 1024, lan) == ops::TopKMethod::network);
+  CHECK(ops::resolve_topk_method<Rss3Costs>(ops::TopKMethod::automatic, 1024, 256, lan) == ops::TopKMethod::blocks);
+  CHECK(ops::resolve_topk_method<Rss3Costs>(ops::TopKMethod::automatic, 1024, 1024, lan) == ops::TopKMethod::network);
 }
 
 TEST_CASE("top-1 one-hot of long rows by the tournament: exact, ties by index, the tournament's rounds") {
@@ -161,10 +189,10 @@ TEST_CASE("top-1 one-hot of long rows by the tournament: exact, ties by index, t
   // Rounds: the tournament's levels (the running one-hot's products hide
   // behind the next level's comparisons; the last level's bits select it).
   const RingTensor row = mpcache::testing::random_ring({2, 124}, 97);
-  const auto plan = ops::tournament_plan(2, 124);
+  const auto plan = ops::tournament_plan<Rss3Costs>(2, 124);
   REQUIRE(plan.size() >= 2);
   std::size_t want = 0;
-  for (std::size_t m : plan) want += ops::tournament_level_rounds(m);
+  for (std::size_t m : plan) want += ops::tournament_level_rounds<Rss3Costs>(m);
   const auto measured = mpcache::testing::measure_op(ring_shift_floor(row, 20), [](Rss3& p, const Rss3Share& a) {
     return ops::topk_onehot(p, a, 1);
   });

@@ -264,6 +264,44 @@ TEST_CASE("add2: online and offline costs are exact") {
         1, 9 * n, 16 * n);
 }
 
+// Add2Costs is what ops plan top-k and the argmax tournament with: each
+// building block as measured (online: parties 0 and 1; the dealer sends
+// nothing online).
+TEST_CASE("add2: the cost model's building blocks cost what they measure") {
+  constexpr std::size_t n = 1000;
+  const RingTensor a = random_ring({n}, 1), b = random_ring({n}, 2);
+  auto same = [](const Add2OpCost& measured, const OpCost& model) {
+    CHECK(measured.rounds == model.rounds);
+    CHECK(measured.bytes[0] == model.bytes[0]);
+    CHECK(measured.bytes[1] == model.bytes[1]);
+    CHECK(model.bytes[2] == 0);
+  };
+  auto cost = [&](auto op) { return measure_add2({a, b}, op); };
+  same(cost([](Add2& p, auto& s) -> Task<Add2Share> { co_return co_await p.mul(fresh(p, s[0]), fresh(p, s[1])); }),
+       Add2Costs::mul(n));
+  same(cost([](Add2& p, auto& s) -> Task<Add2Share> { co_return co_await p.truncate(fresh(p, s[0]), 18); }),
+       Add2Costs::truncate(n));
+  same(cost([](Add2& p, auto& s) -> Task<Add2Bits> { co_return co_await p.bits_and(Add2Bits{s[0].value}, Add2Bits{s[1].value}); }),
+       Add2Costs::bits_and(n));
+  for (int width : {2, 5, 16, 64}) {
+    INFO("to_bits width " << width);
+    same(cost([width](Add2& p, auto& s) -> Task<Add2Bits> { co_return co_await p.to_bits(s[0], width); }),
+         Add2Costs::to_bits(width, n));
+  }
+  same(cost([](Add2& p, auto& s) -> Task<Add2Share> { co_return co_await p.bit_to_arith(Add2Bits{s[0].value}); }),
+       Add2Costs::bit_to_arith(n));
+  same(cost([](Add2& p, auto& s) -> Task<Add2Share> {
+         auto shape = [](const RingTensor& t) { return ring_reshape(t, {100, 10}); };
+         co_return co_await p.bit_dot(Add2Bits{shape(s[0].value)}, Add2::apply(s[1], shape));
+       }),
+       Add2Costs::bit_dot(n, 10));
+  for (int width : {3, 27, 40, 64}) {
+    INFO("msb_bits width " << width);
+    same(cost([width](Add2& p, auto& s) -> Task<Add2Bits> { co_return co_await p.msb_bits(s[0], width); }),
+         Add2Costs::msb_bits(width, n, 0));
+  }
+}
+
 TEST_CASE("add2: a dealer that deals for another program is refused by name") {
   auto run = run_add2([&](Add2& p) -> Task<std::string> {
     // The dealer multiplies 3 elements where the parties multiply 4.

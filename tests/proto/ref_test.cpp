@@ -12,8 +12,9 @@ import mpcache.ops;
 using namespace mpcache;
 
 static_assert(Protocol<Ref>);
-static_assert(NativeReal<Ref>);
-static_assert(!NativeReal<Plain>);
+static_assert(ExactReals<Ref>);
+static_assert(!ExactReals<Plain>);
+static_assert(CostModel<Rss3Costs> && CostModel<Add2Costs>);
 
 namespace {
 RealTensor reals(std::initializer_list<double> v) {
