@@ -162,9 +162,9 @@ std::array<int, 2> loopback_pair() {
 }
 
 // The ring's floor: bare io_uring on each side (raw_ring_rtt.hpp).
-double ring_rtt(bool poll) {
+double ring_rtt(RingWait wait) {
   const auto fd = loopback_pair();
-  const double s = raw_ring_rtt(fd[0], fd[1], round_trips, poll);
+  const double s = raw_ring_rtt(fd[0], fd[1], round_trips, wait);
   for (int f : fd) ::close(f);
   return s;
 }
@@ -218,12 +218,13 @@ std::vector<CaseResult> rtt_rows(const Options& options) {
       {"asio low-latency", "asio", false, both},
   };
   const int runs = std::max(3, options.repeat);
-  std::vector<std::vector<double>> seconds(cases.size()), ring(2);
+  std::vector<std::vector<double>> seconds(cases.size()), ring(3);
   std::vector<double> blocking;
   for (int r = 0; r < runs; ++r) {
     blocking.push_back(blocking_rtt());
-    ring[0].push_back(ring_rtt(false));
-    ring[1].push_back(ring_rtt(true));
+    ring[0].push_back(ring_rtt(RingWait::ring));
+    ring[1].push_back(ring_rtt(RingWait::poll));
+    ring[2].push_back(ring_rtt(RingWait::socket));
     for (std::size_t k = 0; k < cases.size(); ++k) seconds[k].push_back(transport_rtt(cases[k]));
   }
   const double baseline = median(blocking);
@@ -241,6 +242,7 @@ std::vector<CaseResult> rtt_rows(const Options& options) {
   add("blocking", blocking, " (baseline)");
   add("bare io_uring", ring[0], " (the ring alone: no transport)");
   add("bare io_uring polling", ring[1], " (the ring alone, polled as the low-latency mode does)");
+  add("bare io_uring socket wait", ring[2], " (the ring alone, sleeping in poll(2) on the socket)");
   for (std::size_t k = 0; k < cases.size(); ++k)
     add(cases[k].transport, seconds[k],
         ", spin " + std::to_string(cases[k].spin_us[0]) + "/" + std::to_string(cases[k].spin_us[1]) + " us");

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <poll.h>
 #include <sys/socket.h>
 #include <liburing.h>
 
@@ -15,7 +16,7 @@ constexpr std::uint64_t recv_tag = 1, send_tag = 2;
 
 class Side {
  public:
-  Side(int fd, bool poll) : fd_(fd), poll_(poll) {
+  Side(int fd, RingWait wait) : fd_(fd), wait_(wait) {
     const unsigned flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
     int e = io_uring_queue_init(8, &ring_, flags);
     if (e == -EINVAL) e = io_uring_queue_init(8, &ring_, 0);
@@ -32,15 +33,15 @@ class Side {
     io_uring_sqe* s = io_uring_get_sqe(&ring_);
     io_uring_prep_send(s, fd_, buf_, sizeof buf_, MSG_NOSIGNAL);
     io_uring_sqe_set_data64(s, send_tag);
-    if (poll_) io_uring_submit(&ring_);
+    if (wait_ == RingWait::poll) io_uring_submit(&ring_);
   }
   // Waits for the armed receive, reaping send completions, then re-arms.
   void recv() {
     for (;;) {
-      if (poll_) {
-        io_uring_submit_and_get_events(&ring_);
-      } else {
+      if (wait_ == RingWait::ring) {
         io_uring_submit_and_wait(&ring_, 1);
+      } else {
+        io_uring_submit_and_get_events(&ring_);
       }
       io_uring_cqe* c = nullptr;
       bool got = false;
@@ -50,7 +51,11 @@ class Side {
         io_uring_cqe_seen(&ring_, c);
       }
       if (got) break;
-      if (poll_) std::this_thread::yield();
+      if (wait_ == RingWait::poll) std::this_thread::yield();
+      if (wait_ == RingWait::socket) {
+        pollfd p{fd_, POLLIN, 0};
+        ::poll(&p, 1, -1);
+      }
     }
     arm_recv();
   }
@@ -63,18 +68,18 @@ class Side {
     io_uring_sqe_set_data64(s, recv_tag);
   }
   int fd_;
-  bool poll_;
+  RingWait wait_;
   io_uring ring_{};
   char buf_[8] = {};
 };
 
 }  // namespace
 
-double raw_ring_rtt(int fd_a, int fd_b, int round_trips, bool poll) {
+double raw_ring_rtt(int fd_a, int fd_b, int round_trips, RingWait wait) {
   std::string error;
   auto run = [&](int fd, bool first, double* seconds) {
     try {
-      Side side(fd, poll);
+      Side side(fd, wait);
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < round_trips; ++i) {
         if (first) {

@@ -463,15 +463,36 @@ struct TcpTransport::Impl {
     return completions.size();
   }
 
-  // Low-latency mode: polls for completions, yielding the CPU in between,
-  // for up to the spin budget (and at most `limit`) before the caller
-  // sleeps. True when something completed (then it must not sleep).
+  // Polls for completions, yielding the CPU in between, for up to the spin
+  // budget (and at most `limit`) before the caller sleeps. True when
+  // something completed (then it must not sleep).
+  //
+  // A yield hands the core to whatever else is runnable. A peer party
+  // sharing the core runs a round's work and yields back, but a busy
+  // process (a build, another service) keeps it for a whole time slice,
+  // milliseconds: then spinning costs far more than sleeping in the kernel,
+  // which wakes us as soon as data arrives. So a yield that comes back late
+  // pauses spinning for the next spin_pause waits; the first wait after
+  // that probes again.
+  static constexpr std::chrono::microseconds late_yield{500};
+  static constexpr std::uint32_t spin_pause = 256;
+  std::uint32_t spin_paused = 0;
+
   bool spin(std::chrono::nanoseconds limit) {
+    if (spin_paused > 0) {
+      --spin_paused;
+      return false;
+    }
     const auto until = SteadyClock::now() + std::min<std::chrono::nanoseconds>(options.spin, limit);
     for (;;) {
       if (collect(std::chrono::nanoseconds{0}) > 0) return true;
-      if (SteadyClock::now() >= until) return false;
+      const auto before = SteadyClock::now();
+      if (before >= until) return false;
       std::this_thread::yield();  // a peer sharing this core runs first
+      if (SteadyClock::now() - before > late_yield) {
+        spin_paused = spin_pause;
+        return collect(std::chrono::nanoseconds{0}) > 0;
+      }
     }
   }
 
