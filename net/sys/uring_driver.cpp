@@ -6,21 +6,12 @@
 // IORING_SETUP_DEFER_TASKRUN a socket that becomes readable only queues
 // work for this thread; it runs inside our next io_uring_enter(GETEVENTS),
 // so a busy-polling caller is not interrupted and a waiting one is woken once.
-//
-// Waiting sleeps in ppoll(2) on the sockets with an operation in flight
-// (and on the ring's own descriptor, for completions no socket announces),
-// then runs the deferred work without waiting. A socket's wake-up reaches a
-// sleeping thread as directly as a blocking recv's; io_uring_enter's wait
-// for a completion was measured 1.5x slower per round trip on a busy
-// machine (bench `net`, "bare io_uring" against "bare io_uring socket
-// wait").
 #include "io_driver.hpp"
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <unordered_map>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -73,13 +64,11 @@ class UringDriver final : public IoDriver {
       io_uring_prep_sendmsg(sqe, fd, &g.msg, MSG_NOSIGNAL);
     }
     io_uring_sqe_set_data64(sqe, tag);
-    in_flight_[tag] = pollfd{fd, POLLOUT, 0};
   }
   void recv(int fd, std::byte* data, std::size_t size, std::uint64_t tag) override {
     io_uring_sqe* sqe = get_sqe();
     io_uring_prep_recv(sqe, fd, data, size, 0);
     io_uring_sqe_set_data64(sqe, tag);
-    in_flight_[tag] = pollfd{fd, POLLIN, 0};
   }
   void cancel(int fd) override {
     io_uring_sqe* sqe = get_sqe();
@@ -96,46 +85,30 @@ class UringDriver final : public IoDriver {
 
   void wait(std::chrono::nanoseconds timeout, std::vector<Completion>& out) override {
     enable();
-    // Deferred task work runs only when asked for (GETEVENTS).
-    const int e = deferred_ ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_);
-    if (e < 0 && e != -EINTR && e != -EBUSY) fail("io_uring_submit", e);
-    if (reap(out) > 0 || timeout.count() <= 0) return;
-    sleep_until_ready(timeout);
-    const int again = deferred_ ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_);
-    if (again < 0 && again != -EINTR && again != -EBUSY) fail("io_uring_submit", again);
-    reap(out);
-  }
-
- private:
-  // Appends every available completion to `out`; returns how many.
-  std::size_t reap(std::vector<Completion>& out) {
     io_uring_cqe* cqe = nullptr;
+    int e;
+    if (timeout.count() <= 0) {
+      // Deferred task work runs only when asked for (GETEVENTS).
+      e = deferred_ ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_);
+      if (e < 0 && e != -EINTR && e != -EBUSY) fail("io_uring_submit", e);
+    } else {
+      __kernel_timespec ts{};
+      ts.tv_sec = static_cast<long long>(timeout.count() / 1000000000);
+      ts.tv_nsec = static_cast<long long>(timeout.count() % 1000000000);
+      e = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+      if (e < 0 && e != -ETIME && e != -EINTR && e != -EBUSY) fail("io_uring_submit_and_wait_timeout", e);
+    }
     unsigned head, seen = 0;
-    std::size_t added = 0;
     io_uring_for_each_cqe(&ring_, head, cqe) {
       ++seen;
       const std::uint64_t tag = io_uring_cqe_get_data64(cqe);
       if (tag == cancel_tag || tag == LIBURING_UDATA_TIMEOUT) continue;
-      in_flight_.erase(tag);
       out.push_back(Completion{tag, cqe->res});
-      ++added;
     }
     io_uring_cq_advance(&ring_, seen);
-    return added;
   }
 
-  // Sleeps until a socket with an operation in flight is ready, the ring
-  // has a completion, or `timeout` passes.
-  void sleep_until_ready(std::chrono::nanoseconds timeout) {
-    polled_.clear();
-    polled_.push_back(pollfd{ring_.ring_fd, POLLIN, 0});
-    for (const auto& [tag, p] : in_flight_) polled_.push_back(p);
-    timespec ts{};
-    ts.tv_sec = static_cast<long>(timeout.count() / 1000000000);
-    ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
-    if (::ppoll(polled_.data(), polled_.size(), &ts, nullptr) < 0 && errno != EINTR) fail("ppoll", -errno);
-  }
-
+ private:
   struct Gather {
     std::vector<iovec> iov;
     msghdr msg{};
@@ -170,8 +143,6 @@ class UringDriver final : public IoDriver {
   bool deferred_ = false;
   bool enabled_ = false;
   std::unordered_map<std::uint64_t, Gather> gathers_;
-  std::unordered_map<std::uint64_t, pollfd> in_flight_;  // by tag: the socket and what it waits for
-  std::vector<pollfd> polled_;
 };
 
 }  // namespace
