@@ -58,11 +58,6 @@ Task<typename P::Share> share_of(P& p, PartyId owner, const RingTensor& v) {
                  shape_of(v));
 }
 
-struct OpCost {
-  std::uint64_t rounds = 0;                // critical path
-  std::array<std::uint64_t, 3> bytes{};    // payload sent per party
-};
-
 // Every party sends one message to both others, twice: afterwards every
 // clock is equal (they differ by at most one after an input), so an op
 // measured from here starts its critical path at the same round everywhere.
@@ -108,7 +103,9 @@ CostWindow measure_window(const std::vector<RingTensor>& inputs, Op op, const Op
 }
 
 // Shares x from party 0 (seeded keys), aligns the clocks, then measures
-// op(Rss3&, share) alone.
+// op(Rss3&, share) alone. Rounds: the critical path; bytes: payload sent per
+// party (mpcache::OpCost, the type of the backends' cost models, so measured
+// and modelled costs compare directly).
 template <class Op>
 OpCost measure_op(const RingTensor& x, Op op, Rss3Options options) {
   const CostWindow w = measure_window<Rss3Party>(
