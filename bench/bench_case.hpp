@@ -40,6 +40,7 @@ struct Options {
   int spin_us = static_cast<int>(default_spin.count());  // with processes = 3: TcpOptions::spin (more: low-latency mode)
   int load = 0;           // threads kept busy while the benchmark runs (--load)
   std::string protocol = "rss3";  // micro, ops, paper-table2: rss3 | add2 (in-process)
+  std::string case_name;          // micro, ops, paper-table2: run only this case of the preset (--case)
 };
 
 }  // namespace mpcache::bench

@@ -30,9 +30,22 @@ class SectionClock final : public CaseClock {
   PartyId id_;
 };
 
+// The preset's cases, or only the one --case names (an unknown name is refused with the list).
+std::vector<OpCase> selected_cases(const std::string& preset, const Options& options) {
+  auto cases = preset_cases(preset, planning_link(options.link));
+  if (options.case_name.empty()) return cases;
+  std::string names;
+  for (auto& c : cases) {
+    if (c.name == options.case_name) return {std::move(c)};
+    names += (names.empty() ? "" : ", ") + c.name;
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "preset '" + preset + "' has no case '" + options.case_name + "' (" + names + ")");
+}
+
 std::vector<CaseResult> in_process(const std::string& preset, const Options& options) {
   std::vector<CaseResult> out;
-  for (const OpCase& c : preset_cases(preset, planning_link(options.link))) {
+  for (const OpCase& c : selected_cases(preset, options)) {
     CaseResult r = measure_case(c.name, c.elements, options,
                                 [&]<class P>(P& p, PartyId id, Section& section) -> Task<void> {
                                   SectionClock clock(section, id);
@@ -49,13 +62,14 @@ std::vector<CaseResult> in_process(const std::string& preset, const Options& opt
 // Three processes: the report of `mpcache local` becomes one row per case.
 // The model adds the same case's latency without emulation as compute.
 std::vector<CaseResult> three_processes(const std::string& preset, const Options& options) {
-  const std::string base = "--job " + preset + " --repeat " + std::to_string(options.repeat) +
+  const std::string job = options.case_name.empty() ? preset : selected_cases(preset, options).front().name;
+  const std::string base = "--job " + job + " --repeat " + std::to_string(options.repeat) +
                            (options.insecure ? " --insecure" : "") +
                            " --spin-us " + std::to_string(options.spin_us);
   const auto unemulated = run_local_job(base);
   const bool emulate = options.link.name != "none";
   const auto measured = emulate ? run_local_job(base + " --link " + options.link.name) : unemulated;
-  const auto notes = preset_cases(preset, planning_link(options.link));
+  const auto notes = selected_cases(preset, options);
   std::vector<CaseResult> out;
   for (std::size_t k = 0; k < measured["cases"].size(); ++k) {
     const auto& c = measured["cases"][k];
