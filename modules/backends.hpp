@@ -4,7 +4,7 @@
 // extern for everyone else. CMake reads this list too.
 //
 // Adding a backend: its partition and implementation under modules/proto
-// and src/proto (listed in CMakeLists.txt, exported by proto.cppm), then
+// and src/proto (CMake globs both; proto.cppm exports the partition), then
 // one X(...) here.
 #pragma once
 

@@ -79,6 +79,8 @@ inline void add_block_sort(std::vector<SortStep>& plan, std::size_t m, std::size
   for (std::size_t size = 2; size <= block; size *= 2)
     for (std::size_t j = size / 2; j >= 1; j /= 2) {
       SortStep step;
+      step.u.reserve(m / 2);
+      step.v.reserve(m / 2);
       for (std::size_t i = 0; i < m; ++i) {
         const std::size_t local = i % block;
         if (local & j) continue;
@@ -136,15 +138,18 @@ Task<typename P::Share> run_sort_plan(P& p, typename P::Share keys, const std::v
     const Share negated = p.neg(difference);  // < 0 where v holds the larger key
     const auto swap = co_await msb_bits(p, negated, width);
     const Share delta = co_await bit_times(p, swap, difference);
-    const Share new_u = p.add(ku, delta), new_v = p.sub(kv, delta);
-    const std::size_t m = P::shape(keys).back(), pairs = step.u.size();
-    std::vector<std::size_t> from(m);
-    std::iota(from.begin(), from.end(), std::size_t{0});
-    for (std::size_t t = 0; t < pairs; ++t) {
-      from[step.u[t]] = m + t;
-      from[step.v[t]] = m + pairs + t;
-    }
-    keys = take<P>(concat_last<P>(concat_last<P>(keys, new_u), new_v), from);
+    const Share exchanged = concat_last<P>(p.add(ku, delta), p.sub(kv, delta));  // (..., 2 pairs)
+    // Local, in place of every component: positions u[t] and v[t] take the exchanged keys.
+    keys = P::apply2(keys, exchanged, [&step](const RingTensor& k, const RingTensor& e) {
+      RingTensor out = k;
+      const std::size_t m = k.shape().back(), pairs = step.u.size(), rows = m ? k.size() / m : 0;
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t t = 0; t < pairs; ++t) {
+          out.data()[r * m + step.u[t]] = e.data()[r * 2 * pairs + t];
+          out.data()[r * m + step.v[t]] = e.data()[r * 2 * pairs + pairs + t];
+        }
+      return out;
+    });
     if (!step.keep.empty()) keys = take<P>(keys, step.keep);
   }
   co_return keys;

@@ -138,11 +138,26 @@ std::vector<RingTensor> share_components(const typename P::Share& a) {
   }
 }
 
+// Components of a share of P, counted without copying any of them.
+template <Protocol P>
+std::size_t share_component_count(const typename P::Share& a) {
+  if constexpr (ExactReals<P>) {
+    return 1;
+  } else {
+    std::size_t count = 0;
+    (void)P::apply(a, [&count](const RingTensor&) {
+      ++count;
+      return RingTensor{};
+    });
+    return count;
+  }
+}
+
 // The share whose components are `parts`; `layout` is any share of the
 // same backend and party (it says how many components there are).
 template <Protocol P>
 typename P::Share share_from_components(const typename P::Share& layout, std::vector<RingTensor> parts) {
-  const std::size_t count = share_components<P>(layout).size();
+  const std::size_t count = share_component_count<P>(layout);
   if (parts.size() != count)
     throw Error(ErrorCode::invalid_argument, "share_from_components: " + std::to_string(parts.size()) +
                                                  " components for a share of " + std::to_string(count));

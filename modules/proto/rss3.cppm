@@ -81,12 +81,10 @@ struct Rss3Options {
 
 class Rss3;
 
-// Exact cost of Rss3::msb_bits over n elements at `width` bits.
-struct Rss3MsbCost {
-  int group = 2;                           // low positions per first-round group
-  std::uint64_t rounds = 0;
-  std::array<std::uint64_t, 3> bytes{};    // payload sent by each party
-  std::uint64_t max_bytes() const { return std::max({bytes[0], bytes[1], bytes[2]}); }
+// Exact cost of Rss3::msb_bits over n elements at `width` bits (rounds and
+// each party's payload, with party 0 leading), and the group size it uses.
+struct Rss3MsbCost : OpCost {
+  int group = 2;  // low positions per first-round group
 };
 // group 0: the group size msb_bits picks (fewest rounds, then fewest bytes).
 Rss3MsbCost rss3_msb_cost(int width, std::size_t n, int group = 0);
@@ -108,7 +106,7 @@ struct Rss3Costs {
   // The call's lead is party (fork mod 3): party i pays what party
   // i - fork pays in rss3_msb_cost.
   static OpCost msb_bits(int width, std::size_t n, std::size_t fork) {
-    const Rss3MsbCost c = rss3_msb_cost(width, n);
+    const OpCost c = rss3_msb_cost(width, n);
     OpCost out{c.rounds, {}};
     for (std::size_t id = 0; id < 3; ++id) out.bytes[id] = c.bytes[(id + 3 - fork % 3) % 3];
     return out;

@@ -44,6 +44,13 @@ StreamId derive_stream(StreamId parent, std::uint64_t child) {
 
 struct Prg::Impl {
   EVP_CIPHER_CTX* ctx = nullptr;
+  // Where the keystream stands after the last fill: a fill that continues
+  // it (same stream, next block) skips re-initialising the context, which
+  // cost more than the AES of a small draw (one per round and party in a
+  // sort's layers).
+  bool positioned = false;
+  StreamId stream = 0;
+  std::uint64_t next_block = 0;
   ~Impl() { EVP_CIPHER_CTX_free(ctx); }
 };
 
@@ -61,12 +68,15 @@ Prg& Prg::operator=(Prg&&) noexcept = default;
 void Prg::fill(StreamId stream, std::uint64_t& block, std::span<Ring> out) const {
   const std::size_t blocks = (out.size() + 1) / 2;
   if (blocks == 0) return;
-  // Counter block: stream id (high 64 bits), block index (low 64 bits), big endian.
-  std::array<unsigned char, 16> iv{};
-  for (int i = 0; i < 8; ++i) iv[i] = static_cast<unsigned char>(stream >> (56 - 8 * i));
-  for (int i = 0; i < 8; ++i) iv[8 + i] = static_cast<unsigned char>(block >> (56 - 8 * i));
-  if (EVP_EncryptInit_ex(impl_->ctx, nullptr, nullptr, nullptr, iv.data()) != 1)
-    throw Error(ErrorCode::invalid_argument, "AES-CTR re-initialisation failed");
+  if (!impl_->positioned || impl_->stream != stream || impl_->next_block != block) {
+    // Counter block: stream id (high 64 bits), block index (low 64 bits), big endian.
+    std::array<unsigned char, 16> iv{};
+    for (int i = 0; i < 8; ++i) iv[i] = static_cast<unsigned char>(stream >> (56 - 8 * i));
+    for (int i = 0; i < 8; ++i) iv[8 + i] = static_cast<unsigned char>(block >> (56 - 8 * i));
+    if (EVP_EncryptInit_ex(impl_->ctx, nullptr, nullptr, nullptr, iv.data()) != 1)
+      throw Error(ErrorCode::invalid_argument, "AES-CTR re-initialisation failed");
+  }
+  impl_->positioned = false;  // until this fill has run to its end
   auto* bytes = reinterpret_cast<unsigned char*>(out.data());
   const std::size_t whole = out.size() / 2 * 16;
   std::memset(bytes, 0, out.size() * sizeof(Ring));
@@ -83,6 +93,11 @@ void Prg::fill(StreamId stream, std::uint64_t& block, std::span<Ring> out) const
       throw Error(ErrorCode::invalid_argument, "AES-CTR encryption failed");
     std::memcpy(bytes + whole, tail, sizeof(Ring));
   }
+  // Whole 16-byte blocks only (the tail used one whole), so the counter now
+  // stands at block + blocks.
+  impl_->positioned = true;
+  impl_->stream = stream;
+  impl_->next_block = block + blocks;
   block += blocks;
 }
 

@@ -88,19 +88,38 @@ Task<Rss3Share> Rss3::bit_dot(const Bits& b, const Share& x, int bits) {
   const Shape s = shape(x);
   if (s.empty() || s.back() == 0)
     throw Error(ErrorCode::invalid_argument, "rss3 bit_dot over an empty last axis, shape " + shape_string(s));
-  const std::size_t k = s.back();
-  const RingTensor one = ring_filled(s, Ring{1});
-  const Share bit{ring_and(b.own, one), ring_and(b.next, one)};
-  const Share b0 = component_arith(bit, 0), b1 = component_arith(bit, 1), b2 = component_arith(bit, 2);
-  const Share both = co_await mul(Share{concat(b0.own, b2.own), concat(b0.next, b2.next)},
-                                  Share{concat(b1.own, x.own), concat(b1.next, x.next)});
-  const Share b01{half(both.own, 0, s), half(both.next, 0, s)}, y{half(both.own, 1, s), half(both.next, 1, s)};
-  const Share t = add(add(b0, b1), mul_public(b01, ring_filled(s, Ring{0} - 2)));
-  RingTensor z = local_product(t, sub(x, add(y, y)));
-  ring_add_inplace(z, y.own);
+  const std::size_t k = s.back(), n = x.own.size();
+  const PartyId i = party_->id_, i_next = (i + 1) % 3;
+  // Round 1 multiplies (b0, b2) by (b1, x), flat, in one message. Party i
+  // holds bit components i (own) and i + 1 (next); the others are 0 here.
+  // Written as one loop: a sort layer's select is mostly this bookkeeping.
+  Share left{RingTensor::from_shape({2 * n}), RingTensor::from_shape({2 * n})};
+  Share right{RingTensor::from_shape({2 * n}), RingTensor::from_shape({2 * n})};
+  for (std::size_t q = 0; q < n; ++q) {
+    const Ring own = b.own.data()[q] & 1, next = b.next.data()[q] & 1;
+    left.own.data()[q] = i == 0 ? own : 0;  // b0
+    left.next.data()[q] = i_next == 0 ? next : 0;
+    left.own.data()[n + q] = i == 2 ? own : 0;  // b2
+    left.next.data()[n + q] = i_next == 2 ? next : 0;
+    right.own.data()[q] = i == 1 ? own : 0;  // b1
+    right.next.data()[q] = i_next == 1 ? next : 0;
+    right.own.data()[n + q] = x.own.data()[q];
+    right.next.data()[n + q] = x.next.data()[q];
+  }
+  const Share both = co_await mul(left, right);  // (b0 b1, y = b2 x)
+  // Round 2's local terms: t = b0 + b1 - 2 b0 b1, u = x - 2y, z = t u + y
+  // (y's own component), summed over the last axis.
   Shape out_shape = s;
   out_shape.back() = 1;
-  RingTensor summed = ring_reshape(ring_weighted_sum_last(z, std::vector<Ring>(k, Ring{1})), out_shape);
+  RingTensor summed = ring_zeros(out_shape);
+  for (std::size_t q = 0; q < n; ++q) {
+    const Ring b01_own = both.own.data()[q], b01_next = both.next.data()[q];
+    const Ring y_own = both.own.data()[n + q], y_next = both.next.data()[n + q];
+    const Ring t_own = left.own.data()[q] + right.own.data()[q] - 2 * b01_own;
+    const Ring t_next = left.next.data()[q] + right.next.data()[q] - 2 * b01_next;
+    const Ring u_own = x.own.data()[q] - 2 * y_own, u_next = x.next.data()[q] - 2 * y_next;
+    summed.data()[q / k] += t_own * (u_own + u_next) + t_next * u_own + y_own;
+  }
   ring_add_inplace(summed, zero_share(out_shape));
   if (bits > 0) co_return co_await reshare_truncated(std::move(summed), bits);
   co_return co_await reshare(std::move(summed));

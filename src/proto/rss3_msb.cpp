@@ -172,64 +172,56 @@ GroupForm group_form(const std::vector<Ring>& b, std::size_t words, int lo, int 
   return f;
 }
 
-RingTensor planes_slice(const RingTensor& t, std::size_t first, std::size_t count, std::size_t words) {
-  RingTensor out = RingTensor::from_shape({count * words});
-  std::copy(t.begin() + static_cast<std::ptrdiff_t>(first * words),
-            t.begin() + static_cast<std::ptrdiff_t>((first + count) * words), out.begin());
-  return out;
-}
-
-Rss3Bits bits_plane(const Rss3Bits& b, std::size_t i, std::size_t words) {
-  return {planes_slice(b.own, i, 1, words), planes_slice(b.next, i, 1, words)};
-}
-
-Rss3Bits bits_concat(const std::vector<const Rss3Bits*>& parts, std::size_t words) {
-  Rss3Bits out{RingTensor::from_shape({parts.size() * words}), RingTensor::from_shape({parts.size() * words})};
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    std::copy(parts[i]->own.begin(), parts[i]->own.end(), out.own.begin() + static_cast<std::ptrdiff_t>(i * words));
-    std::copy(parts[i]->next.begin(), parts[i]->next.end(), out.next.begin() + static_cast<std::ptrdiff_t>(i * words));
-  }
-  return out;
-}
-
 // The carry tree over the replicated planes of msb_planes' groups: G of
 // every group, P of all but the lowest, A's top bit. A level ANDs adjacent
 // groups (G = G_hi ^ P_hi G_lo, P = P_hi P_lo) in one message; the sign is
 // the last G XOR the top bit.
 Task<Rss3Bits> carry_tree(Rss3& proto, Rss3Bits shared, std::size_t count, std::size_t reshared, std::size_t words) {
   using Bits = Rss3Bits;
-  std::vector<Bits> g, p;
+  // Planes of both components, laid out flat: plane j at [j words, (j+1) words).
+  // g[j] is shared's plane j; p[j] its plane count - 1 + j (p[0] unused).
+  const auto copy_plane = [words](const Bits& from, std::size_t i, Bits& to, std::size_t j) {
+    for (const auto& [src, dst] : {std::pair{&from.own, &to.own}, std::pair{&from.next, &to.next}})
+      std::copy_n(src->data() + i * words, words, dst->data() + j * words);
+  };
+  const auto planes = [words](std::size_t n) {
+    return Bits{RingTensor::from_shape({n * words}), RingTensor::from_shape({n * words})};
+  };
+  Bits g = planes(count), p = planes(count);
   for (std::size_t k = 0; k < count; ++k) {
-    g.push_back(bits_plane(shared, k, words));
-    p.push_back(k > 0 ? bits_plane(shared, count - 1 + k, words) : Bits{});
+    copy_plane(shared, k, g, k);
+    if (k > 0) copy_plane(shared, count - 1 + k, p, k);
   }
-  const Bits top_bit = bits_plane(shared, reshared - 1, words);
-  while (g.size() > 1) {
-    const std::size_t k = g.size(), pairs = k / 2;
-    std::vector<const Bits*> left, right;
-    for (std::size_t j = 0; j < pairs; ++j) {
-      left.push_back(&p[2 * j + 1]);
-      right.push_back(&g[2 * j]);
+  Bits top_bit = planes(1);
+  copy_plane(shared, reshared - 1, top_bit, 0);
+  for (std::size_t k = count; k > 1;) {
+    const std::size_t pairs = k / 2, ands = 2 * pairs - 1, left_over = k % 2;
+    Bits left = planes(ands), right = planes(ands);
+    for (std::size_t j = 0, at = 0; j < pairs; ++j) {
+      copy_plane(p, 2 * j + 1, left, at);
+      copy_plane(g, 2 * j, right, at++);
       if (j > 0) {
-        left.push_back(&p[2 * j + 1]);
-        right.push_back(&p[2 * j]);
+        copy_plane(p, 2 * j + 1, left, at);
+        copy_plane(p, 2 * j, right, at++);
       }
     }
-    const Bits products = co_await proto.bits_and(bits_concat(left, words), bits_concat(right, words));
-    std::vector<Bits> g_next, p_next;
-    std::size_t at = 0;
-    for (std::size_t j = 0; j < pairs; ++j) {
-      g_next.push_back(proto.bits_xor(g[2 * j + 1], bits_plane(products, at++, words)));
-      p_next.push_back(j > 0 ? bits_plane(products, at++, words) : Bits{});
+    const Bits products = co_await proto.bits_and(left, right);
+    Bits g_next = planes(pairs + left_over), p_next = planes(pairs + left_over);
+    for (std::size_t j = 0, at = 0; j < pairs; ++j) {
+      copy_plane(products, at++, g_next, j);  // G = G_hi ^ P_hi G_lo
+      for (auto [dst, src] : {std::pair{&g_next.own, &g.own}, std::pair{&g_next.next, &g.next}})
+        for (std::size_t q = 0; q < words; ++q) dst->data()[j * words + q] ^= src->data()[(2 * j + 1) * words + q];
+      if (j > 0) copy_plane(products, at++, p_next, j);  // P = P_hi P_lo
     }
-    if (k % 2 == 1) {
-      g_next.push_back(std::move(g[k - 1]));
-      p_next.push_back(std::move(p[k - 1]));
+    if (left_over) {
+      copy_plane(g, k - 1, g_next, pairs);
+      copy_plane(p, k - 1, p_next, pairs);
     }
     g = std::move(g_next);
     p = std::move(p_next);
+    k = pairs + left_over;
   }
-  co_return proto.bits_xor(g[0], top_bit);
+  co_return proto.bits_xor(g, top_bit);  // g holds one plane now
 }
 
 }  // namespace

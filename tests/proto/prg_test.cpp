@@ -39,3 +39,27 @@ TEST_CASE("odd draws consume whole blocks and the output looks uniform") {
   }
   CHECK(random_prg_key() != random_prg_key());
 }
+
+// A fill that continues the last one's keystream skips re-keying the
+// cipher: values must be exactly those of a fresh PRG at the same position,
+// after odd draws and with other streams in between.
+TEST_CASE("continued, interleaved and odd draws equal fresh draws at their positions") {
+  const PrgKey key = insecure_prg_key(5, 6);
+  Prg reused(key);
+  std::uint64_t at7 = 0, at9 = 0;
+  std::vector<std::tuple<StreamId, std::uint64_t, std::size_t, RingTensor>> drawn;
+  const std::pair<StreamId, std::size_t> plan[] = {{7, 3}, {7, 4}, {9, 5}, {7, 1}, {7, 2}, {9, 2}, {9, 7}, {7, 8}};
+  for (const auto& [stream, n] : plan) {
+    std::uint64_t& at = stream == 7 ? at7 : at9;
+    const std::uint64_t start = at;
+    drawn.emplace_back(stream, start, n, reused.draw(stream, at, {n}));
+    CHECK(at == start + (n + 1) / 2);
+  }
+  for (const auto& [stream, start, n, values] : drawn) {
+    std::uint64_t at = start;
+    CHECK(Prg(key).draw(stream, at, {n}) == values);
+  }
+  // Going back to an earlier block re-keys: the same values again.
+  std::uint64_t again = 0;
+  CHECK(reused.draw(7, again, {3}) == std::get<3>(drawn.front()));
+}
