@@ -62,14 +62,14 @@ std::vector<CaseResult> in_process(const std::string& preset, const Options& opt
 // Three processes: the report of `mpcache local` becomes one row per case.
 // The model adds the same case's latency without emulation as compute.
 std::vector<CaseResult> three_processes(const std::string& preset, const Options& options) {
-  const std::string job = options.case_name.empty() ? preset : selected_cases(preset, options).front().name;
+  const auto cases = selected_cases(preset, options);  // for the notes, and --case's name
+  const std::string job = options.case_name.empty() ? preset : cases.front().name;
   const std::string base = "--job " + job + " --repeat " + std::to_string(options.repeat) +
                            (options.insecure ? " --insecure" : "") +
                            " --spin-us " + std::to_string(options.spin_us);
   const auto unemulated = run_local_job(base);
   const bool emulate = options.link.name != "none";
   const auto measured = emulate ? run_local_job(base + " --link " + options.link.name) : unemulated;
-  const auto notes = selected_cases(preset, options);
   std::vector<CaseResult> out;
   for (std::size_t k = 0; k < measured["cases"].size(); ++k) {
     const auto& c = measured["cases"][k];
@@ -87,7 +87,7 @@ std::vector<CaseResult> three_processes(const std::string& preset, const Options
     CaseResult compute = r;
     compute.latency_s = unemulated["cases"][k]["latency_s"].get<double>();
     r.model_s = model_seconds(compute, options.link);
-    for (const auto& n : notes)
+    for (const auto& n : cases)
       if (n.name == r.name) r.note = n.note;
     out.push_back(r);
   }
