@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
                  "bytes are the online parties', offline_bytes the dealer's)")
       ->check(CLI::IsMember({"rss3", "add2"}));
   app.add_option("--case", options.case_name,
-                 "micro, ops, paper-table2: run only the case of this name (e.g. sort-1024), to time or profile it alone");
+                 "micro, ops, paper-table2: run only the case of this name (e.g. sort-1024), to time or profile it alone; "
+                 "net: only the rows of one group (throughput-64MiB, rtt-8B, 3proc)");
   app.add_flag("--insecure", options.insecure, "with --processes 3: plain TCP instead of AES-GCM channels");
   app.add_option("--spin-us", options.spin_us,
                  "with --processes 3: parties poll up to this many microseconds before sleeping (0: off; 200-1000: low-latency mode)")

@@ -258,6 +258,7 @@ std::vector<CaseResult> process_rows(const Options& options) {
   for (bool encrypted : {false, true})
     for (const char* link : {"none", "lan"}) {
       Options o = options;
+      o.case_name.clear();  // --case named this group, not a micro case
       o.processes = 3;
       o.insecure = !encrypted;
       o.link = link_named(link);
@@ -272,10 +273,20 @@ std::vector<CaseResult> process_rows(const Options& options) {
 
 }  // namespace
 
+// Every group of rows, or only the one --case names.
 std::vector<CaseResult> net_preset(const Options& options) {
-  std::vector<CaseResult> out = throughput_rows(options);
-  for (auto& r : rtt_rows(options)) out.push_back(r);
-  for (auto& r : process_rows(options)) out.push_back(r);
+  using Group = std::vector<CaseResult> (*)(const Options&);
+  const std::vector<std::pair<std::string, Group>> groups = {
+      {"throughput-64MiB", throughput_rows}, {"rtt-8B", rtt_rows}, {"3proc", process_rows}};
+  std::vector<CaseResult> out;
+  std::string names;
+  for (const auto& [name, rows] : groups) {
+    names += (names.empty() ? "" : ", ") + name;
+    if (!options.case_name.empty() && options.case_name != name) continue;
+    for (auto& r : rows(options)) out.push_back(r);
+  }
+  if (out.empty())
+    throw Error(ErrorCode::invalid_argument, "preset 'net' has no case '" + options.case_name + "' (" + names + ")");
   return out;
 }
 

@@ -455,17 +455,22 @@ struct TcpTransport::Impl {
   }
 
   // Submits what is queued, waits up to `timeout` and handles what
-  // completed; returns how many operations completed.
+  // completed; returns how many of the completions may have woken a task:
+  // receives and failures (a send that went out wakes nobody).
   std::size_t collect(std::chrono::nanoseconds timeout) {
     completions.clear();
     driver->wait(timeout, completions);
-    for (const auto& c : completions) complete(c);
-    return completions.size();
+    std::size_t wakes = 0;
+    for (const auto& c : completions) {
+      complete(c);
+      if (c.tag % 2 == 1 || c.result < 0) ++wakes;
+    }
+    return wakes;
   }
 
   // Polls for completions, yielding the CPU in between, for up to the spin
   // budget (and at most `limit`) before the caller sleeps. True when
-  // something completed (then it must not sleep).
+  // something completed that may have woken a task (then it must not sleep).
   //
   // A yield hands the core to whatever else is runnable. A peer party
   // sharing the core runs a round's work and yields back, but a busy
@@ -659,9 +664,12 @@ void TcpTransport::poll(bool block) {
       timeout = std::min<std::chrono::nanoseconds>(timeout, *t - SteadyClock::now());
     // Zero only collects (a deadline just woke tasks); otherwise block.
     if (timeout.count() < 0) timeout = std::chrono::nanoseconds{1};
-    if (timeout.count() > 0 && I.options.spin.count() > 0 && I.spin(timeout)) timeout = {};
+    const bool woke = timeout.count() > 0 && I.options.spin.count() > 0 && I.spin(timeout);
+    // The spin collected what there is; another look would only cost a system call.
+    if (!woke) I.collect(timeout);
+  } else {
+    I.collect(timeout);
   }
-  I.collect(timeout);
   timers_.fire_due();
   I.check_deadlines();
 }

@@ -11,9 +11,14 @@
 // awaiting tasks get Error(network) naming the peer. Buffers the kernel may
 // still use are never freed: shutdown cancels and waits for completions.
 //
-// Round-trip cost: sends queued in a tick and receives re-armed after one
-// reach the kernel in the same system call that then waits (io_uring
-// submit-and-wait with deferred task work). Frames of 64 KiB and more go out
+// Round-trip cost (io_uring driver): a record goes out with one sendmsg(2)
+// when the socket takes it at once, as a round's record nearly always
+// does; receives are plain recv(2)s; a party that has only receives to wait
+// for sleeps in ppoll(2) on their sockets, whose wake-up runs it on the
+// sender's core as a blocking recv's would. A round thus costs a party
+// three system calls (send, sleep or yield, receive). The ring carries what
+// must wait in the kernel: a send the socket cannot take yet, and then the
+// receives too, in one io_uring_enter. Frames of 64 KiB and more go out
 // from their own payload buffers (gathered, never copied into the record)
 // and come in straight into the payload the receiver gets. A transport is
 // driven by one thread: the first that polls or sends through it.

@@ -6,7 +6,14 @@
 // IORING_SETUP_DEFER_TASKRUN a socket that becomes readable only queues
 // work for this thread; it runs inside our next io_uring_enter(GETEVENTS),
 // so a busy-polling caller is not interrupted and a waiting one is woken once.
+//
+// Receives do not go to the ring unless they must (direct_receives.hpp): they
+// are tried with recv(2), and a wait that has only receives to wait for
+// sleeps in ppoll(2) on their sockets, whose wake-up brings this thread to
+// the sender's core. Sends too are tried at once with sendmsg(2); the ring
+// gets what the socket refuses, and the cancels.
 #include "io_driver.hpp"
+#include "direct_receives.hpp"
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +55,13 @@ class UringDriver final : public IoDriver {
   void remove_fd(int) override {}
 
   void send(int fd, std::span<const ConstBuffer> pieces, std::uint64_t tag) override {
+    // Straight to the socket when it takes the data now, as it nearly always
+    // does a round's record: one send(2), no ring. The ring gets what the
+    // socket refuses (its buffer full) and waits for room.
+    if (const long sent = direct_send(fd, pieces); sent != -EAGAIN) {
+      done_.push_back(Completion{tag, sent});
+      return;
+    }
     io_uring_sqe* sqe = get_sqe();
     if (pieces.size() == 1) {
       io_uring_prep_send(sqe, fd, pieces[0].data, pieces[0].size, MSG_NOSIGNAL);
@@ -66,11 +80,10 @@ class UringDriver final : public IoDriver {
     io_uring_sqe_set_data64(sqe, tag);
   }
   void recv(int fd, std::byte* data, std::size_t size, std::uint64_t tag) override {
-    io_uring_sqe* sqe = get_sqe();
-    io_uring_prep_recv(sqe, fd, data, size, 0);
-    io_uring_sqe_set_data64(sqe, tag);
+    direct_.add(fd, data, size, tag);
   }
   void cancel(int fd) override {
+    direct_.cancel(fd, done_);
     io_uring_sqe* sqe = get_sqe();
     io_uring_prep_cancel_fd(sqe, fd, IORING_ASYNC_CANCEL_ALL);
     io_uring_sqe_set_data64(sqe, cancel_tag);
@@ -85,27 +98,42 @@ class UringDriver final : public IoDriver {
 
   void wait(std::chrono::nanoseconds timeout, std::vector<Completion>& out) override {
     enable();
-    io_uring_cqe* cqe = nullptr;
-    int e;
-    if (timeout.count() <= 0) {
-      // Deferred task work runs only when asked for (GETEVENTS).
-      e = deferred_ ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_);
+    const std::size_t before = out.size();
+    // What is done already: sends the socket took at once, cancelled
+    // receives, and the ring's completions (submitting what is queued;
+    // deferred task work runs only when asked for, GETEVENTS). These are
+    // reported first, the receives are looked at by the next call: right
+    // after a send, the reply is rarely there yet.
+    out.insert(out.end(), done_.begin(), done_.end());
+    done_.clear();
+    if (io_uring_sq_ready(&ring_) > 0 || in_ring_ > 0) {
+      const int e = deferred_ ? io_uring_submit_and_get_events(&ring_) : io_uring_submit(&ring_);
       if (e < 0 && e != -EINTR && e != -EBUSY) fail("io_uring_submit", e);
-    } else {
-      __kernel_timespec ts{};
-      ts.tv_sec = static_cast<long long>(timeout.count() / 1000000000);
-      ts.tv_nsec = static_cast<long long>(timeout.count() % 1000000000);
-      e = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
-      if (e < 0 && e != -ETIME && e != -EINTR && e != -EBUSY) fail("io_uring_submit_and_wait_timeout", e);
+      reap(out);
     }
-    unsigned head, seen = 0;
-    io_uring_for_each_cqe(&ring_, head, cqe) {
-      ++seen;
-      const std::uint64_t tag = io_uring_cqe_get_data64(cqe);
-      if (tag == cancel_tag || tag == LIBURING_UDATA_TIMEOUT) continue;
-      out.push_back(Completion{tag, cqe->res});
+    if (out.size() > before) return;
+    if (timeout.count() <= 0) {
+      direct_.collect(out);
+      return;
     }
-    io_uring_cq_advance(&ring_, seen);
+    if (in_ring_ == 0) {
+      direct_.wait(timeout, out);  // also when there is nothing to wait for: then it sleeps
+      return;
+    }
+    // The ring has work in flight (a send waiting for room, a cancel): one
+    // thread cannot sleep in both, so the receives go to the ring as well.
+    for (const auto& r : direct_.take_all()) {
+      io_uring_sqe* sqe = get_sqe();
+      io_uring_prep_recv(sqe, r.fd, r.data, r.size, 0);
+      io_uring_sqe_set_data64(sqe, r.tag);
+    }
+    io_uring_cqe* cqe = nullptr;
+    __kernel_timespec ts{};
+    ts.tv_sec = static_cast<long long>(timeout.count() / 1000000000);
+    ts.tv_nsec = static_cast<long long>(timeout.count() % 1000000000);
+    const int e = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+    if (e < 0 && e != -ETIME && e != -EINTR && e != -EBUSY) fail("io_uring_submit_and_wait_timeout", e);
+    reap(out);
   }
 
  private:
@@ -128,7 +156,39 @@ class UringDriver final : public IoDriver {
       fail("enabling the io_uring", -errno);
     enabled_ = true;
   }
+  // One sendmsg(2) that does not block: bytes sent, -EAGAIN when the socket
+  // takes nothing now, or another -errno.
+  long direct_send(int fd, std::span<const ConstBuffer> pieces) {
+    direct_iov_.clear();
+    for (std::size_t i = 0; i < pieces.size() && i < max_pieces; ++i)
+      direct_iov_.push_back(iovec{const_cast<std::byte*>(pieces[i].data), pieces[i].size});
+    msghdr msg{};
+    msg.msg_iov = direct_iov_.data();
+    msg.msg_iovlen = direct_iov_.size();
+    for (;;) {
+      const ssize_t sent = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (sent >= 0) return sent;
+      if (errno == EINTR) continue;
+      return errno == EWOULDBLOCK ? -EAGAIN : -long{errno};
+    }
+  }
+  // Appends the ring's completions (not the cancels' own) to out.
+  void reap(std::vector<Completion>& out) {
+    io_uring_cqe* cqe = nullptr;
+    unsigned head, seen = 0;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      ++seen;
+      const std::uint64_t tag = io_uring_cqe_get_data64(cqe);
+      if (tag == LIBURING_UDATA_TIMEOUT) continue;
+      --in_ring_;
+      if (tag == cancel_tag) continue;
+      out.push_back(Completion{tag, cqe->res});
+    }
+    io_uring_cq_advance(&ring_, seen);
+  }
+  // Every SQE is counted in in_ring_ until its completion is reaped.
   io_uring_sqe* get_sqe() {
+    ++in_ring_;
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (!sqe) {
       enable();
@@ -142,6 +202,14 @@ class UringDriver final : public IoDriver {
   io_uring ring_{};
   bool deferred_ = false;
   bool enabled_ = false;
+  // Operations handed to the ring (queued or submitted) whose completion has
+  // not been reaped yet.
+  std::size_t in_ring_ = 0;
+  DirectReceives direct_;
+  // Completions known without the ring (direct sends, cancelled receives),
+  // reported by the next wait().
+  std::vector<Completion> done_;
+  std::vector<iovec> direct_iov_;
   std::unordered_map<std::uint64_t, Gather> gathers_;
 };
 

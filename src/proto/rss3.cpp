@@ -90,7 +90,8 @@ void Rss3::send(PartyId to, const RingTensor& t, int low_bits) {
 
 Task<RingTensor> Rss3::recv(PartyId from, Shape shape, int low_bits) {
   auto bytes = co_await party_->endpoint_->recv(from, stream_, tag_);
-  co_return wire::unpack(bytes, shape, low_bits, who(party_->id_, stream_) + ": party " + std::to_string(from));
+  co_return wire::unpack(bytes, shape, low_bits,
+                         [&] { return who(party_->id_, stream_) + ": party " + std::to_string(from); });
 }
 
 // ---- input and output -------------------------------------------------------

@@ -22,13 +22,15 @@ inline std::vector<std::byte> pack_low(const RingTensor& t, int low_bits) {
   return packed;
 }
 
-// A received message as a tensor of `shape`; `what` names sender and
-// receiver in the error a message of the wrong size gets.
-inline RingTensor unpack(std::span<const std::byte> bytes, const Shape& shape, int low_bits, const std::string& what) {
+// A received message as a tensor of `shape`; what() names sender and
+// receiver in the error a message of the wrong size gets (built only then:
+// this runs for every message).
+template <class What>
+RingTensor unpack(std::span<const std::byte> bytes, const Shape& shape, int low_bits, What&& what) {
   const std::size_t width = bytes_per_word(low_bits);
   const std::size_t want = element_count(shape) * width;
   if (bytes.size() != want)
-    throw Error(ErrorCode::protocol, what + " sent " + std::to_string(bytes.size()) + " bytes, expected " +
+    throw Error(ErrorCode::protocol, what() + " sent " + std::to_string(bytes.size()) + " bytes, expected " +
                                          std::to_string(want) + " for shape " + shape_string(shape) +
                                          (width == sizeof(Ring) ? "" : " at " + std::to_string(width) + " bytes per word"));
   if (width == sizeof(Ring)) return ring_from_bytes(bytes, shape);
