@@ -1,6 +1,6 @@
 // Preset `net`: the TCP transport on loopback.
-//  * throughput of 64 MiB messages (io_uring, asio; plain and AES-GCM),
-//  * small-message round trip (io_uring, asio, each also in the low-latency
+//  * throughput of 64 MiB messages (io_uring, poll, asio; plain and AES-GCM),
+//  * small-message round trip (io_uring, poll, asio, each also in the low-latency
 //    mode, and a blocking-socket ping-pong baseline without any framework),
 //    each the median of interleaved runs; `--load N` keeps N more threads
 //    busy meanwhile,
@@ -85,7 +85,7 @@ std::vector<CaseResult> throughput_rows(const Options& options) {
   const std::size_t size = std::size_t{64} << 20;
   const int messages = std::max(2, options.repeat);
   for (bool encrypted : {false, true})
-    for (std::string backend : {"io_uring", "asio"}) {
+    for (std::string backend : {"io_uring", "poll", "asio"}) {
       const double s = two_parties(backend, encrypted, {0, 0}, [&](PartyId id, Endpoint& e) -> Task<double> {
         // One message per round trip (each acknowledged), after a warm-up
         // message that sizes the buffers. The payloads exist before the
@@ -214,6 +214,8 @@ std::vector<CaseResult> rtt_rows(const Options& options) {
       {"io_uring low-latency party 0 only", "io_uring", false, first_only},
       {"io_uring+aead", "io_uring", true, standard},
       {"io_uring+aead low-latency", "io_uring", true, both},
+      {"poll", "poll", false, standard},
+      {"poll low-latency", "poll", false, both},
       {"asio", "asio", false, standard},
       {"asio low-latency", "asio", false, both},
   };

@@ -36,8 +36,22 @@ void add_network_options(CLI::App& command, NetworkChoice& choice) {
         }
       },
       "lan|wan|none|RTT_MS:MBYTES_PER_S");
-  command.add_option("--transport", choice.transport, "auto (io_uring, else asio), uring or asio")
-      ->check(CLI::IsMember({"auto", "uring", "asio"}));
+  // The drivers' table (net/sys/drivers.cpp) decides what is accepted.
+  std::string drivers;
+  for (const auto& name : tcp_backend_names()) drivers += (drivers.empty() ? "" : "|") + name;
+  const auto transport_check = CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          (void)parse_backend(s);
+          return {};
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+      },
+      drivers);
+  command.add_option("--transport", choice.transport,
+                     "auto (the first driver that starts, in this order: " + drivers + "), a driver, or uring")
+      ->check(transport_check);
   command.add_option("--link", choice.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")->check(link_check);
   command
       .add_option("--spin-us", choice.spin_us,

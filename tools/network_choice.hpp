@@ -14,7 +14,7 @@ class App;
 namespace mpcache::tools {
 
 struct NetworkChoice {
-  std::string transport = "auto";  // auto (io_uring, else asio) | uring | asio
+  std::string transport = "auto";  // auto (io_uring, else poll) | uring | poll | asio
   std::string link = "none";       // emulated link: none | lan | wan | RTT_MS:MBYTES_PER_S
   int spin_us = static_cast<int>(default_spin.count());  // TcpOptions::spin (more: low-latency mode)
   bool insecure = false;           // plain TCP: no authentication, no encryption

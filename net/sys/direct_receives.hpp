@@ -27,6 +27,14 @@
 
 namespace mpcache::sys {
 
+// ppoll(2) for up to `timeout`; what it returns (EINTR, a signal, returns -1:
+// the caller's loop checks its deadlines and comes back).
+inline int sleep_in_ppoll(std::vector<pollfd>& fds, std::chrono::nanoseconds timeout) {
+  const timespec ts{static_cast<time_t>(timeout.count() / 1000000000),
+                    static_cast<long>(timeout.count() % 1000000000)};
+  return ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+}
+
 class DirectReceives {
  public:
   struct Receive {
@@ -78,12 +86,15 @@ class DirectReceives {
   // pending it just sleeps for `timeout`.
   std::size_t wait(std::chrono::nanoseconds timeout, std::vector<Completion>& out) {
     polled_.clear();
-    for (const Receive& r : pending_) polled_.push_back(pollfd{r.fd, POLLIN, 0});
-    const timespec ts{static_cast<time_t>(timeout.count() / 1000000000),
-                      static_cast<long>(timeout.count() % 1000000000)};
-    // EINTR: a signal; the caller's loop checks its deadlines and comes back.
-    if (::ppoll(polled_.data(), polled_.size(), &ts, nullptr) <= 0) return 0;
+    poll_fds(polled_);
+    if (sleep_in_ppoll(polled_, timeout) <= 0) return 0;
     return collect(out);
+  }
+
+  // Appends one pollfd (POLLIN) per pending receive, for a caller that
+  // sleeps on more than these sockets.
+  void poll_fds(std::vector<pollfd>& out) const {
+    for (const Receive& r : pending_) out.push_back(pollfd{r.fd, POLLIN, 0});
   }
 
  private:

@@ -7,6 +7,7 @@ namespace mpcache::sys {
 const std::vector<DriverChoice>& io_drivers() {
   static const std::vector<DriverChoice> drivers = {
       {"io_uring", {"uring"}, [] { return make_uring_driver(64); }},
+      {"poll", {}, [] { return make_poll_driver(); }},
       {"asio", {}, [] { return make_asio_driver(); }},
   };
   return drivers;

@@ -58,6 +58,8 @@ class IoDriver {
 // std::runtime_error naming the reason when the kernel refuses (old kernel,
 // seccomp, memlock limits).
 std::unique_ptr<IoDriver> make_uring_driver(unsigned entries = 64);
+// Non-blocking send(2)/recv(2) and ppoll(2) only (poll_driver.cpp).
+std::unique_ptr<IoDriver> make_poll_driver();
 // Standalone asio (epoll), one io_context per driver.
 std::unique_ptr<IoDriver> make_asio_driver();
 

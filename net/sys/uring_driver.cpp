@@ -14,6 +14,7 @@
 // gets what the socket refuses, and the cancels.
 #include "io_driver.hpp"
 #include "direct_receives.hpp"
+#include "direct_send.hpp"
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -29,9 +30,6 @@ namespace mpcache::sys {
 namespace {
 
 constexpr std::uint64_t cancel_tag = ~std::uint64_t{0} - 1;
-// A gathered send takes at most this many pieces; the rest goes in the next
-// send after the (then partial) completion.
-constexpr std::size_t max_pieces = 256;
 
 class UringDriver final : public IoDriver {
  public:
@@ -58,7 +56,7 @@ class UringDriver final : public IoDriver {
     // Straight to the socket when it takes the data now, as it nearly always
     // does a round's record: one send(2), no ring. The ring gets what the
     // socket refuses (its buffer full) and waits for room.
-    if (const long sent = direct_send(fd, pieces); sent != -EAGAIN) {
+    if (const long sent = send_now(fd, pieces, direct_iov_); sent != -EAGAIN) {
       done_.push_back(Completion{tag, sent});
       return;
     }
@@ -70,7 +68,7 @@ class UringDriver final : public IoDriver {
       // later submit: keep one per tag (one send in flight per descriptor).
       Gather& g = gathers_[tag];
       g.iov.clear();
-      for (std::size_t i = 0; i < pieces.size() && i < max_pieces; ++i)
+      for (std::size_t i = 0; i < pieces.size() && i < max_send_pieces; ++i)
         g.iov.push_back(iovec{const_cast<std::byte*>(pieces[i].data), pieces[i].size});
       g.msg = msghdr{};
       g.msg.msg_iov = g.iov.data();
@@ -161,22 +159,6 @@ class UringDriver final : public IoDriver {
     if (::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0)
       fail("enabling the io_uring", -errno);
     enabled_ = true;
-  }
-  // One sendmsg(2) that does not block: bytes sent, -EAGAIN when the socket
-  // takes nothing now, or another -errno.
-  long direct_send(int fd, std::span<const ConstBuffer> pieces) {
-    direct_iov_.clear();
-    for (std::size_t i = 0; i < pieces.size() && i < max_pieces; ++i)
-      direct_iov_.push_back(iovec{const_cast<std::byte*>(pieces[i].data), pieces[i].size});
-    msghdr msg{};
-    msg.msg_iov = direct_iov_.data();
-    msg.msg_iovlen = direct_iov_.size();
-    for (;;) {
-      const ssize_t sent = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (sent >= 0) return sent;
-      if (errno == EINTR) continue;
-      return errno == EWOULDBLOCK ? -EAGAIN : -long{errno};
-    }
   }
   // Appends the ring's completions (not the cancels' own) to out.
   void reap(std::vector<Completion>& out) {

@@ -25,7 +25,7 @@ std::vector<std::byte> pattern(std::size_t n, std::uint8_t seed) {
   return v;
 }
 
-const std::array<std::string, 2> backends{"io_uring", "asio"};
+const std::array<std::string, 3> backends{"io_uring", "poll", "asio"};
 
 // Party 0 sends `send_first` bytes to party 1 (if any), then waits for a
 // message from party 1 on stream 7; party 1's socket end is driven by hand
@@ -73,7 +73,7 @@ std::vector<unsigned char> record_header(std::uint32_t count, std::uint64_t body
 
 }  // namespace
 
-TEST_CASE("rss3 mul over socket pairs: exact bytes and rounds on both backends, also in the low-latency mode") {
+TEST_CASE("rss3 mul over socket pairs: exact bytes and rounds on every backend, also in the low-latency mode") {
   for (const std::string& backend : backends)
   for (int spin_us : {0, 500}) {
     CAPTURE(backend);
@@ -106,7 +106,7 @@ TEST_CASE("rss3 mul over socket pairs: exact bytes and rounds on both backends, 
   }
 }
 
-TEST_CASE("large messages survive short reads and writes, in order, on both backends") {
+TEST_CASE("large messages survive short reads and writes, in order, on every backend") {
   for (const std::string& backend : backends) {
     CAPTURE(backend);
     const std::size_t big = (8u << 20) + 13;
@@ -226,7 +226,7 @@ TEST_CASE("an oversized record length is refused before anything is allocated") 
   CHECK(contains(error, "party 1 sent a malformed record of 18446744073709551615 bytes"));
 }
 
-TEST_CASE("forcing io_uring when it is disabled is a clear error; auto falls back to asio") {
+TEST_CASE("forcing io_uring when it is disabled is a clear error; auto falls back to poll") {
   ::setenv("MPCACHE_DISABLE_IO_URING", "1", 1);
   {
     auto mesh = local_socket_mesh(2);
@@ -245,7 +245,7 @@ TEST_CASE("forcing io_uring when it is disabled is a clear error; auto falls bac
     Scheduler s;
     Endpoint e(s, 0, 2);
     TcpTransport t(s, e, std::move(mesh[0]), {});
-    CHECK(t.name() == "tcp/asio");
+    CHECK(t.name() == "tcp/poll");
     CHECK(t.fallback_reason() == "io_uring disabled by MPCACHE_DISABLE_IO_URING");
     for (int fd : mesh[1].fds) ::close(fd);
   }
@@ -366,12 +366,13 @@ TEST_CASE("transport drivers by name: canonical names, aliases, and unknown name
   CHECK(parse_backend("uring") == "io_uring");
   CHECK(parse_backend("io_uring") == "io_uring");
   CHECK(parse_backend("asio") == "asio");
+  CHECK(parse_backend("poll") == "poll");
   CHECK(parse_backend("auto") == "auto");
-  CHECK(tcp_backend_names() == std::vector<std::string>{"auto", "io_uring", "asio"});
+  CHECK(tcp_backend_names() == std::vector<std::string>{"auto", "io_uring", "poll", "asio"});
   try {
     (void)parse_backend("epoll");
     FAIL("an unknown driver was accepted");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("unknown transport backend 'epoll' (auto, io_uring, asio)") != std::string::npos);
+    CHECK(std::string(e.what()).find("unknown transport backend 'epoll' (auto, io_uring, poll, asio)") != std::string::npos);
   }
 }
