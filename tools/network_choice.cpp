@@ -25,33 +25,33 @@ std::vector<std::string> NetworkChoice::args() const {
   return out;
 }
 
-void add_network_options(CLI::App& command, NetworkChoice& choice) {
-  const auto link_check = CLI::Validator(
-      [](std::string& s) -> std::string {
+namespace {
+
+// A CLI check that runs `parse` on the value and reports what it throws.
+template <class Parse>
+CLI::Validator check_by(Parse parse, std::string description) {
+  return CLI::Validator(
+      [parse](std::string& s) -> std::string {
         try {
-          (void)link_named(s);
+          (void)parse(s);
           return {};
         } catch (const std::exception& e) {
           return e.what();
         }
       },
-      "lan|wan|none|RTT_MS:MBYTES_PER_S");
+      std::move(description));
+}
+
+}  // namespace
+
+void add_network_options(CLI::App& command, NetworkChoice& choice) {
+  const auto link_check = check_by([](const std::string& s) { return link_named(s); }, "lan|wan|none|RTT_MS:MBYTES_PER_S");
   // The drivers' table (net/sys/drivers.cpp) decides what is accepted.
   std::string drivers;
   for (const auto& name : tcp_backend_names()) drivers += (drivers.empty() ? "" : "|") + name;
-  const auto transport_check = CLI::Validator(
-      [](std::string& s) -> std::string {
-        try {
-          (void)parse_backend(s);
-          return {};
-        } catch (const std::exception& e) {
-          return e.what();
-        }
-      },
-      drivers);
   command.add_option("--transport", choice.transport,
                      "auto (the first driver that starts, in this order: " + drivers + "), a driver, or uring")
-      ->check(transport_check);
+      ->check(check_by([](const std::string& s) { return parse_backend(s); }, drivers));
   command.add_option("--link", choice.link, "emulated link: lan, wan, none or RTT_MS:MBYTES_PER_S")->check(link_check);
   command
       .add_option("--spin-us", choice.spin_us,

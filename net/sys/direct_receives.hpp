@@ -81,6 +81,26 @@ class DirectReceives {
     return done;
   }
 
+  // A wait up to the point of sleeping. Completions already in `out` (past
+  // `before`: sends, cancels) are reported first and the receives looked at
+  // by the next call (right after a send the reply is rarely there yet),
+  // but never deferred twice in a row, so a party that keeps sending still
+  // hears its peers; with nothing done, a zero timeout only looks. True when
+  // the wait is over; false when nothing is done and the caller may sleep.
+  bool look_before_sleeping(std::vector<Completion>& out, std::size_t before, std::chrono::nanoseconds timeout) {
+    const bool have_some = out.size() > before;
+    if (have_some && !deferred_) {
+      deferred_ = true;
+      return true;
+    }
+    deferred_ = false;
+    if (have_some || timeout.count() <= 0) {
+      collect(out);
+      return true;
+    }
+    return false;
+  }
+
   // Sleeps in ppoll(2) until a pending receive's socket is readable (or
   // closed, or in error) or `timeout` passes, then collects. With nothing
   // pending it just sleeps for `timeout`.
@@ -100,6 +120,7 @@ class DirectReceives {
  private:
   std::vector<Receive> pending_;
   std::vector<pollfd> polled_;
+  bool deferred_ = false;  // the last wait returned before looking at them
 };
 
 }  // namespace mpcache::sys

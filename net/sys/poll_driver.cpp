@@ -42,18 +42,7 @@ class PollDriver final : public IoDriver {
     out.insert(out.end(), done_.begin(), done_.end());
     done_.clear();
     retry_sends(out);
-    // As the io_uring driver: what is done is reported first, the receives
-    // are looked at by the next call, never deferred twice in a row.
-    const bool have_some = out.size() > before;
-    if (have_some && !receives_deferred_) {
-      receives_deferred_ = true;
-      return;
-    }
-    receives_deferred_ = false;
-    if (have_some || timeout.count() <= 0) {
-      receives_.collect(out);
-      return;
-    }
+    if (receives_.look_before_sleeping(out, before, timeout)) return;
     if (sends_.empty()) {
       receives_.wait(timeout, out);  // also when nothing is pending: then it sleeps
       return;
@@ -86,7 +75,6 @@ class PollDriver final : public IoDriver {
   DirectReceives receives_;
   std::vector<WaitingSend> sends_;
   std::vector<Completion> done_;
-  bool receives_deferred_ = false;
   std::vector<pollfd> polled_;
   std::vector<iovec> iov_;
 };

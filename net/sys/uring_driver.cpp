@@ -99,10 +99,8 @@ class UringDriver final : public IoDriver {
     const std::size_t before = out.size();
     // What is done already: sends the socket took at once, cancelled
     // receives, and the ring's completions (submitting what is queued;
-    // deferred task work runs only when asked for, GETEVENTS). These are
-    // reported first and the receives are looked at by the next call (right
-    // after a send the reply is rarely there yet), but never twice in a
-    // row: a party that keeps sending still hears its peers.
+    // deferred task work runs only when asked for, GETEVENTS). They go
+    // before the receives (DirectReceives::look_before_sleeping).
     out.insert(out.end(), done_.begin(), done_.end());
     done_.clear();
     if (io_uring_sq_ready(&ring_) > 0 || in_ring_ > 0) {
@@ -110,16 +108,7 @@ class UringDriver final : public IoDriver {
       if (e < 0 && e != -EINTR && e != -EBUSY) fail("io_uring_submit", e);
       reap(out);
     }
-    const bool have_some = out.size() > before;
-    if (have_some && !receives_deferred_) {
-      receives_deferred_ = true;
-      return;
-    }
-    receives_deferred_ = false;
-    if (have_some || timeout.count() <= 0) {
-      direct_.collect(out);
-      return;
-    }
+    if (direct_.look_before_sleeping(out, before, timeout)) return;
     if (in_ring_ == 0) {
       direct_.wait(timeout, out);  // also when there is nothing to wait for: then it sleeps
       return;
@@ -197,7 +186,6 @@ class UringDriver final : public IoDriver {
   // Completions known without the ring (direct sends, cancelled receives),
   // reported by the next wait().
   std::vector<Completion> done_;
-  bool receives_deferred_ = false;  // the last wait returned before looking at them
   std::vector<iovec> direct_iov_;
   std::unordered_map<std::uint64_t, Gather> gathers_;
 };

@@ -56,28 +56,33 @@ std::vector<std::byte> read_exactly(int fd, std::size_t n) {
   return got;
 }
 
-// Every driver these tests hold to, by name.
-const std::vector<std::pair<std::string, std::unique_ptr<IoDriver> (*)()>> drivers = {
-    {"io_uring", [] { return mpcache::sys::make_uring_driver(); }},
-    {"poll", mpcache::sys::make_poll_driver},
-};
-
-}  // namespace
-
-TEST_CASE("drivers: a send the socket takes leaves at once; a receive waits for data") {
+// Runs `test` on every driver these tests hold to, each over a fresh socket pair.
+void for_each_driver(const std::function<void(IoDriver& d, SocketPair& s)>& test) {
+  const std::vector<std::pair<std::string, std::unique_ptr<IoDriver> (*)()>> drivers = {
+      {"io_uring", [] { return mpcache::sys::make_uring_driver(); }},
+      {"poll", mpcache::sys::make_poll_driver},
+  };
   for (const auto& [name, make] : drivers) {
     CAPTURE(name);
     SocketPair s;
     auto d = make();
+    test(*d, s);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("drivers: a send the socket takes leaves at once; a receive waits for data") {
+  for_each_driver([](IoDriver& d, SocketPair& s) {
     const auto out_bytes = pattern(100, 1);
     const ConstBuffer piece{out_bytes.data(), out_bytes.size()};
-    d->send(s.fd[0], std::span(&piece, 1), 2);
+    d.send(s.fd[0], std::span(&piece, 1), 2);
     // Already on the socket, before any wait: no ring round in between.
     std::array<std::byte, 128> peer{};
     REQUIRE(::recv(s.fd[1], peer.data(), peer.size(), MSG_DONTWAIT) == 100);
     CHECK(std::equal(out_bytes.begin(), out_bytes.end(), peer.begin()));
     std::vector<Completion> done;
-    d->wait(std::chrono::nanoseconds{0}, done);
+    d.wait(std::chrono::nanoseconds{0}, done);
     REQUIRE(done.size() == 1);
     CHECK(done[0].tag == 2);
     CHECK(done[0].result == 100);
@@ -85,31 +90,28 @@ TEST_CASE("drivers: a send the socket takes leaves at once; a receive waits for 
     // A receive with nothing to read: a look finds nothing, a bounded wait
     // returns empty, then data from another thread completes it.
     std::array<std::byte, 64> in{};
-    d->recv(s.fd[0], in.data(), in.size(), 3);
+    d.recv(s.fd[0], in.data(), in.size(), 3);
     done.clear();
-    d->wait(std::chrono::nanoseconds{0}, done);
+    d.wait(std::chrono::nanoseconds{0}, done);
     CHECK(done.empty());
-    d->wait(std::chrono::milliseconds(5), done);
+    d.wait(std::chrono::milliseconds(5), done);
     CHECK(done.empty());
     const auto reply = pattern(10, 2);
     std::thread peer_thread([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       CHECK(::send(s.fd[1], reply.data(), reply.size(), 0) == 10);
     });
-    while (done.empty()) d->wait(std::chrono::seconds(10), done);
+    while (done.empty()) d.wait(std::chrono::seconds(10), done);
     peer_thread.join();
     REQUIRE(done.size() == 1);
     CHECK(done[0].tag == 3);
     CHECK(done[0].result == 10);
     CHECK(std::equal(reply.begin(), reply.end(), in.begin()));
-  }
+  });
 }
 
 TEST_CASE("drivers: a send the socket cannot take waits for room, and receives complete meanwhile") {
-  for (const auto& [name, make] : drivers) {
-    CAPTURE(name);
-    SocketPair s;
-    auto d = make();
+  for_each_driver([](IoDriver& d, SocketPair& s) {
     const std::size_t big = std::size_t{8} << 20;  // far more than the socket buffer
     const auto payload = pattern(big, 3);
     const auto reply = pattern(4, 4);
@@ -120,7 +122,7 @@ TEST_CASE("drivers: a send the socket cannot take waits for room, and receives c
       CHECK(::send(s.fd[1], reply.data(), reply.size(), 0) == 4);
     });
     std::array<std::byte, 16> in{};
-    d->recv(s.fd[0], in.data(), in.size(), 3);
+    d.recv(s.fd[0], in.data(), in.size(), 3);
     // As the transport does: one send in flight, resumed after each partial one.
     std::size_t sent = 0;
     bool send_inflight = false, received = false;
@@ -128,11 +130,11 @@ TEST_CASE("drivers: a send the socket cannot take waits for room, and receives c
     for (int waits = 0; (sent < big || !received) && waits < 100000; ++waits) {
       if (!send_inflight && sent < big) {
         const ConstBuffer rest{payload.data() + sent, big - sent};
-        d->send(s.fd[0], std::span(&rest, 1), 2);
+        d.send(s.fd[0], std::span(&rest, 1), 2);
         send_inflight = true;
       }
       std::vector<Completion> done;
-      d->wait(std::chrono::seconds(10), done);
+      d.wait(std::chrono::seconds(10), done);
       for (const auto& c : done) {
         if (c.tag == 2) {
           REQUIRE(c.result > 0);
@@ -152,43 +154,37 @@ TEST_CASE("drivers: a send the socket cannot take waits for room, and receives c
     CHECK(partial_sends > 1);  // the socket could not take it in one go
     CHECK(peer_got == payload);
     CHECK(std::equal(reply.begin(), reply.end(), in.begin()));
-  }
+  });
 }
 
 TEST_CASE("drivers: cancel completes a waiting receive; a closed peer completes one with 0") {
-  for (const auto& [name, make] : drivers) {
-    CAPTURE(name);
-    SocketPair s;
-    auto d = make();
+  for_each_driver([](IoDriver& d, SocketPair& s) {
     std::array<std::byte, 16> in{};
-    d->recv(s.fd[0], in.data(), in.size(), 5);
-    d->cancel(s.fd[0]);
+    d.recv(s.fd[0], in.data(), in.size(), 5);
+    d.cancel(s.fd[0]);
     std::vector<Completion> done;
-    d->wait(std::chrono::milliseconds(100), done);
+    d.wait(std::chrono::milliseconds(100), done);
     REQUIRE(done.size() == 1);
     CHECK(done[0].tag == 5);
     CHECK(done[0].result == -ECANCELED);
 
-    d->recv(s.fd[0], in.data(), in.size(), 7);
+    d.recv(s.fd[0], in.data(), in.size(), 7);
     ::close(s.fd[1]);
     s.fd[1] = -1;
     done.clear();
-    while (done.empty()) d->wait(std::chrono::seconds(10), done);
+    while (done.empty()) d.wait(std::chrono::seconds(10), done);
     REQUIRE(done.size() == 1);
     CHECK(done[0].tag == 7);
     CHECK(done[0].result == 0);
-  }
+  });
 }
 
 TEST_CASE("drivers: a party that keeps sending still hears its peer") {
-  for (const auto& [name, make] : drivers) {
-    CAPTURE(name);
-    SocketPair s;
-    auto d = make();
+  for_each_driver([](IoDriver& d, SocketPair& s) {
     const auto reply = pattern(6, 5);
     REQUIRE(::send(s.fd[1], reply.data(), reply.size(), 0) == 6);  // waiting before we look
     std::array<std::byte, 16> in{};
-    d->recv(s.fd[0], in.data(), in.size(), 3);
+    d.recv(s.fd[0], in.data(), in.size(), 3);
     const auto out_bytes = pattern(8, 6);
     const ConstBuffer piece{out_bytes.data(), out_bytes.size()};
     std::vector<std::uint64_t> first, second;
@@ -196,16 +192,16 @@ TEST_CASE("drivers: a party that keeps sending still hears its peer") {
     // Right after a send the driver reports the send and looks at receives
     // the next time, but not twice in a row: the second send's wait brings
     // the receive along.
-    d->send(s.fd[0], std::span(&piece, 1), 2);
-    d->wait(std::chrono::nanoseconds{0}, done);
+    d.send(s.fd[0], std::span(&piece, 1), 2);
+    d.wait(std::chrono::nanoseconds{0}, done);
     for (const auto& c : done) first.push_back(c.tag);
     done.clear();
-    d->send(s.fd[0], std::span(&piece, 1), 2);
-    d->wait(std::chrono::nanoseconds{0}, done);
+    d.send(s.fd[0], std::span(&piece, 1), 2);
+    d.wait(std::chrono::nanoseconds{0}, done);
     for (const auto& c : done) second.push_back(c.tag);
     CHECK(first == std::vector<std::uint64_t>{2});
     std::sort(second.begin(), second.end());
     CHECK(second == std::vector<std::uint64_t>{2, 3});
     CHECK(std::equal(reply.begin(), reply.end(), in.begin()));
-  }
+  });
 }
