@@ -32,7 +32,7 @@ inline constexpr StreamId abort_stream = ~StreamId{0} - 1;
 inline constexpr StreamId cancel_stream = ~StreamId{0} - 2;
 
 // Moves batches of frames between parties. Implementations: in-process
-// (:in_process) and TCP over io_uring or asio (:tcp), optionally behind the
+// (:in_process) and TCP over io_uring, poll or asio (:tcp), optionally behind the
 // link emulator (:link_emulation).
 class Transport {
  public:

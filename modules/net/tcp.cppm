@@ -1,8 +1,9 @@
 // TCP transport: one connection per party pair (from :connect), driven by
-// the caller's Scheduler through the IoSource hook (io_uring, or asio where
-// io_uring is unavailable or not wanted). Everything the endpoint flushes to
-// a peer in one tick goes out as one record (see :records) in one send
-// submission.
+// the caller's Scheduler through the IoSource hook, on one of the drivers
+// of net/sys/drivers.cpp: io_uring; poll (plain non-blocking send/recv and
+// ppoll) where io_uring cannot start; asio when asked for. Everything the
+// endpoint flushes to a peer in one tick goes out as one record (see
+// :records) in one send.
 //
 // At most one send and one receive are in flight per socket; short reads and
 // writes are resumed. A peer that closes, resets, stays silent past the
@@ -41,7 +42,7 @@ export namespace mpcache {
 inline constexpr std::chrono::microseconds default_spin{50};
 
 struct TcpOptions {
-  // "auto" (the first driver that starts: io_uring, else asio) or a
+  // "auto" (the first driver that starts: io_uring, poll, asio) or a
   // driver's name (tcp_backend_names()).
   std::string backend = "auto";
   // A peer this party waits for that sends nothing for this long, or that
@@ -79,9 +80,9 @@ class TcpTransport final : public Transport, public IoSource {
   TcpTransport& operator=(const TcpTransport&) = delete;
 
   void write(PartyId from, PartyId to, std::vector<Frame>&& batch) override;
-  // "tcp/<driver>" (tcp/io_uring, tcp/asio), plus "+aead" on encrypted channels.
+  // "tcp/<driver>" (tcp/io_uring, tcp/poll, tcp/asio), plus "+aead" on encrypted channels.
   std::string name() const override;
-  std::string backend() const;  // the driver's name: "io_uring", "asio"
+  std::string backend() const;  // the driver's name: "io_uring", "poll" or "asio"
   // Why the automatic choice passed over a driver ("" when it did not).
   const std::string& fallback_reason() const noexcept { return fallback_reason_; }
   bool encrypted() const noexcept;
