@@ -1,5 +1,5 @@
-// Receives taken with plain recv(2) instead of the ring, and the sleep in
-// ppoll(2) on their sockets (used by the io_uring driver).
+// Receives taken with plain recv(2) instead of a ring or a reactor, and the
+// sleep in ppoll(2) on their sockets (used by the io_uring and poll drivers).
 //
 // Why: a thread that sleeps in ppoll(2) or recv(2) on a socket is woken by
 // the socket itself, as a "sync" wake-up that the scheduler answers by
@@ -11,10 +11,10 @@
 // rows): the blocking baseline 13.8 us, the ring 16.8-19.7 us, plain recv
 // with a short spin and then ppoll 14.4-16.5 us.
 //
-// A receive stays here until it completes or is cancelled; the driver hands
-// it to the ring only when it must sleep while the ring has other work in
-// flight (a send the socket could not take at once), since one thread cannot
-// sleep in both at once.
+// A receive stays here until it completes or is cancelled; the io_uring
+// driver hands it to the ring only when it must sleep while the ring has
+// other work in flight (a send the socket could not take at once), since one
+// thread cannot sleep in both at once.
 #pragma once
 #include <cerrno>
 #include <chrono>
@@ -27,8 +27,8 @@
 
 namespace mpcache::sys {
 
-// ppoll(2) for up to `timeout`; what it returns (EINTR, a signal, returns -1:
-// the caller's loop checks its deadlines and comes back).
+// ppoll(2) for up to `timeout`, returning what ppoll returns. A signal makes
+// it return -1 (EINTR): the caller's loop checks its deadlines and comes back.
 inline int sleep_in_ppoll(std::vector<pollfd>& fds, std::chrono::nanoseconds timeout) {
   const timespec ts{static_cast<time_t>(timeout.count() / 1000000000),
                     static_cast<long>(timeout.count() % 1000000000)};
