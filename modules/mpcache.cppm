@@ -1,7 +1,6 @@
 // The whole public API in one import.
-module;
-#include "prelude.hpp"
 export module mpcache;
+import mpcache.std;
 export import mpcache.core;
 export import mpcache.async;
 export import mpcache.net;

@@ -1,9 +1,8 @@
-// The one set of headers that every module unit's global module fragment
-// includes, always first and in this order. clang-16 compares the global
-// fragments of imported modules and rejects standard-library templates whose
-// bodies differ by include order ("has different definitions in different
-// modules", llvm/llvm-project#63005); one shared prelude avoids that. Add a
-// header here rather than to a single unit's global fragment.
+// The standard headers (and xtensor) that mpcache uses. Only two kinds of
+// file include it: modules/std/std.cppm, the wrapper module that every
+// other module unit imports instead, and programs that are not module
+// units (tests, tools, bench), which include it first and then import.
+// Add a header here, and export its names from std.cppm.
 #pragma once
 #include <algorithm>
 #include <numeric>

@@ -1,6 +1,5 @@
-module;
-#include "prelude.hpp"
 module mpcache.net;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 

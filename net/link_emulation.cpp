@@ -1,7 +1,6 @@
 // Link emulation (see modules/net/link_emulation.cppm).
-module;
-#include "prelude.hpp"
 module mpcache.net;
+import mpcache.std;
 import mpcache.core;
 
 namespace mpcache {
@@ -19,7 +18,7 @@ void LinkEmulator::write(PartyId from, PartyId to, std::vector<Frame>&& batch) {
   free = depart;
   const auto arrive =
       depart + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(link_.rtt_s / 2));
-  auto shared = std::make_shared<std::vector<Frame>>(std::move(batch));
+  auto shared = make_shared<std::vector<Frame>>(std::move(batch));
   timers_.at(arrive, [this, from, to, shared] { inner_.write(from, to, std::move(*shared)); });
 }
 

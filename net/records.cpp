@@ -1,7 +1,6 @@
 // Record bodies (see modules/net/records.cppm).
-module;
-#include "prelude.hpp"
 module mpcache.net;
+import mpcache.std;
 import mpcache.core;
 
 namespace mpcache {

@@ -1,7 +1,6 @@
 // mpcache.async: lazy tasks, when_all, a single-threaded scheduler, sync_wait.
-module;
-#include "prelude.hpp"
 export module mpcache.async;
+import mpcache.std;
 export import :task;
 export import :scheduler;
 export import :when_all;

@@ -4,9 +4,8 @@
 // I/O sources are polled: blocking (one system call submits and waits) when
 // nothing is runnable, otherwise flushed so sends leave before more work runs. When every task waits and nothing is in flight, the
 // loop reports a deadlock naming what is being waited for instead of hanging.
-module;
-#include "prelude.hpp"
 export module mpcache.async:scheduler;
+import mpcache.std;
 
 export namespace mpcache {
 

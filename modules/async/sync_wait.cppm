@@ -1,7 +1,6 @@
 // sync_wait: run a task to completion on a scheduler from ordinary code.
-module;
-#include "prelude.hpp"
 export module mpcache.async:sync_wait;
+import mpcache.std;
 import :task;
 import :scheduler;
 

@@ -3,9 +3,8 @@
 // way when done, so chains of synchronous completions never grow the stack.
 // The frame is owned by the Task object: destroying an unawaited or finished
 // task frees everything, also when the body threw.
-module;
-#include "prelude.hpp"
 export module mpcache.async:task;
+import mpcache.std;
 
 export namespace mpcache {
 

@@ -2,9 +2,8 @@
 // run concurrently on the caller's scheduler, so their network messages
 // share ticks (and therefore round trips). If any child throws, the others
 // still run to completion and the first exception (by position) propagates.
-module;
-#include "prelude.hpp"
 export module mpcache.async:when_all;
+import mpcache.std;
 import :task;
 
 namespace mpcache::detail {

@@ -1,8 +1,7 @@
 // mpcache.core: party and stream ids, the ring Z_2^64, fixed-point encoding,
 // errors, cost counters, the link model.
-module;
-#include "prelude.hpp"
 export module mpcache.core;
+import mpcache.std;
 export import :ids;
 export import :error;
 export import :ring;

@@ -1,9 +1,8 @@
 // Communication cost counters, per party. Payload bytes are what protocols
 // send; frame bytes are the per-message headers, counted separately so that
 // payload figures match the textbook cost of each protocol exactly.
-module;
-#include "prelude.hpp"
 export module mpcache.core:cost;
+import mpcache.std;
 
 export namespace mpcache {
 

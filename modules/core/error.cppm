@@ -1,8 +1,7 @@
 // Errors the library reports: one exception type with a code the caller can
 // switch on, and a message that names what is wrong.
-module;
-#include "prelude.hpp"
 export module mpcache.core:error;
+import mpcache.std;
 
 export namespace mpcache {
 

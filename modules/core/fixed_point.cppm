@@ -1,7 +1,6 @@
 // Fixed-point encoding of reals in Z_2^64: x -> round(x * 2^f) mod 2^64.
-module;
-#include "prelude.hpp"
 export module mpcache.core:fixed_point;
+import mpcache.std;
 import :ring;
 
 export namespace mpcache {

@@ -1,9 +1,8 @@
 // Who talks and on which stream: the names every layer above core uses to
 // address a party or a sub-protocol, kept here so proto, kv and model need
 // not import net just to name a peer.
-module;
-#include "prelude.hpp"
 export module mpcache.core:ids;
+import mpcache.std;
 
 export namespace mpcache {
 

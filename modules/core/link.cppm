@@ -1,9 +1,8 @@
 // A network link between every pair of parties, and the one cost formula
 // built on it: rounds x RTT + bytes / bandwidth. Cost models pick algorithms
 // with it (ops), the bench reports model times with it, and net emulates it.
-module;
-#include "prelude.hpp"
 export module mpcache.core:link;
+import mpcache.std;
 
 export namespace mpcache {
 

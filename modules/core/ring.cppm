@@ -1,9 +1,8 @@
 // The ring Z_2^64 on xtensor tensors. Every share and every clear-text
 // fixed-point value is a RingTensor; arithmetic wraps modulo 2^64 by design
 // (unsigned overflow is defined), signed views are two's complement.
-module;
-#include "prelude.hpp"
 export module mpcache.core:ring;
+import mpcache.std;
 
 export namespace mpcache {
 

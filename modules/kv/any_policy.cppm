@@ -2,9 +2,8 @@
 // type-erased behind the same interface; Tee: one prefill feeding several
 // policies, so that a study prefills a prompt once and then decodes a copy
 // of the decoder per policy.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:any_policy;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

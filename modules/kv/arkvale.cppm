@@ -30,9 +30,8 @@
 // one chunk of pages at a time. The policy then keeps the cache itself
 // (OwnsCache): resident are the digests, the sink pages, the tail and one
 // chunk of pages (as many as the step picks) while a gather reads it.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:arkvale;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

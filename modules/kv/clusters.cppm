@@ -8,9 +8,8 @@
 // ops::cluster_gather (the paper's cluster-wise gather, one matmul) of a
 // table whose rows are each token's [key | value | position], not a
 // token-wise gather. InfLLM's blocks and MPCache's clusters use the same.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:clusters;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

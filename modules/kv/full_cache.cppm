@@ -1,8 +1,7 @@
 // FullCache: every cached token, every step (the baseline without a
 // policy).
-module;
-#include "prelude.hpp"
 export module mpcache.kv:full_cache;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

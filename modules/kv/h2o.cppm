@@ -3,9 +3,8 @@
 // hitters' positions are secret (top-k over secret scores); a token that
 // leaves the window competes with them by a top-k over secret scores
 // gathered at secret positions, so which token was evicted stays secret.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:h2o;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

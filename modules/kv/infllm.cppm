@@ -7,9 +7,8 @@
 // (rows from the block start to block end + local window); blocks formed
 // while decoding take them from the attention observed at decode steps.
 // Blocks are gathered like clusters (:clusters, ops::cluster_gather).
-module;
-#include "prelude.hpp"
 export module mpcache.kv:infllm;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

@@ -1,9 +1,8 @@
 // mpcache.kv: KV-cache policies behind one Policy concept (MPCache and the
 // baselines it is measured against), generic over the Protocol; one policy
 // per partition, and make_policy() to pick one by name.
-module;
-#include "prelude.hpp"
 export module mpcache.kv;
+import mpcache.std;
 export import :policy;
 export import :selection;
 export import :clusters;

@@ -1,9 +1,8 @@
 // LongCache: sinks + the recent window + the tokens between them whose keys
 // are most similar to the group's queries by cosine similarity q.k/|k|
 // (unit keys computed once per token, secret positions from a top-k).
-module;
-#include "prelude.hpp"
 export module mpcache.kv:longcache;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

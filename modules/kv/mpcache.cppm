@@ -12,9 +12,8 @@
 //  * layer index sharing: from layer 2 on, each odd layer reuses the previous
 //    layer's eviction and selection indices (no selection of its own).
 // Under MPC every index stays secret; sizes follow from the public budget.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:mpcache;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

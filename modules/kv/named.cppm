@@ -2,9 +2,9 @@
 // of mpcache.kv at a public budget of tokens per KV head per step, with its
 // default options ("mpcache" our defaults, "mpcache-paper" the paper's).
 module;
-#include "prelude.hpp"
 #include "backends.hpp"
 export module mpcache.kv:named;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

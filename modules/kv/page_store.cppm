@@ -11,9 +11,8 @@
 // a backing tier with oblivious recall; see ArkVale). The chunk size bounds
 // what a gather holds at once; it does not change the result, the rounds or
 // (on rss3, whose matmul_sum reshares once) the bytes.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:page_store;
+import mpcache.std;
 import mpcache.core;
 import mpcache.proto;
 import mpcache.ops;

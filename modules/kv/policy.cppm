@@ -10,9 +10,8 @@
 // A selection is returned as secret tensors (the gathered keys and values and
 // the integer positions they came from), never as clear indices, so the same
 // policy code runs under MPC. Its size is public and fixed by the budget.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:policy;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

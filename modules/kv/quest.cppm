@@ -4,9 +4,8 @@
 // over the group's query heads (cuboid_bound), gathered whole, and the
 // newest tokens. The bound's max is a comparison per page, dimension and
 // query head, all in one batch; page ids stay secret.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:quest;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

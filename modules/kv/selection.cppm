@@ -4,9 +4,8 @@
 // Everything secret stays secret: scores, indices and gathers use the
 // Protocol ops (top-k, one-hot, matmul); only sizes and public positions
 // (sinks, windows) are in the clear.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:selection;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

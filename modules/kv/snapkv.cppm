@@ -1,9 +1,8 @@
 // SnapKV (Li et al. 2024): the prefill's observation window votes for
 // prefix tokens (accumulated attention, max-pooled), the top ones are kept
 // once (secret positions); the recent window after. Budget B per KV head.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:snapkv;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

@@ -2,9 +2,8 @@
 // a public, fixed budget B = tokens attended per KV head per step (the
 // current token included). Positions are public, so nothing is compared:
 // the selection is rows of the cache.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:streaming_llm;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

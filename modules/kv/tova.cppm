@@ -1,9 +1,8 @@
 // TOVA (Oren et al. 2024): keeps the B - 1 tokens the current query attends
 // most (a top-k over the step's observed attention), evicting one per step;
 // the kept positions are secret.
-module;
-#include "prelude.hpp"
 export module mpcache.kv:tova;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

@@ -1,7 +1,6 @@
 // Model configuration from a Hugging Face config.json (LLaMA or GPT-2 keys).
-module;
-#include "prelude.hpp"
 export module mpcache.model:config;
+import mpcache.std;
 import mpcache.core;
 
 export namespace mpcache {

@@ -10,9 +10,9 @@
 // i + d/2). 1/sqrt(head_dim) is folded into the query weights at load time.
 // GeLU is the erf form (GPT-2's tanh "gelu_new" differs by < 3e-4).
 module;
-#include "prelude.hpp"
 #include "backends.hpp"
 export module mpcache.model:decoder;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

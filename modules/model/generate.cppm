@@ -15,9 +15,9 @@
 // comes mid-step, from any thread, cancels at the end of the loop's tick,
 // and every other party unwinds with Error(cancelled) naming this one.
 module;
-#include "prelude.hpp"
 #include "backends.hpp"
 export module mpcache.model:generate;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.net;

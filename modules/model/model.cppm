@@ -1,7 +1,6 @@
 // mpcache.model: model configuration and weight loading, LLaMA/GPT-2 decoder, private generation.
-module;
-#include "prelude.hpp"
 export module mpcache.model;
+import mpcache.std;
 export import :safetensors;
 export import :config;
 export import :weights;

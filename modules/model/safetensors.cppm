@@ -4,9 +4,8 @@
 // Every inconsistency (short file, bad header, offsets outside the data,
 // unknown dtype, missing tensor, unexpected shape) is an Error naming the
 // file and the tensor.
-module;
-#include "prelude.hpp"
 export module mpcache.model:safetensors;
+import mpcache.std;
 import mpcache.core;
 
 export namespace mpcache {

@@ -3,9 +3,9 @@
 // parties get nullopt and only learn the shape. Sources: a safetensors file,
 // or deterministic random weights for any config (benches, tests).
 module;
-#include "prelude.hpp"
 #include "backends.hpp"
 export module mpcache.model:weights;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;
@@ -48,7 +48,7 @@ class WeightSource {
  private:
   Getter get_;
   Finish finish_;
-  std::shared_ptr<std::set<std::string>> requested_ = std::make_shared<std::set<std::string>>();
+  std::shared_ptr<std::set<std::string>> requested_ = make_shared<std::set<std::string>>();
 };
 
 // Loads (and shape-checks) tensors from one safetensors file, kept open.

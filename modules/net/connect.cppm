@@ -2,9 +2,8 @@
 // of parties, checked by a hello and, on encrypted channels, keyed by an
 // authenticated key exchange (net/cluster.cpp over net/sys/connect and
 // net/sys/handshake).
-module;
-#include "prelude.hpp"
 export module mpcache.net:connect;
+import mpcache.std;
 import mpcache.core;
 
 export namespace mpcache {

@@ -16,9 +16,8 @@
 // (not only those from the cancelling party: a party waiting on a third one
 // would otherwise wait for a message that never comes). One party's caller
 // thus unwinds the whole computation at every party within a round trip.
-module;
-#include "prelude.hpp"
 export module mpcache.net:endpoint;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import :frame;

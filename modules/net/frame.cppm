@@ -2,9 +2,8 @@
 // wire it is a fixed 16-byte header followed by the payload:
 //   u64 stream id | u32 payload length | u32 sender's round clock   (little endian)
 // The clock lets the receiver count rounds along the critical path.
-module;
-#include "prelude.hpp"
 export module mpcache.net:frame;
+import mpcache.std;
 import mpcache.core;
 
 export namespace mpcache {

@@ -1,9 +1,8 @@
 // In-process transport: all parties in one process and one scheduler. A
 // batch written at the end of a tick is delivered at once; the woken
 // receivers run in the next tick. Used by tests and single-host benches.
-module;
-#include "prelude.hpp"
 export module mpcache.net:in_process;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import :frame;

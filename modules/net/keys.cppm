@@ -1,8 +1,7 @@
 // Party keys: the long-term Ed25519 key pair each party of an encrypted
 // cluster holds; peers pin its public half (see ConnectOptions).
-module;
-#include "prelude.hpp"
 export module mpcache.net:keys;
+import mpcache.std;
 
 export namespace mpcache {
 

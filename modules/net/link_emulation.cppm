@@ -1,8 +1,7 @@
 // Link emulation: a transport decorator that makes any transport behave as
 // if it ran over a given Link (core's link model).
-module;
-#include "prelude.hpp"
 export module mpcache.net:link_emulation;
+import mpcache.std;
 import mpcache.core;
 import :frame;
 import :endpoint;

@@ -1,9 +1,8 @@
 // mpcache.net: frames, endpoints with per-tick coalescing, transports, one
 // partition per job: timers, records, party keys, connection set-up, the TCP
 // transport, link emulation.
-module;
-#include "prelude.hpp"
 export module mpcache.net;
+import mpcache.std;
 export import :frame;
 export import :endpoint;
 export import :in_process;

@@ -4,9 +4,8 @@
 //   record = u32 magic "MPCR" | u32 frame count | u64 body length | body
 //   body   = frames (16-byte frame header + payload, see :frame)
 //            [AEAD-sealed, with a 16-byte tag, when the channel is encrypted]
-module;
-#include "prelude.hpp"
 export module mpcache.net:records;
+import mpcache.std;
 import mpcache.core;
 import :frame;
 

@@ -23,9 +23,8 @@
 // from their own payload buffers (gathered, never copied into the record)
 // and come in straight into the payload the receiver gets. A transport is
 // driven by one thread: the first that polls or sends through it.
-module;
-#include "prelude.hpp"
 export module mpcache.net:tcp;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import :frame;

@@ -1,9 +1,8 @@
 // Timers for the event loop: callbacks at points in time, run by the loop
 // that owns the queue (the TCP transport's, or a TimerLoop where nothing else
 // does I/O). Link emulation is built on them.
-module;
-#include "prelude.hpp"
 export module mpcache.net:timers;
+import mpcache.std;
 import mpcache.async;
 
 export namespace mpcache {

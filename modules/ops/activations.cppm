@@ -5,9 +5,8 @@
 //   SiLU: 0 below -10 | degree 5 on [-10, -3) | degree 8 on [-3, 3) |
 //         degree 5 on [3, 10) | x;  fit error <= 4.6e-4; total <= 1e-3 (tested)
 //   cost (rss3): 8 rounds (comparisons overlap the polynomials; tested)
-module;
-#include "prelude.hpp"
 export module mpcache.ops:activations;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

@@ -19,9 +19,8 @@
 //                     less_than then select)
 //   is_zero(a, w)     a == 0 for |a| < 2^w: A2B of w bits, AND tree, B2A
 //   equal(a, b, w)    is_zero(a - b, w): short values pay for w bits, not 64
-module;
-#include "prelude.hpp"
 export module mpcache.ops:compare;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

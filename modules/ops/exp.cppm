@@ -4,9 +4,8 @@
 //   range: x <= 0 (fixed point, 18 fraction bits)
 //   error: |exp_neg(x) - exp(x)| <= 2.5e-3 on [-14, 0], <= 1e-6 below (tested)
 //   cost (rss3): 10 rounds = max(truncate + 8 squarings, comparison) + select (tested)
-module;
-#include "prelude.hpp"
 export module mpcache.ops:exp;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

@@ -6,9 +6,8 @@
 //                   for term by term (a gather streamed from storage)
 // Cluster-wise gathering needs C (not T) one-hot columns and log2 C-bit
 // equalities, which is where MPCache saves most of the gather cost.
-module;
-#include "prelude.hpp"
 export module mpcache.ops:gather;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

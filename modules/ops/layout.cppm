@@ -3,9 +3,8 @@
 // KV cache and its summaries use (row ranges, stacking, transposes, tiling,
 // sums of row runs), are component-wise and need no messages; public
 // constants become shares through add_public.
-module;
-#include "prelude.hpp"
 export module mpcache.ops:layout;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

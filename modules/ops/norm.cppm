@@ -4,9 +4,8 @@
 // Range: rows whose variance + eps (LayerNorm) or mean square + eps
 // (RMSNorm) lies in [2^-10, 2^22).
 // Error: <= 2e-3 relative to the normalised scale (tested against float64).
-module;
-#include "prelude.hpp"
 export module mpcache.ops:norm;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

@@ -2,9 +2,8 @@
 // ceil(log2 C) bits once, then per class an AND of bit literals (the class
 // number is public, so literals are local XORs), then B2A. Cost is set by
 // log2 C, not by the ring width.
-module;
-#include "prelude.hpp"
 export module mpcache.ops:one_hot;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

@@ -1,8 +1,7 @@
 // mpcache.ops: fixed-point and selection functions written once, generic over
 // the Protocol concept (rss3, plain, ...).
-module;
-#include "prelude.hpp"
 export module mpcache.ops;
+import mpcache.std;
 export import :layout;
 export import :compare;
 export import :reduce;

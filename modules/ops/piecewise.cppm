@@ -5,9 +5,8 @@
 // A polynomial piece is fitted in t = (x - center) / half_width, t in [-1, 1],
 // so that coefficient rounding (2^-(f+1) each) costs at most sum|c| 2^-(f+1).
 //   cost (rss3): max(msb_bits: 6 at 64 bits, 2 + ceil(log2 degree)) + 2 rounds
-module;
-#include "prelude.hpp"
 export module mpcache.ops:piecewise;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

@@ -17,9 +17,8 @@
 //   error: relative <= 2e-4 + 2^-f/x (tested on dense samples of the range)
 //   cost (rss3): comparisons (msb_bits of w + 1 bits: 5 at w = 41 and at
 //     w <= 31, 4 at w = 22) + x' (bit_dot, 2) + 3 = 10 rounds (tested)
-module;
-#include "prelude.hpp"
 export module mpcache.ops:reciprocal;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

@@ -11,9 +11,8 @@
 // Comparisons may be narrowed to `width` bits when the caller bounds the
 // values: |x| < 2^(width-2) (fixed point, as ring integers).
 // Ties keep the lower index, so every backend returns the same index.
-module;
-#include "prelude.hpp"
 export module mpcache.ops:reduce;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

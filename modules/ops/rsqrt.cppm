@@ -16,9 +16,8 @@
 //   cost (rss3): 11 rounds: 5 for the highest bit (42-bit comparisons,
 //   msb_bits), x' and -b x' by bit_dot (2: B2A fused with the products), then 4
 //   (tested)
-module;
-#include "prelude.hpp"
 export module mpcache.ops:rsqrt;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

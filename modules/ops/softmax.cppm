@@ -6,9 +6,8 @@
 //   error: <= 4e-3 absolute per entry for n <= 1024 (tested against float64)
 //   cost (rss3): max (a tournament_plan, 43 rounds for 2 rows of 1000) +
 //     exp 11 + reciprocal 13 (sums below 2^11) + 1
-module;
-#include "prelude.hpp"
 export module mpcache.ops:softmax;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

@@ -20,9 +20,8 @@
 // Values must satisfy |value| < 2^(w - 2) with w = min(width, 64 - b): the
 // caller passes `width` from the bound its values have, and comparisons run
 // on w + b bits.
-module;
-#include "prelude.hpp"
 export module mpcache.ops:topk;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.proto;

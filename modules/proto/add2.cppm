@@ -49,9 +49,8 @@
 // c = x + 2^62 + r and take (c >> d) - (r >> d) + msb(r) (1 - msb(c))
 // 2^(64-d) - 2^(62-d): floor(x/2^d) or one more for every |x| < 2^62
 // (x + 2^62 < 2^63 wraps past 2^64 exactly when msb(r) and not msb(c)).
-module;
-#include "prelude.hpp"
 export module mpcache.proto:add2;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.net;
@@ -183,7 +182,7 @@ class Add2 {
   static Share apply(const Share& a, F&& f) {
     Share out{f(a.value), nullptr};
     if (a.fixed) {
-      auto mask = std::make_shared<Add2Mask>();
+      auto mask = make_shared<Add2Mask>();
       if (a.fixed->opened) mask->opened = f(*a.fixed->opened);
       if (a.fixed->mask) mask->mask = f(*a.fixed->mask);
       out.fixed = std::move(mask);

@@ -1,9 +1,8 @@
 // plain: the Protocol interface on clear-text fixed-point values in one
 // process. No messages, no rounds. Truncation is exact floor(x / 2^d), so
 // rss3 results equal plain results up to truncation's last-bit error.
-module;
-#include "prelude.hpp"
 export module mpcache.proto:plain;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import :rss3;

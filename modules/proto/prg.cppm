@@ -3,9 +3,8 @@
 // (stream id, block index), so every stream has its own key stream and
 // concurrent sub-protocols draw the same values at every party whatever
 // order their messages arrive in.
-module;
-#include "prelude.hpp"
 export module mpcache.proto:prg;
+import mpcache.std;
 import mpcache.core;
 
 export namespace mpcache {

@@ -1,7 +1,6 @@
 // mpcache.proto: the Protocol concept, the PRG, and the rss3, add2, plain and ref backends.
-module;
-#include "prelude.hpp"
 export module mpcache.proto;
+import mpcache.std;
 export import :protocol;
 export import :prg;
 export import :rss3;

@@ -8,9 +8,8 @@
 // local; mul/matmul/truncate/reveal are coroutines that may talk to peers.
 // Backends: rss3 (3 parties, replicated), add2 (2 parties, additive, with a
 // dealer of correlations), plain (clear fixed point), ref (float64).
-module;
-#include "prelude.hpp"
 export module mpcache.proto:protocol;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 

@@ -14,9 +14,8 @@
 // Comparisons through the boolean layer still work: to_bits rounds to the
 // nearest integer first (values that reach the boolean layer are integers or
 // fixed-point codes, whose last bit is noise anyway).
-module;
-#include "prelude.hpp"
 export module mpcache.proto:ref;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import :rss3;

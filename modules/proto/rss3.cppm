@@ -47,9 +47,8 @@
 //     prefills in 650; the risk adds up over every truncated element, so
 //     it grows with prompt length (a 1,000-token prompt: about 1 in 17),
 //     model width and depth. `mpcache generate` runs exact.
-module;
-#include "prelude.hpp"
 export module mpcache.proto:rss3;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.net;

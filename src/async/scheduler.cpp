@@ -1,6 +1,5 @@
-module;
-#include "prelude.hpp"
 module mpcache.async;
+import mpcache.std;
 import mpcache.core;
 
 namespace mpcache {

@@ -1,6 +1,5 @@
-module;
-#include "prelude.hpp"
 module mpcache.core;
+import mpcache.std;
 
 namespace mpcache {
 

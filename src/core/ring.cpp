@@ -1,8 +1,7 @@
 // Ring Z_2^64 kernels. Plain loops over contiguous data: the compiler
 // vectorises them, and they avoid xtensor expression overhead on hot paths.
-module;
-#include "prelude.hpp"
 module mpcache.core;
+import mpcache.std;
 
 namespace mpcache {
 

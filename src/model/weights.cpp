@@ -1,12 +1,11 @@
-module;
-#include "prelude.hpp"
 module mpcache.model;
+import mpcache.std;
 import mpcache.core;
 
 namespace mpcache {
 
 WeightSource weights_from_file(const std::filesystem::path& path, UnusedTensors unused) {
-  auto file = std::make_shared<SafeTensorsFile>(SafeTensorsFile::open(path));
+  auto file = make_shared<SafeTensorsFile>(SafeTensorsFile::open(path));
   auto get = [file](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
     if (!file->contains(name))
       throw Error(ErrorCode::format, file->path().string() + ": missing tensor '" + name + "'");

@@ -1,7 +1,6 @@
 // add2 set-up, plumbing, input/output, products and truncation (see add2.cppm).
-module;
-#include "prelude.hpp"
 module mpcache.proto;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.net;
@@ -138,7 +137,7 @@ Task<Add2Share> Add2::input(PartyId owner, std::optional<RingTensor> value, Shap
   if (value && shape_of(*value) != shape)
     throw Error(ErrorCode::invalid_argument, "add2 input: value has shape " + shape_string(shape_of(*value)) +
                                                  ", declared shape is " + shape_string(shape));
-  auto fixed = std::make_shared<Add2Mask>();
+  auto fixed = make_shared<Add2Mask>();
   if (dealer()) {
     fixed->mask = draw(static_cast<int>(owner), shape);
     co_return Share{ring_zeros(shape), std::move(fixed)};

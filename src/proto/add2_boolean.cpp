@@ -1,9 +1,8 @@
 // add2 boolean layer: XOR-shared words, AND gates from dealt boolean
 // triples, A2B (Kogge-Stone on the two components), B2A from dealt
 // doubly-shared bits, and bit_dot in one round.
-module;
-#include "prelude.hpp"
 module mpcache.proto;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 

@@ -14,9 +14,8 @@
 // A2B on whole words sends 24 words (192 bytes). Elements pack 64 to a word
 // (n not a multiple of 64 pays for the whole last word). Offline: one
 // correction bit per bit sent by one party.
-module;
-#include "prelude.hpp"
 module mpcache.proto;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 

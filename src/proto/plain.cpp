@@ -1,6 +1,5 @@
-module;
-#include "prelude.hpp"
 module mpcache.proto;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 

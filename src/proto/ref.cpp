@@ -1,5 +1,5 @@
 module;
-#include "prelude.hpp"
+#include "prelude.hpp"  // textual, not mpcache.std: the float64 maths uses xtensor's operators
 module mpcache.proto;
 import mpcache.core;
 import mpcache.async;

@@ -1,8 +1,7 @@
 // rss3 boolean layer: XOR-shared words, AND gates, A2B (carry-save +
 // Kogge-Stone), B2A of single bits and bit_dot (B2A fused with a product).
-module;
-#include "prelude.hpp"
 module mpcache.proto;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 

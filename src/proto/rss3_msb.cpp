@@ -16,9 +16,8 @@
 // never needed). All bits travel as planes packed 64 elements to a word.
 // Each party leads a third of the elements, so the lead's larger first
 // message is spread evenly.
-module;
-#include "prelude.hpp"
 module mpcache.proto;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 
