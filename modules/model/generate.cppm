@@ -5,9 +5,10 @@
 // `generate` is one party's side, generic over the Protocol, given a Decoder
 // and a KV policy; it reports each finished step (and, during the prefill,
 // each finished layer) through a GenerationObserver and keeps no state of its
-// own. `generate_party` is the whole rss3 job of one party over its Endpoint
-// (in-process, or TCP in its own process): pairwise keys, the client's
-// public job header, the model owner's weights, the policy, generation.
+// own. `generate_party` is one party's whole job, under rss3 or add2, over
+// its Endpoint (in-process, or TCP in its own process): pairwise keys, the
+// client's public job header, the model owner's weights, the policy,
+// generation.
 //
 // Cancellation: a stop requested on the token of a request (or of
 // generate_party) ends the generation with Error(cancelled) before the next

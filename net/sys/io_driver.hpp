@@ -1,6 +1,7 @@
 // Asynchronous socket I/O for the TCP transport, in plain (non-module) C++:
-// liburing and asio cannot be compiled inside a clang-16 module fragment, so
-// they live in ordinary translation units behind this std-only interface.
+// liburing, asio and the socket headers live in ordinary translation units
+// behind this std-only interface, so the module units that use it need no
+// system headers of their own.
 //
 // A driver starts sends and receives on file descriptors and reports their
 // completions. The caller keeps at most one send and one receive in flight

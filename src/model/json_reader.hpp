@@ -1,6 +1,8 @@
-// JSON parsing for the model loader, compiled in an ordinary (non-module)
-// translation unit: clang-16 cannot compile nlohmann/json inside a module
-// unit's global fragment. Errors are std::runtime_error with a message.
+// JSON parsing for the model loader: a thin adapter over nlohmann-json,
+// compiled in an ordinary (non-module) translation unit, so that module units
+// see only this small std-only interface and no second textual copy of the
+// standard headers (they import mpcache.std). Errors are std::runtime_error
+// with a message.
 #pragma once
 #include <cstddef>
 #include <cstdint>
