@@ -37,6 +37,13 @@ RingTensor ring_shift_right_logical(const RingTensor& a, int bits);
 RingTensor ring_matmul(const RingTensor& a, const RingTensor& b);
 // acc += a x b, shapes as above.
 void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTensor& b);
+// acc += a0 x (b0 + b1) + a1 x b0 in one pass over b (the rss3 local product
+// of two replicated shares); a0, a1 (m,k), b0, b1 (k,n), acc (m,n).
+void ring_matmul_rss3_accumulate(RingTensor& acc, const RingTensor& a0, const RingTensor& a1,
+                                 const RingTensor& b0, const RingTensor& b1);
+// Which SIMD level the ring kernels run at on this CPU: "avx512", "avx2" or
+// "scalar" (chosen at run time; the build stays portable).
+const char* ring_kernel_level();
 
 // Arithmetic (sign-extending) shift: floor(x / 2^bits) on the signed view.
 RingTensor ring_shift_floor(const RingTensor& a, int bits);

@@ -1,5 +1,8 @@
 // Ring Z_2^64 kernels. Plain loops over contiguous data: the compiler
 // vectorises them, and they avoid xtensor expression overhead on hot paths.
+// Matrix products go to ring_kernels.cpp (AVX-512 / AVX2 chosen at run time).
+module;
+#include "ring_kernels.hpp"
 module mpcache.core;
 import mpcache.std;
 
@@ -100,19 +103,23 @@ void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTens
     throw Error(ErrorCode::invalid_argument,
                 "ring_matmul_accumulate: accumulator is " + shape_string(shape_of(acc)) +
                     ", expected (" + std::to_string(m) + "," + std::to_string(n) + ")");
-  // i-k-j order: the inner loop streams rows of b and of the output.
-  const Ring* pa = a.data();
-  const Ring* pb = b.data();
-  Ring* pc = acc.data();
-  for (std::size_t i = 0; i < m; ++i) {
-    Ring* crow = pc + i * n;
-    for (std::size_t p = 0; p < k; ++p) {
-      const Ring aip = pa[i * k + p];
-      const Ring* brow = pb + p * n;
-      for (std::size_t j = 0; j < n; ++j) crow[j] += aip * brow[j];
-    }
-  }
+  kernels::matmul_accumulate(acc.data(), a.data(), b.data(), m, k, n);
 }
+
+void ring_matmul_rss3_accumulate(RingTensor& acc, const RingTensor& a0, const RingTensor& a1,
+                                 const RingTensor& b0, const RingTensor& b1) {
+  check_matmul_shapes(a0, b0, "ring_matmul_rss3");
+  require_same_shape(a0, a1, "ring_matmul_rss3 (left components)");
+  require_same_shape(b0, b1, "ring_matmul_rss3 (right components)");
+  const std::size_t m = a0.shape()[0], k = a0.shape()[1], n = b0.shape()[1];
+  if (acc.dimension() != 2 || acc.shape()[0] != m || acc.shape()[1] != n)
+    throw Error(ErrorCode::invalid_argument,
+                "ring_matmul_rss3_accumulate: accumulator is " + shape_string(shape_of(acc)) +
+                    ", expected (" + std::to_string(m) + "," + std::to_string(n) + ")");
+  kernels::matmul_rss3_accumulate(acc.data(), a0.data(), a1.data(), b0.data(), b1.data(), m, k, n);
+}
+
+const char* ring_kernel_level() { return kernels::kernel_level_name(kernels::detected_kernel_level()); }
 
 RingTensor ring_matmul(const RingTensor& a, const RingTensor& b) {
   check_matmul_shapes(a, b, "ring_matmul");

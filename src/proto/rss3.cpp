@@ -299,8 +299,9 @@ void Rss3::check_bits(int bits) {
 
 namespace {
 RingTensor local_matmul(const Rss3Share& a, const Rss3Share& b) {
-  RingTensor z = ring_matmul(a.own, ring_add(b.own, b.next));
-  ring_matmul_accumulate(z, a.next, b.own);
+  RingTensor z = ring_zeros({a.own.dimension() == 2 ? a.own.shape()[0] : 0,
+                             b.own.dimension() == 2 ? b.own.shape()[1] : 0});
+  ring_matmul_rss3_accumulate(z, a.own, a.next, b.own, b.next);  // checks the shapes
   return z;
 }
 }  // namespace
@@ -336,9 +337,8 @@ Task<Rss3Share> Rss3::matmul_sum(std::size_t terms, std::function<std::pair<Shar
       z = local_matmul(a, b);
       continue;
     }
-    // ring_matmul_accumulate names a term whose shape does not fit the first's.
-    ring_matmul_accumulate(*z, a.own, ring_add(b.own, b.next));
-    ring_matmul_accumulate(*z, a.next, b.own);
+    // The accumulate names a term whose shape does not fit the first's.
+    ring_matmul_rss3_accumulate(*z, a.own, a.next, b.own, b.next);
   }
   ring_add_inplace(*z, zero_share(shape_of(*z)));
   co_return co_await reshare(std::move(*z));
