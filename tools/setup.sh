@@ -11,7 +11,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 packages=(clang-19 clang-tools-19 libclang-rt-19-dev ninja-build liburing-dev
           libasio-dev xtensor-dev doctest-dev libssl-dev libcli11-dev
-          nlohmann-json3-dev pkg-config)
+          nlohmann-json3-dev pkg-config python3)
 # npm only fetches CMake; a Node.js install from elsewhere is fine.
 command -v npm >/dev/null || packages+=(npm)
 
