@@ -7,7 +7,8 @@
 #   -DWORK_DIR=dir              optional: emptied first; TMPDIR points at
 #                               dir/tmp, which must be empty again afterwards
 #                               (nothing left behind, e.g. secret keys)
-#   -DALSO_REGEX=re             must match too (optional)
+#   -DALSO_REGEX=re             must match too (optional); so must
+#   -DALSO_REGEX_2=re, _3, ...  each of these, as many as are defined
 #   -DEXTRA_ENV=NAME=VALUE|...  optional extra environment
 cmake_minimum_required(VERSION 3.28)
 string(REPLACE "|" ";" command "${COMMAND}")
@@ -43,6 +44,13 @@ endif()
 if(DEFINED ALSO_REGEX AND NOT ALSO_REGEX STREQUAL "" AND NOT all MATCHES "${ALSO_REGEX}")
   message(FATAL_ERROR "output does not match: ${ALSO_REGEX}")
 endif()
+set(n 2)
+while(DEFINED ALSO_REGEX_${n})
+  if(NOT all MATCHES "${ALSO_REGEX_${n}}")
+    message(FATAL_ERROR "output does not match: ${ALSO_REGEX_${n}}")
+  endif()
+  math(EXPR n "${n} + 1")
+endwhile()
 if(DEFINED REJECT_REGEX AND NOT REJECT_REGEX STREQUAL "" AND all MATCHES "${REJECT_REGEX}")
   message(FATAL_ERROR "output matches what it must not: ${REJECT_REGEX}")
 endif()
