@@ -1,6 +1,6 @@
 // The backends the library compiles once for: decoder, weight loading,
 // generation and the named policies are explicitly instantiated for each
-// (src/model/instantiate.cpp.in, src/kv/make_policy.cpp) and declared
+// (src/model/instantiate.cpp.in, src/kv/make_policy.cpp.in) and declared
 // extern for everyone else. CMake reads this list too.
 //
 // Adding a backend: its partition and implementation under modules/proto

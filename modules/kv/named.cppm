@@ -76,7 +76,7 @@ AnyPolicy<P> make_policy(const std::string& name, std::size_t budget) {
 
 }  // namespace mpcache::kv
 
-// Compiled once, in src/kv/make_policy.cpp, for the four backends: every
+// Compiled once, in src/kv/make_policy.cpp.in, for the four backends: every
 // program that names a policy would otherwise compile all of them for each.
 namespace mpcache::kv {
 #define MPCACHE_EXTERN_MAKE_POLICY(B) extern template AnyPolicy<B> make_policy<B>(const std::string&, std::size_t);

@@ -161,3 +161,15 @@ using __gnu_cxx::operator+; using __gnu_cxx::operator-; using __gnu_cxx::operato
 using __gnu_cxx::operator==;
 #endif
 }  // namespace mpcache
+
+// libstdc++'s vector and string iterators (__gnu_cxx::__normal_iterator) are
+// compared by operators in __gnu_cxx. Inside a template, a range-for over a
+// vector of a class member type finds them only by argument-dependent lookup
+// at instantiation, so they are exported where they are declared too (no
+// class template befriends them, so this is safe from the friend rule above).
+#if defined(__GLIBCXX__)
+export namespace __gnu_cxx {
+using __gnu_cxx::operator+; using __gnu_cxx::operator-; using __gnu_cxx::operator<=>;
+using __gnu_cxx::operator==;
+}  // namespace __gnu_cxx
+#endif
