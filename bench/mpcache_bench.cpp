@@ -18,6 +18,7 @@ int private_fidelity_main(int argc, char** argv);  // rss3 tokens vs the float64
 int truncation_audit_main(int argc, char** argv);  // expected truncation failures per call site
 int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-fig13, paper-table8, gpt2-512
 std::vector<CaseResult> net_preset(const Options& options);
+std::vector<CaseResult> kernels_preset(const Options& options);
 }
 
 namespace {
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
   mpcache::bench::Options options;
   app.add_option("--preset", preset, "benchmark preset")
       ->required()
-      ->check(CLI::IsMember({"micro", "ops", "paper-table2", "net"}));
+      ->check(CLI::IsMember({"micro", "ops", "paper-table2", "net", "kernels"}));
   std::string link = "none";
   app.add_option("--link", link,
                  "link for model_s: lan (377 MB/s, 0.3 ms RTT), wan (300 Mbit/s, 40 ms), none")
@@ -112,6 +113,7 @@ int main(int argc, char** argv) {
     if (preset == "micro" || preset == "ops" || preset == "paper-table2")
       rows = mpcache::bench::rss3_preset(preset, options);
     if (preset == "net") rows = mpcache::bench::net_preset(options);
+    if (preset == "kernels") rows = mpcache::bench::kernels_preset(options);
     if (json) {
       for (const auto& r : rows) std::cout << to_json(r, options.link).dump() << "\n";
     } else {

@@ -41,6 +41,9 @@ void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTens
 // of two replicated shares); a0, a1 (m,k), b0, b1 (k,n), acc (m,n).
 void ring_matmul_rss3_accumulate(RingTensor& acc, const RingTensor& a0, const RingTensor& a1,
                                  const RingTensor& b0, const RingTensor& b1);
+// The scalar i-k-j loop that the SIMD kernels are tested against, kept as
+// the reference: acc += a x b (benches time it beside the kernels).
+void ring_matmul_accumulate_reference(RingTensor& acc, const RingTensor& a, const RingTensor& b);
 // Which SIMD level the ring kernels run at on this CPU: "avx512", "avx2" or
 // "scalar" (chosen at run time; the build stays portable).
 const char* ring_kernel_level();

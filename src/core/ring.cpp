@@ -106,6 +106,13 @@ void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTens
   kernels::matmul_accumulate(acc.data(), a.data(), b.data(), m, k, n);
 }
 
+void ring_matmul_accumulate_reference(RingTensor& acc, const RingTensor& a, const RingTensor& b) {
+  check_matmul_shapes(a, b, "ring_matmul");
+  require_same_shape(acc, ring_zeros({a.shape()[0], b.shape()[1]}), "ring_matmul_accumulate_reference");
+  kernels::matmul_accumulate(kernels::KernelLevel::scalar, acc.data(), a.data(), b.data(), a.shape()[0],
+                             a.shape()[1], b.shape()[1]);
+}
+
 void ring_matmul_rss3_accumulate(RingTensor& acc, const RingTensor& a0, const RingTensor& a1,
                                  const RingTensor& b0, const RingTensor& b1) {
   check_matmul_shapes(a0, b0, "ring_matmul_rss3");
