@@ -16,7 +16,7 @@ namespace mpcache::bench {
 namespace {
 
 // The in-process Section, seen through one party's CaseClock.
-class SectionClock final : public CaseClock {
+class SectionClock final : public jobs::CaseClock {
  public:
   SectionClock(Section& section, PartyId id) : section_(section), id_(id) {}
   Task<void> begin() override {
@@ -31,8 +31,8 @@ class SectionClock final : public CaseClock {
 };
 
 // The preset's cases, or only the one --case names (an unknown name is refused with the list).
-std::vector<OpCase> selected_cases(const std::string& preset, const Options& options) {
-  auto cases = preset_cases(preset, planning_link(options.link));
+std::vector<jobs::OpCase> selected_cases(const std::string& preset, const Options& options) {
+  auto cases = jobs::preset_cases(preset, planning_link(options.link));
   if (options.case_name.empty()) return cases;
   std::string names;
   for (auto& c : cases) {
@@ -45,7 +45,7 @@ std::vector<OpCase> selected_cases(const std::string& preset, const Options& opt
 
 std::vector<CaseResult> in_process(const std::string& preset, const Options& options) {
   std::vector<CaseResult> out;
-  for (const OpCase& c : selected_cases(preset, options)) {
+  for (const jobs::OpCase& c : selected_cases(preset, options)) {
     CaseResult r = measure_case(c.name, c.elements, options,
                                 [&]<class P>(P& p, PartyId id, Section& section) -> Task<void> {
                                   SectionClock clock(section, id);
