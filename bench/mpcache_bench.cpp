@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   app.add_option("--processes", options.processes,
                  "micro, ops, paper-table2: 1 = three parties in this process; 3 = three processes "
-                 "over TCP on loopback (`mpcache local`), over the emulated --link")
+                 "over TCP on loopback (the job runner mpcache-party, as `mpcache local` runs them), over the "
+                 "emulated --link")
       ->check(CLI::IsMember({1, 3}));
   app.add_option("--protocol", options.protocol,
                  "micro, ops, paper-table2: rss3 (default) or add2 (parties 0 and 1 online, party 2 the dealer; "

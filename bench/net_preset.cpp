@@ -4,8 +4,9 @@
 //    mode, and a blocking-socket ping-pong baseline without any framework),
 //    each the median of interleaved runs; `--load N` keeps N more threads
 //    busy meanwhile,
-//  * mul-1M, fixed-mul-1M, matvec as three processes (`mpcache local`), with
-//    and without encryption, with and without `lan` emulation; with
+//  * mul-1M, fixed-mul-1M, matvec as three processes (rss3_preset with
+//    --processes 3: mpcache-jobs' run_local_job), with and without
+//    encryption, with and without `lan` emulation; with
 //    emulation, model_s is rounds x RTT + bytes / bandwidth + the measured
 //    latency of the same run without emulation.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
@@ -17,7 +18,6 @@
 #include <nlohmann/json.hpp>
 import mpcache;
 #include "bench_case.hpp"
-#include "local_job.hpp"
 #include "raw_ring_rtt.hpp"
 
 namespace mpcache::bench {

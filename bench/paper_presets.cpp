@@ -258,7 +258,7 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
     const WeightSource values = id == 0 ? random_weights(9, 1 / std::sqrt(3.0)) : no_weights();
     // A prepared cache stands for keys and values the model computed.
     auto secret = [&](const Shape& shape) -> Task<typename P::Share> {
-      co_return computed<P>(co_await ops::secret_real(p, 0, values("prepared-cache", shape), shape));
+      co_return jobs::computed<P>(co_await ops::secret_real(p, 0, values("prepared-cache", shape), shape));
     };
     kv::HeadCache<P> head{co_await secret({r.length, d}), co_await secret({r.length, d})};
     decoder.start_from_cache(policy, std::vector<std::vector<kv::HeadCache<P>>>(r.config.num_layers, {kvh, head}),

@@ -1,22 +1,22 @@
-// Presets `micro`, `ops` and `paper-table2`: the workloads of op_cases.cpp on
-// rss3 or add2 (--protocol), either as three parties in this process (in-process transport, one
-// thread, optionally over the emulated link) or, with --processes 3, as three
-// processes over TCP (`mpcache local`, encrypted unless --insecure, over the
-// emulated --link).
+// Presets `micro`, `ops` and `paper-table2`: the workloads of op_cases.cpp
+// (mpcache-jobs) on rss3 or add2 (--protocol), either as three parties in
+// this process (in-process transport, one thread, optionally over the
+// emulated link) or, with --processes 3, as three processes over TCP
+// (jobs::run_local_job starting the job runner mpcache-party, encrypted
+// unless --insecure, over the emulated --link).
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
-#include <cstdio>
 #include <nlohmann/json.hpp>
 import mpcache;
 #include "bench_case.hpp"
-#include "local_job.hpp"
 #include "op_cases.hpp"
+#include "party_job.hpp"
 #include "three_party.hpp"
 
 namespace mpcache::bench {
 namespace {
 
 // The in-process Section, seen through one party's CaseClock.
-class SectionClock final : public CaseClock {
+class SectionClock final : public jobs::CaseClock {
  public:
   SectionClock(Section& section, PartyId id) : section_(section), id_(id) {}
   Task<void> begin() override {
@@ -31,8 +31,8 @@ class SectionClock final : public CaseClock {
 };
 
 // The preset's cases, or only the one --case names (an unknown name is refused with the list).
-std::vector<OpCase> selected_cases(const std::string& preset, const Options& options) {
-  auto cases = preset_cases(preset, planning_link(options.link));
+std::vector<jobs::OpCase> selected_cases(const std::string& preset, const Options& options) {
+  auto cases = jobs::preset_cases(preset, planning_link(options.link));
   if (options.case_name.empty()) return cases;
   std::string names;
   for (auto& c : cases) {
@@ -45,7 +45,7 @@ std::vector<OpCase> selected_cases(const std::string& preset, const Options& opt
 
 std::vector<CaseResult> in_process(const std::string& preset, const Options& options) {
   std::vector<CaseResult> out;
-  for (const OpCase& c : selected_cases(preset, options)) {
+  for (const jobs::OpCase& c : selected_cases(preset, options)) {
     CaseResult r = measure_case(c.name, c.elements, options,
                                 [&]<class P>(P& p, PartyId id, Section& section) -> Task<void> {
                                   SectionClock clock(section, id);
@@ -59,17 +59,32 @@ std::vector<CaseResult> in_process(const std::string& preset, const Options& opt
   return out;
 }
 
-// Three processes: the report of `mpcache local` becomes one row per case.
-// The model adds the same case's latency without emulation as compute.
+// Three party processes on loopback (mpcache-party, started by
+// run_local_job: the code and report of `mpcache local`); the report, or an
+// Error with it if a party failed.
+nlohmann::json local_job(const jobs::LocalJob& job) {
+  const jobs::LocalJobResult result = jobs::run_local_job(job, {MPCACHE_PARTY_RUNNER});
+  if (result.stopped_by != 0)
+    throw Error(ErrorCode::cancelled, "three-process job '" + job.job + "': stopped by signal " +
+                                          std::to_string(result.stopped_by) + " (passed on to the parties)");
+  if (!result.report.value("ok", false))
+    throw Error(ErrorCode::network, "three-process job '" + job.job + "' failed: " + result.report.dump());
+  return result.report;
+}
+
+// Three processes: the merged report becomes one row per case. The model
+// adds the same case's latency without emulation as compute.
 std::vector<CaseResult> three_processes(const std::string& preset, const Options& options) {
   const auto cases = selected_cases(preset, options);  // for the notes, and --case's name
-  const std::string job = options.case_name.empty() ? preset : cases.front().name;
-  const std::string base = "--job " + job + " --repeat " + std::to_string(options.repeat) +
-                           (options.insecure ? " --insecure" : "") +
-                           " --spin-us " + std::to_string(options.spin_us);
-  const auto unemulated = run_local_job(base);
+  jobs::LocalJob job;  // transport auto, deadline 10 s: as `mpcache local`'s defaults
+  job.job = options.case_name.empty() ? preset : cases.front().name;
+  job.repeat = options.repeat;
+  job.network.insecure = options.insecure;
+  job.network.spin_us = options.spin_us;
+  const auto unemulated = local_job(job);
   const bool emulate = options.link.name != "none";
-  const auto measured = emulate ? run_local_job(base + " --link " + options.link.name) : unemulated;
+  job.network.link = options.link.name;
+  const auto measured = emulate ? local_job(job) : unemulated;
   std::vector<CaseResult> out;
   for (std::size_t k = 0; k < measured["cases"].size(); ++k) {
     const auto& c = measured["cases"][k];

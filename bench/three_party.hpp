@@ -7,7 +7,7 @@
 namespace mpcache::bench {
 
 struct Section {
-  std::array<SectionMark, 3> marks;  // per party
+  std::array<jobs::SectionMark, 3> marks;  // per party
   InProcessNetwork* network = nullptr;
 
   void begin(PartyId id) { marks[id].begin(network->endpoint(id)); }
@@ -56,7 +56,7 @@ Sample run_three_parties(Body body, const std::string& protocol, const Link* emu
   auto first_in = section.marks[0].start, last_out = section.marks[0].stop;
   CriticalPath path;
   for (std::size_t i = 0; i < 3; ++i) {
-    const SectionMark& m = section.marks[i];
+    const jobs::SectionMark& m = section.marks[i];
     s.costs[i] = m.costs();
     if (i >= online) continue;
     path.add(m.before.rounds, m.after.rounds);

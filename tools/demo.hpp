@@ -1,40 +1,12 @@
-// The arithmetic demo, y = (x W + b)^2 under rss3: the computation and its
-// check, written once and run by `mpcache demo` (three parties in this
-// process) and by `mpcache party --job demo` (one party of three processes).
-// Include after `import mpcache;`.
+// `mpcache demo`: the arithmetic demo (src/jobs/demo_job.hpp) with three parties in
+// this process, printed. Include after `import mpcache;`.
 #pragma once
+#include "demo_job.hpp"  // src/jobs: DemoOptions, the computation and its check
 
 namespace mpcache::tools {
 
-struct DemoOptions {
-  std::size_t in_features = 256;
-  std::size_t out_features = 64;
-  std::uint64_t seed = 1;
-};
-
-// The client's x (1 x in) and the model owner's W (in x out, scaled by
-// 1/sqrt(in)) and b (1 x out), drawn from `seed`.
-struct DemoData {
-  xt::xarray<double> x, w, b;
-};
-DemoData demo_data(const DemoOptions& options);
-
-// One party's part: the client (0) inputs x, the model owner (1) W and b;
-// only the client learns y (encoded), the others get nothing.
-Task<std::optional<RingTensor>> demo_party(Rss3& p, PartyId id, const DemoData& data);
-
-// y against float64, and the bound the error must stay within: inputs rounded
-// to 2^-19, each truncation off by at most 2^-18, |h| <= sum|x||w| + |b|.
-struct DemoCheck {
-  xt::xarray<double> y;
-  double max_error = 0;
-  double bound = 0;
-  bool ok() const { return max_error <= bound; }
-};
-DemoCheck demo_check(const DemoData& data, const RingTensor& y_encoded);
-
 // Three parties in this process; prints y, the error and the costs. Returns
 // 0 when y matches float64 within the bound and only the client learned it.
-int run_demo(const DemoOptions& options);
+int run_demo(const jobs::DemoOptions& options);
 
 }  // namespace mpcache::tools

@@ -242,7 +242,7 @@ void write_json_lines(const std::string& path, const std::vector<json>& lines) {
   if (path.empty()) return;
   std::string text;
   for (const auto& l : lines) text += l.dump() + "\n";
-  write_text_file(path, text, false);
+  jobs::write_text_file(path, text, false);
 }
 
 GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<std::uint32_t>* prompt) {
@@ -317,7 +317,7 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
 
 int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& prompt) {
   Scheduler scheduler;
-  StopOnSignal stop(scheduler);
+  jobs::StopOnSignal stop(scheduler);
   InProcessNetwork network(scheduler, 3);
   std::optional<TimerLoop> timers;
   std::optional<LinkEmulator> emulator;
@@ -372,7 +372,7 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     write_json_lines(o.json, lines);
   };
   try {
-    const ClusterConfig config = read_cluster_config(o.config);
+    const jobs::ClusterConfig config = jobs::read_cluster_config(o.config);
     if (o.id < 0 || static_cast<std::size_t>(o.id) >= config.parties.size())
       throw Error(ErrorCode::bad_party, "--id " + std::to_string(o.id) + " is not a party of " + o.config);
     const auto id = static_cast<PartyId>(o.id);
@@ -380,9 +380,9 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     if (id == client_id && !prompt) throw Error(ErrorCode::invalid_argument, "party 0 (the client) needs --prompt");
     const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : config.timeout_ms;
     Scheduler scheduler;
-    StopOnSignal stop(scheduler);
+    jobs::StopOnSignal stop(scheduler);
     Endpoint endpoint(scheduler, id, config.parties.size());
-    ClusterConnection connection(scheduler, endpoint, config, o.config, id, o.network, timeout_ms);
+    jobs::ClusterConnection connection(scheduler, endpoint, config, o.config, id, o.network, timeout_ms);
     TcpTransport& transport = connection.transport();
     const std::string transport_name = endpoint.transport()->name();
     party["transport"] = transport_name;
@@ -444,16 +444,16 @@ std::vector<json> read_json_lines(const std::string& path) {
 
 // Three party processes on loopback, fresh keys; the client's stdout is ours.
 int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& prompt, const std::string& self) {
-  const auto [fault_party, fault_kind] = parse_fault(o.fault, {"exit"});
+  const auto [fault_party, fault_kind] = jobs::parse_fault(o.fault, {"exit"});
   if (fault_party >= 0 && o.tokens < 3)
     throw Error(ErrorCode::invalid_argument, "--fault: the party dies after decode step 1, so --tokens must be >= 3");
   const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : default_generate_timeout_ms;
-  LocalCluster cluster(o.network.insecure, timeout_ms);
+  jobs::LocalCluster cluster(o.network.insecure, timeout_ms);
   const std::string prompt_file = cluster.file("prompt.txt");  // read by party 0 only
-  write_text_file(prompt_file, std::string(prompt.begin(), prompt.end()), true);
-  std::vector<PartyProcess> processes;
+  jobs::write_text_file(prompt_file, std::string(prompt.begin(), prompt.end()), true);
+  std::vector<jobs::PartyProcess> processes;
   for (int i = 0; i < 3; ++i) {
-    PartyProcess p;
+    jobs::PartyProcess p;
     p.args = {self, "generate", "--config", cluster.config_path(), "--id", std::to_string(i), "--model",
               o.model_dir, "--tokens", std::to_string(o.tokens), "--policy", o.policy, "--budget",
               std::to_string(o.budget), "--protocol", o.protocol, "--truncation", o.truncation, "--json",
@@ -472,7 +472,7 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
   bool killed_late = false;
   int stopped_by = 0;
   const auto exits =
-      run_party_processes(processes, fault_party, 3 * timeout_ms + 3600 * 1000, &killed_late, &stopped_by);
+      jobs::run_party_processes(processes, fault_party, 3 * timeout_ms + 3600 * 1000, &killed_late, &stopped_by);
 
   std::array<std::vector<json>, 3> rows;
   json parties = json::array();
@@ -535,7 +535,7 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
   const bool has_prompt = !party_mode || o.id == static_cast<int>(client_id);
   std::vector<std::uint32_t> prompt;
   if (has_prompt) {
-    prompt = bytes_of(o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file"));
+    prompt = bytes_of(o.prompt_file.empty() ? o.prompt : jobs::read_text_file(o.prompt_file, "prompt file"));
     if (prompt.empty()) throw Error(ErrorCode::invalid_argument, "empty prompt");
     if (prompt.size() + o.tokens > c.max_positions)
       throw Error(ErrorCode::invalid_argument,

@@ -10,7 +10,7 @@
 //   * --in-process: all three parties in this process (debugging).
 // Include after `import mpcache;`.
 #pragma once
-#include "network_choice.hpp"
+#include "network_choice.hpp"  // src/jobs
 #include <cstddef>
 #include <string>
 
@@ -30,7 +30,7 @@ struct GenerateOptions {
   std::string policy = "mpcache";    // mpcache | mpcache-paper | full
   std::string protocol = "rss3";     // rss3 | add2 (party 2 is the dealer)
   std::string truncation = "exact";  // exact | probabilistic (one round less per product, may fail: rss3.cppm)
-  NetworkChoice network;             // TCP parties: backend, spin, encryption, emulated link
+  jobs::NetworkChoice network;       // TCP parties: backend, spin, encryption, emulated link
   int timeout_ms = -1;               // peer silence deadline (-1: the config's, else default_generate_timeout_ms)
   bool allow_unused_weights = false; // run even if the config leaves tensors of the file unused
   bool in_process = false;

@@ -8,9 +8,9 @@
 import mpcache;
 #include "demo.hpp"
 #include "generate.hpp"
-#include "party.hpp"
-#include "local_cluster.hpp"
 #include "install_paths.hpp"
+#include "local_cluster.hpp"
+#include "party.hpp"
 
 namespace {
 
@@ -20,12 +20,8 @@ const std::string default_prompt =
 const std::string truncation_help =
     "exact (default), or probabilistic: one round less per product, but each truncated value is garbage with "
     "probability |x|/2^64 (about 1 prompt in 300 at 57 bytes, more with longer prompts)";
-// Jobs: demo, or benchmark cases (bench/cases/op_cases.hpp), checked when the job starts.
-const std::string jobs_help =
-    "demo, a benchmark preset (micro, ops, paper-table2) or one of its cases (mul-1M, "
-    "fixed-mul-1M, matvec, compare-100k, softmax-1024, table2-cluster, ...)";
 
-CLI::App* add_demo(CLI::App& app, mpcache::tools::DemoOptions& demo) {
+CLI::App* add_demo(CLI::App& app, mpcache::jobs::DemoOptions& demo) {
   auto* demo_cmd = app.add_subcommand("demo", "3-party secure (x W + b)^2 with rss3, checked against float64");
   demo_cmd->add_option("--in", demo.in_features, "input features")->check(CLI::Range(1, 1 << 14));
   demo_cmd->add_option("--out", demo.out_features, "output features")->check(CLI::Range(4, 1 << 14));
@@ -57,7 +53,7 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
       ->check(CLI::IsMember({"rss3", "add2"}));
   gen_cmd->add_option("--truncation", gen.truncation, truncation_help)
       ->check(CLI::IsMember({"exact", "probabilistic"}));
-  mpcache::tools::add_network_options(*gen_cmd, gen.network);
+  mpcache::jobs::add_network_options(*gen_cmd, gen.network);
   gen_cmd->add_option("--timeout-ms", gen.timeout_ms, "set-up and peer silence deadline (default: the config's; launcher 60000)")
       ->check(CLI::Range(100, 3600000));
   gen_cmd->add_flag("--allow-unused-weights", gen.allow_unused_weights,
@@ -97,24 +93,18 @@ CLI::App* add_decode(CLI::App& app, mpcache::tools::GenerateOptions& decode, con
   return decode_cmd;
 }
 
-CLI::App* add_party(CLI::App& app, mpcache::tools::PartyOptions& party) {
+// The flags of the library's job runner (mpcache-party), defined there once.
+CLI::App* add_party(CLI::App& app, mpcache::jobs::PartyJob& party) {
   auto* party_cmd = app.add_subcommand("party", "run one party of a multi-process job over TCP");
-  party_cmd->add_option("--config", party.config, "cluster config (JSON)")->required();
-  party_cmd->add_option("--id", party.id, "this party's id (index in the config)")->required();
-  mpcache::tools::add_network_options(*party_cmd, party.network);
-  party_cmd->add_option("--job", party.job, jobs_help);
-  party_cmd->add_option("--report", party.report, "write the JSON report here (default: stdout)");
-  party_cmd->add_option("--repeat", party.repeat, "runs per case (median reported)")->check(CLI::Range(1, 100));
-  party_cmd->add_option("--fault", party.fault, "tests: exit or silent in the middle of the job")
-      ->check(CLI::IsMember({"exit", "silent"}));
+  mpcache::jobs::add_party_options(*party_cmd, party);
   return party_cmd;
 }
 
-CLI::App* add_local(CLI::App& app, mpcache::tools::LocalOptions& local) {
+CLI::App* add_local(CLI::App& app, mpcache::jobs::LocalJob& local) {
   auto* local_cmd = app.add_subcommand(
       "local", "run the three parties as processes on loopback (free ports, fresh keys); prints a JSON report");
-  mpcache::tools::add_network_options(*local_cmd, local.network);
-  local_cmd->add_option("--job", local.job, jobs_help);
+  mpcache::jobs::add_network_options(*local_cmd, local.network);
+  local_cmd->add_option("--job", local.job, mpcache::jobs::job_names_help);
   local_cmd->add_option("--timeout-ms", local.timeout_ms, "set-up and peer silence deadline")
       ->check(CLI::Range(100, 600000));
   local_cmd->add_option("--repeat", local.repeat, "runs per case (median reported)")->check(CLI::Range(1, 100));
@@ -122,7 +112,7 @@ CLI::App* add_local(CLI::App& app, mpcache::tools::LocalOptions& local) {
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
             try {
-              (void)mpcache::tools::parse_fault(s, {"exit", "silent"});
+              (void)mpcache::jobs::parse_fault(s, {"exit", "silent"});
               return {};
             } catch (const std::exception& e) {
               return e.what();
@@ -149,10 +139,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::filesystem::path exe = mpcache::tools::executable_path(argv[0]);
   const std::string default_model = mpcache::tools::default_model_dir(exe);
-  mpcache::tools::DemoOptions demo;
+  mpcache::jobs::DemoOptions demo;
   mpcache::tools::GenerateOptions gen, decode;
-  mpcache::tools::PartyOptions party;
-  mpcache::tools::LocalOptions local;
+  mpcache::jobs::PartyJob party;
+  mpcache::jobs::LocalJob local;
   mpcache::tools::KeygenOptions keygen;
   auto* demo_cmd = add_demo(app, demo);
   auto* gen_cmd = add_generate(app, gen, default_model);
@@ -166,7 +156,7 @@ int main(int argc, char** argv) {
     const std::string self = exe.string();
     if (*gen_cmd) return mpcache::tools::run_generate(gen, self);
     if (*decode_cmd) return mpcache::tools::run_generate(decode, self);
-    if (*party_cmd) return mpcache::tools::run_party(party);
+    if (*party_cmd) return mpcache::jobs::run_party(party);
     if (*local_cmd) return mpcache::tools::run_local(local, self);
     if (*keygen_cmd) return mpcache::tools::run_keygen(keygen);
   } catch (const std::exception& e) {

@@ -29,7 +29,8 @@ set(places
   "modules/std/=base"           # mpcache.std: the one unit that parses prelude.hpp
   "modules/backends.hpp=proto"  # names proto's backend types (Rss3, Add2, ...)
   "modules/mpcache.cppm=top"    # export module mpcache: re-exports all layers
-  "src/tokenizer/=base")        # plain C++ text tokenizer: uses nothing of ours
+  "src/tokenizer/=base"         # plain C++ text tokenizer: uses nothing of ours
+  "src/jobs/=top")              # mpcache-jobs: jobs bench and tools share; imports the umbrella
 # Modules of ours that every layer may import: mpcache.std wraps the standard
 # library and xtensor (modules/std/std.cppm).
 set(foundation_modules std)

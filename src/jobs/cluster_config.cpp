@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 
 std::string read_text_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -130,4 +130,4 @@ void write_cluster_config(const std::string& path, const ClusterConfig& config) 
   write_text_file(path, j.dump(2) + "\n", false);
 }
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs

@@ -7,7 +7,7 @@ import mpcache;
 #include "op_cases.hpp"
 #include "computed.hpp"
 
-namespace mpcache::bench {
+namespace mpcache::jobs {
 namespace {
 
 constexpr std::size_t million = 1000000;
@@ -326,4 +326,4 @@ std::vector<OpCase> cases_named(const std::string& name, const Link& link) {
               "unknown case '" + name + "' (micro, ops, paper-table2, " + names + ")");
 }
 
-}  // namespace mpcache::bench
+}  // namespace mpcache::jobs

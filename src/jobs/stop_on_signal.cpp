@@ -2,7 +2,7 @@
 #include <csignal>
 #include <signal.h>
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 namespace {
 
 // The one thing a handler may touch.
@@ -33,4 +33,4 @@ void StopOnSignal::on_tick_end() {
   if (note_.signal() != 0 && !source_.stop_requested()) source_.request_stop();
 }
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs

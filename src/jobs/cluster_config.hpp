@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 
 struct ClusterParty {
   std::string host;
@@ -45,4 +45,4 @@ void write_text_file(const std::string& path, const std::string& text, bool secr
 // link at the path is an error unless `overwrite`, which removes it first).
 void write_key_file(const std::string& path, const std::string& text, unsigned mode, bool overwrite);
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs

@@ -1,14 +1,15 @@
 // Three party processes on this host: a temporary folder with free loopback
 // ports, fresh keys and a cluster.json (LocalCluster), and the spawning and
 // waiting for the party processes (run_party_processes). Used by
-// `mpcache local` and `mpcache generate`.
+// run_local_job (`mpcache local`, mpcache-bench --processes 3) and
+// `mpcache generate`.
 #pragma once
 #include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 
 // Owns a temporary folder (removed by the destructor, on every exit path)
 // holding cluster.json and, unless insecure, pN.key / pN.pub.
@@ -55,4 +56,4 @@ std::vector<PartyExit> run_party_processes(const std::vector<PartyProcess>& proc
                                            int grace_ms = 10000,
                                            const std::function<void(std::size_t)>& after_start = {});
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs

@@ -15,7 +15,7 @@ import mpcache;
 
 extern char** environ;
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 
 LocalCluster::LocalCluster(bool insecure, int timeout_ms, int parties) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "mpcache-local-XXXXXX").string();
@@ -139,4 +139,4 @@ std::vector<PartyExit> run_party_processes(const std::vector<PartyProcess>& proc
   return out;
 }
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs

@@ -10,7 +10,7 @@
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 import mpcache;
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 
 // While alive, SIGINT, SIGTERM and SIGHUP are noted instead of ending the
 // process (one SignalNote per process at a time); destroying it restores the
@@ -44,4 +44,4 @@ class StopOnSignal : public TickListener {
   std::stop_source source_;
 };
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs

@@ -5,7 +5,7 @@
 // Include after `import mpcache;`.
 #pragma once
 
-namespace mpcache::bench {
+namespace mpcache::jobs {
 
 template <Protocol P>
 typename P::Share computed(typename P::Share s) {
@@ -13,4 +13,4 @@ typename P::Share computed(typename P::Share s) {
   return s;
 }
 
-}  // namespace mpcache::bench
+}  // namespace mpcache::jobs

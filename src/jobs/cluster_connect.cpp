@@ -4,7 +4,7 @@
 import mpcache;
 #include "cluster_connect.hpp"
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 namespace {
 
 ConnectOptions cluster_connect_options(const ClusterConfig& config, const std::string& config_path, PartyId id,
@@ -47,4 +47,4 @@ ClusterConnection::ClusterConnection(Scheduler& scheduler, Endpoint& endpoint, c
   }
 }
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs

@@ -11,7 +11,7 @@ namespace CLI {
 class App;
 }
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 
 struct NetworkChoice {
   std::string transport = "auto";  // auto (io_uring, else poll) | uring | poll | asio
@@ -23,11 +23,11 @@ struct NetworkChoice {
   void check() const;
   // The transport's options, with this peer silence deadline.
   TcpOptions tcp_options(std::chrono::milliseconds silence) const;
-  // The same choice as flags of a child `mpcache party` or `generate`.
+  // The same choice as flags of a child party (party_args) or `generate`.
   std::vector<std::string> args() const;
 };
 
 // --transport, --link, --spin-us and --insecure on `command`.
 void add_network_options(CLI::App& command, NetworkChoice& choice);
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs

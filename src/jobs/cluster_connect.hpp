@@ -2,15 +2,15 @@
 // (deadline, security mode, pinned public keys of every party and this
 // party's secret key, dropped strangers logged to stderr), then the TCP
 // transport over the mesh with the emulated link if one is chosen. Shared by
-// `mpcache party` and `mpcache generate --config`. Include after
-// `import mpcache;`.
+// run_party (`mpcache party`, mpcache-party) and `mpcache generate --config`.
+// Include after `import mpcache;`.
 #pragma once
 #include <optional>
 #include <string>
 #include "cluster_config.hpp"
 #include "network_choice.hpp"
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 
 // Party `id` of the cluster in `config` (read from `config_path`), connected
 // and attached to `endpoint` as `network` chooses; `timeout_ms` is the
@@ -27,4 +27,4 @@ class ClusterConnection {
   std::optional<LinkEmulator> emulator_;
 };
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs

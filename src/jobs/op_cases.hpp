@@ -1,16 +1,16 @@
 // The workloads of presets `micro`, `ops` and `paper-table2`, defined once
 // for every backend (rss3, add2) and run both by mpcache-bench (three parties
-// in one process) and by `mpcache party` / `mpcache local` (three processes
-// over TCP). Include after
+// in one process) and by the party jobs of party_job.hpp (three processes
+// over TCP: `mpcache local`, mpcache-bench --processes 3). Include after
 // `import mpcache;`.
 #pragma once
 
-namespace mpcache::bench {
+namespace mpcache::jobs {
 
 // One party's timed section as it saw it: its counters and the time on
 // entering and leaving. The one record of a timed section, in one process
 // (bench's Section, a mark per party) and across processes (the Recorder of
-// `mpcache party`, a mark per case); rounds across parties come from the
+// run_party, party_job.cpp, a mark per case); rounds across parties come from the
 // marks' clocks through CriticalPath.
 struct SectionMark {
   CostCounters before, after;
@@ -73,4 +73,4 @@ std::vector<OpCase> preset_cases(const std::string& preset, const Link& link);
 // Error naming the valid choices otherwise.
 std::vector<OpCase> cases_named(const std::string& name, const Link& link);
 
-}  // namespace mpcache::bench
+}  // namespace mpcache::jobs

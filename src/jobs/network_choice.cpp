@@ -4,7 +4,7 @@
 import mpcache;
 #include "network_choice.hpp"
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 
 void NetworkChoice::check() const {
   (void)link_named(link);
@@ -61,4 +61,4 @@ void add_network_options(CLI::App& command, NetworkChoice& choice) {
   command.add_flag("--insecure", choice.insecure, "plain TCP: no authentication, no encryption");
 }
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs
