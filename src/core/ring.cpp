@@ -94,23 +94,28 @@ void check_matmul_shapes(const RingTensor& a, const RingTensor& b, const char* w
                 std::string(what) + ": expected (m,k) x (k,n), got " + shape_string(shape_of(a)) +
                     " x " + shape_string(shape_of(b)));
 }
+
+// acc must be (m,n) for (m,k) x (k,n) operands.
+void check_accumulator(const RingTensor& acc, std::size_t m, std::size_t n, const char* what) {
+  if (acc.dimension() != 2 || acc.shape()[0] != m || acc.shape()[1] != n)
+    throw Error(ErrorCode::invalid_argument, std::string(what) + ": accumulator is " +
+                                                 shape_string(shape_of(acc)) + ", expected (" +
+                                                 std::to_string(m) + "," + std::to_string(n) + ")");
+}
 }  // namespace
 
 void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTensor& b) {
   check_matmul_shapes(a, b, "ring_matmul");
   const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-  if (acc.dimension() != 2 || acc.shape()[0] != m || acc.shape()[1] != n)
-    throw Error(ErrorCode::invalid_argument,
-                "ring_matmul_accumulate: accumulator is " + shape_string(shape_of(acc)) +
-                    ", expected (" + std::to_string(m) + "," + std::to_string(n) + ")");
+  check_accumulator(acc, m, n, "ring_matmul_accumulate");
   kernels::matmul_accumulate(acc.data(), a.data(), b.data(), m, k, n);
 }
 
 void ring_matmul_accumulate_reference(RingTensor& acc, const RingTensor& a, const RingTensor& b) {
   check_matmul_shapes(a, b, "ring_matmul");
-  require_same_shape(acc, ring_zeros({a.shape()[0], b.shape()[1]}), "ring_matmul_accumulate_reference");
-  kernels::matmul_accumulate(kernels::KernelLevel::scalar, acc.data(), a.data(), b.data(), a.shape()[0],
-                             a.shape()[1], b.shape()[1]);
+  const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  check_accumulator(acc, m, n, "ring_matmul_accumulate_reference");
+  kernels::matmul_accumulate(kernels::KernelLevel::scalar, acc.data(), a.data(), b.data(), m, k, n);
 }
 
 void ring_matmul_rss3_accumulate(RingTensor& acc, const RingTensor& a0, const RingTensor& a1,
@@ -119,10 +124,7 @@ void ring_matmul_rss3_accumulate(RingTensor& acc, const RingTensor& a0, const Ri
   require_same_shape(a0, a1, "ring_matmul_rss3 (left components)");
   require_same_shape(b0, b1, "ring_matmul_rss3 (right components)");
   const std::size_t m = a0.shape()[0], k = a0.shape()[1], n = b0.shape()[1];
-  if (acc.dimension() != 2 || acc.shape()[0] != m || acc.shape()[1] != n)
-    throw Error(ErrorCode::invalid_argument,
-                "ring_matmul_rss3_accumulate: accumulator is " + shape_string(shape_of(acc)) +
-                    ", expected (" + std::to_string(m) + "," + std::to_string(n) + ")");
+  check_accumulator(acc, m, n, "ring_matmul_rss3_accumulate");
   kernels::matmul_rss3_accumulate(acc.data(), a0.data(), a1.data(), b0.data(), b1.data(), m, k, n);
 }
 
