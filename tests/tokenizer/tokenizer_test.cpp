@@ -529,3 +529,17 @@ TEST_CASE("tokenizer: a model over bytes says so in its folder's mpcache.json") 
   TempDir bare;
   CHECK(error_of([&] { (void)mt::load_tokenizer(bare.path()); }).find("mpcache.json's \"tokenizer\": \"none\"") != std::string::npos);
 }
+
+TEST_CASE("tokenizer: the tiny GPT-2 fixture's cut-down GPT-2 vocabulary encodes as its script did") {
+  // tools/model/make_tiny_gpt2.py: GPT-2's first 255 merges, <|endoftext|> last (511).
+  const fs::path dir = fs::path(MPCACHE_SOURCE_DIR) / "tests/fixtures/model/gpt2-tiny";
+  const json expected = json::parse(std::ifstream(dir / "expected.json"));
+  const auto tok = mt::load_tokenizer(dir);
+  CHECK(tok->vocab_size() == 512);
+  CHECK(tok->eos_ids() == Ids{511});
+  CHECK_FALSE(tok->adds_bos());
+  const std::string prompt = expected["prompt"];
+  CHECK(tok->encode(prompt) == expected["prompt_ids"].get<Ids>());
+  const Ids tokens = expected["tokens"].get<Ids>();
+  CHECK(tok->decode(tokens) == expected["text"].get<std::string>());
+}
