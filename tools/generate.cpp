@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
+#include "../src/tokenizer/tokenizer.hpp"
 import mpcache;
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"
@@ -25,28 +26,87 @@ const char* role(PartyId id, const std::string& protocol) {
   return id == client_id ? "client" : id == owner_id ? "model owner" : protocol == "add2" ? "dealer" : "helper";
 }
 
-// Bytes as a C-like string body: printable ASCII, \n, \t, \", \\, \xNN.
-std::string escaped(const std::vector<std::uint32_t>& bytes) {
+// Text (UTF-8) as a C-like string body: \n, \t, \", \\, other control
+// characters as \xNN, everything else as it is.
+std::string escaped(std::string_view text) {
   std::string s;
-  for (auto b : bytes) {
+  for (const char c : text) {
+    const auto b = static_cast<unsigned char>(c);
     if (b == '\n') s += "\\n";
     else if (b == '\t') s += "\\t";
-    else if (b == '"' || b == '\\') s += '\\', s += static_cast<char>(b);
-    else if (b >= 32 && b < 127) s += static_cast<char>(b);
-    else {
+    else if (b == '"' || b == '\\') s += '\\', s += c;
+    else if (b < 32 || b == 127) {
       char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", b & 0xFFu);
+      std::snprintf(hex, sizeof hex, "\\x%02x", b);
       s += hex;
+    } else {
+      s += c;
     }
   }
   return s;
 }
 
-std::vector<std::uint32_t> bytes_of(const std::string& text) {
-  std::vector<std::uint32_t> out;
-  for (unsigned char c : text) out.push_back(c);
-  return out;
+// Where a cut at byte `at` of UTF-8 text keeps whole characters: at or after it.
+std::size_t char_boundary(std::string_view s, std::size_t at) {
+  while (at < s.size() && (static_cast<unsigned char>(s[at]) & 0xC0) == 0x80) ++at;
+  return at;
 }
+
+// The client's tokenizer (GenerateOptions::tokenizer). Only the holder of
+// the prompt calls this (the client, or the launcher that starts it): the
+// other parties never read tokenizer files.
+std::unique_ptr<text::Tokenizer> client_tokenizer(const GenerateOptions& o, const ModelConfig& c) {
+  std::unique_ptr<text::Tokenizer> tok;
+  try {
+    if (o.tokenizer == "none") tok = text::make_byte_tokenizer();
+    else tok = text::load_tokenizer(o.tokenizer == "auto" ? o.model_dir : o.tokenizer);
+  } catch (const text::TokenizerError& e) {
+    if (o.tokenizer == "auto")
+      throw Error(ErrorCode::invalid_argument,
+                  std::string("the model's tokenizer: ") + e.what() +
+                      ". Give --tokenizer DIR (a folder with the model's tokenizer), or --tokenizer none if the "
+                      "model's tokens are bytes");
+    throw Error(ErrorCode::invalid_argument, std::string("--tokenizer ") + o.tokenizer + ": " + e.what());
+  }
+  if (tok->vocab_size() > c.vocab_size)
+    throw Error(ErrorCode::invalid_argument,
+                "the tokenizer (" + tok->name() + ") has " + std::to_string(tok->vocab_size()) +
+                    " tokens, more than the model's vocabulary of " + std::to_string(c.vocab_size) +
+                    ": they do not belong together");
+  return tok;
+}
+
+std::vector<std::uint32_t> encode_prompt(const text::Tokenizer& tok, const std::string& prompt) {
+  try {
+    return tok.encode(prompt);
+  } catch (const text::TokenizerError& e) {
+    throw Error(ErrorCode::invalid_argument, std::string("the prompt: ") + e.what());
+  }
+}
+
+// Generated ids to text as they arrive (never half a UTF-8 character); an id
+// the tokenizer does not know (a model's padding rows) shows as U+FFFD.
+class TextStream {
+ public:
+  explicit TextStream(const text::Tokenizer& tok) : tok_(&tok), decoder_(tok, {}, /*at_text_start=*/false) {}
+  std::string push(std::uint32_t id) {
+    std::string piece = id < tok_->vocab_size() ? decoder_.push(id) : decoder_.finish() + "\xEF\xBF\xBD";
+    text_ += piece;
+    return piece;
+  }
+  // Bytes held back for a character that never completed (as U+FFFD).
+  std::string finish() {
+    std::string rest = decoder_.finish();
+    text_ += rest;
+    return rest;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  const text::Tokenizer* tok_;
+  text::StreamingDecoder decoder_;
+  std::string text_;
+};
 
 long peak_rss_kb() {
   rusage usage{};
@@ -57,28 +117,40 @@ long peak_rss_kb() {
 double mb(std::uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
 
 // What the client sees on its terminal: a progress line on stderr during the
-// prefill (only when stderr is a terminal) and one line per step on stdout.
+// prefill (only when stderr is a terminal) and one line per step on stdout,
+// with the text the step's token adds.
 class ClientConsole {
  public:
-  ClientConsole() : tty_(::isatty(2) != 0) {}
+  explicit ClientConsole(const text::Tokenizer& tok) : tty_(::isatty(2) != 0), tok_(&tok), text_(tok) {}
   void progress(const PrefillProgress& p) {
     if (!tty_) return;
     std::fprintf(stderr, "\r\033[K  prefill: layer %zu/%zu done, %zu tokens, %.2f MB sent", p.layer + 1, p.layers,
                  p.tokens, mb(p.costs.payload_bytes_sent()));
     std::fflush(stderr);
   }
-  void step(const GenerationStep& s) {
+  // Prints the step; returns the text its token adds (at the client).
+  std::string step(const GenerationStep& s) {
     if (tty_ && s.step == 0) {
       std::fprintf(stderr, "\r\033[K");
       std::fflush(stderr);
     }
-    if (s.token) text_.push_back(*s.token);
-    std::string tail = escaped(text_);
-    if (tail.size() > 40) tail = "..." + tail.substr(tail.size() - 37);
-    std::printf("  %-7s %4zu %9.3f s %10.3f MB %7llu rounds  +\"%s\"  %s\n", phase_name(s.phase), s.step, s.seconds,
+    const std::string piece = s.token ? text_.push(*s.token) : std::string();
+    const std::string all = escaped(text_.text());
+    const std::string tail = all.size() > 40 ? "..." + all.substr(char_boundary(all, all.size() - 37)) : all;
+    // What the token adds to the text; an end of sequence adds none.
+    const std::string shown = !s.token ? "\"?\""
+                              : tok_->is_eos(*s.token) ? "(end of sequence)"
+                                                       : "\"" + escaped(piece) + "\"";
+    std::printf("  %-7s %4zu %9.3f s %10.3f MB %7llu rounds  +%s  %s\n", phase_name(s.phase), s.step, s.seconds,
                 mb(s.costs.payload_bytes_sent()), static_cast<unsigned long long>(s.clock_after - s.clock_before),
-                s.token ? escaped({*s.token}).c_str() : "?", tail.c_str());
+                shown.c_str(), tail.c_str());
     std::fflush(stdout);
+    return piece;
+  }
+  // The whole text, once generation is over.
+  std::string text() {
+    (void)text_.finish();
+    return text_.text();
   }
   static void columns() {
     std::printf("  %-7s %4s %11s %13s %14s  %s\n", "phase", "step", "latency", "client sent", "rounds", "token, text");
@@ -86,7 +158,8 @@ class ClientConsole {
 
  private:
   bool tty_;
-  std::vector<std::uint32_t> text_;
+  const text::Tokenizer* tok_;
+  TextStream text_;
 };
 
 json step_row(const GenerationStep& s, PartyId id) {
@@ -245,12 +318,16 @@ void write_json_lines(const std::string& path, const std::vector<json>& lines) {
   jobs::write_text_file(path, text, false);
 }
 
-GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<std::uint32_t>* prompt) {
+// `tok`: the client's tokenizer, at the client only (its EOS ids end the
+// generation unless --ignore-eos).
+GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<std::uint32_t>* prompt,
+                      const text::Tokenizer* tok) {
   GenerationJob job;
   job.model_dir = o.model_dir;
   job.client = client_id;
   job.owner = owner_id;
   if (id == client_id && prompt) job.prompt = *prompt;
+  if (id == client_id && tok && !o.ignore_eos) job.stop_tokens = tok->eos_ids();
   job.new_tokens = o.tokens;
   job.policy = o.policy;
   job.budget = o.budget;
@@ -261,23 +338,53 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
   return job;
 }
 
-void print_header(const GenerateOptions& o, const std::string& where, const std::vector<std::uint32_t>& prompt) {
+// The client's prompt: its text, and its token ids.
+struct Prompt {
+  std::string text;
+  std::vector<std::uint32_t> ids;
+};
+
+void print_header(const GenerateOptions& o, const std::string& where, const Prompt& prompt,
+                  const text::Tokenizer& tok) {
   std::printf("mpcache generate: private greedy decoding under %s, %s\n",
               o.protocol == "add2" ? "add2 (2 parties, party 2 deals)" : "rss3", where.c_str());
   std::printf("  model %s, policy %s", o.model_dir.c_str(), o.policy.c_str());
   if (o.policy != "full") std::printf(" (budget %zu tokens per KV head)", o.budget);
   std::printf(", %s truncation", o.truncation.c_str());
-  std::string shown = escaped(prompt);
-  if (shown.size() > 160) shown = shown.substr(0, 120) + "..." + shown.substr(shown.size() - 37);
-  std::printf(", %zu new tokens\n  prompt (client, %zu bytes): \"%s\"\n", o.tokens, prompt.size(), shown.c_str());
+  std::string shown = escaped(prompt.text);
+  if (shown.size() > 160)
+    shown = shown.substr(0, char_boundary(shown, 120)) + "..." + shown.substr(char_boundary(shown, shown.size() - 37));
+  std::string size = std::to_string(prompt.text.size()) + " bytes";
+  if (tok.name() != "bytes") size += ", " + std::to_string(prompt.ids.size()) + " tokens of " + tok.name();
+  std::printf(", %zu new tokens", o.tokens);
+  if (!tok.eos_ids().empty() && !o.ignore_eos) std::printf(" at most (ends at EOS)");
+  std::printf("\n  prompt (client, %s): \"%s\"\n", size.c_str(), shown.c_str());
   ClientConsole::columns();
   std::fflush(stdout);
 }
 
+// The client's words for the end of its text.
+void print_text(const std::string& text, std::size_t generated, std::size_t budget, GenerationEnd end,
+                const std::vector<std::uint32_t>& tokens) {
+  std::printf("generated, learned by the client only: \"%s\"\n", escaped(text).c_str());
+  if (end == GenerationEnd::eos)
+    std::printf("stopped at end of sequence (token %u) after %zu of at most %zu tokens\n",
+                tokens.empty() ? 0u : tokens.back(), generated, budget);
+}
+
+// What the client learned.
+struct Generated {
+  std::vector<std::uint32_t> tokens;
+  std::string text;  // decoded, valid UTF-8
+  std::size_t count = 0;
+  GenerationEnd end = GenerationEnd::budget;
+};
+
 // The end of a launcher or in-process run: text, summary, check, JSON lines.
-int finish(const GenerateOptions& o, const std::string& mode, const std::string& transport,
-           const std::vector<std::uint32_t>& prompt, const std::vector<std::uint32_t>& tokens, const json& steps,
-           json parties, bool ok, bool print_text) {
+int finish(const GenerateOptions& o, const std::string& mode, const std::string& transport, const Prompt& prompt,
+           const text::Tokenizer& tok, const Generated& out, const json& steps, json parties, bool ok,
+           bool show_text) {
+  const auto& tokens = out.tokens;
   json summary = summarize(steps);
   summary["row"] = "summary";
   summary["mode"] = mode;
@@ -289,17 +396,26 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
   summary["protocol"] = o.protocol;
   summary["truncation"] = o.truncation;
   summary["model"] = o.model_dir;
-  summary["prompt_length"] = prompt.size();
+  summary["tokenizer"] = tok.name();
+  summary["prompt_length"] = prompt.ids.size();
+  summary["prompt_tokens"] = prompt.ids;
   summary["new_tokens"] = o.tokens;
+  summary["ignore_eos"] = o.ignore_eos;
+  summary["eos_tokens"] = tok.eos_ids();
   summary["tokens"] = tokens;
-  summary["text"] = escaped(tokens);
+  summary["text"] = out.text;
+  summary["generated"] = out.count;
+  summary["end"] = end_name(out.end);
   if (ok) {
-    if (print_text) std::printf("generated, learned by the client only: \"%s\"\n", escaped(tokens).c_str());
+    if (show_text) print_text(out.text, out.count, o.tokens, out.end, tokens);
     print_summary(summary, parties);
-    if (tokens.size() != o.tokens) ok = false;
+    // All the budget, or fewer ending at a stop token, every party agreeing on how many.
+    if (tokens.size() != out.count || (out.count != o.tokens && out.end != GenerationEnd::eos)) ok = false;
+    for (const auto& p : parties)
+      if (p.value("generated", out.count) != out.count) ok = false;
   }
   if (ok && o.check) {
-    summary["check"] = float64_check(o, prompt, tokens);
+    summary["check"] = float64_check(o, prompt.ids, tokens);
     print_check(summary["check"]);
     ok = summary["check"]["ok"].get<bool>();
   }
@@ -315,7 +431,7 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
   return ok ? 0 : 1;
 }
 
-int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& prompt) {
+int run_in_process(const GenerateOptions& o, const Prompt& prompt, const text::Tokenizer& tok) {
   Scheduler scheduler;
   jobs::StopOnSignal stop(scheduler);
   InProcessNetwork network(scheduler, 3);
@@ -328,19 +444,19 @@ int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& p
     for (PartyId id = 0; id < 3; ++id) network.endpoint(id).attach(&*emulator);
   }
   const std::string transport = network.endpoint(0).transport()->name();
-  print_header(o, "3 parties in this process (" + transport + ")", prompt);
+  print_header(o, "3 parties in this process (" + transport + ")", prompt, tok);
   std::array<std::vector<json>, 3> rows;
-  ClientConsole console;
+  ClientConsole console(tok);
   std::vector<GenerationResult> results;
   try {
     results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
       GenerationObserver observer;
       observer.step = [&rows, &console, id](const GenerationStep& s) {
         rows[id].push_back(step_row(s, id));
-        if (id == client_id) console.step(s);
+        if (id == client_id) rows[id].back()["text"] = console.step(s);
       };
       if (id == client_id) observer.prefill_layer = [&console](const PrefillProgress& p) { console.progress(p); };
-      co_return co_await generate_party(network.endpoint(id), job_for(o, id, &prompt), std::move(observer),
+      co_return co_await generate_party(network.endpoint(id), job_for(o, id, &prompt.ids, &tok), std::move(observer),
                                         stop.token());
     });
   } catch (const Error& e) {
@@ -356,13 +472,19 @@ int run_in_process(const GenerateOptions& o, const std::vector<std::uint32_t>& p
                        {"setup_bytes_sent", results[i].setup_costs.payload_bytes_sent()},
                        // One process: its peak RSS is that of all three parties together.
                        {"peak_rss_kb", peak_rss_kb()}, {"peak_rss_shared_by_all_parties", true}});
-  for (int i = 0; i < 3; ++i) add_kv_memory(parties[i], results[i]);
-  return finish(o, "in-process", transport, prompt, results[0].tokens, merge_steps(rows, o.protocol), parties,
-                others_learned_nothing, /*print_text=*/true);
+  for (int i = 0; i < 3; ++i) {
+    add_kv_memory(parties[i], results[i]);
+    parties[i]["generated"] = results[i].generated;
+    parties[i]["end"] = end_name(results[i].end);
+  }
+  const Generated out{results[0].tokens, console.text(), results[0].generated, results[0].end};
+  return finish(o, "in-process", transport, prompt, tok, out, merge_steps(rows, o.protocol), parties,
+                others_learned_nothing, /*show_text=*/true);
 }
 
 // One party of a cluster (a process). Writes its JSON lines to --json.
-int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>* prompt) {
+// `prompt` and `tok`: at the client (party 0) only.
+int run_cluster_party(const GenerateOptions& o, const Prompt* prompt, const text::Tokenizer* tok) {
   json party = {{"row", "party"}, {"party", o.id}, {"ok", false}};
   std::vector<json> lines;
   int stopped_by = 0;  // the signal that cancelled the generation
@@ -387,21 +509,24 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     const std::string transport_name = endpoint.transport()->name();
     party["transport"] = transport_name;
     if (!transport.fallback_reason().empty()) party["fallback_reason"] = transport.fallback_reason();
-    ClientConsole console;
-    if (id == client_id)
-      print_header(o, "party 0 (client) of " + o.config + ", " + transport_name + ", link " + o.network.link, *prompt);
+    std::optional<ClientConsole> console;
+    if (id == client_id) {
+      console.emplace(*tok);
+      print_header(o, "party 0 (client) of " + o.config + ", " + transport_name + ", link " + o.network.link, *prompt,
+                   *tok);
+    }
     GenerationObserver observer;
     observer.step = [&](const GenerationStep& s) {
       lines.push_back(step_row(s, id));
-      if (id == client_id) console.step(s);
+      if (console) lines.back()["text"] = console->step(s);
       // Tests: die in the middle of decoding (the others wait for step 2).
       if (o.fault == "exit" && s.step == 1) std::_Exit(3);
     };
-    if (id == client_id) observer.prefill_layer = [&](const PrefillProgress& p) { console.progress(p); };
+    if (console) observer.prefill_layer = [&](const PrefillProgress& p) { console->progress(p); };
     GenerationResult result;
     try {
-      result = sync_wait(scheduler,
-                         generate_party(endpoint, job_for(o, id, prompt), std::move(observer), stop.token()));
+      result = sync_wait(scheduler, generate_party(endpoint, job_for(o, id, prompt ? &prompt->ids : nullptr, tok),
+                                                   std::move(observer), stop.token()));
     } catch (const std::exception& e) {
       endpoint.abort(e.what());  // the peers learn why before the transport closes
       stopped_by = stop.signal();
@@ -414,13 +539,18 @@ int run_cluster_party(const GenerateOptions& o, const std::vector<std::uint32_t>
     party["prompt_length"] = result.prompt_length;
     party["new_tokens"] = result.new_tokens;
     party["wire_bytes_sent"] = transport.wire_bytes_sent();
+    party["generated"] = result.generated;
+    party["end"] = end_name(result.end);
     add_kv_memory(party, result);
-    if (id == client_id) {
+    if (console) {
+      const std::string text = console->text();
       party["tokens"] = result.tokens;
-      std::printf("generated, learned by the client only: \"%s\"\n", escaped(result.tokens).c_str());
+      party["text"] = text;
+      party["prompt_tokens"] = prompt->ids;
+      print_text(text, result.generated, result.new_tokens, result.end, result.tokens);
     } else {
-      std::printf("mpcache generate: party %u (%s) done: %zu steps, learned no token\n", id, role(id, o.protocol),
-                  lines.size());
+      std::printf("mpcache generate: party %u (%s) done: %zu tokens generated (%s), learned none of them\n", id,
+                  role(id, o.protocol), result.generated, end_name(result.end));
     }
     write_lines();
     return 0;
@@ -443,14 +573,14 @@ std::vector<json> read_json_lines(const std::string& path) {
 }
 
 // Three party processes on loopback, fresh keys; the client's stdout is ours.
-int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& prompt, const std::string& self) {
+int run_launcher(const GenerateOptions& o, const Prompt& prompt, const text::Tokenizer& tok, const std::string& self) {
   const auto [fault_party, fault_kind] = jobs::parse_fault(o.fault, {"exit"});
   if (fault_party >= 0 && o.tokens < 3)
     throw Error(ErrorCode::invalid_argument, "--fault: the party dies after decode step 1, so --tokens must be >= 3");
   const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : default_generate_timeout_ms;
   jobs::LocalCluster cluster(o.network.insecure, timeout_ms);
   const std::string prompt_file = cluster.file("prompt.txt");  // read by party 0 only
-  jobs::write_text_file(prompt_file, std::string(prompt.begin(), prompt.end()), true);
+  jobs::write_text_file(prompt_file, prompt.text, true);
   std::vector<jobs::PartyProcess> processes;
   for (int i = 0; i < 3; ++i) {
     jobs::PartyProcess p;
@@ -461,7 +591,9 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
     const auto network_args = o.network.args();
     p.args.insert(p.args.end(), network_args.begin(), network_args.end());
     if (o.allow_unused_weights) p.args.push_back("--allow-unused-weights");
-    if (i == 0) p.args.insert(p.args.end(), {"--prompt-file", prompt_file});
+    // The client's alone: its prompt and its tokenizer.
+    if (i == 0) p.args.insert(p.args.end(), {"--prompt-file", prompt_file, "--tokenizer", o.tokenizer});
+    if (i == 0 && o.ignore_eos) p.args.push_back("--ignore-eos");
     if (i == fault_party) p.args.insert(p.args.end(), {"--fault", fault_kind});
     p.quiet = i != 0;  // the client's lines are the output; others' errors still reach stderr
     processes.push_back(std::move(p));
@@ -478,7 +610,7 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
   json parties = json::array();
   bool ok = !killed_late;
   std::string transport;
-  std::vector<std::uint32_t> tokens;
+  Generated out;
   for (int i = 0; i < 3; ++i) {
     json party = {{"party", i}, {"ok", false}, {"error", "no report (the process died)"}};
     try {
@@ -491,7 +623,12 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
     party["exit_status"] = exits[i].status;
     ok = ok && exits[i].ok && party.value("ok", false);
     if (party.contains("transport")) transport = party["transport"];
-    if (i == client_id && party.contains("tokens")) tokens = party["tokens"].get<std::vector<std::uint32_t>>();
+    if (i == client_id && party.contains("tokens")) {
+      out.tokens = party["tokens"].get<std::vector<std::uint32_t>>();
+      out.text = party.value("text", std::string());
+      out.count = party.value("generated", std::size_t{0});
+      out.end = party.value("end", std::string()) == "eos" ? GenerationEnd::eos : GenerationEnd::budget;
+    }
     if (!party.value("ok", false) || !exits[i].ok)
       std::fprintf(stderr, "mpcache generate: party %d failed: %s\n", i,
                    party.value("error", std::string("exit status ") + std::to_string(exits[i].status)).c_str());
@@ -504,8 +641,8 @@ int run_launcher(const GenerateOptions& o, const std::vector<std::uint32_t>& pro
     return 128 + stopped_by;
   }
   if (ok) std::printf("transport %s\n", transport.c_str());
-  return finish(o, "3 processes", transport, prompt, tokens, ok ? merge_steps(rows, o.protocol) : json::array(), parties, ok,
-                /*print_text=*/false);  // the client process printed it
+  return finish(o, "3 processes", transport, prompt, tok, out, ok ? merge_steps(rows, o.protocol) : json::array(),
+                parties, ok, /*show_text=*/false);  // the client process printed it
 }
 
 }  // namespace
@@ -531,20 +668,24 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
   // The model's shape is public: every party reads config.json first.
   const ModelConfig c = ModelConfig::from_json_file(o.model_dir + "/config.json");
 
-  // The prompt: the client's (party 0 in a cluster; the launcher otherwise).
+  // The prompt and the tokenizer: the client's (party 0 in a cluster; the
+  // launcher otherwise). The other parties read neither.
   const bool has_prompt = !party_mode || o.id == static_cast<int>(client_id);
-  std::vector<std::uint32_t> prompt;
+  Prompt prompt;
+  std::unique_ptr<text::Tokenizer> tok;
   if (has_prompt) {
-    prompt = bytes_of(o.prompt_file.empty() ? o.prompt : jobs::read_text_file(o.prompt_file, "prompt file"));
-    if (prompt.empty()) throw Error(ErrorCode::invalid_argument, "empty prompt");
-    if (prompt.size() + o.tokens > c.max_positions)
+    tok = client_tokenizer(o, c);
+    prompt.text = o.prompt_file.empty() ? o.prompt : jobs::read_text_file(o.prompt_file, "prompt file");
+    prompt.ids = encode_prompt(*tok, prompt.text);
+    if (prompt.ids.empty()) throw Error(ErrorCode::invalid_argument, "empty prompt");
+    if (prompt.ids.size() + o.tokens > c.max_positions)
       throw Error(ErrorCode::invalid_argument,
-                  "prompt (" + std::to_string(prompt.size()) + " bytes) + --tokens " + std::to_string(o.tokens) +
+                  "prompt (" + std::to_string(prompt.ids.size()) + " tokens) + --tokens " + std::to_string(o.tokens) +
                       " exceed the model's " + std::to_string(c.max_positions) + " positions");
   }
-  if (party_mode) return run_cluster_party(o, has_prompt ? &prompt : nullptr);
-  if (o.in_process) return run_in_process(o, prompt);
-  return run_launcher(o, prompt, self);
+  if (party_mode) return run_cluster_party(o, has_prompt ? &prompt : nullptr, tok.get());
+  if (o.in_process) return run_in_process(o, prompt, *tok);
+  return run_launcher(o, prompt, *tok, self);
 }
 
 }  // namespace mpcache::tools

@@ -5,8 +5,9 @@
 //     on loopback (free ports, fresh keys; TCP, io_uring, AES-GCM), streams
 //     the client's output and merges the parties' reports;
 //   * --config FILE --id N: one party of a real cluster; party 0 is the
-//     client (prompt, learns the text), party 1 the model owner (reads the
-//     weights), party 2 holds nothing (rss3) or deals correlations (add2);
+//     client (prompt, tokenizer, learns the text), party 1 the model owner
+//     (reads the weights), party 2 holds nothing (rss3) or deals
+//     correlations (add2); parties 1 and 2 read only config.json;
 //   * --in-process: all three parties in this process (debugging).
 // Include after `import mpcache;`.
 #pragma once
@@ -22,10 +23,15 @@ namespace mpcache::tools {
 inline constexpr int default_generate_timeout_ms = 60000;
 
 struct GenerateOptions {
-  std::string model_dir;             // config.json + model.safetensors
-  std::string prompt;                // the client's prompt (bytes)
+  std::string model_dir;             // config.json + model.safetensors (+ the tokenizer's files)
+  std::string prompt;                // the client's prompt (text)
   std::string prompt_file;           // if set, read the prompt from this file instead
-  std::size_t tokens = 16;           // bytes to generate
+  std::size_t tokens = 16;           // tokens to generate (at most: fewer if the model ends its text)
+  // The client's tokenizer (read by the client alone): auto (the model
+  // folder's files, or its mpcache.json's "tokenizer": "none"), none (token
+  // id = byte value), or a folder holding one.
+  std::string tokenizer = "auto";
+  bool ignore_eos = false;           // go on past the tokenizer's end-of-sequence tokens
   std::size_t budget = 48;           // MPCache: tokens attended per KV head per step
   std::string policy = "mpcache";    // mpcache | mpcache-paper | full
   std::string protocol = "rss3";     // rss3 | add2 (party 2 is the dealer)

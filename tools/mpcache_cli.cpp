@@ -29,6 +29,12 @@ CLI::App* add_demo(CLI::App& app, mpcache::jobs::DemoOptions& demo) {
   return demo_cmd;
 }
 
+const std::string tokenizer_help =
+    "the client's tokenizer (only the client reads it): auto (the model folder's tokenizer.json or vocab.json + "
+    "merges.txt; a folder whose mpcache.json says \"tokenizer\": \"none\" is over bytes), none (token id = byte "
+    "value), or a folder holding one";
+const std::string ignore_eos_help = "go on past the tokenizer's end-of-sequence tokens (to --tokens)";
+
 CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, const std::string& default_model) {
   gen.model_dir = default_model;
   gen.prompt = default_prompt;
@@ -36,12 +42,15 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
       "generate",
       "private greedy generation with MPCache under rss3 or add2: by default 3 processes on loopback (TCP, io_uring, "
       "AES-GCM, fresh keys); --config/--id joins a cluster; --in-process runs all parties here");
-  gen_cmd->add_option("--model", gen.model_dir, "model directory (config.json + model.safetensors)")
+  gen_cmd->add_option("--model", gen.model_dir, "model directory (config.json + model.safetensors + tokenizer)")
       ->capture_default_str();
-  auto* prompt_opt = gen_cmd->add_option("--prompt", gen.prompt, "the client's prompt (bytes)");
+  auto* prompt_opt = gen_cmd->add_option("--prompt", gen.prompt, "the client's prompt (text)");
   gen_cmd->add_option("--prompt-file", gen.prompt_file, "read the client's prompt from this file (instead of --prompt)")
       ->excludes(prompt_opt);
-  gen_cmd->add_option("--tokens", gen.tokens, "bytes to generate")->check(CLI::Range(1, 4096));
+  gen_cmd->add_option("--tokens", gen.tokens, "tokens to generate (at most: generation ends at EOS)")
+      ->check(CLI::Range(1, 4096));
+  gen_cmd->add_option("--tokenizer", gen.tokenizer, tokenizer_help)->capture_default_str();
+  gen_cmd->add_flag("--ignore-eos", gen.ignore_eos, ignore_eos_help);
   gen_cmd->add_option("--policy", gen.policy,
                       "KV-cache policy: mpcache (our defaults), mpcache-paper (the paper's), full or a baseline")
       ->check(CLI::IsMember(mpcache::kv::policy_names()));
@@ -76,11 +85,14 @@ CLI::App* add_decode(CLI::App& app, mpcache::tools::GenerateOptions& decode, con
   decode.in_process = true;
   decode.check = true;
   auto* decode_cmd = app.add_subcommand(
-      "decode", "= generate --in-process --check: 3 parties in one process, each byte checked against float64");
-  decode_cmd->add_option("--model", decode.model_dir, "model directory (config.json + model.safetensors)")
+      "decode", "= generate --in-process --check: 3 parties in one process, each token checked against float64");
+  decode_cmd->add_option("--model", decode.model_dir, "model directory (config.json + model.safetensors + tokenizer)")
       ->capture_default_str();
-  decode_cmd->add_option("--prompt", decode.prompt, "prompt text (bytes)");
-  decode_cmd->add_option("--tokens", decode.tokens, "bytes to generate")->check(CLI::Range(1, 256));
+  decode_cmd->add_option("--prompt", decode.prompt, "prompt text");
+  decode_cmd->add_option("--tokens", decode.tokens, "tokens to generate (at most: generation ends at EOS)")
+      ->check(CLI::Range(1, 256));
+  decode_cmd->add_option("--tokenizer", decode.tokenizer, tokenizer_help)->capture_default_str();
+  decode_cmd->add_flag("--ignore-eos", decode.ignore_eos, ignore_eos_help);
   decode_cmd->add_option("--budget", decode.budget, "tokens attended per KV head per step (MPCache; at least 3 clusters)")
       ->check(CLI::Range(1, 1 << 20));
   decode_cmd->add_option("--policy", decode.policy, mpcache::kv::policy_name_list())

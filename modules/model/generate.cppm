@@ -10,6 +10,12 @@
 // client's public job header, the model owner's weights, the policy,
 // generation.
 //
+// Stop tokens (EOS): only the client learns each token, so only it can see
+// one; after every step but the last it tells the other parties whether
+// generation goes on (GenerationStopSignal: one public byte to each, sent in
+// the tick in which it inputs its next token, so the word shares that
+// message's round and adds none), and every party ends after the same step.
+//
 // Cancellation: a stop requested on the token of a request (or of
 // generate_party) ends the generation with Error(cancelled) before the next
 // step; generate_party also hands the token to its Endpoint, so a stop that
@@ -65,12 +71,30 @@ struct GenerationObserver {
   std::function<CostCounters()> costs;
 };
 
+// How the client tells the other parties, after each step but the last,
+// whether generation goes on (false: it chose a stop token). Give `send` at
+// the client and `receive` at the others, or neither anywhere: then the
+// generation runs to new_tokens. One party alone (plain, ref) needs only a
+// `send` that does nothing.
+struct GenerationStopSignal {
+  std::function<void(bool go_on)> send;  // the client's
+  std::function<Task<bool>()> receive;   // every other party's
+  // Steps a party runs ahead of the word (add2's dealer: 1, so that it
+  // never waits on the online phase; what it does for a step that does not
+  // happen is never used). It reads the words left at the end.
+  std::size_t lag = 0;
+};
+
 struct GenerationRequest {
   PartyId client = 0;                                 // gives the prompt, learns the tokens
   std::optional<std::vector<std::uint32_t>> prompt;   // token ids, at the client only
   std::size_t prompt_length = 0;                      // public
-  std::size_t new_tokens = 0;                         // public
+  std::size_t new_tokens = 0;                         // public: the most tokens generated
   std::stop_token stop;  // a stop requested here ends the generation before its next step
+  // At the client only: generation ends once it chooses one of these (the
+  // tokenizer's EOS ids); empty: it runs to new_tokens. Needs stop_signal.
+  std::vector<std::uint32_t> stop_tokens = {};
+  GenerationStopSignal stop_signal = {};
 };
 
 // Forwards to a policy and reports each prefilled layer (the decoder calls
@@ -152,6 +176,11 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
   if (request.prompt && request.prompt->size() != request.prompt_length)
     throw Error(ErrorCode::invalid_argument, "generate: prompt of " + std::to_string(request.prompt->size()) +
                                                  " tokens, announced " + std::to_string(request.prompt_length));
+  if (!request.stop_tokens.empty() && !(is_client && request.stop_signal.send))
+    throw Error(ErrorCode::invalid_argument,
+                is_client ? "generate: stop tokens need a stop signal to tell the other parties"
+                          : "generate: party " + std::to_string(p.party_id()) +
+                                " is not the client but gave stop tokens (only the client sees the tokens)");
 
   using Clock = std::chrono::steady_clock;
   auto snapshot = [&] { return observer.costs ? observer.costs() : CostCounters{}; };
@@ -164,6 +193,9 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
   std::vector<std::uint32_t> generated;
   std::optional<std::uint32_t> next;  // the last chosen token, at the client
   typename P::Share logits;
+  const bool hears = !is_client && request.stop_signal.receive;  // the client's word after each step
+  std::size_t heard = 0;                                         // words read: word i is about step i + 1
+  bool told_to_stop = false;
   for (std::size_t step = 0; step < request.new_tokens; ++step) {
     if (request.stop.stop_requested())
       throw Error(ErrorCode::cancelled, "generation stopped by its caller before step " + std::to_string(step));
@@ -173,19 +205,35 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       logits = co_await decoder.prefill(p, observed, request.client, std::move(request.prompt),
                                         request.prompt_length);
     } else {
+      // The client's word about this step arrives with its input of the last
+      // token: no round of its own. A party `lag` steps ahead reads an older one.
+      while (hears && !told_to_stop && heard + request.stop_signal.lag < step) {
+        told_to_stop = !co_await request.stop_signal.receive();
+        ++heard;
+      }
+      if (told_to_stop) break;
       logits = co_await decoder.decode(p, observed, request.client, next);
     }
     auto opened = co_await p.reveal_to(request.client, co_await next_token(p, logits));  // only the client learns it
     next.reset();
+    bool go_on = true;
     if (opened) {
       next = static_cast<std::uint32_t>((*opened)(0, 0));
       generated.push_back(*next);
+      go_on = std::find(request.stop_tokens.begin(), request.stop_tokens.end(), *next) == request.stop_tokens.end();
+      // Sent now, it leaves with the next step's input (same tick).
+      if (is_client && step + 1 < request.new_tokens && request.stop_signal.send) request.stop_signal.send(go_on);
     }
     const CostCounters after = snapshot();
     if (observer.step)
       observer.step({step == 0 ? GenerationPhase::prefill : GenerationPhase::decode, step, next,
                      std::chrono::duration<double>(Clock::now() - t0).count(), after - before, before.rounds,
                      after.rounds});
+    if (!go_on) break;
+  }
+  while (hears && !told_to_stop && heard + 1 < request.new_tokens) {  // words a party ahead has not read
+    told_to_stop = !co_await request.stop_signal.receive();
+    ++heard;
   }
   co_return generated;
 }
@@ -235,6 +283,9 @@ struct GenerationJob {
   // are public: they fix the shapes), so other parties ignore these.
   std::optional<std::vector<std::uint32_t>> prompt;
   std::size_t new_tokens = 16;
+  // At the client only: generation ends once it chooses one of these (EOS
+  // ids; empty: never before new_tokens). The others learn it step by step.
+  std::vector<std::uint32_t> stop_tokens;
   // Every party passes these; they must agree with the client's.
   std::string policy = "mpcache";
   std::size_t budget = 48;
@@ -244,10 +295,21 @@ struct GenerationJob {
   Add2Options add2;  // used under add2: client and owner are parties 0 and 1, party 2 deals
 };
 
+// Why a generation ended: it chose new_tokens tokens, or a stop token.
+enum class GenerationEnd { budget, eos };
+
+inline const char* end_name(GenerationEnd end) noexcept { return end == GenerationEnd::eos ? "eos" : "budget"; }
+
 struct GenerationResult {
   std::vector<std::uint32_t> tokens;  // at the client only
   std::size_t prompt_length = 0;
-  std::size_t new_tokens = 0;
+  std::size_t new_tokens = 0;  // the budget
+  // Tokens chosen, at every party (only the client knows which). `end`:
+  // eos where the generation stopped at a stop token before the budget ran
+  // out; at the client also when the budget's last token is one (the others
+  // hear nothing after the last step and say budget).
+  std::size_t generated = 0;
+  GenerationEnd end = GenerationEnd::budget;
   double setup_seconds = 0;  // keys, job header, weight sharing
   CostCounters setup_costs;
   // This party's KV cache at the end: bytes the decoder holds, bytes the
@@ -286,6 +348,11 @@ struct GenerationHeader {
 };
 
 inline constexpr StreamId generation_header_stream = 0x67656E6572617465ull;  // "generate"
+// The client's per-step word (one byte: 1 go on, 0 stop) to each other party.
+inline constexpr StreamId generation_stop_stream = 0x676F2D6F6E3F3F3Full;  // "go-on???"
+// add2: the dealer's word to party 1 that it is done (it may have dealt a
+// step that did not happen; party 1 leaves once none of that is in flight).
+inline constexpr StreamId generation_dealt_stream = 0x6465616C7420616Cull;  // "dealt al"
 
 namespace detail {
 // The client's public job header, sent to every other party (the dealer
@@ -310,6 +377,29 @@ Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job) {
   co_return header;
 }
 
+// The client's word after each step, over the endpoint (GenerationStopSignal).
+// Its round is the client's next input's: counted under that input's tag.
+// `go_words` counts the words "go on": the steps after the first.
+Task<bool> receive_go_on(Endpoint& endpoint, PartyId client, std::size_t& go_words) {
+  const auto word = co_await endpoint.recv(client, generation_stop_stream, CostTag::linear);
+  if (word.size() != 1 || std::to_integer<unsigned>(word[0]) > 1)
+    throw Error(ErrorCode::protocol, "generate: the client (party " + std::to_string(client) +
+                                         ") sent a stop signal that is not one byte 0 or 1");
+  if (word[0] == std::byte{1}) ++go_words;
+  co_return word[0] == std::byte{1};
+}
+
+GenerationStopSignal stop_signal(Endpoint& endpoint, PartyId client, std::size_t& go_words) {
+  if (endpoint.id() != client)
+    return {{}, [&endpoint, client, &go_words] { return receive_go_on(endpoint, client, go_words); }};
+  return {[&endpoint, client](bool go_on) {
+            const std::byte word = go_on ? std::byte{1} : std::byte{0};
+            for (PartyId peer = 0; peer < endpoint.parties(); ++peer)
+              if (peer != client) endpoint.send(peer, generation_stop_stream, std::vector<std::byte>{word});
+          },
+          {}};
+}
+
 // Everything after the backend's key set-up, the same on every backend.
 template <Protocol P>
 Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, const ModelConfig& config,
@@ -331,7 +421,23 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
   if (!observer.costs) observer.costs = [&endpoint] { return endpoint.costs(); };
   GenerationRequest request{job.client, std::move(job.prompt), header.prompt_length, header.new_tokens,
                             std::move(stop)};
+  if (id == job.client) request.stop_tokens = job.stop_tokens;
+  std::size_t go_words = 0;
+  request.stop_signal = stop_signal(endpoint, job.client, go_words);
+  const bool dealt = job.protocol == GenerationProtocol::add2;
+  if (dealt && id == add2_dealer) request.stop_signal.lag = 1;
   result.tokens = co_await generate(p, decoder, policy, std::move(request), std::move(observer));
+  if (dealt && id == add2_dealer) endpoint.send(1, generation_dealt_stream, std::vector<std::byte>{std::byte{1}});
+  if (dealt && id == 1) (void)co_await endpoint.recv(add2_dealer, generation_dealt_stream);
+  result.generated = id == job.client ? result.tokens.size() : 1 + go_words;
+  if (id == job.client) {
+    const auto& stops = job.stop_tokens;
+    const bool ends_with_stop =
+        !result.tokens.empty() && std::find(stops.begin(), stops.end(), result.tokens.back()) != stops.end();
+    result.end = ends_with_stop ? GenerationEnd::eos : GenerationEnd::budget;
+  } else {
+    result.end = result.generated < header.new_tokens ? GenerationEnd::eos : GenerationEnd::budget;
+  }
   result.kv_decoder_bytes = decoder.cache_bytes();
   result.kv_policy_bytes = policy.resident_bytes();
   result.kv_backing_bytes = policy.backing_bytes();

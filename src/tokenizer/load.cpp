@@ -88,12 +88,34 @@ void apply_model_config(const fs::path& dir, Tokenizer& tok) {
   }
 }
 
+// mpcache.json's "tokenizer": "none": a model over bytes (token id = byte
+// value) says so in its own folder. Anything else there is refused by name.
+bool says_bytes(const fs::path& dir) {
+  const fs::path file = dir / "mpcache.json";
+  if (!is_file(file)) return false;
+  const json cfg = detail::read_json_file(file);
+  if (!cfg.is_object()) throw TokenizerError(file.string() + ": expected a JSON object");
+  for (const auto& [key, value] : cfg.items())
+    if (key != "tokenizer")
+      throw TokenizerError(file.string() + ": unknown key \"" + key + "\" (known: \"tokenizer\")");
+  if (!cfg.contains("tokenizer")) return false;
+  if (cfg["tokenizer"] != "none")
+    throw TokenizerError(file.string() + ": \"tokenizer\": " + cfg["tokenizer"].dump() +
+                         " is not \"none\" (the byte tokenizer; other tokenizers are read from their own files)");
+  for (const char* name : {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer.model"})
+    if (is_file(dir / name))
+      throw TokenizerError(file.string() + ": says \"tokenizer\": \"none\", but the folder has " + name +
+                           " too: which one is the model's?");
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec))
     throw TokenizerError(model_dir.string() + ": not a directory (expected a model folder with a tokenizer)");
+  if (says_bytes(model_dir)) return make_byte_tokenizer();
   std::unique_ptr<Tokenizer> tok;
   const bool has_vocab = is_file(model_dir / "vocab.json");
   const bool has_merges = is_file(model_dir / "merges.txt");
@@ -110,7 +132,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
                          "(e.g. saved by Hugging Face's LlamaTokenizerFast)");
   } else {
     throw TokenizerError(model_dir.string() +
-                         ": no tokenizer found; looked for tokenizer.json, vocab.json + merges.txt, tokenizer.model");
+                         ": no tokenizer found; looked for tokenizer.json, vocab.json + merges.txt, tokenizer.model, "
+                         "and mpcache.json's \"tokenizer\": \"none\" (a model over bytes)");
   }
   apply_model_config(model_dir, *tok);
   return tok;

@@ -150,12 +150,15 @@ class Tokenizer {
 [[nodiscard]] std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
 // Reads a tokenizer from a model folder, in this order of preference:
+//   mpcache.json saying {"tokenizer": "none"}: the byte tokenizer (a model
+//     over bytes says so in its own folder; tokenizer files beside it are an
+//     error);
 //   tokenizer.json (model type "BPE"), or vocab.json + merges.txt (GPT-2).
 // BOS/EOS: tokenizer_config.json ("bos_token"/"eos_token"), else config.json
 // and generation_config.json ("bos_token_id"/"eos_token_id"; numbers or lists).
-// A folder with none of the tokenizer files: TokenizerError listing the files
-// looked for (a folder holding only tokenizer.model says that SentencePiece
-// models are not read yet).
+// A folder with none of these: TokenizerError listing the files looked for
+// (a folder holding only tokenizer.model says that SentencePiece models are
+// not read yet).
 [[nodiscard]] std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& model_dir);
 
 // The single loaders, for callers that know what they have.

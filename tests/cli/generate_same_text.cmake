@@ -2,7 +2,8 @@
 # three parties in one process: both must exit 0, generate the same tokens,
 # and every token must be the argmax of the float64 reference logits (the
 # --check debugging aid, possible because this launcher sees both inputs).
-# The client's printed text must be the text of its JSON summary.
+# The client's printed text must be the text of its JSON summary (the
+# text itself there, escaped as a C string when printed).
 #   -DCLI=path/to/mpcache -DWORK=folder -DTOKENS=4 -DPROMPT="..."
 #   [-DPROTOCOL=add2] (default rss3)
 file(MAKE_DIRECTORY "${WORK}")
@@ -36,9 +37,14 @@ function(run_generate name)
   if(NOT ntokens EQUAL TOKENS OR NOT exact EQUAL TOKENS OR NOT ok)
     message(FATAL_ERROR "${name}: ${ntokens} tokens, ${exact} equal to the float64 argmax, ok=${ok}")
   endif()
-  string(FIND "${out}" "generated, learned by the client only: \"${text}\"" at)
+  # Printed as a C string body.
+  string(REPLACE "\\" "\\\\" shown "${text}")
+  string(REPLACE "\"" "\\\"" shown "${shown}")
+  string(REPLACE "\n" "\\n" shown "${shown}")
+  string(REPLACE "\t" "\\t" shown "${shown}")
+  string(FIND "${out}" "generated, learned by the client only: \"${shown}\"" at)
   if(at EQUAL -1)
-    message(FATAL_ERROR "${name}: the printed text is not \"${text}\"")
+    message(FATAL_ERROR "${name}: the printed text is not \"${shown}\"")
   endif()
   set(${name}_tokens "${tokens}" PARENT_SCOPE)
 endfunction()

@@ -507,3 +507,39 @@ TEST_CASE("tokenizer: malformed and missing files are refused with clear message
     CHECK(error_of([&] { (void)tok->encode("ok\xC3(") ; }).find("not valid UTF-8 (at byte offset 2)") != std::string::npos);
   }
 }
+
+TEST_CASE("tokenizer: a model over bytes says so in its folder's mpcache.json") {
+  const fs::path root(MPCACHE_SOURCE_DIR);
+  // Our bundled model: {"tokenizer": "none"}, no tokenizer files.
+  const auto bundled = mt::load_tokenizer(root / "tools/model/austen-byte");
+  CHECK(bundled->name() == "bytes");
+  CHECK(bundled->eos_ids().empty());
+  TempDir dir;
+  dir.write("mpcache.json", R"({"tokenizer": "none"})");
+  CHECK(mt::load_tokenizer(dir.path())->encode("ab") == Ids{'a', 'b'});
+  dir.write("mpcache.json", R"({"tokenizer": "bytes"})");
+  CHECK(error_of([&] { (void)mt::load_tokenizer(dir.path()); }).find("mpcache.json: \"tokenizer\": \"bytes\" is not \"none\"") != std::string::npos);
+  dir.write("mpcache.json", R"({"tokenizer": "none", "tokeniser": 1})");
+  CHECK(error_of([&] { (void)mt::load_tokenizer(dir.path()); }).find("unknown key \"tokeniser\"") != std::string::npos);
+  // Saying none beside tokenizer files is ambiguous: refused.
+  dir.write("mpcache.json", R"({"tokenizer": "none"})");
+  fs::copy_file(fixtures() / "gpt2-json" / "tokenizer.json", dir.path() / "tokenizer.json");
+  CHECK(error_of([&] { (void)mt::load_tokenizer(dir.path()); }).find("but the folder has tokenizer.json too") != std::string::npos);
+  // Without it, no tokenizer: the message names it among the files looked for.
+  TempDir bare;
+  CHECK(error_of([&] { (void)mt::load_tokenizer(bare.path()); }).find("mpcache.json's \"tokenizer\": \"none\"") != std::string::npos);
+}
+
+TEST_CASE("tokenizer: the tiny GPT-2 fixture's cut-down GPT-2 vocabulary encodes as its script did") {
+  // tools/model/make_tiny_gpt2.py: GPT-2's first 255 merges, <|endoftext|> last (511).
+  const fs::path dir = fs::path(MPCACHE_SOURCE_DIR) / "tests/fixtures/model/gpt2-tiny";
+  const json expected = json::parse(std::ifstream(dir / "expected.json"));
+  const auto tok = mt::load_tokenizer(dir);
+  CHECK(tok->vocab_size() == 512);
+  CHECK(tok->eos_ids() == Ids{511});
+  CHECK_FALSE(tok->adds_bos());
+  const std::string prompt = expected["prompt"];
+  CHECK(tok->encode(prompt) == expected["prompt_ids"].get<Ids>());
+  const Ids tokens = expected["tokens"].get<Ids>();
+  CHECK(tok->decode(tokens) == expected["text"].get<std::string>());
+}

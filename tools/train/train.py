@@ -254,7 +254,8 @@ def write_card(path, out_dir, args, cfg, nparams, state, ev=None):
              "`cos = concat(cos(ang), cos(ang))`, same for sin; `rotate_half(x) = concat(-x[d/2:], x[:d/2])`; "
              "`x' = x*cos + rotate_half(x)*sin`. Dimension `i` is paired with `i + head_dim/2` (NOT adjacent pairs). "
              "Weights are stored exactly as used (no permutation), as in HF `LlamaForCausalLM`.")
-    L.append("- Tokenizer: none; token id = byte value (0..255), UTF-8/ASCII bytes. No BOS/EOS.\n")
+    L.append("- Tokenizer: none; token id = byte value (0..255), UTF-8/ASCII bytes. No BOS/EOS. The folder says so "
+             "in `mpcache.json` (`{\"tokenizer\": \"none\"}`), so `mpcache generate` needs no `--tokenizer`.\n")
     L.append("## Data\n")
     L.append("- Six novels from Debian package `r-cran-janeaustenr` (extracted by `tools/train/extract_austen.py`, "
              "R lines joined with `\\n`). Train: Sense and Sensibility, Pride and Prejudice, Mansfield Park, Emma, "
@@ -387,6 +388,8 @@ def main():
 
     def checkpoint(final=False):
         model.save_hf(args.out, metadata={"step": str(step), "final": str(final)})
+        with open(os.path.join(args.out, "mpcache.json"), "w") as f:  # tokens are bytes: no tokenizer files
+            f.write('{\n  "tokenizer": "none"\n}\n')
         write_card(args.card, args.out, args, cfg, nparams, state)
 
     model.train()
