@@ -72,50 +72,6 @@ struct GenerationRequest {
   std::stop_token stop;  // a stop requested here ends the generation before its next step
 };
 
-// Forwards to a policy and reports each prefilled layer (the decoder calls
-// after_prefill once per layer), so a caller can show prefill progress
-// without the decoder knowing about it.
-template <Protocol P, class Pol>
-  requires kv::Policy<Pol, P>
-class ObservedPolicy {
- public:
-  ObservedPolicy(Pol& inner, std::function<void(std::size_t layer)> on_layer)
-      : inner_(&inner), on_layer_(std::move(on_layer)) {}
-  std::string name() const { return inner_->name(); }
-  void reset(std::size_t layers, std::size_t heads) { inner_->reset(layers, heads); }
-  Task<void> after_prefill(P& p, const kv::PrefillView<P>& view) {
-    co_await inner_->after_prefill(p, view);
-    if (on_layer_) on_layer_(view.layer);
-  }
-  Task<kv::Selection<P>> select(P& p, const kv::StepView<P>& step) { return inner_->select(p, step); }
-  // Sharing layers' early gathers (MPCache) must not be hidden by the wrapper.
-  Task<void> prefetch(P& p, std::size_t layer, std::size_t position)
-    requires kv::Prefetching<Pol, P>
-  {
-    return inner_->prefetch(p, layer, position);
-  }
-  // Nor its ranking while the norm runs.
-  bool ranks_early(std::size_t layer) const
-    requires kv::EarlyRanking<Pol, P>
-  {
-    return inner_->ranks_early(layer);
-  }
-  Task<void> rank(P& p, const kv::RankView<P>& view)
-    requires kv::EarlyRanking<Pol, P>
-  {
-    return inner_->rank(p, view);
-  }
-  Task<void> observe(P& p, const kv::StepView<P>& step, const std::vector<typename P::Share>& probs) {
-    return inner_->observe(p, step, probs);
-  }
-  // Nor that it keeps the cache itself (the decoder then keeps only new rows).
-  bool owns_cache() const { return kv::keeps_own_cache(*inner_); }
-
- private:
-  Pol* inner_;
-  std::function<void(std::size_t)> on_layer_;
-};
-
 // Greedy choice: the secret id of the largest of the last row's logits
 // (1, vocab), an argmax over the vocabulary.
 template <Protocol P>
@@ -155,10 +111,11 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
   using Clock = std::chrono::steady_clock;
   auto snapshot = [&] { return observer.costs ? observer.costs() : CostCounters{}; };
   const CostCounters prefill_start = snapshot();
-  ObservedPolicy<P, Pol> observed(policy, [&](std::size_t layer) {
-    if (observer.prefill_layer)
+  std::function<void(std::size_t)> layer_done;
+  if (observer.prefill_layer)
+    layer_done = [&](std::size_t layer) {
       observer.prefill_layer({layer, c.num_layers, request.prompt_length, snapshot() - prefill_start});
-  });
+    };
 
   std::vector<std::uint32_t> generated;
   std::optional<std::uint32_t> next;  // the last chosen token, at the client
@@ -169,10 +126,10 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
     const CostCounters before = snapshot();
     const auto t0 = Clock::now();
     if (step == 0) {
-      logits = co_await decoder.prefill(p, observed, request.client, std::move(request.prompt),
-                                        request.prompt_length);
+      logits = co_await decoder.prefill(p, policy, request.client, std::move(request.prompt),
+                                        request.prompt_length, std::move(layer_done));
     } else {
-      logits = co_await decoder.decode(p, observed, request.client, next);
+      logits = co_await decoder.decode(p, policy, request.client, next);
     }
     auto opened = co_await p.reveal_to(request.client, co_await next_token(p, logits));  // only the client learns it
     next.reset();
