@@ -26,7 +26,7 @@ struct GenerateOptions {
   std::string prompt;                // the client's prompt (bytes)
   std::string prompt_file;           // if set, read the prompt from this file instead
   std::size_t tokens = 16;           // bytes to generate
-  std::size_t budget = 48;           // MPCache: tokens attended per KV head per step
+  std::size_t budget = 0;            // tokens attended per KV head per step (0: kv::default_budget(policy))
   std::string policy = "mpcache";    // mpcache | mpcache-paper | full
   std::string protocol = "rss3";     // rss3 | add2 (party 2 is the dealer)
   std::string truncation = "exact";  // exact | probabilistic (one round less per product, may fail: rss3.cppm)

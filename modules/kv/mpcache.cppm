@@ -79,12 +79,12 @@ class MpCache {
  public:
   using Share = typename P::Share;
   explicit MpCache(std::size_t budget, MpCacheOptions o = {}) : budget_(budget), o_(o) {
-    if (budget_ < 3 * o_.cluster)
-      throw Error(ErrorCode::invalid_argument,
-                  "MPCache: a budget of " + std::to_string(budget_) + " tokens is below three clusters of " +
-                      std::to_string(o_.cluster) + " (the first, the newest and one selected): the minimum is " +
-                      std::to_string(3 * o_.cluster));
+    if (budget_ < minimum_budget(o_))
+      throw budget_below_minimum("MPCache", budget_, minimum_budget(o_),
+                                 "is below three clusters of " + std::to_string(o_.cluster) +
+                                     " (the first, the newest and one selected)");
   }
+  static std::size_t minimum_budget(const MpCacheOptions& options = {}) { return 3 * options.cluster; }
   std::string name() const { return "mpcache"; }
   const MpCacheOptions& options() const noexcept { return o_; }
 

@@ -215,6 +215,15 @@ Task<Selection<P>> select_every_head(P& p, std::size_t heads, SelectHead select_
   co_return all;
 }
 
+// A policy's refusal of a budget below its minimum, saying why and naming
+// the minimum (each policy's static minimum_budget()).
+inline Error budget_below_minimum(const std::string& policy, std::size_t budget, std::size_t minimum,
+                                  const std::string& why) {
+  return Error(ErrorCode::invalid_argument, policy + ": a budget of " + std::to_string(budget) +
+                                                (budget == 1 ? " token " : " tokens ") + why + ": the minimum is " +
+                                                std::to_string(minimum));
+}
+
 // The token count a budget fraction gives for a context, at least `floor`.
 inline std::size_t budget_tokens(double fraction, std::size_t context, std::size_t floor = 8) {
   return std::max(floor, static_cast<std::size_t>(std::llround(fraction * static_cast<double>(context))));

@@ -193,7 +193,7 @@ struct GenerationJob {
   std::size_t new_tokens = 16;
   // Every party passes these; they must agree with the client's.
   std::string policy = "mpcache";
-  std::size_t budget = 48;
+  std::optional<std::size_t> budget;  // nullopt: the policy's default (kv::default_budget)
   UnusedTensors unused_weights = UnusedTensors::reject;  // owner: tensors the config leaves unused
   GenerationProtocol protocol = GenerationProtocol::rss3;
   Rss3Options rss3;  // used under rss3
@@ -245,23 +245,24 @@ inline constexpr StreamId generation_header_stream = 0x67656E6572617465ull;  // 
 
 namespace detail {
 // The client's public job header, sent to every other party (the dealer
-// too: shapes and the policy fix its program).
+// too: shapes and the policy fix its program). `job.budget` is set.
 Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job) {
   const PartyId id = endpoint.id();
+  const std::size_t budget = job.budget.value();
   GenerationHeader header;
   if (id == job.client) {
     if (!job.prompt) throw Error(ErrorCode::invalid_argument, "generate: the client has no prompt");
-    header = {job.prompt->size(), job.new_tokens, job.budget, job.policy};
+    header = {job.prompt->size(), job.new_tokens, budget, job.policy};
     for (PartyId peer = 0; peer < 3; ++peer)
       if (peer != id) endpoint.send(peer, generation_header_stream, header.encode());
     co_return header;
   }
   header = GenerationHeader::decode(co_await endpoint.recv(job.client, generation_header_stream), job.client);
-  if (header.policy != job.policy || header.budget != job.budget)
+  if (header.policy != job.policy || header.budget != budget)
     throw Error(ErrorCode::invalid_argument,
                 "generate: the client (party " + std::to_string(job.client) + ") asks for policy " + header.policy +
                     " with budget " + std::to_string(header.budget) + ", but party " + std::to_string(id) +
-                    " was started with policy " + job.policy + " and budget " + std::to_string(job.budget));
+                    " was started with policy " + job.policy + " and budget " + std::to_string(budget));
   job.prompt.reset();
   co_return header;
 }
@@ -278,7 +279,7 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
                                                 : no_weights();
   auto weights = co_await load_decoder(p, config, source, job.owner);
   Decoder<P> decoder(weights);
-  auto policy = kv::make_policy<P>(job.policy, job.budget);
+  auto policy = kv::make_policy<P>(job.policy, *job.budget);
   GenerationResult result;
   result.prompt_length = header.prompt_length;
   result.new_tokens = header.new_tokens;
@@ -323,8 +324,11 @@ Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
   if (job.protocol == GenerationProtocol::add2 && (job.client == add2_dealer || job.owner == add2_dealer))
     throw Error(ErrorCode::invalid_argument,
                 "generate: under add2 party 2 is the dealer; the client and the model owner must be parties 0 and 1");
-  // Shapes first, so that a bad model folder fails before any traffic.
+  // Shapes and the budget first, so that a bad model folder or policy fails
+  // before any traffic.
   const ModelConfig config = ModelConfig::from_json_file(job.model_dir / "config.json");
+  if (!job.budget) job.budget = kv::default_budget(job.policy);
+  (void)kv::make_policy<Rss3>(job.policy, *job.budget);  // refuses a budget below its minimum (on any backend)
   endpoint.cancel_when(stop);
   try {
     if (job.protocol == GenerationProtocol::add2) {

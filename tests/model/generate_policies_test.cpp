@@ -64,6 +64,13 @@ TEST_SUITE("generation policies") {
                     .kv_policy_bytes.has_value());
   }
 
+  TEST_CASE("every policy runs without a budget given: the default is 48, or the policy's minimum (InfLLM's 51)") {
+    for (const auto& name : kv::policy_names()) {
+      CAPTURE(name);
+      CHECK(testing::generate_on_fixture(GenerationProtocol::rss3, name, std::nullopt, 1).size() == 1);
+    }
+  }
+
   TEST_CASE("an unknown policy name is refused, listing the accepted ones") {
     try {
       (void)kv::make_policy<Ref>("h3o", budget);
