@@ -214,29 +214,34 @@ struct GenerationResult {
   std::size_t kv_backing_bytes = 0;
 };
 
-// The public job header the client sends to every other party first.
+// The public job header the client sends to every other party first. The
+// config digest (ModelConfig::digest) lets a party whose config.json gives
+// other shapes refuse the job here, instead of failing at the first message
+// whose size the shapes fix.
 struct GenerationHeader {
-  std::uint64_t prompt_length = 0, new_tokens = 0, budget = 0;
+  std::uint64_t prompt_length = 0, new_tokens = 0, budget = 0, config_digest = 0;
   std::string policy;
 
+  static constexpr std::size_t fixed_bytes = 32;  // the four words
   std::vector<std::byte> encode() const {
-    std::vector<std::byte> out(24 + policy.size());
-    const std::uint64_t words[3] = {prompt_length, new_tokens, budget};
-    std::memcpy(out.data(), words, 24);
-    std::memcpy(out.data() + 24, policy.data(), policy.size());
+    std::vector<std::byte> out(fixed_bytes + policy.size());
+    const std::uint64_t words[4] = {prompt_length, new_tokens, budget, config_digest};
+    std::memcpy(out.data(), words, fixed_bytes);
+    std::memcpy(out.data() + fixed_bytes, policy.data(), policy.size());
     return out;
   }
   static GenerationHeader decode(const std::vector<std::byte>& bytes, PartyId from) {
-    if (bytes.size() < 24 || bytes.size() > 24 + 64)
+    if (bytes.size() < fixed_bytes || bytes.size() > fixed_bytes + 64)
       throw Error(ErrorCode::protocol, "generation header from party " + std::to_string(from) + " has " +
                                            std::to_string(bytes.size()) + " bytes");
     GenerationHeader h;
-    std::uint64_t words[3];
-    std::memcpy(words, bytes.data(), 24);
+    std::uint64_t words[4];
+    std::memcpy(words, bytes.data(), fixed_bytes);
     h.prompt_length = words[0];
     h.new_tokens = words[1];
     h.budget = words[2];
-    h.policy.assign(reinterpret_cast<const char*>(bytes.data()) + 24, bytes.size() - 24);
+    h.config_digest = words[3];
+    h.policy.assign(reinterpret_cast<const char*>(bytes.data()) + fixed_bytes, bytes.size() - fixed_bytes);
     return h;
   }
 };
@@ -244,20 +249,33 @@ struct GenerationHeader {
 inline constexpr StreamId generation_header_stream = 0x67656E6572617465ull;  // "generate"
 
 namespace detail {
+inline std::string hex_digest(std::uint64_t digest) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(digest));
+  return text;
+}
+
 // The client's public job header, sent to every other party (the dealer
 // too: shapes and the policy fix its program). `job.budget` is set.
-Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job) {
+Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job, const ModelConfig& config) {
   const PartyId id = endpoint.id();
   const std::size_t budget = job.budget.value();
   GenerationHeader header;
   if (id == job.client) {
     if (!job.prompt) throw Error(ErrorCode::invalid_argument, "generate: the client has no prompt");
-    header = {job.prompt->size(), job.new_tokens, budget, job.policy};
+    header = {job.prompt->size(), job.new_tokens, budget, config.digest(), job.policy};
     for (PartyId peer = 0; peer < 3; ++peer)
       if (peer != id) endpoint.send(peer, generation_header_stream, header.encode());
     co_return header;
   }
   header = GenerationHeader::decode(co_await endpoint.recv(job.client, generation_header_stream), job.client);
+  if (header.config_digest != config.digest())
+    throw Error(ErrorCode::invalid_argument,
+                "generate: party " + std::to_string(id) + "'s " + (job.model_dir / "config.json").string() +
+                    " is not the client's (party " + std::to_string(job.client) + "): config digest " +
+                    hex_digest(config.digest()) + " here, " + hex_digest(header.config_digest) +
+                    " at the client; every party must read the same public config. This one gives " +
+                    config.summary());
   if (header.policy != job.policy || header.budget != budget)
     throw Error(ErrorCode::invalid_argument,
                 "generate: the client (party " + std::to_string(job.client) + ") asks for policy " + header.policy +
@@ -273,7 +291,7 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
                                    std::chrono::steady_clock::time_point t0, CostCounters start,
                                    GenerationObserver observer, std::stop_token stop) {
   const PartyId id = endpoint.id();
-  const GenerationHeader header = co_await exchange_header(endpoint, job);
+  const GenerationHeader header = co_await exchange_header(endpoint, job, config);
   // Only the model owner reads the weights file.
   const WeightSource source = id == job.owner ? weights_from_file(job.model_dir / "model.safetensors", job.unused_weights)
                                                 : no_weights();
