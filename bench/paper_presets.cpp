@@ -222,12 +222,8 @@ struct KvBytes {
 
 template <Protocol P, class Pol>
 KvBytes kv_bytes(const Decoder<P>& decoder, const Pol& policy) {
-  KvBytes out{decoder.cache_bytes(), std::nullopt, 0};
-  if constexpr (requires { policy.backing_bytes(); }) {
-    out.policy = policy.resident_bytes();
-    out.backing = policy.backing_bytes();
-  }
-  return out;
+  return {decoder.cache_bytes(), kv::OptionalMembers<P>::resident_bytes(policy),
+          kv::OptionalMembers<P>::backing_bytes(policy)};
 }
 
 // Party `id`'s side of one run: weights, the prompt (a real prefill, or a

@@ -663,7 +663,7 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
   if (o.in_process && o.network.insecure) throw Error(ErrorCode::invalid_argument, "--insecure is for TCP parties");
   o.network.check();
   (void)parse_generation_protocol(o.protocol);
-  if (o.budget == 0) throw Error(ErrorCode::invalid_argument, "--budget must be at least 1 token");
+  if (o.budget == 0) o.budget = kv::default_budget(o.policy);
   (void)kv::make_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
   // The model's shape is public: every party reads config.json first.
   const ModelConfig c = ModelConfig::from_json_file(o.model_dir + "/config.json");

@@ -32,7 +32,7 @@ struct GenerateOptions {
   // id = byte value), or a folder holding one.
   std::string tokenizer = "auto";
   bool ignore_eos = false;           // go on past the tokenizer's end-of-sequence tokens
-  std::size_t budget = 48;           // MPCache: tokens attended per KV head per step
+  std::size_t budget = 0;            // tokens attended per KV head per step (0: kv::default_budget(policy))
   std::string policy = "mpcache";    // mpcache | mpcache-paper | full
   std::string protocol = "rss3";     // rss3 | add2 (party 2 is the dealer)
   std::string truncation = "exact";  // exact | probabilistic (one round less per product, may fail: rss3.cppm)

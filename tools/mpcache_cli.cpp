@@ -20,6 +20,9 @@ const std::string default_prompt =
 const std::string truncation_help =
     "exact (default), or probabilistic: one round less per product, but each truncated value is garbage with "
     "probability |x|/2^64 (about 1 prompt in 300 at 57 bytes, more with longer prompts)";
+const std::string budget_help =
+    "tokens attended per KV head per step (all policies but full; default 48, or the policy's minimum where that "
+    "is more)";
 
 CLI::App* add_demo(CLI::App& app, mpcache::jobs::DemoOptions& demo) {
   auto* demo_cmd = app.add_subcommand("demo", "3-party secure (x W + b)^2 with rss3, checked against float64");
@@ -54,8 +57,7 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
   gen_cmd->add_option("--policy", gen.policy,
                       "KV-cache policy: mpcache (our defaults), mpcache-paper (the paper's), full or a baseline")
       ->check(CLI::IsMember(mpcache::kv::policy_names()));
-  gen_cmd->add_option("--budget", gen.budget, "tokens attended per KV head per step (all policies but full)")
-      ->check(CLI::Range(1, 1 << 20));
+  gen_cmd->add_option("--budget", gen.budget, budget_help)->check(CLI::Range(1, 1 << 20));
   gen_cmd->add_option("--protocol", gen.protocol,
                       "rss3 (3 parties, honest majority; default) or add2 (parties 0 and 1 online, party 2 the "
                       "dealer of correlated randomness, offline)")
@@ -93,8 +95,7 @@ CLI::App* add_decode(CLI::App& app, mpcache::tools::GenerateOptions& decode, con
       ->check(CLI::Range(1, 256));
   decode_cmd->add_option("--tokenizer", decode.tokenizer, tokenizer_help)->capture_default_str();
   decode_cmd->add_flag("--ignore-eos", decode.ignore_eos, ignore_eos_help);
-  decode_cmd->add_option("--budget", decode.budget, "tokens attended per KV head per step (MPCache; at least 3 clusters)")
-      ->check(CLI::Range(1, 1 << 20));
+  decode_cmd->add_option("--budget", decode.budget, budget_help)->check(CLI::Range(1, 1 << 20));
   decode_cmd->add_option("--policy", decode.policy, mpcache::kv::policy_name_list())
       ->check(CLI::IsMember(mpcache::kv::policy_names()));
   decode_cmd->add_option("--truncation", decode.truncation, truncation_help)

@@ -1,7 +1,13 @@
-// AnyPolicy: a policy chosen at run time (by name, from a bench or CLI),
-// type-erased behind the same interface; Tee: one prefill feeding several
-// policies, so that a study prefills a prompt once and then decodes a copy
-// of the decoder per policy.
+// The KV policy interface listed once (MPCACHE_KV_POLICY_MEMBERS), and what
+// is generated from the list: the defaults of the optional members
+// (OptionalMembers) and AnyPolicy, a policy chosen at run time (by name,
+// from a bench or CLI), type-erased behind the same interface. Also Tee: one
+// prefill feeding several policies, so that a study prefills a prompt once
+// and then decodes a copy of the decoder per policy.
+//
+// A new optional member is one line of the list: AnyPolicy forwards it, and
+// OptionalMembers<P>::NAME(policy, ...) calls it or gives its default, for
+// any policy; a policy that has it defines the member function.
 export module mpcache.kv:any_policy;
 import mpcache.std;
 import mpcache.core;
@@ -9,63 +15,96 @@ import mpcache.async;
 import mpcache.proto;
 import :policy;
 
+// Every member function of a KV policy, one line each:
+//   REQUIRED(result, name, qualifier, (arguments), parameters...)
+//   OPTIONAL(result, name, qualifier, default, (arguments), parameters...)
+// The required ones are those of kv::Policy (policy.cppm, which says what
+// they do). An optional one's `default` is what a policy without it gives;
+// it may name `policy`. The optional members:
+//   prefetch: once layer - 1 has selected at `position`, work for `layer`
+//     that needs only earlier tokens (MPCache's index sharing gathers its
+//     clusters); the decoder runs it concurrently with the rest of layer - 1
+//     (kv::Prefetching, policy.cppm).
+//   ranks_early, rank: a policy whose ranking is invariant under a positive
+//     scaling of the query ranks from RankView's scaled queries while the
+//     norm runs (kv::EarlyRanking, policy.cppm).
+//   owns_cache: the policy keeps the tokens it needs itself (ArkVale with a
+//     backing tier); the decoder then keeps only the rows the policy has not
+//     yet taken (HeadCache::first): the newest token's after a step, the
+//     prompt's until after_prefill has taken them. Such a policy reads the
+//     cache only through rows [first, T).
+//   resident_bytes: the bytes the policy holds in memory besides the
+//     decoder's cache; nullopt: not counted.
+//   backing_bytes: the bytes it keeps elsewhere (a file).
+#define MPCACHE_KV_POLICY_MEMBERS(REQUIRED, OPTIONAL)                                                          \
+  REQUIRED(std::string, name, const, ())                                                                       \
+  REQUIRED(void, reset, , (layers, heads), std::size_t layers, std::size_t heads)                              \
+  REQUIRED(Task<void>, after_prefill, , (p, view), P& p, const PrefillView<P>& view)                           \
+  REQUIRED(Task<Selection<P>>, select, , (p, step), P& p, const StepView<P>& step)                             \
+  REQUIRED(Task<void>, observe, , (p, step, probs), P& p, const StepView<P>& step,                             \
+           const std::vector<typename P::Share>& probs)                                                        \
+  OPTIONAL(Task<void>, prefetch, , no_work(), (p, layer, position), P& p, std::size_t layer, std::size_t position) \
+  OPTIONAL(bool, ranks_early, const, false, (layer), std::size_t layer)                                        \
+  OPTIONAL(Task<void>, rank, , refuse(policy, "does not rank early"), (p, view), P& p, const RankView<P>& view) \
+  OPTIONAL(bool, owns_cache, const, false, ())                                                                 \
+  OPTIONAL(std::optional<std::size_t>, resident_bytes, const, std::nullopt, ())                                \
+  OPTIONAL(std::size_t, backing_bytes, const, 0, ())
+
+// `, x...` from `x...`, nothing from nothing: what follows the policy in a
+// parameter list, or (as MPCACHE_KV_AFTER_POLICY (a, b)) in a call.
+#define MPCACHE_KV_AFTER_POLICY(...) __VA_OPT__(, ) __VA_ARGS__
+#define MPCACHE_KV_SKIP(...)
+
 export namespace mpcache::kv {
+
+// OptionalMembers<P>::NAME(policy, arguments...): the policy's own optional
+// member NAME if it has one, else the default of the list. The decoder and
+// AnyPolicy call optional members only this way.
+template <Protocol P>
+struct OptionalMembers {
+#define MPCACHE_KV_CALL_OR_DEFAULT(result, member, qualifier, fallback, args, ...)  \
+  template <class Pol>                                                              \
+  static result member(qualifier Pol& policy MPCACHE_KV_AFTER_POLICY(__VA_ARGS__)) { \
+    if constexpr (requires { policy.member args; }) return policy.member args;     \
+    else return fallback;                                                           \
+  }
+  MPCACHE_KV_POLICY_MEMBERS(MPCACHE_KV_SKIP, MPCACHE_KV_CALL_OR_DEFAULT)
+#undef MPCACHE_KV_CALL_OR_DEFAULT
+
+ private:
+  static Task<void> no_work() { co_return; }
+  template <class Pol>
+  static Task<void> refuse(const Pol& policy, const std::string& why) {
+    throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) + " " + why);
+  }
+};
 
 template <Protocol P>
 class AnyPolicy {
-  using Share = typename P::Share;
   struct Iface {
     virtual ~Iface() = default;
-    virtual std::string name() const = 0;
-    virtual void reset(std::size_t layers, std::size_t heads) = 0;
-    virtual Task<void> after_prefill(P& p, const PrefillView<P>& view) = 0;
-    virtual Task<Selection<P>> select(P& p, const StepView<P>& step) = 0;
-    virtual Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) = 0;
-    virtual Task<void> prefetch(P& p, std::size_t layer, std::size_t position) = 0;
-    virtual bool ranks_early(std::size_t layer) const = 0;
-    virtual Task<void> rank(P& p, const RankView<P>& view) = 0;
-    virtual bool owns_cache() const = 0;
-    virtual std::optional<std::size_t> resident_bytes() const = 0;
-    virtual std::size_t backing_bytes() const = 0;
     virtual std::unique_ptr<Iface> clone() const = 0;
+#define MPCACHE_KV_VIRTUAL(result, member, qualifier, args, ...) virtual result member(__VA_ARGS__) qualifier = 0;
+#define MPCACHE_KV_OPTIONAL_VIRTUAL(result, member, qualifier, fallback, args, ...) \
+  MPCACHE_KV_VIRTUAL(result, member, qualifier, args, __VA_ARGS__)
+    MPCACHE_KV_POLICY_MEMBERS(MPCACHE_KV_VIRTUAL, MPCACHE_KV_OPTIONAL_VIRTUAL)
+#undef MPCACHE_KV_OPTIONAL_VIRTUAL
+#undef MPCACHE_KV_VIRTUAL
   };
   template <class Pol>
   struct Impl final : Iface {
     Pol policy;
     explicit Impl(Pol pol) : policy(std::move(pol)) {}
-    std::string name() const override { return policy.name(); }
-    void reset(std::size_t layers, std::size_t heads) override { policy.reset(layers, heads); }
-    Task<void> after_prefill(P& p, const PrefillView<P>& view) override { return policy.after_prefill(p, view); }
-    Task<Selection<P>> select(P& p, const StepView<P>& step) override { return policy.select(p, step); }
-    Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) override {
-      return policy.observe(p, step, probs);
-    }
-    Task<void> prefetch(P& p, std::size_t layer, std::size_t position) override {
-      if constexpr (Prefetching<Pol, P>) return policy.prefetch(p, layer, position);
-      else return nothing();
-    }
-    bool ranks_early(std::size_t layer) const override {
-      if constexpr (EarlyRanking<Pol, P>) return policy.ranks_early(layer);
-      else return false;
-    }
-    Task<void> rank(P& p, const RankView<P>& view) override {
-      if constexpr (EarlyRanking<Pol, P>) return policy.rank(p, view);
-      else throw Error(ErrorCode::invalid_argument, "policy " + policy.name() + " does not rank early");
-    }
-    bool owns_cache() const override {
-      if constexpr (OwnsCache<Pol, P>) return policy.owns_cache();
-      else return false;
-    }
-    std::optional<std::size_t> resident_bytes() const override {
-      if constexpr (OwnsCache<Pol, P>) return policy.resident_bytes();
-      else return std::nullopt;
-    }
-    std::size_t backing_bytes() const override {
-      if constexpr (OwnsCache<Pol, P>) return policy.backing_bytes();
-      else return 0;
-    }
-    static Task<void> nothing() { co_return; }
     std::unique_ptr<Iface> clone() const override { return std::make_unique<Impl>(policy); }
+#define MPCACHE_KV_FORWARD(result, member, qualifier, args, ...) \
+  result member(__VA_ARGS__) qualifier override { return policy.member args; }
+#define MPCACHE_KV_FORWARD_OR_DEFAULT(result, member, qualifier, fallback, args, ...) \
+  result member(__VA_ARGS__) qualifier override {                                     \
+    return OptionalMembers<P>::member(policy MPCACHE_KV_AFTER_POLICY args);          \
+  }
+    MPCACHE_KV_POLICY_MEMBERS(MPCACHE_KV_FORWARD, MPCACHE_KV_FORWARD_OR_DEFAULT)
+#undef MPCACHE_KV_FORWARD_OR_DEFAULT
+#undef MPCACHE_KV_FORWARD
   };
   std::unique_ptr<Iface> impl_;
 
@@ -80,23 +119,14 @@ class AnyPolicy {
     return *this;
   }
 
-  std::string name() const { return impl_->name(); }
-  void reset(std::size_t layers, std::size_t heads) { impl_->reset(layers, heads); }
-  Task<void> after_prefill(P& p, const PrefillView<P>& view) { return impl_->after_prefill(p, view); }
-  Task<Selection<P>> select(P& p, const StepView<P>& step) { return impl_->select(p, step); }
-  Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) {
-    return impl_->observe(p, step, probs);
-  }
-  Task<void> prefetch(P& p, std::size_t layer, std::size_t position) {
-    return impl_->prefetch(p, layer, position);
-  }
-  bool ranks_early(std::size_t layer) const { return impl_->ranks_early(layer); }
-  Task<void> rank(P& p, const RankView<P>& view) { return impl_->rank(p, view); }
-  // OwnsCache's members; resident_bytes() is nullopt for a policy that does
-  // not count what it holds.
-  bool owns_cache() const { return impl_->owns_cache(); }
-  std::optional<std::size_t> resident_bytes() const { return impl_->resident_bytes(); }
-  std::size_t backing_bytes() const { return impl_->backing_bytes(); }
+  // Every member of the list, the optional ones with their defaults.
+#define MPCACHE_KV_PUBLIC(result, member, qualifier, args, ...) \
+  result member(__VA_ARGS__) qualifier { return impl_->member args; }
+#define MPCACHE_KV_OPTIONAL_PUBLIC(result, member, qualifier, fallback, args, ...) \
+  MPCACHE_KV_PUBLIC(result, member, qualifier, args, __VA_ARGS__)
+  MPCACHE_KV_POLICY_MEMBERS(MPCACHE_KV_PUBLIC, MPCACHE_KV_OPTIONAL_PUBLIC)
+#undef MPCACHE_KV_OPTIONAL_PUBLIC
+#undef MPCACHE_KV_PUBLIC
 };
 
 // Feeds one prefill to every policy in `targets`; not for decoding.
@@ -121,3 +151,7 @@ class Tee {
 };
 
 }  // namespace mpcache::kv
+
+#undef MPCACHE_KV_SKIP
+#undef MPCACHE_KV_AFTER_POLICY
+#undef MPCACHE_KV_POLICY_MEMBERS

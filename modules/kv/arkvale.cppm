@@ -69,10 +69,14 @@ class ArkVale {
 
   explicit ArkVale(std::size_t budget, ArkValeOptions options = {}) : budget_(budget), o_(options) {
     if (o_.page == 0) throw Error(ErrorCode::invalid_argument, "ArkVale: pages of zero tokens");
-    if (budget_ < (o_.sink_pages + 2) * o_.page)
+    if (budget_ < minimum_budget(o_))
       throw Error(ErrorCode::invalid_argument,
                   "ArkVale: budget " + std::to_string(budget_) + " is below " + std::to_string(o_.sink_pages) +
-                      " sink page(s), the tail and one page of " + std::to_string(o_.page) + " tokens");
+                      " sink page(s), the tail and one page of " + std::to_string(o_.page) +
+                      " tokens: the minimum is " + std::to_string(minimum_budget(o_)));
+  }
+  static std::size_t minimum_budget(const ArkValeOptions& options = {}) {
+    return (options.sink_pages + 2) * options.page;
   }
   std::string name() const { return o_.tier == PageTier::file ? "arkvale-recall" : "arkvale"; }
   const ArkValeOptions& options() const noexcept { return o_; }

@@ -14,6 +14,9 @@ export namespace mpcache::kv {
 template <Protocol P>
 class FullCache {
  public:
+  FullCache() = default;
+  explicit FullCache(std::size_t /*budget: every token, whatever it is*/) {}
+  static std::size_t minimum_budget() { return 0; }
   std::string name() const { return "full"; }
   void reset(std::size_t, std::size_t) {}
   Task<void> after_prefill(P&, const PrefillView<P>&) { co_return; }

@@ -21,8 +21,12 @@ class H2O {
   explicit H2O(std::size_t budget, double heavy_fraction = 0.5)
       : budget_(budget),
         heavy_(std::max<std::size_t>(1, static_cast<std::size_t>(heavy_fraction * double(budget)))) {
+    if (budget_ < minimum_budget())
+      throw budget_below_minimum("H2O", budget_, minimum_budget(), "leaves no recent window beside the heavy hitters");
     if (heavy_ >= budget_) throw Error(ErrorCode::invalid_argument, "H2O: heavy part must leave a recent window");
   }
+  // One heavy hitter and one recent token.
+  static std::size_t minimum_budget() { return 2; }
   std::string name() const { return "h2o"; }
   void reset(std::size_t layers, std::size_t heads) {
     state_.assign(layers, std::vector<State>(heads));

@@ -26,8 +26,19 @@ class InfLlm {
   explicit InfLlm(std::size_t budget, std::size_t block = 16, std::size_t reps = 4, std::size_t sinks = 4)
       : budget_(budget), block_(block), reps_(std::min(reps, block)), sinks_(sinks),
         local_(std::max<std::size_t>(block, budget / 4)) {
-    if (budget_ < sinks_ + local_ + block_ - 1 + block_)
-      throw Error(ErrorCode::invalid_argument, "InfLLM: budget below sinks + local window + one block");
+    if (budget_ < minimum_budget(block, sinks))
+      throw budget_below_minimum("InfLLM", budget_, minimum_budget(block, sinks),
+                                 "is below " + std::to_string(sinks_) + " sinks, a local window of " +
+                                     std::to_string(local_) + ", one block of " + std::to_string(block_) + " and " +
+                                     std::to_string(block_ - 1) + " tokens of a block not yet full");
+  }
+  // The smallest budget the constructor takes: sinks + local window + one
+  // block + a block not yet full, where the window grows with the budget
+  // (budget / 4, at least a block).
+  static std::size_t minimum_budget(std::size_t block = 16, std::size_t sinks = 4) {
+    std::size_t budget = sinks + 3 * block - 1;
+    while (budget < sinks + std::max(block, budget / 4) + 2 * block - 1) ++budget;
+    return budget;
   }
   std::string name() const { return "infllm"; }
   void reset(std::size_t layers, std::size_t heads) { state_.assign(layers, std::vector<State>(heads)); }

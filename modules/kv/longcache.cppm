@@ -17,7 +17,18 @@ class LongCache {
  public:
   explicit LongCache(std::size_t budget, std::size_t sinks = 4, std::size_t recent = 0)
       : budget_(budget), sinks_(sinks), recent_(recent ? recent : std::max<std::size_t>(4, budget / 8)) {
-    if (budget_ <= sinks_ + recent_) throw Error(ErrorCode::invalid_argument, "LongCache: budget too small");
+    if (budget_ < minimum_budget(sinks, recent))
+      throw budget_below_minimum("LongCache", budget_, minimum_budget(sinks, recent),
+                                 "leaves no token to select besides " + std::to_string(sinks_) +
+                                     " sinks and a recent window of " + std::to_string(recent_));
+  }
+  // Sinks + the recent window (recent, or budget / 8 and at least 4) + one
+  // selected token.
+  static std::size_t minimum_budget(std::size_t sinks = 4, std::size_t recent = 0) {
+    if (recent) return sinks + recent + 1;
+    std::size_t budget = sinks + 5;
+    while (budget <= sinks + std::max<std::size_t>(4, budget / 8)) ++budget;
+    return budget;
   }
   std::string name() const { return "longcache"; }
   void reset(std::size_t layers, std::size_t heads) { state_.assign(layers, std::vector<State>(heads)); }

@@ -79,12 +79,12 @@ class MpCache {
  public:
   using Share = typename P::Share;
   explicit MpCache(std::size_t budget, MpCacheOptions o = {}) : budget_(budget), o_(o) {
-    if (budget_ < 3 * o_.cluster)
-      throw Error(ErrorCode::invalid_argument,
-                  "MPCache: a budget of " + std::to_string(budget_) + " tokens is below three clusters of " +
-                      std::to_string(o_.cluster) + " (the first, the newest and one selected): the minimum is " +
-                      std::to_string(3 * o_.cluster));
+    if (budget_ < minimum_budget(o_))
+      throw budget_below_minimum("MPCache", budget_, minimum_budget(o_),
+                                 "is below three clusters of " + std::to_string(o_.cluster) +
+                                     " (the first, the newest and one selected)");
   }
+  static std::size_t minimum_budget(const MpCacheOptions& options = {}) { return 3 * options.cluster; }
   std::string name() const { return "mpcache"; }
   const MpCacheOptions& options() const noexcept { return o_; }
 
@@ -225,6 +225,28 @@ class MpCache {
   }
 
   Task<void> observe(P&, const StepView<P>&, const std::vector<Share>&) { co_return; }
+
+  // Bytes this policy holds besides the decoder's cache (the summary's
+  // "policy" bytes): per layer and KV head, its cluster list (a copy of the
+  // kept tokens: keys, values, positions, and their clusters' max and min),
+  // the summaries, and what a step picked or gathered ahead.
+  std::size_t resident_bytes() const {
+    std::size_t bytes = 0;
+    auto add = [&bytes](const std::optional<Share>& a) { bytes += a ? share_bytes<P>(*a) : 0; };
+    auto add_selection = [&bytes](const std::optional<Selection<P>>& s) {
+      if (!s) return;
+      for (const auto* part : {&s->keys, &s->values, &s->positions})
+        for (const auto& a : *part) bytes += share_bytes<P>(a);
+    };
+    for (const auto& layer : state_)
+      for (const auto& st : layer) {
+        add(st.list.keys), add(st.list.values), add(st.list.positions), add(st.list.max_keys), add(st.list.min_keys);
+        add(st.compaction), add(st.fine), add(st.coarse), add(st.hot), add(st.last_ids);
+        if (st.ranked) add(st.ranked->hot), add(st.ranked->ids), add_selection(st.ranked->gathered);
+        add_selection(st.prefetched);
+      }
+    return bytes;
+  }
 
   // Secret fine-cluster ids picked for (layer, kv head) at the last step.
   const std::optional<Share>& last_ids(std::size_t layer, std::size_t head) const {

@@ -22,27 +22,28 @@ import :arkvale;
 import :mpcache;
 import :any_policy;
 
-// Every named policy: its name, then the expression that makes it for
-// backend P at `budget` tokens. Adding a policy: its partition in this
+// Every named policy: its name, its type for backend P, and the options
+// its constructor takes after the budget (none: its defaults); the same
+// options give its minimum_budget(). Adding a policy: its partition in this
 // folder (exported by kv.cppm, imported above), then one line here.
-#define MPCACHE_NAMED_POLICIES(X)                                 \
-  X("mpcache", MpCache<P>(budget, MpCacheOptions{}))              \
-  X("mpcache-paper", MpCache<P>(budget, MpCacheOptions::paper())) \
-  X("full", FullCache<P>{})                                       \
-  X("streaming_llm", StreamingLlm<P>(budget))                     \
-  X("h2o", H2O<P>(budget))                                        \
-  X("tova", Tova<P>(budget))                                      \
-  X("snapkv", SnapKv<P>(budget))                                  \
-  X("longcache", LongCache<P>(budget))                            \
-  X("infllm", InfLlm<P>(budget))                                  \
-  X("quest", Quest<P>(budget))                                    \
-  X("arkvale", ArkVale<P>(budget))                                \
-  X("arkvale-recall", ArkVale<P>(budget, ArkValeOptions{.tier = PageTier::file}))
+#define MPCACHE_NAMED_POLICIES(X)                                   \
+  X("mpcache", MpCache<P>, MpCacheOptions{})                        \
+  X("mpcache-paper", MpCache<P>, MpCacheOptions::paper())           \
+  X("full", FullCache<P>)                                           \
+  X("streaming_llm", StreamingLlm<P>)                               \
+  X("h2o", H2O<P>)                                                  \
+  X("tova", Tova<P>)                                                \
+  X("snapkv", SnapKv<P>)                                            \
+  X("longcache", LongCache<P>)                                      \
+  X("infllm", InfLlm<P>)                                            \
+  X("quest", Quest<P>)                                              \
+  X("arkvale", ArkVale<P>)                                          \
+  X("arkvale-recall", ArkVale<P>, ArkValeOptions{.tier = PageTier::file})
 
 export namespace mpcache::kv {
 
 inline const std::vector<std::string>& policy_names() {
-#define MPCACHE_POLICY_NAME(name, make) name,
+#define MPCACHE_POLICY_NAME(name, type, ...) name,
   static const std::vector<std::string> names = {MPCACHE_NAMED_POLICIES(MPCACHE_POLICY_NAME)};
 #undef MPCACHE_POLICY_NAME
   return names;
@@ -57,21 +58,33 @@ inline std::string policy_name_list() {
   return out;
 }
 
+// The smallest budget the policy `name` takes (0: it ignores the budget).
+// An unknown name is an error listing the known ones.
+inline std::size_t minimum_budget(const std::string& name) {
+  using P = Rss3;  // any backend: a minimum depends on the options only
+#define MPCACHE_MINIMUM_OF_NAMED(policy_name, type, ...) \
+  if (name == policy_name) return type::minimum_budget(__VA_ARGS__);
+  MPCACHE_NAMED_POLICIES(MPCACHE_MINIMUM_OF_NAMED)
+#undef MPCACHE_MINIMUM_OF_NAMED
+  throw Error(ErrorCode::invalid_argument, "unknown policy '" + name + "' (" + policy_name_list() + ")");
+}
+
+// The budget a job uses when none is given: 48 tokens per KV head and step,
+// or the policy's minimum where that is more (InfLLM's 51), so that every
+// policy runs with the defaults.
+inline constexpr std::size_t usual_budget = 48;
+inline std::size_t default_budget(const std::string& name) { return std::max(usual_budget, minimum_budget(name)); }
+
 // A policy by name with `budget` tokens per KV head per step (the full cache
-// ignores it). An unknown name, or a budget the policy cannot work with, is
-// an error saying so.
+// ignores it). An unknown name, or a budget below the policy's minimum, is
+// an error saying so (and naming the minimum).
 template <Protocol P>
 AnyPolicy<P> make_policy(const std::string& name, std::size_t budget) {
-  if (name == "full") return AnyPolicy<P>(FullCache<P>{});
-  const auto& names = policy_names();
-  if (std::find(names.begin(), names.end(), name) == names.end())
-    throw Error(ErrorCode::invalid_argument, "unknown policy '" + name + "' (" + policy_name_list() + ")");
-  if (budget == 0) throw Error(ErrorCode::invalid_argument, "policy " + name + ": budget must be at least 1 token");
-#define MPCACHE_MAKE_NAMED(policy_name, make) \
-  if (name == policy_name) return AnyPolicy<P>(make);
+#define MPCACHE_MAKE_NAMED(policy_name, type, ...) \
+  if (name == policy_name) return AnyPolicy<P>(type(budget __VA_OPT__(, ) __VA_ARGS__));
   MPCACHE_NAMED_POLICIES(MPCACHE_MAKE_NAMED)
 #undef MPCACHE_MAKE_NAMED
-  throw Error(ErrorCode::invalid_argument, "policy " + name + " is named but has no maker");
+  throw Error(ErrorCode::invalid_argument, "unknown policy '" + name + "' (" + policy_name_list() + ")");
 }
 
 }  // namespace mpcache::kv

@@ -81,27 +81,14 @@ concept Policy =
       { pol.observe(p, step, probs) } -> std::same_as<Task<void>>;
     };
 
-// Optional: a policy that keeps the tokens it needs itself (ArkVale with a
-// backing tier) says so, and the decoder then keeps only the rows of its
-// cache the policy has not yet taken (HeadCache::first): the newest token's
-// after a step, the prompt's until after_prefill has taken them. Such a
-// policy reads the cache only through rows [first, T). resident_bytes() is
-// what it holds in memory, backing_bytes() what it keeps elsewhere.
-template <class Pol, class P>
-concept OwnsCache = Protocol<P> && requires(const Pol& cpol) {
-  { cpol.owns_cache() } -> std::convertible_to<bool>;
-  { cpol.resident_bytes() } -> std::convertible_to<std::size_t>;
-  { cpol.backing_bytes() } -> std::convertible_to<std::size_t>;
-};
+// Optional members (prefetch, early ranking, a cache of its own, the bytes
+// it holds) are listed, with their defaults, in any_policy.cppm
+// (MPCACHE_KV_POLICY_MEMBERS); callers reach them through
+// OptionalMembers<P>. The concepts below name two of them: the decoder
+// gives a prefetching policy a stream of its own, and the tests check that
+// wrappers keep early ranking visible.
 
-// Whether `policy` (a policy, AnyPolicy or not) keeps the cache itself now.
-template <class Pol>
-bool keeps_own_cache(const Pol& policy) {
-  if constexpr (requires { { policy.owns_cache() } -> std::convertible_to<bool>; }) return policy.owns_cache();
-  else return false;
-}
-
-// Optional: once layer - 1 has selected at `position`, a policy may start
+// Has prefetch: once layer - 1 has selected at `position`, a policy may start
 // work for `layer` that needs only earlier tokens (MPCache's index sharing
 // gathers its clusters); the decoder runs it concurrently with the rest of
 // layer - 1.
@@ -110,14 +97,14 @@ concept Prefetching = Protocol<P> && requires(Pol& pol, P& p, std::size_t n) {
   { pol.prefetch(p, n, n) } -> std::same_as<Task<void>>;
 };
 
-// Optional: a policy whose ranking of cached tokens is invariant under a
-// positive scaling of the query (q . r, or a per-dimension upper bound such
-// as q+ . r_max + q- . r_min) can rank from RankView's scaled queries,
-// which exist before the norm has produced q: the decoder calls rank()
-// concurrently with the layer's norm and projections (for layers where
-// ranks_early(layer)), then select() at the same position, which uses what
-// rank() chose. rank() may use only tokens before the current one; select()
-// without a matching rank() must rank by itself.
+// Has ranks_early and rank: a policy whose ranking of cached tokens is
+// invariant under a positive scaling of the query (q . r, or a per-dimension
+// upper bound such as q+ . r_max + q- . r_min) can rank from RankView's
+// scaled queries, which exist before the norm has produced q: the decoder
+// calls rank() concurrently with the layer's norm and projections (for
+// layers where ranks_early(layer)), then select() at the same position,
+// which uses what rank() chose. rank() may use only tokens before the
+// current one; select() without a matching rank() must rank by itself.
 template <class Pol, class P>
 concept EarlyRanking = Protocol<P> && requires(Pol& pol, const Pol& cpol, P& p, const RankView<P>& view,
                                                std::size_t n) {
@@ -226,6 +213,15 @@ Task<Selection<P>> select_every_head(P& p, std::size_t heads, SelectHead select_
   Selection<P> all;
   for (auto& one : picked) push_head(all, std::move(one));
   co_return all;
+}
+
+// A policy's refusal of a budget below its minimum, saying why and naming
+// the minimum (each policy's static minimum_budget()).
+inline Error budget_below_minimum(const std::string& policy, std::size_t budget, std::size_t minimum,
+                                  const std::string& why) {
+  return Error(ErrorCode::invalid_argument, policy + ": a budget of " + std::to_string(budget) +
+                                                (budget == 1 ? " token " : " tokens ") + why + ": the minimum is " +
+                                                std::to_string(minimum));
 }
 
 // The token count a budget fraction gives for a context, at least `floor`.

@@ -19,8 +19,12 @@ template <Protocol P>
 class Quest {
  public:
   explicit Quest(std::size_t budget, std::size_t page = 16) : budget_(budget), page_(page) {
-    if (budget_ < 2 * page_) throw Error(ErrorCode::invalid_argument, "Quest: budget below two pages");
+    if (budget_ < minimum_budget(page))
+      throw budget_below_minimum("Quest", budget_, minimum_budget(page),
+                                 "is below two pages of " + std::to_string(page_) +
+                                     " (one selected, one for the newest tokens)");
   }
+  static std::size_t minimum_budget(std::size_t page = 16) { return 2 * page; }
   std::string name() const { return "quest"; }
   void reset(std::size_t layers, std::size_t heads) {
     lists_.assign(layers, std::vector<ClusterList<P>>(heads));

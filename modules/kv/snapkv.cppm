@@ -17,8 +17,12 @@ class SnapKv {
  public:
   explicit SnapKv(std::size_t budget, std::size_t window = 32, std::size_t kernel = 7)
       : budget_(budget), window_(std::min(window, budget / 2)), kernel_(kernel) {
-    if (window_ == 0) throw Error(ErrorCode::invalid_argument, "SnapKV: budget too small");
+    if (budget_ < minimum_budget())
+      throw budget_below_minimum("SnapKV", budget_, minimum_budget(), "leaves no recent window");
+    if (window_ == 0) throw Error(ErrorCode::invalid_argument, "SnapKV: a window of zero tokens");
   }
+  // The recent window is half the budget (at most `window`), at least one token.
+  static std::size_t minimum_budget() { return 2; }
   std::string name() const { return "snapkv"; }
   void reset(std::size_t layers, std::size_t heads) { state_.assign(layers, std::vector<State>(heads)); }
   Task<void> after_prefill(P& p, const PrefillView<P>& view) {

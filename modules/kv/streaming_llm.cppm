@@ -17,8 +17,11 @@ template <Protocol P>
 class StreamingLlm {
  public:
   explicit StreamingLlm(std::size_t budget, std::size_t sinks = 4) : budget_(budget), sinks_(sinks) {
-    if (budget_ <= sinks_) throw Error(ErrorCode::invalid_argument, "StreamingLLM: budget must exceed the sinks");
+    if (budget_ < minimum_budget(sinks))
+      throw budget_below_minimum("StreamingLLM", budget_, minimum_budget(sinks),
+                                 "leaves no recent window besides " + std::to_string(sinks_) + " sinks");
   }
+  static std::size_t minimum_budget(std::size_t sinks = 4) { return sinks + 1; }
   std::string name() const { return "streaming_llm"; }
   void reset(std::size_t, std::size_t) {}
   Task<void> after_prefill(P&, const PrefillView<P>&) { co_return; }

@@ -16,8 +16,10 @@ template <Protocol P>
 class Tova {
  public:
   explicit Tova(std::size_t budget) : budget_(budget) {
-    if (budget_ < 2) throw Error(ErrorCode::invalid_argument, "TOVA: budget below 2");
+    if (budget_ < minimum_budget())
+      throw budget_below_minimum("TOVA", budget_, minimum_budget(), "keeps no token besides the newest");
   }
+  static std::size_t minimum_budget() { return 2; }
   std::string name() const { return "tova"; }
   void reset(std::size_t layers, std::size_t heads) { state_.assign(layers, std::vector<State>(heads)); }
   Task<void> after_prefill(P& p, const PrefillView<P>& view) {

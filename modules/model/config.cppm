@@ -24,6 +24,15 @@ struct ModelConfig {
   // Reads and validates (positive sizes, heads dividing evenly).
   static ModelConfig from_json_file(const std::filesystem::path& path);
   static ModelConfig from_json_text(const std::string& text, const std::string& origin);
+
+  // A digest of the fields above, which fix every public shape of a job:
+  // parties compare it before any traffic depends on the shapes. It is of
+  // the parsed fields, not the file's bytes, so two files that differ only
+  // in layout, key order, key spelling (GPT-2's n_layer or
+  // num_hidden_layers) or keys we do not read give the same digest.
+  std::uint64_t digest() const;
+  // "llama, layers 2, hidden 16, ...": the fields, for messages.
+  std::string summary() const;
 };
 
 }  // namespace mpcache

@@ -69,11 +69,13 @@ class Decoder {
   void set_early_ranking(bool on) noexcept { early_ranking_ = on; }
 
   // Prefill `count` tokens (the owner's ids; others pass nullopt). Starts a
-  // new sequence. Returns logits (count, vocab).
+  // new sequence. Returns logits (count, vocab). `layer_done(l)`, if given,
+  // is called once layer l and the policy's look at it are done (progress
+  // reports).
   template <class Pol>
     requires kv::Policy<Pol, P>
-  Task<Share> prefill(P& p, Pol& policy, PartyId owner,
-                      std::optional<std::vector<std::uint32_t>> tokens, std::size_t count) {
+  Task<Share> prefill(P& p, Pol& policy, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
+                      std::size_t count, std::function<void(std::size_t layer)> layer_done = {}) {
     if (count == 0) throw Error(ErrorCode::invalid_argument, "prefill of zero tokens");
     if (count > c_.max_positions)
       throw Error(ErrorCode::invalid_argument, "prefill of " + std::to_string(count) +
@@ -95,7 +97,7 @@ class Decoder {
       } else {
         P pl = p.fork(), pp = p.fork();
         auto [next, none] = co_await when_all(prefill_layer(pl, policy, l, h, count, current),
-                                              policy_prefill(pp, policy, l - 1, count, previous));
+                                              policy_prefill(pp, policy, l - 1, count, previous, layer_done));
         (void)none;
         h = std::move(next);
       }
@@ -103,7 +105,8 @@ class Decoder {
     }
     length_ = count;
     P ph = p.fork(), pp = p.fork();
-    auto [logits, none] = co_await when_all(head(ph, h), policy_prefill(pp, policy, c_.num_layers - 1, count, previous));
+    auto [logits, none] =
+        co_await when_all(head(ph, h), policy_prefill(pp, policy, c_.num_layers - 1, count, previous, layer_done));
     (void)none;
     co_return logits;
   }
@@ -261,17 +264,19 @@ class Decoder {
   }
 
   template <class Pol>
-  Task<void> policy_prefill(P& p, Pol& policy, std::size_t layer, std::size_t count, std::vector<Share>& probs) {
+  Task<void> policy_prefill(P& p, Pol& policy, std::size_t layer, std::size_t count, std::vector<Share>& probs,
+                            const std::function<void(std::size_t)>& layer_done) {
     kv::PrefillView<P> view{layer, count, c_.num_heads / c_.num_kv_heads, &probs, &cache_[layer]};
     auto scope = cost_scope(p, CostTag::eviction);
     co_await policy.after_prefill(p, view);
     probs.clear();
-    if (kv::keeps_own_cache(policy))  // the policy took the prompt's rows: keep the last only
+    if (kv::OptionalMembers<P>::owns_cache(policy))  // the policy took the prompt's rows: keep the last only
       for (auto& hc : cache_[layer]) {
         const std::size_t held = P::shape(hc.keys).at(0);
         hc = kv::HeadCache<P>{ops::rows<P>(hc.keys, held - 1, held), ops::rows<P>(hc.values, held - 1, held),
                               hc.first + held - 1};
       }
+    if (layer_done) layer_done(layer);
   }
 
   // One decode row of queries (1, heads * d) as each KV head's query group (g, d).
@@ -287,29 +292,24 @@ class Decoder {
   // layers (RMSNorm, no query bias) give it as h wq_ranking.
   template <class Pol>
   bool ranks_early(const Pol& policy, std::size_t layer) const {
-    if constexpr (kv::EarlyRanking<Pol, P>) {
-      const auto& lw = layer_weights(layer);
-      return early_ranking_ && lw.wq_ranking && !lw.bq && !lw.input_norm_bias && policy.ranks_early(layer);
-    } else {
-      return false;
-    }
+    const auto& lw = layer_weights(layer);
+    return early_ranking_ && lw.wq_ranking && !lw.bq && !lw.input_norm_bias &&
+           kv::OptionalMembers<P>::ranks_early(policy, layer);
   }
 
   // h wq_ranking = q rms(h) / 16 after RoPE: two rounds (the projection,
   // RoPE's truncation) where the norm takes sixteen; then the policy's rank.
   template <class Pol>
   Task<void> rank_early(P& p, Pol& policy, std::size_t layer, const Share& h_in, std::size_t position) {
-    if constexpr (kv::EarlyRanking<Pol, P>) {
-      std::vector<Share> queries;
-      {
-        auto scope = cost_scope(p, CostTag::similarity);
-        queries = query_groups(co_await rope(p, co_await p.matmul_trunc(h_in, *layer_weights(layer).wq_ranking),
-                                             position, c_.num_heads));
-      }
-      auto scope = cost_scope(p, CostTag::gather);  // as select(): policies tag their own scores and top-k
-      co_await policy.rank(p, kv::RankView<P>{layer, position, c_.num_heads / c_.num_kv_heads, &queries});
+    std::vector<Share> queries;
+    {
+      auto scope = cost_scope(p, CostTag::similarity);
+      queries = query_groups(co_await rope(p, co_await p.matmul_trunc(h_in, *layer_weights(layer).wq_ranking),
+                                           position, c_.num_heads));
     }
-    co_return;
+    auto scope = cost_scope(p, CostTag::gather);  // as select(): policies tag their own scores and top-k
+    const kv::RankView<P> view{layer, position, c_.num_heads / c_.num_kv_heads, &queries};
+    co_await kv::OptionalMembers<P>::rank(policy, p, view);
   }
 
   // A layer's attention: the prefill's over the prompt (then the caller runs
@@ -358,7 +358,7 @@ class Decoder {
     const std::size_t kvh = c_.num_kv_heads, first = length_;
     auto& layer_cache = cache_[layer];
     if (layer_cache.empty()) layer_cache.resize(kvh);
-    const bool policy_keeps_cache = kv::keeps_own_cache(policy);
+    const bool policy_keeps_cache = kv::OptionalMembers<P>::owns_cache(policy);
     if (decode && policy_keeps_cache && probe_)
       throw Error(ErrorCode::invalid_argument, "decoder: the step probe attends over the whole cache, but policy " +
                                                    std::string(policy.name()) + " keeps the cache itself");
@@ -537,7 +537,8 @@ namespace mpcache {
 #define MPCACHE_EXTERN_DECODER(B)                                                                             \
   extern template class Decoder<B>;                                                                          \
   extern template Task<B::Share> Decoder<B>::prefill<kv::AnyPolicy<B>>(                                      \
-      B&, kv::AnyPolicy<B>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t);               \
+      B&, kv::AnyPolicy<B>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t,                \
+      std::function<void(std::size_t)>);                                                                     \
   extern template Task<B::Share> Decoder<B>::decode<kv::AnyPolicy<B>>(B&, kv::AnyPolicy<B>&, PartyId,         \
                                                                       std::optional<std::uint32_t>);
 MPCACHE_FOR_EACH_BACKEND(MPCACHE_EXTERN_DECODER)

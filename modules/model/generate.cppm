@@ -97,50 +97,6 @@ struct GenerationRequest {
   GenerationStopSignal stop_signal = {};
 };
 
-// Forwards to a policy and reports each prefilled layer (the decoder calls
-// after_prefill once per layer), so a caller can show prefill progress
-// without the decoder knowing about it.
-template <Protocol P, class Pol>
-  requires kv::Policy<Pol, P>
-class ObservedPolicy {
- public:
-  ObservedPolicy(Pol& inner, std::function<void(std::size_t layer)> on_layer)
-      : inner_(&inner), on_layer_(std::move(on_layer)) {}
-  std::string name() const { return inner_->name(); }
-  void reset(std::size_t layers, std::size_t heads) { inner_->reset(layers, heads); }
-  Task<void> after_prefill(P& p, const kv::PrefillView<P>& view) {
-    co_await inner_->after_prefill(p, view);
-    if (on_layer_) on_layer_(view.layer);
-  }
-  Task<kv::Selection<P>> select(P& p, const kv::StepView<P>& step) { return inner_->select(p, step); }
-  // Sharing layers' early gathers (MPCache) must not be hidden by the wrapper.
-  Task<void> prefetch(P& p, std::size_t layer, std::size_t position)
-    requires kv::Prefetching<Pol, P>
-  {
-    return inner_->prefetch(p, layer, position);
-  }
-  // Nor its ranking while the norm runs.
-  bool ranks_early(std::size_t layer) const
-    requires kv::EarlyRanking<Pol, P>
-  {
-    return inner_->ranks_early(layer);
-  }
-  Task<void> rank(P& p, const kv::RankView<P>& view)
-    requires kv::EarlyRanking<Pol, P>
-  {
-    return inner_->rank(p, view);
-  }
-  Task<void> observe(P& p, const kv::StepView<P>& step, const std::vector<typename P::Share>& probs) {
-    return inner_->observe(p, step, probs);
-  }
-  // Nor that it keeps the cache itself (the decoder then keeps only new rows).
-  bool owns_cache() const { return kv::keeps_own_cache(*inner_); }
-
- private:
-  Pol* inner_;
-  std::function<void(std::size_t)> on_layer_;
-};
-
 // Greedy choice: the secret id of the largest of the last row's logits
 // (1, vocab), an argmax over the vocabulary.
 template <Protocol P>
@@ -185,10 +141,11 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
   using Clock = std::chrono::steady_clock;
   auto snapshot = [&] { return observer.costs ? observer.costs() : CostCounters{}; };
   const CostCounters prefill_start = snapshot();
-  ObservedPolicy<P, Pol> observed(policy, [&](std::size_t layer) {
-    if (observer.prefill_layer)
+  std::function<void(std::size_t)> layer_done;
+  if (observer.prefill_layer)
+    layer_done = [&](std::size_t layer) {
       observer.prefill_layer({layer, c.num_layers, request.prompt_length, snapshot() - prefill_start});
-  });
+    };
 
   std::vector<std::uint32_t> generated;
   std::optional<std::uint32_t> next;  // the last chosen token, at the client
@@ -202,8 +159,8 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
     const CostCounters before = snapshot();
     const auto t0 = Clock::now();
     if (step == 0) {
-      logits = co_await decoder.prefill(p, observed, request.client, std::move(request.prompt),
-                                        request.prompt_length);
+      logits = co_await decoder.prefill(p, policy, request.client, std::move(request.prompt),
+                                        request.prompt_length, std::move(layer_done));
     } else {
       // The client's word about this step arrives with its input of the last
       // token: no round of its own. A party `lag` steps ahead reads an older one.
@@ -212,7 +169,7 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
         ++heard;
       }
       if (told_to_stop) break;
-      logits = co_await decoder.decode(p, observed, request.client, next);
+      logits = co_await decoder.decode(p, policy, request.client, next);
     }
     auto opened = co_await p.reveal_to(request.client, co_await next_token(p, logits));  // only the client learns it
     next.reset();
@@ -288,7 +245,7 @@ struct GenerationJob {
   std::vector<std::uint32_t> stop_tokens;
   // Every party passes these; they must agree with the client's.
   std::string policy = "mpcache";
-  std::size_t budget = 48;
+  std::optional<std::size_t> budget;  // nullopt: the policy's default (kv::default_budget)
   UnusedTensors unused_weights = UnusedTensors::reject;  // owner: tensors the config leaves unused
   GenerationProtocol protocol = GenerationProtocol::rss3;
   Rss3Options rss3;  // used under rss3
@@ -320,29 +277,34 @@ struct GenerationResult {
   std::size_t kv_backing_bytes = 0;
 };
 
-// The public job header the client sends to every other party first.
+// The public job header the client sends to every other party first. The
+// config digest (ModelConfig::digest) lets a party whose config.json gives
+// other shapes refuse the job here, instead of failing at the first message
+// whose size the shapes fix.
 struct GenerationHeader {
-  std::uint64_t prompt_length = 0, new_tokens = 0, budget = 0;
+  std::uint64_t prompt_length = 0, new_tokens = 0, budget = 0, config_digest = 0;
   std::string policy;
 
+  static constexpr std::size_t fixed_bytes = 32;  // the four words
   std::vector<std::byte> encode() const {
-    std::vector<std::byte> out(24 + policy.size());
-    const std::uint64_t words[3] = {prompt_length, new_tokens, budget};
-    std::memcpy(out.data(), words, 24);
-    std::memcpy(out.data() + 24, policy.data(), policy.size());
+    std::vector<std::byte> out(fixed_bytes + policy.size());
+    const std::uint64_t words[4] = {prompt_length, new_tokens, budget, config_digest};
+    std::memcpy(out.data(), words, fixed_bytes);
+    std::memcpy(out.data() + fixed_bytes, policy.data(), policy.size());
     return out;
   }
   static GenerationHeader decode(const std::vector<std::byte>& bytes, PartyId from) {
-    if (bytes.size() < 24 || bytes.size() > 24 + 64)
+    if (bytes.size() < fixed_bytes || bytes.size() > fixed_bytes + 64)
       throw Error(ErrorCode::protocol, "generation header from party " + std::to_string(from) + " has " +
                                            std::to_string(bytes.size()) + " bytes");
     GenerationHeader h;
-    std::uint64_t words[3];
-    std::memcpy(words, bytes.data(), 24);
+    std::uint64_t words[4];
+    std::memcpy(words, bytes.data(), fixed_bytes);
     h.prompt_length = words[0];
     h.new_tokens = words[1];
     h.budget = words[2];
-    h.policy.assign(reinterpret_cast<const char*>(bytes.data()) + 24, bytes.size() - 24);
+    h.config_digest = words[3];
+    h.policy.assign(reinterpret_cast<const char*>(bytes.data()) + fixed_bytes, bytes.size() - fixed_bytes);
     return h;
   }
 };
@@ -355,24 +317,38 @@ inline constexpr StreamId generation_stop_stream = 0x676F2D6F6E3F3F3Full;  // "g
 inline constexpr StreamId generation_dealt_stream = 0x6465616C7420616Cull;  // "dealt al"
 
 namespace detail {
+inline std::string hex_digest(std::uint64_t digest) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(digest));
+  return text;
+}
+
 // The client's public job header, sent to every other party (the dealer
-// too: shapes and the policy fix its program).
-Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job) {
+// too: shapes and the policy fix its program). `job.budget` is set.
+Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job, const ModelConfig& config) {
   const PartyId id = endpoint.id();
+  const std::size_t budget = job.budget.value();
   GenerationHeader header;
   if (id == job.client) {
     if (!job.prompt) throw Error(ErrorCode::invalid_argument, "generate: the client has no prompt");
-    header = {job.prompt->size(), job.new_tokens, job.budget, job.policy};
+    header = {job.prompt->size(), job.new_tokens, budget, config.digest(), job.policy};
     for (PartyId peer = 0; peer < 3; ++peer)
       if (peer != id) endpoint.send(peer, generation_header_stream, header.encode());
     co_return header;
   }
   header = GenerationHeader::decode(co_await endpoint.recv(job.client, generation_header_stream), job.client);
-  if (header.policy != job.policy || header.budget != job.budget)
+  if (header.config_digest != config.digest())
+    throw Error(ErrorCode::invalid_argument,
+                "generate: party " + std::to_string(id) + "'s " + (job.model_dir / "config.json").string() +
+                    " is not the client's (party " + std::to_string(job.client) + "): config digest " +
+                    hex_digest(config.digest()) + " here, " + hex_digest(header.config_digest) +
+                    " at the client; every party must read the same public config. This one gives " +
+                    config.summary());
+  if (header.policy != job.policy || header.budget != budget)
     throw Error(ErrorCode::invalid_argument,
                 "generate: the client (party " + std::to_string(job.client) + ") asks for policy " + header.policy +
                     " with budget " + std::to_string(header.budget) + ", but party " + std::to_string(id) +
-                    " was started with policy " + job.policy + " and budget " + std::to_string(job.budget));
+                    " was started with policy " + job.policy + " and budget " + std::to_string(budget));
   job.prompt.reset();
   co_return header;
 }
@@ -406,13 +382,13 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
                                    std::chrono::steady_clock::time_point t0, CostCounters start,
                                    GenerationObserver observer, std::stop_token stop) {
   const PartyId id = endpoint.id();
-  const GenerationHeader header = co_await exchange_header(endpoint, job);
+  const GenerationHeader header = co_await exchange_header(endpoint, job, config);
   // Only the model owner reads the weights file.
   const WeightSource source = id == job.owner ? weights_from_file(job.model_dir / "model.safetensors", job.unused_weights)
                                                 : no_weights();
   auto weights = co_await load_decoder(p, config, source, job.owner);
   Decoder<P> decoder(weights);
-  auto policy = kv::make_policy<P>(job.policy, job.budget);
+  auto policy = kv::make_policy<P>(job.policy, *job.budget);
   GenerationResult result;
   result.prompt_length = header.prompt_length;
   result.new_tokens = header.new_tokens;
@@ -473,8 +449,11 @@ Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
   if (job.protocol == GenerationProtocol::add2 && (job.client == add2_dealer || job.owner == add2_dealer))
     throw Error(ErrorCode::invalid_argument,
                 "generate: under add2 party 2 is the dealer; the client and the model owner must be parties 0 and 1");
-  // Shapes first, so that a bad model folder fails before any traffic.
+  // Shapes and the budget first, so that a bad model folder or policy fails
+  // before any traffic.
   const ModelConfig config = ModelConfig::from_json_file(job.model_dir / "config.json");
+  if (!job.budget) job.budget = kv::default_budget(job.policy);
+  (void)kv::make_policy<Rss3>(job.policy, *job.budget);  // refuses a budget below its minimum (on any backend)
   endpoint.cancel_when(stop);
   try {
     if (job.protocol == GenerationProtocol::add2) {

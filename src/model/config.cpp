@@ -96,4 +96,37 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   return c;
 }
 
+std::uint64_t ModelConfig::digest() const {
+  // FNV-1a over every field as 64 bits, in declaration order (a new field
+  // belongs here too); doubles by their bits, as parsed.
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](std::uint64_t word) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (word >> (8 * i)) & 0xFF;
+      h *= 0x100000001b3ull;
+    }
+  };
+  auto bits = [](double x) {
+    std::uint64_t w;
+    std::memcpy(&w, &x, sizeof w);
+    return w;
+  };
+  mix(static_cast<std::uint64_t>(architecture));
+  for (std::size_t n : {vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
+                        max_positions})
+    mix(n);
+  mix(bits(norm_eps));
+  mix(bits(rope_theta));
+  mix(tie_word_embeddings ? 1 : 0);
+  return h;
+}
+
+std::string ModelConfig::summary() const {
+  std::ostringstream out;
+  out << (architecture == Architecture::gpt2 ? "gpt2" : "llama") << ", layers " << num_layers << ", hidden "
+      << hidden_size << ", heads " << num_heads << " (KV " << num_kv_heads << ") of " << head_dim << ", MLP "
+      << intermediate_size << ", vocabulary " << vocab_size << ", positions " << max_positions;
+  return out.str();
+}
+
 }  // namespace mpcache

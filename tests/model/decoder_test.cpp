@@ -317,11 +317,10 @@ RankingRun ranking_run(bool early) {
 }
 }  // namespace
 
-// The wrappers a private generation goes through (run-time choice, progress
-// reports) must not hide early ranking from the decoder.
+// The wrapper a private generation goes through (run-time choice) must not
+// hide early ranking from the decoder.
 static_assert(kv::EarlyRanking<kv::MpCache<Rss3>, Rss3>);
 static_assert(kv::EarlyRanking<kv::AnyPolicy<Rss3>, Rss3>);
-static_assert(kv::EarlyRanking<ObservedPolicy<Rss3, kv::AnyPolicy<Rss3>>, Rss3>);
 
 TEST_SUITE("decoder rounds") {
   TEST_CASE("early ranking: the same clusters, picked while the norm runs") {

@@ -19,9 +19,11 @@ inline std::vector<std::uint32_t> fixture_prompt() {
 }
 
 // generate_party at every party (exact truncation, seed 5): every party's
-// result; the other two parties must learn no token.
+// result; the other two parties must learn no token. No budget: the
+// policy's default.
 inline std::array<GenerationResult, 3> generate_results_on_fixture(GenerationProtocol protocol,
-                                                                   const std::string& policy, std::size_t budget,
+                                                                   const std::string& policy,
+                                                                   std::optional<std::size_t> budget,
                                                                    std::size_t tokens) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
@@ -44,7 +46,7 @@ inline std::array<GenerationResult, 3> generate_results_on_fixture(GenerationPro
 
 // The client's tokens of generate_results_on_fixture.
 inline std::vector<std::uint32_t> generate_on_fixture(GenerationProtocol protocol, const std::string& policy,
-                                                      std::size_t budget, std::size_t tokens) {
+                                                      std::optional<std::size_t> budget, std::size_t tokens) {
   return generate_results_on_fixture(protocol, policy, budget, tokens)[0].tokens;
 }
 
