@@ -76,15 +76,24 @@ class Decoder {
     requires kv::Policy<Pol, P>
   Task<Share> prefill(P& p, Pol& policy, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
                       std::size_t count, std::function<void(std::size_t layer)> layer_done = {}) {
-    if (count == 0) throw Error(ErrorCode::invalid_argument, "prefill of zero tokens");
-    if (count > c_.max_positions)
-      throw Error(ErrorCode::invalid_argument, "prefill of " + std::to_string(count) +
-                                                   " tokens exceeds max_position_embeddings " +
-                                                   std::to_string(c_.max_positions));
+    check_prefill(count);
+    auto one_hot = co_await input_one_hot(p, owner, std::move(tokens), count);
+    co_return co_await prefill_one_hot(p, policy, one_hot, std::move(layer_done));
+  }
+
+  // The same, for tokens given as a secret one-hot matrix (count, vocab) of
+  // 0/1 integers that no party knows: a service client's input.
+  template <class Pol>
+    requires kv::Policy<Pol, P>
+  Task<Share> prefill_one_hot(P& p, Pol& policy, const Share& one_hot,
+                              std::function<void(std::size_t layer)> layer_done = {}) {
+    check_one_hot(one_hot);
+    const std::size_t count = P::shape(one_hot)[0];
+    check_prefill(count);
     length_ = 0;
     cache_.assign(c_.num_layers, {});
     policy.reset(c_.num_layers, c_.num_kv_heads);
-    auto h = co_await embed(p, owner, std::move(tokens), count);
+    auto h = co_await embed(p, one_hot);
     // The policy's look at layer l's prefill attention (static eviction,
     // summaries) needs nothing from layer l + 1: it runs concurrently with
     // layer l + 1 (and the last one with the LM head). Layer l's policy work
@@ -145,12 +154,23 @@ class Decoder {
   template <class Pol>
     requires kv::Policy<Pol, P>
   Task<Share> decode(P& p, Pol& policy, PartyId owner, std::optional<std::uint32_t> token) {
-    if (length_ == 0) throw Error(ErrorCode::invalid_argument, "decode before prefill");
-    if (length_ >= c_.max_positions)
-      throw Error(ErrorCode::invalid_argument, "decode past max_position_embeddings");
+    check_decode();
     std::optional<std::vector<std::uint32_t>> ids;
     if (token) ids = std::vector<std::uint32_t>{*token};
-    auto h = co_await embed(p, owner, std::move(ids), 1);
+    auto one_hot = co_await input_one_hot(p, owner, std::move(ids), 1);
+    co_return co_await decode_one_hot(p, policy, one_hot);
+  }
+
+  // The same, for a token given as a secret one-hot row (1, vocab): e.g. the
+  // last chosen token, which then never leaves the parties.
+  template <class Pol>
+    requires kv::Policy<Pol, P>
+  Task<Share> decode_one_hot(P& p, Pol& policy, const Share& one_hot) {
+    check_decode();
+    check_one_hot(one_hot);
+    if (P::shape(one_hot)[0] != 1)
+      throw Error(ErrorCode::invalid_argument, "decode of " + std::to_string(P::shape(one_hot)[0]) + " tokens at once");
+    auto h = co_await embed(p, one_hot);
     for (std::size_t l = 0; l < c_.num_layers; ++l)
       h = co_await attention_block(p, policy, l, h, 1, /*decode=*/true);  // and the MLP
     ++length_;
@@ -158,8 +178,28 @@ class Decoder {
   }
 
  private:
-  Task<Share> embed(P& p, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
-                    std::size_t count) {
+  void check_prefill(std::size_t count) const {
+    if (count == 0) throw Error(ErrorCode::invalid_argument, "prefill of zero tokens");
+    if (count > c_.max_positions)
+      throw Error(ErrorCode::invalid_argument, "prefill of " + std::to_string(count) +
+                                                   " tokens exceeds max_position_embeddings " +
+                                                   std::to_string(c_.max_positions));
+  }
+  void check_decode() const {
+    if (length_ == 0) throw Error(ErrorCode::invalid_argument, "decode before prefill");
+    if (length_ >= c_.max_positions)
+      throw Error(ErrorCode::invalid_argument, "decode past max_position_embeddings");
+  }
+  void check_one_hot(const Share& one_hot) const {
+    const Shape s = P::shape(one_hot);
+    if (s.size() != 2 || s[1] != c_.vocab_size)
+      throw Error(ErrorCode::invalid_argument, "one-hot tokens of shape " + shape_string(s) +
+                                                   ", expected (tokens, " + std::to_string(c_.vocab_size) + ")");
+  }
+
+  // The owner's token ids as a secret one-hot matrix (count, vocab).
+  Task<Share> input_one_hot(P& p, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
+                            std::size_t count) {
     const std::size_t v = c_.vocab_size;
     auto scope = cost_scope(p, CostTag::linear);
     std::optional<RingTensor> hot;
@@ -178,7 +218,13 @@ class Decoder {
       }
       hot = std::move(t);
     }
-    Share one_hot = co_await p.input(owner, std::move(hot), {count, v});  // integer 0/1
+    co_return co_await p.input(owner, std::move(hot), {count, v});  // integer 0/1
+  }
+
+  // Token embeddings (and learned positions) of one-hot rows.
+  Task<Share> embed(P& p, const Share& one_hot) {
+    auto scope = cost_scope(p, CostTag::linear);
+    const std::size_t count = P::shape(one_hot)[0];
     auto h = co_await p.matmul(one_hot, w_.embed);
     if (w_.positions) h = p.add(h, ops::rows<P>(*w_.positions, length_, length_ + count));  // learned positions
     co_return h;
@@ -540,7 +586,11 @@ namespace mpcache {
       B&, kv::AnyPolicy<B>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t,                \
       std::function<void(std::size_t)>);                                                                     \
   extern template Task<B::Share> Decoder<B>::decode<kv::AnyPolicy<B>>(B&, kv::AnyPolicy<B>&, PartyId,         \
-                                                                      std::optional<std::uint32_t>);
+                                                                      std::optional<std::uint32_t>);        \
+  extern template Task<B::Share> Decoder<B>::prefill_one_hot<kv::AnyPolicy<B>>(                              \
+      B&, kv::AnyPolicy<B>&, const B::Share&, std::function<void(std::size_t)>);                             \
+  extern template Task<B::Share> Decoder<B>::decode_one_hot<kv::AnyPolicy<B>>(B&, kv::AnyPolicy<B>&,          \
+                                                                              const B::Share&);
 MPCACHE_FOR_EACH_BACKEND(MPCACHE_EXTERN_DECODER)
 #undef MPCACHE_EXTERN_DECODER
 }  // namespace mpcache

@@ -12,3 +12,4 @@ export import :keys;
 export import :connect;
 export import :tcp;
 export import :link_emulation;
+export import :client_gate;
