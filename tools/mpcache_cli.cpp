@@ -12,6 +12,7 @@ import mpcache;
 #include "local_cluster.hpp"
 #include "party.hpp"
 #include "serve.hpp"
+#include "serve_job.hpp"
 
 namespace {
 
@@ -149,32 +150,12 @@ CLI::App* add_keygen(CLI::App& app, mpcache::tools::KeygenOptions& keygen) {
   return keygen_cmd;
 }
 
-CLI::App* add_serve(CLI::App& app, mpcache::tools::ServeCliOptions& o, const std::string& default_model) {
+CLI::App* add_serve(CLI::App& app, mpcache::jobs::ServeJob& o, const std::string& default_model) {
   o.model_dir = default_model;
   auto* cmd = app.add_subcommand(
       "serve", "one server of a private inference service: 3 servers share the model once, then serve many clients "
                "(mpcache client); SIGTERM drains (docs/serving.md)");
-  cmd->add_option("--config", o.config, "cluster config: the 3 servers, with client_port and keys")->required();
-  cmd->add_option("--id", o.id, "this server: 0 (admits sessions), 1 (model owner), 2")->required()->check(CLI::Range(0, 2));
-  cmd->add_option("--model", o.model_dir, "model directory (config.json; model.safetensors at server 1)")->capture_default_str();
-  cmd->add_option("--clients", o.clients, "the admitted clients: a NAME.pub file or a folder of them (mpcache keygen --client)")
-      ->required();
-  cmd->add_option("--max-sessions", o.max_sessions, "sessions running at once")->capture_default_str()->check(CLI::Range(1, 1024));
-  cmd->add_option("--max-queued", o.max_queued, "requests waiting beyond those; more are refused \"busy\"")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
-  cmd->add_option("--kv-limit-mb", o.kv_limit_mb, "KV-cache memory of the running sessions, per server")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--max-new-tokens", o.max_new_tokens, "the most tokens one request may ask for")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--drain-ms", o.drain_ms, "after SIGTERM, sessions in flight get this long")->capture_default_str()
-      ->check(CLI::Range(0, 3600000));
-  cmd->add_option("--client-timeout-ms", o.client_timeout_ms, "a client that keeps its session waiting this long is dropped")
-      ->capture_default_str()->check(CLI::Range(100, 3600000));
-  cmd->add_option("--timeout-ms", o.timeout_ms, "mesh set-up and silence deadline (default: the config's)")
-      ->check(CLI::Range(100, 3600000));
-  cmd->add_option("--truncation", o.truncation, truncation_help)->check(CLI::IsMember({"exact", "probabilistic"}));
-  cmd->add_flag("--allow-unused-weights", o.allow_unused_weights, "run even if the config leaves tensors unused");
-  mpcache::jobs::add_network_options(*cmd, o.network);
+  mpcache::jobs::add_serve_options(*cmd, o);
   return cmd;
 }
 
@@ -220,7 +201,7 @@ int main(int argc, char** argv) {
   auto* party_cmd = add_party(app, party);
   auto* local_cmd = add_local(app, local);
   auto* keygen_cmd = add_keygen(app, keygen);
-  mpcache::tools::ServeCliOptions serve;
+  mpcache::jobs::ServeJob serve;
   mpcache::tools::ClientCliOptions client;
   auto* serve_cmd = add_serve(app, serve, default_model);
   auto* client_cmd = add_client(app, client, default_model);
@@ -233,7 +214,7 @@ int main(int argc, char** argv) {
     if (*party_cmd) return mpcache::jobs::run_party(party);
     if (*local_cmd) return mpcache::tools::run_local(local, self);
     if (*keygen_cmd) return mpcache::tools::run_keygen(keygen);
-    if (*serve_cmd) return mpcache::tools::run_serve(serve);
+    if (*serve_cmd) return mpcache::jobs::run_server(serve);
     if (*client_cmd) return mpcache::tools::run_client(client);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpcache: %s\n", e.what());

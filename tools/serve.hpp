@@ -1,30 +1,13 @@
-// `mpcache serve` (one server of a private inference service) and
-// `mpcache client` (a client of one). The service itself is mpcache.serve
-// (modules/serve/); docs/serving.md says how to run one.
-// Include after `import mpcache;`.
+// `mpcache client` (a client of a private inference service): the prompt
+// through the client's tokenizer, the tokens back to text as they arrive.
+// `mpcache serve` is jobs::run_server (src/jobs/serve_job.hpp). The service
+// itself is mpcache.serve (modules/serve/); docs/serving.md says how to run
+// one. Include after `import mpcache;`.
 #pragma once
 #include <cstddef>
 #include <string>
-#include "network_choice.hpp"  // src/jobs
 
 namespace mpcache::tools {
-
-struct ServeCliOptions {
-  std::string config;     // cluster.json with each server's client_port
-  int id = -1;            // this server: 0 leader, 1 model owner, 2
-  std::string model_dir;  // config.json (all), model.safetensors (the owner)
-  std::string clients;    // a client's .pub file, or a folder of them: the only clients admitted
-  std::size_t max_sessions = 4;
-  std::size_t max_queued = 16;
-  std::size_t kv_limit_mb = 4096;
-  std::size_t max_new_tokens = 1024;
-  int drain_ms = 30000;
-  int client_timeout_ms = 60000;  // a client that keeps a session waiting this long is dropped
-  int timeout_ms = -1;            // mesh set-up and silence (-1: the config's)
-  std::string truncation = "exact";
-  bool allow_unused_weights = false;
-  jobs::NetworkChoice network;
-};
 
 struct ClientCliOptions {
   std::string servers;     // the servers' cluster.json (host, client_port, public_key of each)
@@ -42,7 +25,6 @@ struct ClientCliOptions {
   std::string json;        // one JSON object: tokens, text, latencies
 };
 
-int run_serve(const ServeCliOptions& options);
 int run_client(const ClientCliOptions& options);
 
 }  // namespace mpcache::tools

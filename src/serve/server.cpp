@@ -73,6 +73,7 @@ struct Server::Impl {
   std::map<Nonce, std::shared_ptr<Request>> waiting_for_leader;  // others: requests not yet announced
   std::map<Nonce, Announcement> waiting_for_client;              // others: announcements before their request
   std::map<std::uint64_t, ScopeId> running;                      // session -> scope
+  std::vector<std::weak_ptr<ClientLink>> links;                   // every client link, to close them at the end
 
   Impl(Scheduler& s, Endpoint& m, TimerQueue& t, ServeOptions o)
       : scheduler(s), mesh(m), timers(t), options(std::move(o)),
@@ -356,7 +357,16 @@ struct Server::Impl {
 
   // ---- the server's life ----------------------------------------------------
 
+  // Ends every client link still open: their waits throw and their tasks end.
+  void close_links() {
+    for (auto& weak : links)
+      if (auto link = weak.lock()) link->close();
+    links.clear();
+  }
+
   void welcome(std::shared_ptr<ClientLink> link) {
+    std::erase_if(links, [](const std::weak_ptr<ClientLink>& l) { return l.expired(); });
+    links.push_back(link);
     if (stopping) {
       const std::string why = "shutting down";
       ++stats.refused;
@@ -443,13 +453,23 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   I.stop = std::move(stop);
   const auto t0 = SteadyClock::now();
   const CostCounters start = I.mesh.costs();
-  I.party = co_await Rss3Party::setup(I.mesh, I.options.rss3);
-  {
+  std::exception_ptr failed;
+  try {
+    I.party = co_await Rss3Party::setup(I.mesh, I.options.rss3);
     Rss3 p = I.party->session();
     const WeightSource source = I.id() == I.options.owner
                                     ? weights_from_file(I.options.model_dir / "model.safetensors", I.options.unused_weights)
                                     : no_weights();
     I.weights = co_await load_decoder(p, I.config, source, I.options.owner);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (failed) {  // clients that came meanwhile are told, then the error goes on
+    I.stopping = true;
+    I.changed.notify();
+    I.close_links();
+    co_await I.tasks.idle();
+    std::rethrow_exception(failed);
   }
   I.stats.setup_seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   I.stats.setup_costs = I.mesh.costs() - start;
@@ -468,6 +488,7 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   // The background loops wait on the mesh: ending it ends them (and tells
   // the other servers, which stop too: the service needs all three).
   I.mesh.cancel("server " + std::to_string(I.id()) + " stopped");
+  I.close_links();  // clients still connected without a session
   co_await I.tasks.idle();
   I.log("stopped: " + std::to_string(I.stats.sessions_done) + " sessions done, " +
         std::to_string(I.stats.sessions_failed) + " failed, " + std::to_string(I.stats.refused) + " refused");
