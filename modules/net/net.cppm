@@ -1,6 +1,6 @@
 // mpcache.net: frames, endpoints with per-tick coalescing, transports, one
 // partition per job: timers, records, party keys, connection set-up, the TCP
-// transport, link emulation.
+// transport, link emulation, the loop's inbox for other threads.
 export module mpcache.net;
 import mpcache.std;
 export import :frame;
@@ -12,3 +12,4 @@ export import :keys;
 export import :connect;
 export import :tcp;
 export import :link_emulation;
+export import :loop_inbox;
