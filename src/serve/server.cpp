@@ -63,6 +63,8 @@ struct Server::Impl {
   Signal changed;
   std::shared_ptr<bool> alive = make_shared<bool>(true);  // timers check it: they may outlive us
   bool is_ready = false, stopping = false;
+  bool mesh_lost = false;    // a link of the mesh failed or was cancelled: the service is over
+  std::string mesh_lost_why;  // when that happened before a stop of ours
   std::stop_token stop;
   ServeStats stats;
   std::uint64_t next_session = 0;   // leader
@@ -379,17 +381,25 @@ struct Server::Impl {
     tasks.spawn(read_request(std::move(link)));
   }
 
+  // Ends when the mesh does (a server stopped or died): run() then stops too.
   Task<void> hear_heartbeats(PartyId peer) {
     try {
       for (;;) (void)co_await mesh.recv_idle(peer, heartbeat_stream);
-    } catch (const Error&) {
+    } catch (const Error& e) {
+      if (!stopping && mesh_lost_why.empty()) mesh_lost_why = e.what();
     }
+    mesh_lost = true;
+    changed.notify();
   }
 
   void beat() {
     std::weak_ptr<bool> guard = alive;
     timers.at(SteadyClock::now() + options.heartbeat_every, [this, guard] {
-      if (guard.expired() || mesh.cancelled()) return;
+      if (guard.expired()) return;
+      if (mesh.cancelled()) {  // another server stopped: so does this one
+        changed.notify();
+        return;
+      }
       for (PartyId peer = 0; peer < 3; ++peer)
         if (peer != id()) mesh.send(peer, heartbeat_stream, std::vector<std::byte>{});
       if (stop.stop_requested() && !stopping) {
@@ -481,17 +491,21 @@ Task<ServeStats> Server::run(std::stop_token stop) {
     if (peer != I.id()) I.tasks.spawn(I.hear_heartbeats(peer));
   if (I.id() != leader) I.tasks.spawn(I.hear_announcements());
   I.beat();
-  while (!I.stopping && !I.mesh.cancelled()) co_await I.changed.wait();
+  while (!I.stopping && !I.mesh_lost && !I.mesh.cancelled()) co_await I.changed.wait();
   I.stopping = true;
   I.drain();
   while (I.active > 0) co_await I.changed.wait();
   // The background loops wait on the mesh: ending it ends them (and tells
   // the other servers, which stop too: the service needs all three).
-  I.mesh.cancel("server " + std::to_string(I.id()) + " stopped");
+  I.mesh.cancel("server " + std::to_string(I.id()) + " stopped" +
+                (I.mesh_lost_why.empty() ? std::string() : " (" + I.mesh_lost_why + ")"));
   I.close_links();  // clients still connected without a session
   co_await I.tasks.idle();
   I.log("stopped: " + std::to_string(I.stats.sessions_done) + " sessions done, " +
         std::to_string(I.stats.sessions_failed) + " failed, " + std::to_string(I.stats.refused) + " refused");
+  // Another server's orderly stop is ours too; a broken link is an error.
+  if (!I.mesh_lost_why.empty() && !I.mesh_lost_why.starts_with(to_string(ErrorCode::cancelled)))
+    throw Error(ErrorCode::network, "the service lost its mesh: " + I.mesh_lost_why);
   co_return I.stats;
 }
 

@@ -115,8 +115,9 @@ def main():
         if r.returncode == 0 or "refused this client" not in r.stderr:
             fail("a stranger's client was not refused: status %d\n%s" % (r.returncode, r.stderr), logs)
         time.sleep(0.5)
-        if not all("is not among the 2 allowed client keys" in open(l).read() for l in logs):
-            fail("the refusal of the stranger is not logged by every server", logs)
+        # The client meets server 0 first; refused there, it goes no further.
+        if "is not among the 2 allowed client keys" not in open(logs[0]).read():
+            fail("server 0 did not log why it refused the stranger", logs)
         print("a stranger's key: refused at the handshake, logged")
     finally:
         for s in servers:
@@ -134,6 +135,39 @@ def main():
         if "stopped: 4 sessions done, 0 failed" not in open(l).read():
             fail("a server did not report its 4 sessions", logs)
     print("SIGTERM: every server drained and stopped with status 0")
+
+    # A server that dies mid-session: the client gets an error naming it
+    # within the deadline, the survivors stop with status 1, naming it too.
+    logs = [os.path.join(a.work, "dying%d.log" % i) for i in range(3)]
+    servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
+                                 "--model", a.model], stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
+               for i in range(3)]
+    try:
+        deadline = time.time() + 300
+        while not all("ready: model shared" in open(l).read() for l in logs):
+            if time.time() > deadline or any(s.poll() is not None for s in servers):
+                fail("the servers did not become ready again", logs)
+            time.sleep(0.2)
+        client = subprocess.Popen([exe, "client", "--servers", config, "--key", os.path.join(clients, "alice.key"),
+                                   "--model", a.model, "--tokenizer", "none", "--prompt", "Emma", "--tokens", "120",
+                                   "--ids", "--timeout-ms", "20000"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = client.stdout.readline()
+        if not first.strip():
+            fail("the long request chose no token", logs)
+        servers[2].kill()
+        out, err = client.communicate(timeout=60)
+        if client.returncode == 0 or "party 2" not in err:
+            fail("the client did not name the dead server: status %d\n%s" % (client.returncode, err), logs)
+        for i in (0, 1):
+            status = servers[i].wait(timeout=60)
+            if status != 1 or "lost its mesh" not in open(logs[i]).read():
+                fail("survivor %d: status %d" % (i, status), logs)
+        print("a server killed mid-session: the client's error names it; the survivors exit 1")
+    finally:
+        for s in servers:
+            if s.poll() is None:
+                s.kill()
 
 
 if __name__ == "__main__":
