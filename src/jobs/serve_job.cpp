@@ -111,6 +111,7 @@ int run_server(const ServeJob& o) {
   Endpoint mesh(scheduler, id, 3);
   ClusterConnection connection(scheduler, mesh, cluster, o.config, id, o.network, timeout_ms);
   LoopInbox inbox(scheduler);
+  inbox.keep_alive(true);  // the door's posts wake the loop wherever it sleeps
   inbox.wake_on_stop(stop.token());
 
   std::FILE* steps = o.steps.empty() ? nullptr : std::fopen(o.steps.c_str(), "w");
