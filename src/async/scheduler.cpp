@@ -72,12 +72,14 @@ void Scheduler::run_until(const std::function<bool()>& done) {
       continue;
     }
 
-    // A local list, not a member: a callback run by a poll may itself run a
-    // nested loop on this scheduler.
-    std::vector<IoSource*> pending;
+    IoSource* first = nullptr;
+    std::size_t pending = 0;
     for (auto* s : io_sources_)
-      if (s->has_pending()) pending.push_back(s);
-    if (pending.empty()) {
+      if (s->has_pending()) {
+        if (!first) first = s;
+        ++pending;
+      }
+    if (pending == 0) {
       std::string waiting;
       for (auto* l : listeners_) {
         auto w = l->describe_waiting();
@@ -87,15 +89,23 @@ void Scheduler::run_until(const std::function<bool()>& done) {
                   "every task is waiting and no message is in flight" +
                       (waiting.empty() ? std::string() : " (waiting for: " + waiting + ")"));
     }
-    // Block in the only source with work (the fast path), or in one that
-    // cannot be waited on together with the others. The others hand their
-    // queued operations to the kernel first: nothing submits them while this
-    // thread sleeps.
-    IoSource* first = pending.front();
-    if (pending.size() > 1 && wait_on_all(pending, first)) continue;
+    // Block in the only source with work (the fast path: as before, no
+    // allocation), or in one that cannot be waited on together with the
+    // others. The others hand their queued operations to the kernel first:
+    // nothing submits them while this thread sleeps.
+    std::vector<IoSource*> all;  // local: a poll's callback may run a nested loop
+    if (pending > 1) {
+      for (auto* s : io_sources_)
+        if (s->has_pending()) all.push_back(s);
+      if (wait_on_all(all, first)) continue;
+    }
     for (auto* s : io_sources_)
       if (s != first) s->flush();
-    for (auto* s : pending) {
+    if (all.empty()) {
+      first->poll(ready_.empty());
+      continue;
+    }
+    for (auto* s : all) {
       if (!registered(s)) continue;
       s->poll(s == first && ready_.empty());
       if (!ready_.empty()) break;

@@ -51,6 +51,13 @@ struct Hub {
     tcp_b = std::make_unique<TcpTransport>(scheduler, b, std::move(mesh_b[0]),
                                            TcpOptions{.backend = backend, .silence_timeout = b_timeout, .spin = spin});
   }
+  ~Hub() {
+    for (const Connections* c : {&peer_a, &peer_b})
+      for (int fd : c->fds)
+        if (fd >= 0) ::close(fd);
+  }
+  Hub(const Hub&) = delete;
+  Hub& operator=(const Hub&) = delete;
 };
 
 // Party 1 of one link on its own thread and loop, running fn(Endpoint&).
