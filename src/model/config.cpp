@@ -294,7 +294,7 @@ std::string ModelConfig::summary() const {
   out << (architecture == Architecture::gpt2 ? "gpt2" : "llama") << ", layers " << num_layers << ", hidden "
       << hidden_size << ", heads " << num_heads << " (KV " << num_kv_heads << ") of " << head_dim << ", MLP "
       << intermediate_size << ", vocabulary " << vocab_size << ", positions " << max_positions;
-  if (model_type != "llama" && model_type != "gpt2") out << " (" << model_type << ")";
+  if (model_type == "qwen2" || model_type == "mistral") out << " (" << model_type << ")";
   if (rope_scaling == RopeScaling::linear) out << ", RoPE linear x" << rope_factor;
   if (rope_scaling == RopeScaling::llama3) out << ", RoPE llama3 x" << rope_factor;
   if (qkv_bias) out << (o_bias ? ", q/k/v/o biases" : ", q/k/v biases");
