@@ -39,6 +39,8 @@ import os
 
 import numpy as np
 
+from safetensors_writer import write_safetensors
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
@@ -85,25 +87,6 @@ def stored(x, dtype):
         b = to_bf16_bits(x)
         return (b.astype(np.uint32) << 16).view(np.float32).astype(np.float64), b.astype("<u2").tobytes()
     raise ValueError(dtype)
-
-
-def write_safetensors(path, tensors):
-    """tensors: name -> (dtype, shape, raw bytes)."""
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        dtype, shape, raw = tensors[name]
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    header["__metadata__"] = {"format": "pt"}
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(len(text).to_bytes(8, "little"))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    return offset
 
 
 # ---- the architectures, in float64
