@@ -7,7 +7,10 @@
 //           h += c_proj(attn(q, k, v))               x = layer_norm(h)
 //           h += c_proj(gelu(c_fc(x)))               x = layer_norm(h)
 // RoPE is the Hugging Face rotate_half convention (dimension i pairs with
-// i + d/2). 1/sqrt(head_dim) is folded into the query weights at load time.
+// i + d/2), its frequencies ModelConfig::rope_inv_freq (rope_theta,
+// rope_scaling). Qwen2 (and LLaMA's attention_bias) add biases to the
+// projections. 1/sqrt(head_dim) is folded into the query weights (and
+// bias) at load time.
 // GeLU is the erf form (GPT-2's tanh "gelu_new" differs by < 3e-4).
 module;
 #include "backends.hpp"
@@ -235,11 +238,11 @@ class Decoder {
   std::pair<xt::xarray<double>, xt::xarray<double>> rope_tables(std::size_t first, std::size_t count,
                                                                 std::size_t heads) const {
     const std::size_t d = c_.head_dim, half = d / 2;
+    const std::vector<double> inv = c_.rope_inv_freq();  // rope_theta and rope_scaling
     xt::xarray<double> cs = xt::zeros<double>({count, heads * d}), sn = cs;
     for (std::size_t t = 0; t < count; ++t)
       for (std::size_t i = 0; i < half; ++i) {
-        const double inv = std::pow(c_.rope_theta, -2.0 * double(i) / double(d));
-        const double ang = double(first + t) * inv;
+        const double ang = double(first + t) * inv[i];
         for (std::size_t hh = 0; hh < heads; ++hh) {
           cs(t, hh * d + i) = cs(t, hh * d + i + half) = std::cos(ang);
           sn(t, hh * d + i) = -std::sin(ang);  // rotate_half: first half takes -x2
