@@ -497,15 +497,16 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   while (I.active > 0) co_await I.changed.wait();
   // The background loops wait on the mesh: ending it ends them (and tells
   // the other servers, which stop too: the service needs all three).
-  I.mesh.cancel("server " + std::to_string(I.id()) + " stopped" +
-                (I.mesh_lost_why.empty() ? std::string() : " (" + I.mesh_lost_why + ")"));
+  I.mesh.cancel(I.mesh_lost_why.empty() ? "server " + std::to_string(I.id()) + " stopped"
+                                        : "server " + std::to_string(I.id()) + " lost its mesh (" + I.mesh_lost_why + ")");
   I.close_links();  // clients still connected without a session
   co_await I.tasks.idle();
   I.log("stopped: " + std::to_string(I.stats.sessions_done) + " sessions done, " +
         std::to_string(I.stats.sessions_failed) + " failed, " + std::to_string(I.stats.refused) + " refused");
   // Another server's orderly stop is ours too; a broken link is an error.
-  if (!I.mesh_lost_why.empty() && !I.mesh_lost_why.starts_with(to_string(ErrorCode::cancelled)))
-    throw Error(ErrorCode::network, "the service lost its mesh: " + I.mesh_lost_why);
+  const std::string& why = I.mesh_lost_why;
+  if (!why.empty() && (!why.starts_with(to_string(ErrorCode::cancelled)) || why.find("lost its mesh") != std::string::npos))
+    throw Error(ErrorCode::network, "the service lost its mesh: " + why);
   co_return I.stats;
 }
 
