@@ -17,6 +17,10 @@ struct ClientRequest {
   std::string policy = "mpcache";
   std::size_t budget = 0;                  // 0: the policy's default
   std::vector<std::uint32_t> stop_tokens;  // e.g. the tokenizer's EOS
+  // Tests of the servers' fault isolation only: misbehave on purpose.
+  // garbage_share: server 1's prompt share is cut short; vanish: the client
+  // leaves once it has its first token (request() throws Error(cancelled)).
+  enum class Fault { none, garbage_share, vanish } fault = Fault::none;
 };
 
 enum class ClientEnd { budget, eos };

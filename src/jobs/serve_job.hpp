@@ -51,6 +51,7 @@ struct ClientJob {
   std::size_t budget = 0;
   std::vector<std::uint32_t> stop_tokens;
   int timeout_ms = 60000;
+  std::string fault;  // tests: "garbage" (a short prompt share for server 1) or "vanish" (leave after a token)
 };
 
 struct ClientReport {

@@ -71,7 +71,8 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
                                                    std::to_string(vocab));
   RingTensor hot = ring_zeros({req.prompt.size(), vocab});
   for (std::size_t i = 0; i < req.prompt.size(); ++i) hot(i, req.prompt[i]) = 1;
-  const auto parts = client_shares::split(hot);
+  auto parts = client_shares::split(hot);
+  if (req.fault == ClientRequest::Fault::garbage_share) parts[1].resize(parts[1].size() / 2);
   for (PartyId s = 0; s < 3; ++s) endpoint.send(s, prompt_stream, parts[s]);
 
   auto last = Clock::now();
@@ -108,6 +109,8 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
     last = now;
     result.tokens.push_back(id);
     if (on_token) on_token(id);
+    if (req.fault == ClientRequest::Fault::vanish)
+      throw Error(ErrorCode::cancelled, "the client left after its first token (a test's fault)");
     if (std::find(req.stop_tokens.begin(), req.stop_tokens.end(), id) != req.stop_tokens.end()) result.end = ClientEnd::eos;
   }
   if (result.end == ClientEnd::eos && (result.tokens.empty() ||

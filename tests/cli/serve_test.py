@@ -110,6 +110,29 @@ def main():
                 fail("client for %r printed no latency line: %s" % (p, err))
         print("4 concurrent clients: tokens equal generate --in-process")
 
+        # Two bad clients among two good ones: each bad one ends only its own
+        # session, at all three servers, with the reason logged.
+        procs = []
+        for i, fault in enumerate(["garbage", None, "vanish", None]):
+            cmd = [exe, "client", "--servers", config, "--key", os.path.join(clients, "alice.key"), "--model", a.model,
+                   "--tokenizer", "none", "--prompt", PROMPTS[i], "--tokens", str(TOKENS), "--ids"]
+            procs.append(subprocess.Popen(cmd + (["--fault", fault] if fault else []), stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        results = [p.communicate(timeout=600) + (p.returncode,) for p in procs]
+        for i in (1, 3):
+            got = [int(x) for x in results[i][0].split()]
+            if results[i][2] != 0 or got != expected[PROMPTS[i]]:
+                fail("good client %d next to bad ones: status %d, tokens %s\n%s" % (i, results[i][2], got, results[i][1]),
+                     logs)
+        if results[0][2] == 0 or "client share for server 1" not in results[0][1]:
+            fail("the garbage client was not told why: %s" % results[0][1], logs)
+        time.sleep(1)
+        for l in logs:
+            text = open(l).read()
+            if "client share for server 1" not in text or "went away" not in text and "closed" not in text:
+                fail("%s does not name both bad clients' faults" % l, logs)
+        print("a garbage share and a vanished client end only their own sessions")
+
         r = run([exe, "client", "--servers", config, "--key", os.path.join(strangers, "eve.key"), "--model", a.model,
                  "--tokenizer", "none", "--prompt", "hello", "--tokens", "2", "--timeout-ms", "5000"])
         if r.returncode == 0 or "refused this client" not in r.stderr:
@@ -132,8 +155,8 @@ def main():
         if status != 0:
             fail("server %d stopped with status %d" % (i, status), logs)
     for l in logs:
-        if "stopped: 4 sessions done, 0 failed" not in open(l).read():
-            fail("a server did not report its 4 sessions", logs)
+        if "stopped: 6 sessions done, 2 failed" not in open(l).read():
+            fail("a server did not report its 6 sessions done and 2 failed", logs)
     print("SIGTERM: every server drained and stopped with status 0")
 
     # A server that dies mid-session: the client gets an error naming it
