@@ -330,6 +330,6 @@ TEST_CASE("add2: parties whose truncation differs from the dealer's are refused 
     co_return "";
   });
   CHECK(results[0].empty());
-  CHECK(results[1].find("the dealer (party 2) uses 18 fraction bits, probabilistic truncation, this party "
-                        "18 fraction bits, exact truncation") != std::string::npos);
+  CHECK(results[1].find("the dealer (party 2) uses 18 fraction bits, probabilistic truncation, circuit comparisons, "
+                        "this party 18 fraction bits, exact truncation, circuit comparisons") != std::string::npos);
 }
