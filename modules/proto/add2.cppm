@@ -11,7 +11,8 @@
 // waits for the online phase and never sees an online message: its
 // messages are the offline phase, and its cost counters are the offline
 // cost. Party 0 derives all its correlated randomness from the seed it got
-// from the dealer and never hears from the dealer again.
+// from the dealer and never hears from the dealer again, but for the DCF
+// keys of dcf comparisons (add2_dcf.cpp), whose corrections both parties need.
 // Dealer's values: reveal gives zeros, reveal_to nothing; it holds no input.
 //
 // Keys (setup, one message from the dealer to each party): k0 (party 0 and
