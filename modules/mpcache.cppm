@@ -8,3 +8,4 @@ export import mpcache.proto;
 export import mpcache.ops;
 export import mpcache.kv;
 export import mpcache.model;
+export import mpcache.serve;

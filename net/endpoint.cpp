@@ -65,14 +65,25 @@ Endpoint::RecvAwaiter Endpoint::recv(PartyId from, StreamId stream, CostTag tag)
   return RecvAwaiter{this, from, stream, tag, {}};
 }
 
+Endpoint::RecvAwaiter Endpoint::recv_idle(PartyId from, StreamId stream) {
+  check_peer(from, "recv");
+  RecvAwaiter a{this, from, stream, CostTag::other, {}};
+  a.idle = true;
+  return a;
+}
+
 bool Endpoint::RecvAwaiter::await_ready() {
   if (endpoint->cancelled()) endpoint->throw_unreceivable(from);
+  if (stream_scope(stream) != no_scope) {
+    const std::string why = endpoint->scope_cancelled(stream_scope(stream));
+    if (!why.empty()) throw Error(ErrorCode::cancelled, "party " + std::to_string(endpoint->self_) + ": " + why);
+  }
   auto it = endpoint->mailbox_.find(Key{from, stream});
   if (it != endpoint->mailbox_.end() && !it->second.empty()) {
     frame = std::move(it->second.front());
     it->second.pop_front();
     if (it->second.empty()) endpoint->mailbox_.erase(it);
-    endpoint->take(frame, from, tag);
+    endpoint->take(frame, from, tag, !idle);
     return true;
   }
   if (!endpoint->failed_[from].empty()) endpoint->throw_unreceivable(from);
@@ -89,6 +100,10 @@ void Endpoint::RecvAwaiter::await_suspend(std::coroutine_handle<> h) {
 }
 
 std::vector<std::byte> Endpoint::RecvAwaiter::await_resume() {
+  if (unreceivable && stream_scope(stream) != no_scope) {
+    const std::string why = endpoint->scope_cancelled(stream_scope(stream));
+    if (!why.empty()) throw Error(ErrorCode::cancelled, "party " + std::to_string(endpoint->self_) + ": " + why);
+  }
   if (unreceivable) endpoint->throw_unreceivable(from);
   return std::move(frame.payload);
 }
@@ -100,9 +115,9 @@ void Endpoint::throw_unreceivable(PartyId from) const {
                                       std::to_string(from) + " failed: " + failed_[from]);
 }
 
-void Endpoint::take(Frame& frame, PartyId from, CostTag tag) {
+void Endpoint::take(Frame& frame, PartyId from, CostTag tag, bool advance_clock) {
   const std::uint64_t clock = std::uint64_t(frame.clock) + 1;
-  if (clock > costs_.rounds) {
+  if (advance_clock && clock > costs_.rounds) {
     auto& t = costs_.by_tag[static_cast<std::size_t>(tag)];
     const auto now = std::chrono::steady_clock::now();
     t.rounds += clock - costs_.rounds;
@@ -128,13 +143,21 @@ void Endpoint::deliver(PartyId from, std::vector<Frame>&& frames) {
       cancel_locally("party " + std::to_string(from) + " cancelled: " + text());
       continue;
     }
+    if (f.stream == scope_cancel_stream) {
+      if (f.payload.size() < 2) continue;  // not ours to make sense of
+      const ScopeId scope = ScopeId(std::to_integer<unsigned>(f.payload[0]) | std::to_integer<unsigned>(f.payload[1]) << 8);
+      const std::string why(reinterpret_cast<const char*>(f.payload.data()) + 2, f.payload.size() - 2);
+      if (scope != no_scope) cancel_scope_locally(scope, "party " + std::to_string(from) + " cancelled " + why);
+      continue;
+    }
+    if (stream_scope(f.stream) != no_scope && cancelled_scopes_.contains(stream_scope(f.stream))) continue;
     auto w = waiters_.find(Key{from, f.stream});
     if (w != waiters_.end()) {
       RecvAwaiter* a = w->second.awaiter;
       auto h = w->second.handle;
       waiters_.erase(w);
       a->frame = std::move(f);
-      take(a->frame, from, a->tag);
+      take(a->frame, from, a->tag, !a->idle);
       scheduler_.post(h);
     } else {
       mailbox_[Key{from, f.stream}].push_back(std::move(f));
@@ -181,6 +204,44 @@ void Endpoint::cancel_locally(const std::string& why) {
   waiters_.clear();
 }
 
+void Endpoint::cancel_scope(ScopeId scope, const std::string& why) {
+  if (scope == no_scope || scope > max_scope)
+    throw Error(ErrorCode::invalid_argument, "cancel_scope: " + std::to_string(scope) + " is not a scope");
+  if (cancelled_scopes_.contains(scope)) return;
+  std::vector<std::byte> payload{std::byte(scope & 0xFF), std::byte(scope >> 8)};
+  const std::string text = why.substr(0, 4096);
+  payload.insert(payload.end(), reinterpret_cast<const std::byte*>(text.data()),
+                 reinterpret_cast<const std::byte*>(text.data()) + text.size());
+  // Queued sends of the scope would only feed work the peers drop.
+  for (auto& box : outbox_)
+    std::erase_if(box, [&](const Frame& f) { return stream_scope(f.stream) == scope; });
+  for (PartyId to = 0; to < parties_; ++to)
+    if (to != self_ && failed_[to].empty()) outbox_[to].push_back(Frame{scope_cancel_stream, static_cast<std::uint32_t>(costs_.rounds), payload});
+  cancel_scope_locally(scope, why);
+}
+
+void Endpoint::cancel_scope_locally(ScopeId scope, const std::string& why) {
+  if (cancelled_scopes_.contains(scope)) return;
+  cancelled_scopes_[scope] = why.empty() ? "scope " + std::to_string(scope) + " cancelled" : why;
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (stream_scope(it->first.stream) == scope) {
+      it->second.awaiter->unreceivable = true;
+      scheduler_.post(it->second.handle);
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::erase_if(mailbox_, [&](const auto& entry) { return stream_scope(entry.first.stream) == scope; });
+}
+
+std::string Endpoint::scope_cancelled(ScopeId scope) const {
+  auto it = cancelled_scopes_.find(scope);
+  return it == cancelled_scopes_.end() ? std::string() : it->second;
+}
+
+void Endpoint::open_scope(ScopeId scope) { cancelled_scopes_.erase(scope); }
+
 void Endpoint::tell_peers(StreamId stream, const std::string& why) {
   if (!transport_) return;
   const std::string text = why.substr(0, 4096);
@@ -200,7 +261,7 @@ void Endpoint::tell_peers(StreamId stream, const std::string& why) {
 
 bool Endpoint::waiting_on(PartyId peer) const {
   for (const auto& [key, w] : waiters_)
-    if (key.peer == peer) return true;
+    if (key.peer == peer && !w.awaiter->idle) return true;
   return false;
 }
 

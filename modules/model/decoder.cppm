@@ -7,7 +7,10 @@
 //           h += c_proj(attn(q, k, v))               x = layer_norm(h)
 //           h += c_proj(gelu(c_fc(x)))               x = layer_norm(h)
 // RoPE is the Hugging Face rotate_half convention (dimension i pairs with
-// i + d/2). 1/sqrt(head_dim) is folded into the query weights at load time.
+// i + d/2), its frequencies ModelConfig::rope_inv_freq (rope_theta,
+// rope_scaling). Qwen2 (and LLaMA's attention_bias) add biases to the
+// projections. 1/sqrt(head_dim) is folded into the query weights (and
+// bias) at load time.
 // GeLU is the erf form (GPT-2's tanh "gelu_new" differs by < 3e-4).
 module;
 #include "backends.hpp"
@@ -76,15 +79,24 @@ class Decoder {
     requires kv::Policy<Pol, P>
   Task<Share> prefill(P& p, Pol& policy, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
                       std::size_t count, std::function<void(std::size_t layer)> layer_done = {}) {
-    if (count == 0) throw Error(ErrorCode::invalid_argument, "prefill of zero tokens");
-    if (count > c_.max_positions)
-      throw Error(ErrorCode::invalid_argument, "prefill of " + std::to_string(count) +
-                                                   " tokens exceeds max_position_embeddings " +
-                                                   std::to_string(c_.max_positions));
+    check_prefill(count);
+    auto one_hot = co_await input_one_hot(p, owner, std::move(tokens), count);
+    co_return co_await prefill_one_hot(p, policy, one_hot, std::move(layer_done));
+  }
+
+  // The same, for tokens given as a secret one-hot matrix (count, vocab) of
+  // 0/1 integers that no party knows: a service client's input.
+  template <class Pol>
+    requires kv::Policy<Pol, P>
+  Task<Share> prefill_one_hot(P& p, Pol& policy, const Share& one_hot,
+                              std::function<void(std::size_t layer)> layer_done = {}) {
+    check_one_hot(one_hot);
+    const std::size_t count = P::shape(one_hot)[0];
+    check_prefill(count);
     length_ = 0;
     cache_.assign(c_.num_layers, {});
     policy.reset(c_.num_layers, c_.num_kv_heads);
-    auto h = co_await embed(p, owner, std::move(tokens), count);
+    auto h = co_await embed(p, one_hot);
     // The policy's look at layer l's prefill attention (static eviction,
     // summaries) needs nothing from layer l + 1: it runs concurrently with
     // layer l + 1 (and the last one with the LM head). Layer l's policy work
@@ -145,12 +157,23 @@ class Decoder {
   template <class Pol>
     requires kv::Policy<Pol, P>
   Task<Share> decode(P& p, Pol& policy, PartyId owner, std::optional<std::uint32_t> token) {
-    if (length_ == 0) throw Error(ErrorCode::invalid_argument, "decode before prefill");
-    if (length_ >= c_.max_positions)
-      throw Error(ErrorCode::invalid_argument, "decode past max_position_embeddings");
+    check_decode();
     std::optional<std::vector<std::uint32_t>> ids;
     if (token) ids = std::vector<std::uint32_t>{*token};
-    auto h = co_await embed(p, owner, std::move(ids), 1);
+    auto one_hot = co_await input_one_hot(p, owner, std::move(ids), 1);
+    co_return co_await decode_one_hot(p, policy, one_hot);
+  }
+
+  // The same, for a token given as a secret one-hot row (1, vocab): e.g. the
+  // last chosen token, which then never leaves the parties.
+  template <class Pol>
+    requires kv::Policy<Pol, P>
+  Task<Share> decode_one_hot(P& p, Pol& policy, const Share& one_hot) {
+    check_decode();
+    check_one_hot(one_hot);
+    if (P::shape(one_hot)[0] != 1)
+      throw Error(ErrorCode::invalid_argument, "decode of " + std::to_string(P::shape(one_hot)[0]) + " tokens at once");
+    auto h = co_await embed(p, one_hot);
     for (std::size_t l = 0; l < c_.num_layers; ++l)
       h = co_await attention_block(p, policy, l, h, 1, /*decode=*/true);  // and the MLP
     ++length_;
@@ -158,8 +181,28 @@ class Decoder {
   }
 
  private:
-  Task<Share> embed(P& p, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
-                    std::size_t count) {
+  void check_prefill(std::size_t count) const {
+    if (count == 0) throw Error(ErrorCode::invalid_argument, "prefill of zero tokens");
+    if (count > c_.max_positions)
+      throw Error(ErrorCode::invalid_argument, "prefill of " + std::to_string(count) +
+                                                   " tokens exceeds max_position_embeddings " +
+                                                   std::to_string(c_.max_positions));
+  }
+  void check_decode() const {
+    if (length_ == 0) throw Error(ErrorCode::invalid_argument, "decode before prefill");
+    if (length_ >= c_.max_positions)
+      throw Error(ErrorCode::invalid_argument, "decode past max_position_embeddings");
+  }
+  void check_one_hot(const Share& one_hot) const {
+    const Shape s = P::shape(one_hot);
+    if (s.size() != 2 || s[1] != c_.vocab_size)
+      throw Error(ErrorCode::invalid_argument, "one-hot tokens of shape " + shape_string(s) +
+                                                   ", expected (tokens, " + std::to_string(c_.vocab_size) + ")");
+  }
+
+  // The owner's token ids as a secret one-hot matrix (count, vocab).
+  Task<Share> input_one_hot(P& p, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
+                            std::size_t count) {
     const std::size_t v = c_.vocab_size;
     auto scope = cost_scope(p, CostTag::linear);
     std::optional<RingTensor> hot;
@@ -178,7 +221,13 @@ class Decoder {
       }
       hot = std::move(t);
     }
-    Share one_hot = co_await p.input(owner, std::move(hot), {count, v});  // integer 0/1
+    co_return co_await p.input(owner, std::move(hot), {count, v});  // integer 0/1
+  }
+
+  // Token embeddings (and learned positions) of one-hot rows.
+  Task<Share> embed(P& p, const Share& one_hot) {
+    auto scope = cost_scope(p, CostTag::linear);
+    const std::size_t count = P::shape(one_hot)[0];
     auto h = co_await p.matmul(one_hot, w_.embed);
     if (w_.positions) h = p.add(h, ops::rows<P>(*w_.positions, length_, length_ + count));  // learned positions
     co_return h;
@@ -189,11 +238,11 @@ class Decoder {
   std::pair<xt::xarray<double>, xt::xarray<double>> rope_tables(std::size_t first, std::size_t count,
                                                                 std::size_t heads) const {
     const std::size_t d = c_.head_dim, half = d / 2;
+    const std::vector<double> inv = c_.rope_inv_freq();  // rope_theta and rope_scaling
     xt::xarray<double> cs = xt::zeros<double>({count, heads * d}), sn = cs;
     for (std::size_t t = 0; t < count; ++t)
       for (std::size_t i = 0; i < half; ++i) {
-        const double inv = std::pow(c_.rope_theta, -2.0 * double(i) / double(d));
-        const double ang = double(first + t) * inv;
+        const double ang = double(first + t) * inv[i];
         for (std::size_t hh = 0; hh < heads; ++hh) {
           cs(t, hh * d + i) = cs(t, hh * d + i + half) = std::cos(ang);
           sn(t, hh * d + i) = -std::sin(ang);  // rotate_half: first half takes -x2
@@ -540,7 +589,11 @@ namespace mpcache {
       B&, kv::AnyPolicy<B>&, PartyId, std::optional<std::vector<std::uint32_t>>, std::size_t,                \
       std::function<void(std::size_t)>);                                                                     \
   extern template Task<B::Share> Decoder<B>::decode<kv::AnyPolicy<B>>(B&, kv::AnyPolicy<B>&, PartyId,         \
-                                                                      std::optional<std::uint32_t>);
+                                                                      std::optional<std::uint32_t>);        \
+  extern template Task<B::Share> Decoder<B>::prefill_one_hot<kv::AnyPolicy<B>>(                              \
+      B&, kv::AnyPolicy<B>&, const B::Share&, std::function<void(std::size_t)>);                             \
+  extern template Task<B::Share> Decoder<B>::decode_one_hot<kv::AnyPolicy<B>>(B&, kv::AnyPolicy<B>&,          \
+                                                                              const B::Share&);
 MPCACHE_FOR_EACH_BACKEND(MPCACHE_EXTERN_DECODER)
 #undef MPCACHE_EXTERN_DECODER
 }  // namespace mpcache

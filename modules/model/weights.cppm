@@ -29,16 +29,25 @@ class WeightSource {
  public:
   using Getter = std::function<std::optional<xt::xarray<double>>(const std::string& name, const Shape& shape)>;
   using Finish = std::function<void(const std::set<std::string>& requested)>;
+  using Holds = std::function<bool(const std::string& name)>;
 
   WeightSource() = default;
   template <class F>
     requires std::is_invocable_r_v<std::optional<xt::xarray<double>>, F&, const std::string&, const Shape&>
   WeightSource(F get) : get_(std::move(get)) {}  // NOLINT: implicit on purpose
-  WeightSource(Getter get, Finish finish) : get_(std::move(get)), finish_(std::move(finish)) {}
+  WeightSource(Getter get, Finish finish, Holds holds = {})
+      : get_(std::move(get)), finish_(std::move(finish)), holds_(std::move(holds)) {}
 
   std::optional<xt::xarray<double>> operator()(const std::string& name, const Shape& shape) const {
     requested_->insert(name);
     return get_(name, shape);
+  }
+  // Whether a checkpoint holds `name` (the owner's loaders ask before
+  // choosing a layout: GPT-2's "transformer." prefix, a stored lm_head);
+  // nullopt for sources that make any tensor asked for (random weights).
+  std::optional<bool> holds(const std::string& name) const {
+    if (!holds_) return std::nullopt;
+    return holds_(name);
   }
   // Called by the loaders after the last tensor (owner only).
   void finish() const {
@@ -48,12 +57,20 @@ class WeightSource {
  private:
   Getter get_;
   Finish finish_;
+  Holds holds_;
   std::shared_ptr<std::set<std::string>> requested_ = make_shared<std::set<std::string>>();
 };
 
-// Loads (and shape-checks) tensors from one safetensors file, kept open.
-// Unless `unused` allows it, tensors of the file that the config did not ask
-// for are an error once loading ends, naming them.
+// Loads (and shape-checks) tensors from a checkpoint, kept open: one
+// safetensors file, or a sharded one given by its index
+// (model.safetensors.index.json, whose "weight_map" names each tensor's
+// shard file in the same folder). As transformers does, a path
+// .../model.safetensors that does not exist falls back to
+// .../model.safetensors.index.json beside it. The index must agree with
+// the shards: a missing shard, a listed tensor its shard lacks, and a
+// tensor stored in a shard the index does not put it in are errors naming
+// the tensor and the files. Unless `unused` allows it, tensors that the
+// config did not ask for are an error once loading ends, naming them.
 WeightSource weights_from_file(const std::filesystem::path& path, UnusedTensors unused = UnusedTensors::reject);
 // N(0, scale^2)-like values (uniform with that standard deviation); norm
 // weights ("...norm.weight", GPT-2's "ln_*.weight") are 1 + small noise. Same seed, same weights.
@@ -120,6 +137,38 @@ inline std::optional<xt::xarray<double>> transposed(std::optional<xt::xarray<dou
   return t;
 }
 
+// Owner-side v * scale (a bias folded like its weights).
+inline std::optional<xt::xarray<double>> scaled(std::optional<xt::xarray<double>> v, double scale) {
+  if (v && scale != 1.0) *v *= scale;
+  return v;
+}
+
+// The LM head's (vocab, hidden) matrix: the embedding when tied, else
+// lm_head.weight. A tied checkpoint may still store lm_head.weight (some
+// exporters write both): it must then equal the embedding, as transformers
+// would overwrite it with the embedding.
+template <class Get>
+std::optional<xt::xarray<double>> lm_head_rows(const ModelConfig& c, const WeightSource& source, Get& get,
+                                               const std::optional<xt::xarray<double>>& embed,
+                                               const std::string& embed_name) {
+  const Shape shape{c.vocab_size, c.hidden_size};
+  if (!c.tie_word_embeddings) {
+    if (embed && source.holds("lm_head.weight") == false)
+      throw Error(ErrorCode::format, "weights: no 'lm_head.weight', and config.json says tie_word_embeddings is "
+                                     "false (set it to true if the LM head is the embedding " + embed_name + ")");
+    return get("lm_head.weight", shape);
+  }
+  if (embed && source.holds("lm_head.weight") == true) {
+    const auto stored = get("lm_head.weight", shape);
+    if (stored->size() != embed->size() ||  // both shape-checked
+        !std::equal(stored->data(), stored->data() + stored->size(), embed->data()))
+      throw Error(ErrorCode::format, "weights: 'lm_head.weight' differs from '" + embed_name +
+                                         "', but config.json says tie_word_embeddings is true (set it to false "
+                                         "to use lm_head.weight)");
+  }
+  return embed;
+}
+
 // Owner-side diag(v) w scale: row i of an [in, out] matrix times v_i and scale.
 inline std::optional<xt::xarray<double>> rows_scaled(const std::optional<xt::xarray<double>>& w,
                                                      const std::optional<xt::xarray<double>>& v, double scale) {
@@ -146,9 +195,11 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
   };
   const std::size_t h = c.hidden_size, hd = c.head_dim, q_out = c.num_heads * hd,
                     kv_out = c.num_kv_heads * hd, inter = c.intermediate_size, v = c.vocab_size;
+  const double qs = 1.0 / std::sqrt(double(hd));
   DecoderWeights<P> w;
   w.config = c;
-  w.embed = co_await ops::secret_real(p, owner, get("model.embed_tokens.weight", {v, h}), {v, h});
+  const auto embed = get("model.embed_tokens.weight", {v, h});
+  w.embed = co_await ops::secret_real(p, owner, embed, {v, h});
   for (std::size_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
     LayerWeights<P> lw;
@@ -156,7 +207,7 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
     lw.input_norm = co_await ops::secret_real(p, owner, input_norm, {h});
     lw.post_norm =
         co_await ops::secret_real(p, owner, get(pre + "post_attention_layernorm.weight", {h}), {h});
-    auto wq = detail::transposed(get(pre + "self_attn.q_proj.weight", {q_out, h}), 1.0 / std::sqrt(double(hd)));
+    auto wq = detail::transposed(get(pre + "self_attn.q_proj.weight", {q_out, h}), qs);
     lw.wq = co_await ops::secret_real(p, owner, wq, {h, q_out});
     lw.wq_ranking = co_await ops::secret_real(p, owner, detail::rows_scaled(wq, input_norm, std::ldexp(1.0, -ranking_query_shift)),
                                          {h, q_out});
@@ -166,6 +217,12 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
                                  {h, kv_out});
     lw.wo = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "self_attn.o_proj.weight", {h, q_out})),
                                  {q_out, h});
+    if (c.qkv_bias) {  // Qwen2, LLaMA's attention_bias; q's carries 1/sqrt(head_dim) like wq
+      lw.bq = co_await ops::secret_real(p, owner, detail::scaled(get(pre + "self_attn.q_proj.bias", {q_out}), qs), {q_out});
+      lw.bk = co_await ops::secret_real(p, owner, get(pre + "self_attn.k_proj.bias", {kv_out}), {kv_out});
+      lw.bv = co_await ops::secret_real(p, owner, get(pre + "self_attn.v_proj.bias", {kv_out}), {kv_out});
+    }
+    if (c.o_bias) lw.bo = co_await ops::secret_real(p, owner, get(pre + "self_attn.o_proj.bias", {h}), {h});
     lw.gate = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "mlp.gate_proj.weight", {inter, h})),
                                    {h, inter});
     lw.up = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "mlp.up_proj.weight", {inter, h})),
@@ -175,8 +232,8 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
     w.layers.push_back(std::move(lw));
   }
   w.final_norm = co_await ops::secret_real(p, owner, get("model.norm.weight", {h}), {h});
-  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  w.lm_head = co_await ops::secret_real(p, owner, detail::transposed(get(head, {v, h})), {h, v});
+  w.lm_head = co_await ops::secret_real(
+      p, owner, detail::transposed(detail::lm_head_rows(c, source, get, embed, "model.embed_tokens.weight")), {h, v});
   if (mine) source.finish();
   co_return w;
 }
@@ -198,13 +255,16 @@ inline std::optional<xt::xarray<double>> columns(const std::optional<xt::xarray<
 
 // GPT-2 in Hugging Face layout (Conv1D weights are already [in, out]; the
 // fused c_attn is split into q, k, v). Names may carry a "transformer."
-// prefix (GPT2LMHeadModel) or not (GPT2Model); lm_head is tied to wte.
+// prefix (GPT2LMHeadModel) or not (GPT2Model, and the published gpt2
+// checkpoint); the head is wte when tied (the default), else lm_head.weight.
 template <Protocol P>
 Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource& source, PartyId owner = 0) {
   if (c.architecture != Architecture::gpt2)
     throw Error(ErrorCode::invalid_argument, "load_gpt2: config is not a GPT-2 model");
   const bool mine = p.holds_input(owner);
-  std::string prefix = "transformer.";
+  // Random sources answer any name: they take the prefixed layout.
+  const bool bare = mine && source.holds("wte.weight") == true && source.holds("transformer.wte.weight") != true;
+  const std::string prefix = bare ? "" : "transformer.";
   auto get = [&](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
     if (!mine) return std::nullopt;
     auto v = source(prefix + name, shape);
@@ -243,7 +303,14 @@ Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource
   }
   w.final_norm = co_await ops::secret_real(p, owner, get("ln_f.weight", {h}), {h});
   w.final_norm_bias = co_await ops::secret_real(p, owner, get("ln_f.bias", {h}), {h});
-  w.lm_head = co_await ops::secret_real(p, owner, detail::transposed(wte), {h, v});
+  auto unprefixed = [&](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+    if (!mine) return std::nullopt;
+    auto t = source(name, shape);
+    if (!t) throw Error(ErrorCode::invalid_argument, "weights: no tensor '" + name + "'");
+    return t;
+  };
+  w.lm_head = co_await ops::secret_real(
+      p, owner, detail::transposed(detail::lm_head_rows(c, source, unprefixed, wte, prefix + "wte.weight")), {h, v});
   if (mine) source.finish();
   co_return w;
 }

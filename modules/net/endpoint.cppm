@@ -30,6 +30,19 @@ inline constexpr StreamId abort_stream = ~StreamId{0} - 1;
 // The stream of Endpoint::cancel's messages.
 inline constexpr StreamId cancel_stream = ~StreamId{0} - 2;
 
+// Scopes: the top 16 bits of a stream id may name a scope, e.g. one session
+// of a service (a protocol handle made for a scope keeps them in every fork).
+// Cancelling a scope ends the receives on its streams only, at this party and
+// at its peers, and leaves every other scope running. Scope 0 is "none" and
+// 0xFFFF is reserved (the control streams above live there).
+using ScopeId = std::uint16_t;
+inline constexpr int scope_shift = 48;
+inline constexpr ScopeId no_scope = 0;
+inline constexpr ScopeId max_scope = 0xFFFE;
+inline constexpr ScopeId stream_scope(StreamId stream) noexcept { return ScopeId(stream >> scope_shift); }
+// The stream of Endpoint::cancel_scope's messages: 2 bytes scope, then why.
+inline constexpr StreamId scope_cancel_stream = ~StreamId{0} - 3;
+
 // Moves batches of frames between parties. Implementations: in-process
 // (:in_process) and TCP over io_uring, poll or asio (:tcp), optionally behind the
 // link emulator (:link_emulation).
@@ -66,6 +79,9 @@ class Endpoint final : public TickListener {
     CostTag tag;
     Frame frame;
     bool unreceivable = false;  // set instead of a frame: peer gone or cancelled
+    // An idle wait (a server waiting for its next request) does not make
+    // the transport's silence deadline apply to `from`.
+    bool idle = false;
     bool await_ready();
     void await_suspend(std::coroutine_handle<> h);
     std::vector<std::byte> await_resume();
@@ -73,6 +89,10 @@ class Endpoint final : public TickListener {
   // `co_await endpoint.recv(peer, stream)` yields the next payload in order.
   // Rounds this message adds to the critical path count under `tag`.
   RecvAwaiter recv(PartyId from, StreamId stream, CostTag tag = CostTag::other);
+  // The same, but an idle wait: a peer may stay silent for as long as it
+  // likes while only idle receives wait on it (its link still fails when it
+  // closes or breaks).
+  RecvAwaiter recv_idle(PartyId from, StreamId stream);
 
   // Transport side: frames that arrived from `from`, in order.
   void deliver(PartyId from, std::vector<Frame>&& frames);
@@ -96,6 +116,17 @@ class Endpoint final : public TickListener {
   // peers are alive, or at the transport's deadline).
   void cancel_when(std::stop_token token) { stop_ = std::move(token); }
   bool cancelled() const noexcept { return !cancelled_.empty(); }
+  // Ends every receive, waiting or future, on the streams of `scope` with
+  // Error(cancelled) naming `why`, here and (told at once) at every peer;
+  // frames that arrive for it later are dropped. Other scopes go on.
+  void cancel_scope(ScopeId scope, const std::string& why);
+  // Why `scope` was cancelled here ("" while it was not).
+  std::string scope_cancelled(ScopeId scope) const;
+  // Makes `scope` usable again: forgets its cancellation (its frames were
+  // dropped when it was cancelled). A service forgets a cancellation long
+  // before it reuses the scope, so no late frame of the old session can
+  // reach the new one and no early frame of the new one is dropped.
+  void open_scope(ScopeId scope);
   // Transport side: whether a task is blocked on a message from `peer`
   // (deadlines apply only then).
   bool waiting_on(PartyId peer) const;
@@ -123,11 +154,14 @@ class Endpoint final : public TickListener {
   };
 
   void check_peer(PartyId peer, const char* what) const;
-  void take(Frame& frame, PartyId from, CostTag tag);
+  // An idle receive's frame (a heartbeat, a server's next request) counts
+  // its bytes but does not move the round clock.
+  void take(Frame& frame, PartyId from, CostTag tag, bool advance_clock = true);
   // Why a receive from `from` cannot complete: Error(cancelled) once this
   // party is cancelled, Error(network) when that link failed.
   [[noreturn]] void throw_unreceivable(PartyId from) const;
   void tell_peers(StreamId stream, const std::string& text);
+  void cancel_scope_locally(ScopeId scope, const std::string& why);
   void cancel_locally(const std::string& why);
 
   Scheduler& scheduler_;
@@ -139,6 +173,7 @@ class Endpoint final : public TickListener {
   std::unordered_map<Key, Waiter, KeyHash> waiters_;
   std::vector<std::string> failed_;  // per peer: why the link is gone ("" = fine)
   std::string cancelled_;            // why this party's work was cancelled ("" = it was not)
+  std::unordered_map<ScopeId, std::string> cancelled_scopes_;  // scope -> why
   std::stop_token stop_;
   CostCounters costs_;
   // When the round clock last advanced: the wall time since then is charged

@@ -1,6 +1,7 @@
 // mpcache.net: frames, endpoints with per-tick coalescing, transports, one
 // partition per job: timers, records, party keys, connection set-up, the TCP
-// transport, link emulation.
+// transport, link emulation, the loop's inbox for other threads, a service's door
+// for clients.
 export module mpcache.net;
 import mpcache.std;
 export import :frame;
@@ -12,3 +13,5 @@ export import :keys;
 export import :connect;
 export import :tcp;
 export import :link_emulation;
+export import :loop_inbox;
+export import :client_gate;

@@ -89,6 +89,13 @@ class TcpTransport final : public Transport, public IoSource {
   bool has_pending() const override;
   void poll(bool block) override;
   void flush() override;
+  // Sleeping with other sources: the sockets of pending receives (readable)
+  // and of sends that wait for room (writable), or the io_uring's eventfd
+  // while the ring has work; wait_fds also starts the silence clock of a
+  // peer a task now waits on. next_wake: the earliest deadline or timer.
+  bool wait_fds(std::vector<WaitFd>& out) override;
+  std::optional<std::chrono::steady_clock::time_point> next_wake() const override;
+  std::chrono::nanoseconds spin_budget() const override;
 
   TimerQueue& timers() noexcept { return timers_; }
 

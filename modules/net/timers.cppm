@@ -38,6 +38,9 @@ class TimerLoop final : public IoSource {
   TimerQueue& timers() noexcept { return timers_; }
   bool has_pending() const override { return !timers_.empty(); }
   void poll(bool block) override;
+  // With other sources, only time wakes it: no descriptors, the next timer.
+  bool wait_fds(std::vector<WaitFd>&) override { return true; }
+  std::optional<SteadyClock::time_point> next_wake() const override { return timers_.next(); }
 
  private:
   Scheduler& scheduler_;

@@ -238,6 +238,16 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, s
   co_return ArgMax<P>{std::move(x), std::move(idx)};
 }
 
+// The index of a one-hot row (..., n) -> (...): the local sum of i * one_hot_i
+// (with argmax_onehot_last, a chosen token's id without another round).
+template <Protocol P>
+typename P::Share one_hot_index(const typename P::Share& one_hot) {
+  const std::size_t n = P::shape(one_hot).back();
+  std::vector<Ring> iota(n);
+  for (std::size_t i = 0; i < n; ++i) iota[i] = i;
+  return P::apply(one_hot, [&](const RingTensor& t) { return ring_weighted_sum_last(t, iota); });
+}
+
 template <Protocol P>
 Task<typename P::Share> max_last(P& p, typename P::Share x, std::size_t arity = 0, int width = ring_bits) {
   auto r = co_await argmax_last(p, std::move(x), false, arity, width);

@@ -8,3 +8,4 @@ export import :rss3;
 export import :add2;
 export import :plain;
 export import :ref;
+export import :client_shares;

@@ -133,6 +133,12 @@ class Rss3Party {
   // A protocol handle on a fresh root stream. Parties must open sessions in
   // the same order so that their stream ids agree.
   Rss3 session();
+  // A protocol handle for session number `number` of a service, in scope
+  // 1 + number mod max_scope: its streams and all its forks' carry the
+  // scope (Endpoint::cancel_scope ends them alone), and its randomness
+  // derives from the whole number, so a reused scope never reuses it.
+  // Numbers must be unique per Rss3Party (a service's leader assigns them).
+  Rss3 scoped_session(std::uint64_t number);
 
   Rss3Party(Endpoint& endpoint, Rss3Options options, const PrgKey& next, const PrgKey& prev);
 
@@ -152,7 +158,7 @@ class Rss3 {
   using Bits = Rss3Bits;
   using Costs = Rss3Costs;
 
-  Rss3(Rss3Party& party, StreamId stream) : party_(&party), stream_(stream) {}
+  Rss3(Rss3Party& party, StreamId stream, bool scoped = false) : party_(&party), stream_(stream), scoped_(scoped) {}
   Rss3(Rss3&&) noexcept = default;
   Rss3& operator=(Rss3&&) noexcept = default;
   // Copies would reuse the stream's randomness: forbidden, use fork().
@@ -257,6 +263,7 @@ class Rss3 {
   std::uint64_t block_next_ = 0;
   std::uint64_t block_prev_ = 0;
   std::uint64_t forks_ = 0;
+  bool scoped_ = false;  // forks keep the stream's scope bits
   CostTag tag_ = CostTag::other;
 };
 

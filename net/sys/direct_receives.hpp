@@ -116,6 +116,9 @@ class DirectReceives {
   void poll_fds(std::vector<pollfd>& out) const {
     for (const Receive& r : pending_) out.push_back(pollfd{r.fd, POLLIN, 0});
   }
+  void wait_fds(std::vector<FdInterest>& out) const {
+    for (const Receive& r : pending_) out.push_back(FdInterest{r.fd, true, false});
+  }
 
  private:
   std::vector<Receive> pending_;

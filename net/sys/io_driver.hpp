@@ -25,6 +25,14 @@ struct ConstBuffer {
   std::size_t size = 0;
 };
 
+// A descriptor a driver's progress waits on (for a caller that sleeps on
+// more than one driver: IoSource::wait_fds).
+struct FdInterest {
+  int fd = -1;
+  bool read = false;
+  bool write = false;
+};
+
 struct Completion {
   std::uint64_t tag = 0;
   // Bytes transferred (0 on a receive: the peer closed), or -errno
@@ -50,6 +58,12 @@ class IoDriver {
   // collects what is done) for at least one completion and appends every
   // available one to `out`; io_uring does all of it in one system call.
   virtual void wait(std::chrono::nanoseconds timeout, std::vector<Completion>& out) = 0;
+  // For a caller that sleeps in its own ppoll(2) and then calls wait(0):
+  // appends the descriptors whose readiness lets wait(0) report something;
+  // false when this driver cannot be waited on that way.
+  virtual bool wait_fds(std::vector<FdInterest>& /*out*/) { return false; }
+  // Completions wait(0) would report without any descriptor being ready.
+  virtual bool ready() const = 0;
 };
 
 // One io_uring per driver. Where the kernel has them (6.1+) the ring is

@@ -55,6 +55,13 @@ class PollDriver final : public IoDriver {
     receives_.collect(out);
   }
 
+  bool wait_fds(std::vector<FdInterest>& out) override {
+    receives_.wait_fds(out);
+    for (const auto& s : sends_) out.push_back(FdInterest{s.fd, false, true});
+    return true;
+  }
+  bool ready() const override { return !done_.empty(); }
+
  private:
   struct WaitingSend {
     int fd;

@@ -12,6 +12,13 @@
 // sleeps in ppoll(2) on their sockets, whose wake-up brings this thread to
 // the sender's core. Sends too are tried at once with sendmsg(2); the ring
 // gets what the socket refuses, and the cancels.
+//
+// A caller that sleeps on several drivers at once (wait_fds) waits on the
+// direct receives' sockets and, while the ring has work in flight, on an
+// eventfd registered with the ring: with DEFER_TASKRUN the ring's own
+// descriptor does not wake a ppoll(2) when a completion becomes ready
+// (measured on 6.18: the sleep ran to its timeout), but the registered
+// eventfd is signalled as soon as task work is queued for us.
 #include "io_driver.hpp"
 #include "direct_receives.hpp"
 #include "direct_send.hpp"
@@ -20,6 +27,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <unordered_map>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -46,7 +54,10 @@ class UringDriver final : public IoDriver {
     }
     if (e < 0) throw std::runtime_error(std::string("io_uring_queue_init failed: ") + std::strerror(-e));
   }
-  ~UringDriver() override { io_uring_queue_exit(&ring_); }
+  ~UringDriver() override {
+    io_uring_queue_exit(&ring_);
+    if (event_fd_ >= 0) ::close(event_fd_);
+  }
 
   std::string name() const override { return "io_uring"; }
   void add_fd(int) override {}
@@ -97,6 +108,12 @@ class UringDriver final : public IoDriver {
   void wait(std::chrono::nanoseconds timeout, std::vector<Completion>& out) override {
     enable();
     const std::size_t before = out.size();
+    // Reset the eventfd before looking at the ring: a completion after this
+    // signals it again, so a caller's next sleep cannot miss it.
+    if (event_fd_ >= 0) {
+      std::uint64_t count = 0;
+      (void)!::read(event_fd_, &count, sizeof count);
+    }
     // What is done already: sends the socket took at once, cancelled
     // receives, and the ring's completions (submitting what is queued;
     // deferred task work runs only when asked for, GETEVENTS). They go
@@ -128,6 +145,29 @@ class UringDriver final : public IoDriver {
     if (e < 0 && e != -ETIME && e != -EINTR && e != -EBUSY) fail("io_uring_submit_and_wait_timeout", e);
     reap(out);
   }
+
+  bool wait_fds(std::vector<FdInterest>& out) override {
+    direct_.wait_fds(out);
+    if (in_ring_ == 0) return true;
+    if (event_fd_ < 0) {
+      // Registered once the ring is first waited on this way, by the thread
+      // that drives it (a single-issuer ring refuses others).
+      enable();
+      const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (fd < 0) return false;
+      if (io_uring_register_eventfd(&ring_, fd) < 0) {
+        ::close(fd);
+        return false;
+      }
+      event_fd_ = fd;
+      // Task work queued before now signalled nothing: look once more.
+      const std::uint64_t one = 1;
+      (void)!::write(event_fd_, &one, sizeof one);
+    }
+    out.push_back(FdInterest{event_fd_, true, false});
+    return true;
+  }
+  bool ready() const override { return !done_.empty() || io_uring_cq_ready(&ring_) > 0; }
 
  private:
   struct Gather {
@@ -182,6 +222,9 @@ class UringDriver final : public IoDriver {
   // Operations handed to the ring (queued or submitted) whose completion has
   // not been reaped yet.
   std::size_t in_ring_ = 0;
+  // Signalled by the ring when a completion or task work arrives (wait_fds);
+  // -1 until first needed.
+  int event_fd_ = -1;
   DirectReceives direct_;
   // Completions known without the ring (direct sends, cancelled receives),
   // reported by the next wait().

@@ -100,6 +100,9 @@ ClusterConfig read_cluster_config(const std::string& path) {
           throw std::runtime_error(at + "." + key + " must be a path (string)");
       ClusterParty party{p["host"].get<std::string>(), static_cast<std::uint16_t>(port),
                          resolve(p.value("public_key", "")), resolve(p.value("secret_key", ""))};
+      if (p.contains("client_port"))
+        party.client_port = static_cast<std::uint16_t>(integer_in(p["client_port"], at + ".client_port", 1, 65535));
+      if (party.client_port == party.port) throw std::runtime_error(at + ".client_port is its mesh port too");
       for (std::size_t k = 0; k < c.parties.size(); ++k)
         if (c.parties[k].host == party.host && c.parties[k].port == party.port)
           throw std::runtime_error(at + " has the same host and port as parties[" + std::to_string(k) + "]");
@@ -125,6 +128,7 @@ void write_cluster_config(const std::string& path, const ClusterConfig& config) 
     nlohmann::json e = {{"host", p.host}, {"port", p.port}};
     if (!p.public_key.empty()) e["public_key"] = p.public_key;
     if (!p.secret_key.empty()) e["secret_key"] = p.secret_key;
+    if (p.client_port != 0) e["client_port"] = p.client_port;
     j["parties"].push_back(e);
   }
   write_text_file(path, j.dump(2) + "\n", false);

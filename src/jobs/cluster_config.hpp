@@ -9,6 +9,10 @@
 //   "timeout_ms": 10000
 // }
 //
+// A service's servers (`mpcache serve`) also give "client_port": the port
+// on `host` where clients connect; a client reads the same file (it needs
+// only host, client_port and public_key of each server).
+//
 // Party i is parties[i]. Key paths are relative to the config file; every
 // party needs all public keys (pinned) and only its own secret key. Without
 // keys the job can only run with --insecure.
@@ -24,6 +28,7 @@ struct ClusterParty {
   std::uint16_t port = 0;
   std::string public_key;  // path, resolved against the config's folder ("" if none)
   std::string secret_key;
+  std::uint16_t client_port = 0;  // 0: none (not a service's server)
 };
 
 // Set-up and silence deadline limits: 1 ms .. 1 hour.

@@ -23,14 +23,19 @@ struct RawTensor {
 std::vector<RawTensor> parse_safetensors_header(const std::string& text);
 
 struct Scalar {
-  enum class Kind { null, boolean, integer, number, string, other } kind = Kind::other;
+  enum class Kind { null, boolean, integer, number, string, object, array, other } kind = Kind::other;
   bool boolean = false;
   long long integer = 0;
   double number = 0;
-  std::string text;
+  std::string text;  // a string's value; an object's or array's JSON text (parse it again to look inside)
 };
 
-// Top-level members of a JSON object, scalars only (nested values: Kind::other).
+// Top-level members of a JSON object.
 std::map<std::string, Scalar> parse_flat_object(const std::string& text);
+
+// A sharded checkpoint's index (model.safetensors.index.json): its
+// "weight_map", tensor name -> shard file name. A name listed twice in the
+// map is an error naming it (JSON parsers keep only the last).
+std::map<std::string, std::string> parse_weight_map(const std::string& text);
 
 }  // namespace mpcache::json_reader

@@ -63,10 +63,21 @@ Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Option
 
 Rss3 Rss3Party::session() { return Rss3(*this, derive_stream(0x5E5510E5ull, ++sessions_)); }
 
+namespace {
+constexpr StreamId low_stream_bits = (StreamId{1} << scope_shift) - 1;
+StreamId in_scope(StreamId stream, ScopeId scope) { return (stream & low_stream_bits) | (StreamId{scope} << scope_shift); }
+}  // namespace
+
+Rss3 Rss3Party::scoped_session(std::uint64_t number) {
+  const auto scope = static_cast<ScopeId>(1 + number % max_scope);
+  return Rss3(*this, in_scope(derive_stream(0x5E55C09Eull, number), scope), /*scoped=*/true);
+}
+
 // ---- plumbing ---------------------------------------------------------------
 
 Rss3 Rss3::fork() {
-  Rss3 child(*party_, derive_stream(stream_, ++forks_));
+  const StreamId derived = derive_stream(stream_, ++forks_);
+  Rss3 child(*party_, scoped_ ? in_scope(derived, stream_scope(stream_)) : derived, scoped_);
   child.tag_ = tag_;
   return child;
 }

@@ -127,9 +127,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
     throw TokenizerError(model_dir.string() + ": has " + (has_vocab ? "vocab.json but no merges.txt" : "merges.txt but no vocab.json") +
                          " (a GPT-2 tokenizer needs both)");
   } else if (is_file(model_dir / "tokenizer.model")) {
-    throw TokenizerError((model_dir / "tokenizer.model").string() +
-                         ": SentencePiece models are not read yet; a tokenizer.json next to it would be used "
-                         "(e.g. saved by Hugging Face's LlamaTokenizerFast)");
+    tok = load_sentencepiece(model_dir / "tokenizer.model");
   } else {
     throw TokenizerError(model_dir.string() +
                          ": no tokenizer found; looked for tokenizer.json, vocab.json + merges.txt, tokenizer.model, "

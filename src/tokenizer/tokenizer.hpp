@@ -10,6 +10,8 @@
 //     or from vocab.json + merges.txt (GPT-2);
 //   * BPE over characters with byte fallback and the "▁" (U+2581) space
 //     convention (LLaMA-2, TinyLlama, Mistral style) from tokenizer.json;
+//   * a SentencePiece model (tokenizer.model, LLaMA-2 style) through Debian's
+//     libsentencepiece, where the folder has no tokenizer.json;
 //   * special ("added") tokens, BOS/EOS from tokenizer_config.json,
 //     config.json and generation_config.json;
 //   * the byte identity tokenizer (token id = byte value) of the project's own
@@ -153,18 +155,18 @@ class Tokenizer {
 //   mpcache.json saying {"tokenizer": "none"}: the byte tokenizer (a model
 //     over bytes says so in its own folder; tokenizer files beside it are an
 //     error);
-//   tokenizer.json (model type "BPE"), or vocab.json + merges.txt (GPT-2).
+//   tokenizer.json (model type "BPE"), or vocab.json + merges.txt (GPT-2),
+//   or tokenizer.model (SentencePiece).
 // BOS/EOS: tokenizer_config.json ("bos_token"/"eos_token"), else config.json
 // and generation_config.json ("bos_token_id"/"eos_token_id"; numbers or lists).
-// A folder with none of these: TokenizerError listing the files looked for
-// (a folder holding only tokenizer.model says that SentencePiece models are
-// not read yet).
+// A folder with none of these: TokenizerError listing the files looked for.
 [[nodiscard]] std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& model_dir);
 
 // The single loaders, for callers that know what they have.
 [[nodiscard]] std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& tokenizer_json);
 [[nodiscard]] std::unique_ptr<Tokenizer> load_gpt2_vocab_merges(const std::filesystem::path& vocab_json,
                                                                 const std::filesystem::path& merges_txt);
+[[nodiscard]] std::unique_ptr<Tokenizer> load_sentencepiece(const std::filesystem::path& tokenizer_model);
 
 // Incremental detokenization: push ids as they arrive, print what comes back.
 // Never returns part of a UTF-8 character: incomplete trailing bytes are held

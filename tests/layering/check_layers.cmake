@@ -1,4 +1,4 @@
-# The layer order, checked: core -> async -> net -> proto -> ops -> kv -> model.
+# The layer order, checked: core -> async -> net -> proto -> ops -> kv -> model -> serve.
 # A layer may import (and include headers of) only itself and the layers to its left.
 # Scans modules/, src/ and net/ under ROOT for
 #   [export] import mpcache.X;   [export] module mpcache.X[:part];
@@ -20,7 +20,7 @@
 # miss).
 cmake_minimum_required(VERSION 3.28)
 
-set(layers core async net proto ops kv model)
+set(layers core async net proto ops kv model serve)
 # Files (or folders, ending in /) placed by hand, and the rank they sit at:
 # `base` below core (may use nothing of ours), a layer's name, or `top` (the
 # umbrella, which may import every layer). First match wins.

@@ -155,7 +155,7 @@ TEST_CASE("config errors name the key") {
   CHECK(err("{\"model_type\":\"llama\"}").find("missing 'hidden_size'") != std::string::npos);
   CHECK(err("{\"model_type\":\"llama\",\"hidden_size\":-4}").find("'hidden_size' must be a positive") !=
         std::string::npos);
-  CHECK(err("{\"model_type\":\"bert\"}").find("not llama or gpt2") != std::string::npos);
+  CHECK(err("{\"model_type\":\"bert\"}").find("model_type 'bert' is not supported") != std::string::npos);
   CHECK(err("[1,2]").find("not a JSON object") != std::string::npos);
   CHECK(err(R"({"model_type":"llama","hidden_size":16,"intermediate_size":8,"num_hidden_layers":1,
                "num_attention_heads":4,"num_key_value_heads":3,"max_position_embeddings":8,

@@ -128,3 +128,45 @@ TEST_CASE("argmax with narrowed comparisons: same values and indices within rang
   CHECK(rounds(64) == 12);
   CHECK(rounds(32) == 11);
 }
+
+TEST_CASE("argmax as a one-hot row: 1 at the first largest value, its index locally, every length") {
+  FixedPoint fp;
+  for (std::size_t n : {1u, 2u, 3u, 5u, 8u, 13u, 256u}) {
+    CAPTURE(n);
+    xt::xarray<double> xr = mpcache::testing::random_real({3, n}, -50, 50, 70 + n);
+    for (std::size_t j = 0; j < n; ++j) xr(1, j) = 3.5;  // all equal: the first
+    if (n >= 3) xr(2, 1) = xr(2, n - 1) = 99.0;           // two maxima: the lower index
+    const RingTensor x = fp.encode(xr);
+    auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+      auto a = co_await share_of(p, 1, x);
+      auto hot = co_await ops::argmax_onehot_last(p, a);
+      co_return std::array<RingTensor, 2>{co_await p.reveal(hot), co_await p.reveal(ops::one_hot_index<P>(hot))};
+    });
+    for (std::size_t i = 0; i < 3; ++i) {
+      std::size_t best = 0;
+      for (std::size_t j = 1; j < n; ++j)
+        if (xr(i, j) > xr(i, best)) best = j;
+      for (std::size_t j = 0; j < n; ++j) CHECK(secure.results[0][0](i, j) == (j == best ? 1u : 0u));
+      CHECK(secure.results[0][1](i) == best);
+    }
+    CHECK(clear == secure.results[0]);
+  }
+}
+
+TEST_CASE("the one-hot argmax of a vocabulary row costs fewer rounds than the index and then one_hot") {
+  const RingTensor x = mpcache::testing::random_ring({1, 256}, 93);
+  const auto one_hot = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) {
+    return ops::argmax_onehot_last(p, a);
+  });
+  const auto via_index = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    auto best = co_await ops::argmax_last(p, a);
+    co_return co_await ops::one_hot(p, best.index, 256);
+  });
+  const auto index_only = mpcache::testing::measure_op(x, [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    co_return (co_await ops::argmax_last(p, a)).index;
+  });
+  MESSAGE("rounds: one-hot argmax " << one_hot.rounds << ", argmax index " << index_only.rounds
+                                    << ", index then one_hot " << via_index.rounds);
+  CHECK(one_hot.rounds < via_index.rounds);
+  CHECK(one_hot.rounds <= index_only.rounds + 1);
+}

@@ -4,6 +4,7 @@
 // files in tests/fixtures/tokenizer; MPCACHE_SOURCE_DIR is the repository root.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -482,7 +483,8 @@ TEST_CASE("tokenizer: malformed and missing files are refused with clear message
               .find("merges.txt: no such file") != std::string::npos);
     TempDir sp;
     sp.write("tokenizer.model", "x");
-    CHECK(error_of([&] { (void)mt::load_tokenizer(sp.path()); }).find("SentencePiece") != std::string::npos);
+    CHECK(error_of([&] { (void)mt::load_tokenizer(sp.path()); }).find("tokenizer.model: not a SentencePiece model") !=
+          std::string::npos);
   }
   SUBCASE("a config naming a token that does not exist") {
     TempDir dir;
@@ -542,4 +544,46 @@ TEST_CASE("tokenizer: the tiny GPT-2 fixture's cut-down GPT-2 vocabulary encodes
   CHECK(tok->encode(prompt) == expected["prompt_ids"].get<Ids>());
   const Ids tokens = expected["tokens"].get<Ids>();
   CHECK(tok->decode(tokens) == expected["text"].get<std::string>());
+}
+
+TEST_CASE("tokenizer: a SentencePiece tokenizer.model gives the sentencepiece package's ids and text") {
+  // tools/model/make_sentencepiece.py: a BPE model with byte fallback trained
+  // on the corpus, ids and decoded text from Python's sentencepiece.
+  const fs::path dir = fixtures() / "sentencepiece";
+  const auto tok = mt::load_tokenizer(dir);
+  CHECK(tok->name() == "SentencePiece (tokenizer.model)");
+  CHECK(tok->vocab_size() == 1000);
+  CHECK(tok->bos() == mt::TokenId{1});
+  CHECK(tok->eos_ids() == Ids{2});
+  CHECK(tok->adds_bos());
+  std::size_t lines = 0, exact = 0, round_trips = 0, with_bytes = 0;
+  for (const json& row : read_jsonl(dir / "vectors.jsonl")) {
+    const std::string text = row["text"];
+    const Ids ids = row["ids"].get<Ids>();
+    // As sentencepiece encodes: no BOS, "<s>" in text is text.
+    const Ids ours = tok->encode(text, {.add_bos = false, .split_special = false});
+    ++lines;
+    exact += ours == ids;
+    round_trips += tok->decode(ours) == row["decoded"].get<std::string>();
+    with_bytes += std::any_of(ids.begin(), ids.end(), [](mt::TokenId id) { return id >= 3 && id < 259; });
+    if (ours != ids && lines == exact + 1) MESSAGE("first line whose ids differ: " << json(text).dump());
+  }
+  CHECK(lines == 300);
+  CHECK(exact == lines);
+  CHECK(round_trips == lines);
+  CHECK(with_bytes > 50);  // byte fallback exercised (<0x..> pieces)
+  // Hugging Face's reading: BOS first, <s> and </s> in text are the tokens.
+  const Ids hello = tok->encode("<s>Hello</s>");
+  REQUIRE(hello.size() >= 3);
+  CHECK(hello.front() == 1);
+  CHECK(hello[1] == 1);
+  CHECK(hello.back() == 2);
+  CHECK(tok->decode(hello) == "Hello");
+  // Streaming gives decode's text, a character never split.
+  const Ids emoji = tok->encode("caf\xC3\xA9 \xF0\x9F\x98\x80 ok", {.add_bos = false});
+  mt::StreamingDecoder stream(*tok);
+  std::string streamed;
+  for (mt::TokenId id : emoji) streamed += stream.push(id);
+  streamed += stream.finish();
+  CHECK(streamed == "caf\xC3\xA9 \xF0\x9F\x98\x80 ok");
 }

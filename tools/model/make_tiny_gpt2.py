@@ -37,6 +37,8 @@ import random
 import re
 import struct
 
+from safetensors_writer import write_safetensors
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 HIDDEN, LAYERS, HEADS, INNER, POSITIONS = 16, 2, 2, 64, 64
@@ -214,25 +216,14 @@ def greedy(w, prompt, steps):
     return tokens[len(prompt):], margins
 
 
-def write_safetensors(path, w):
-    names = sorted(w)
-    header, blobs, offset = {}, [], 0
-    for n in names:
-        t = w[n]
+def write_gpt2_safetensors(path, w):
+    """F32 tensors under GPT2LMHeadModel's "transformer." names."""
+    tensors = {}
+    for n, t in w.items():
         shape = [len(t), len(t[0])] if isinstance(t[0], list) else [len(t)]
         flat = [v for row in t for v in row] if isinstance(t[0], list) else t
-        data = struct.pack(f"<{len(flat)}f", *flat)
-        header["transformer." + n] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
+        tensors["transformer." + n] = ("F32", shape, struct.pack(f"<{len(flat)}f", *flat))
+    write_safetensors(path, tensors)
 
 
 def main():
@@ -298,7 +289,7 @@ def main():
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
-    write_safetensors(os.path.join(args.out, "model.safetensors"), w)
+    write_gpt2_safetensors(os.path.join(args.out, "model.safetensors"), w)
     with open(os.path.join(args.out, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False)
     with open(os.path.join(args.out, "merges.txt"), "w", encoding="utf-8") as f:

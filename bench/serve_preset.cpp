@@ -1,0 +1,245 @@
+// Preset `serve`: the private inference service as it runs. Three server
+// processes (`mpcache-party serve`, the same code as `mpcache serve`) on
+// loopback share our model once; then batches of 1, 2, 4 and 8 client
+// processes (`mpcache-party client`) ask at once, each for its own prompt,
+// over the servers' mesh without and with the emulated LAN (the clients'
+// channels are not emulated). Per batch: tokens per second of the whole
+// service, each client's time to first token, per-token latency (p50, p99),
+// bytes and rounds per token at the servers, the servers' peak RSS, and the
+// throughput against the batch of one in the same run.
+//
+//   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--tokens 8] [--json]
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+import mpcache;
+#include "cluster_config.hpp"
+#include "local_cluster.hpp"
+#include "serve_job.hpp"
+
+namespace mpcache::bench {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const std::string austen =
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of "
+    "a wife. Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed to "
+    "unite some of the best blessings of existence.";
+
+struct StepLine {
+  std::uint64_t session = 0, step = 0, rounds = 0, bytes = 0;
+};
+
+std::vector<StepLine> read_steps(const std::string& path) {
+  std::vector<StepLine> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto j = json::parse(line);
+    out.push_back({j["session"], j["step"], j["rounds"], j["bytes"]});
+  }
+  return out;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * double(v.size())))];
+}
+
+std::vector<int> parse_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream s(text);
+  for (std::string item; std::getline(s, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+struct Settings {
+  std::string model;
+  std::size_t tokens = 8;
+  std::size_t prompt_bytes = 64;
+  std::vector<int> clients = {1, 2, 4, 8};
+};
+
+// Three servers over `link`, then one batch per client count.
+std::vector<json> run_link(const Settings& s, const std::string& link) {
+  jobs::LocalCluster cluster(false, 120000);
+  {
+    auto config = jobs::read_cluster_config(cluster.config_path());
+    for (auto& p : config.parties) p.client_port = free_tcp_port("127.0.0.1");
+    // The keys are relative to the folder; write_cluster_config keeps them as given.
+    for (auto& p : config.parties) {
+      p.public_key = std::filesystem::path(p.public_key).filename().string();
+      p.secret_key = std::filesystem::path(p.secret_key).filename().string();
+    }
+    jobs::write_cluster_config(cluster.config_path(), config);
+  }
+  std::filesystem::create_directory(cluster.file("clients"));
+  jobs::write_client_key(cluster.file("clients"), "bench");
+  const std::string runner = MPCACHE_PARTY_RUNNER;
+  std::vector<std::unique_ptr<jobs::BackgroundProcess>> servers;
+  for (int i = 0; i < 3; ++i)
+    servers.push_back(std::make_unique<jobs::BackgroundProcess>(
+        std::vector<std::string>{runner, "serve", "--config", cluster.config_path(), "--id", std::to_string(i),
+                                 "--clients", cluster.file("clients"), "--model", s.model, "--link", link,
+                                 "--max-sessions", "8", "--max-queued", "16", "--steps",
+                                 cluster.file("steps" + std::to_string(i) + ".jsonl"), "--report",
+                                 cluster.file("report" + std::to_string(i) + ".json")},
+        cluster.file("server" + std::to_string(i) + ".log")));
+  auto server_log = [&](int i) {
+    std::ifstream in(cluster.file("server" + std::to_string(i) + ".log"));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto ready_by = Clock::now() + std::chrono::minutes(5);
+  for (;;) {
+    bool ready = true;
+    for (int i = 0; i < 3; ++i) {
+      if (!servers[i]->running())
+        throw Error(ErrorCode::network, "serve preset: server " + std::to_string(i) + " ended: " + server_log(i));
+      ready = ready && server_log(i).find("ready: model shared") != std::string::npos;
+    }
+    if (ready) break;
+    if (Clock::now() > ready_by) throw Error(ErrorCode::network, "serve preset: the servers did not get ready");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+
+  // One batch: `n` clients at once, each its own slice of the text.
+  auto batch = [&](int n, std::size_t tokens, const std::string& tag) {
+    std::vector<std::unique_ptr<jobs::BackgroundProcess>> clients;
+    const auto t0 = Clock::now();
+    for (int c = 0; c < n; ++c) {
+      const std::string prompt = austen.substr((7 * c) % 40, s.prompt_bytes);
+      clients.push_back(std::make_unique<jobs::BackgroundProcess>(
+          std::vector<std::string>{runner, "client", "--servers", cluster.config_path(), "--key",
+                                   cluster.file("clients/bench.key"), "--prompt", prompt, "--tokens",
+                                   std::to_string(tokens), "--json", cluster.file(tag + std::to_string(c) + ".json")},
+          cluster.file(tag + std::to_string(c) + ".log")));
+    }
+    std::vector<json> reports;
+    for (int c = 0; c < n; ++c) {
+      if (clients[c]->wait(600000) != 0) {
+        std::ifstream in(cluster.file(tag + std::to_string(c) + ".log"));
+        throw Error(ErrorCode::network, "serve preset: client " + std::to_string(c) + " failed: " +
+                                            std::string(std::istreambuf_iterator<char>(in), {}));
+      }
+      std::ifstream in(cluster.file(tag + std::to_string(c) + ".json"));
+      reports.push_back(json::parse(in));
+    }
+    return std::pair{std::chrono::duration<double>(Clock::now() - t0).count(), reports};
+  };
+  (void)batch(1, 2, "warm");  // first-touch costs out of the way
+
+  std::vector<json> rows;
+  for (int n : s.clients) {
+    std::array<std::size_t, 3> lines_before{};
+    for (int i = 0; i < 3; ++i) lines_before[i] = read_steps(cluster.file("steps" + std::to_string(i) + ".jsonl")).size();
+    const auto [seconds, reports] = batch(n, s.tokens, "c" + std::to_string(n) + "-");
+    std::size_t total_tokens = 0;
+    std::vector<double> ttft, per_token;
+    for (const auto& r : reports) {
+      total_tokens += r["tokens"].size();
+      ttft.push_back(r["seconds_to_first_token"]);
+      for (double t : r["token_seconds"]) per_token.push_back(t);
+    }
+    // Servers' traffic in the batch: bytes per token (the busiest server),
+    // and server 0's rounds per decoded token (clock steps within a
+    // session; sessions that run at once advance each other's clocks).
+    std::uint64_t bytes_max = 0;
+    double rounds_sum = 0;
+    std::size_t rounds_n = 0;
+    for (int i = 0; i < 3; ++i) {
+      const auto lines = read_steps(cluster.file("steps" + std::to_string(i) + ".jsonl"));
+      if (lines.size() <= lines_before[i] || lines_before[i] == 0) continue;
+      bytes_max = std::max(bytes_max, lines.back().bytes - lines[lines_before[i] - 1].bytes);
+      if (i != 0) continue;
+      std::map<std::uint64_t, std::vector<StepLine>> by_session;
+      for (std::size_t k = lines_before[i]; k < lines.size(); ++k) by_session[lines[k].session].push_back(lines[k]);
+      for (const auto& [session, steps] : by_session)
+        for (std::size_t k = 1; k < steps.size(); ++k, ++rounds_n) rounds_sum += double(steps[k].rounds - steps[k - 1].rounds);
+    }
+    rows.push_back({{"preset", "serve"},
+                    {"link", link},
+                    {"clients", n},
+                    {"tokens_per_client", s.tokens},
+                    {"prompt_bytes", s.prompt_bytes},
+                    {"wall_s", seconds},
+                    {"tokens_per_s", double(total_tokens) / seconds},
+                    {"ttft_p50_s", percentile(ttft, 0.5)},
+                    {"ttft_max_s", percentile(ttft, 1.0)},
+                    {"token_p50_s", percentile(per_token, 0.5)},
+                    {"token_p99_s", percentile(per_token, 0.99)},
+                    {"bytes_per_token_max_server", total_tokens ? double(bytes_max) / double(total_tokens) : 0.0},
+                    {"bytes_per_request_max_server", double(bytes_max) / n},
+                    {"rounds_per_decoded_token", rounds_n ? rounds_sum / double(rounds_n) : 0.0}});
+  }
+  for (auto& p : servers) p->signal(SIGTERM);
+  std::vector<json> reports;
+  for (int i = 0; i < 3; ++i) {
+    const int status = servers[i]->wait(120000);
+    std::ifstream in(cluster.file("report" + std::to_string(i) + ".json"));
+    if (status != 0 || !in) throw Error(ErrorCode::network, "serve preset: server " + std::to_string(i) + " ended with " +
+                                                                std::to_string(status) + ": " + server_log(i));
+    reports.push_back(json::parse(in));
+  }
+  const double one = rows.empty() ? 0.0 : rows.front()["tokens_per_s"].get<double>();
+  for (auto& r : rows) {
+    r["throughput_vs_1_client"] = one > 0 ? r["tokens_per_s"].get<double>() / one : 0.0;
+    r["server_peak_rss_mb"] = json::array();
+    r["setup_bytes_per_server"] = json::array();
+    for (const auto& rep : reports) {
+      r["server_peak_rss_mb"].push_back(rep["peak_rss_kb"].get<double>() / 1024.0);
+      r["setup_bytes_per_server"].push_back(rep["setup_bytes_sent"]);
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+int serve_preset_main(int argc, char** argv) {
+  CLI::App app{"mpcache-bench --preset serve: the private inference service, 3 server processes and N clients"};
+  std::string preset, clients = "1,2,4,8", links = "none,lan";
+  bool as_json = false;
+  Settings s;
+  s.model = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
+  app.add_option("--preset", preset)->required();
+  app.add_option("--clients", clients, "concurrent clients per batch, comma-separated")->capture_default_str();
+  app.add_option("--links", links, "the servers' mesh links, comma-separated (none, lan, wan)")->capture_default_str();
+  app.add_option("--tokens", s.tokens, "tokens per client")->capture_default_str();
+  app.add_option("--prompt-bytes", s.prompt_bytes, "prompt length per client")->capture_default_str()->check(CLI::Range(1, 150));
+  app.add_option("--model", s.model, "model folder (bytes as tokens)")->capture_default_str();
+  app.add_flag("--json", as_json, "one JSON object per row");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    s.clients = parse_list(clients);
+    std::stringstream ls(links);
+    for (std::string link; std::getline(ls, link, ',');) {
+      for (const auto& row : run_link(s, link)) {
+        if (as_json) {
+          std::cout << row.dump() << std::endl;
+        } else {
+          std::printf("serve link %-5s clients %2d: %7.2f tok/s (x%.2f of 1 client), ttft p50 %.3f s, token p50 %.3f s "
+                      "p99 %.3f s, %.0f bytes/token, %.1f rounds/token\n",
+                      link.c_str(), row["clients"].get<int>(), row["tokens_per_s"].get<double>(),
+                      row["throughput_vs_1_client"].get<double>(), row["ttft_p50_s"].get<double>(),
+                      row["token_p50_s"].get<double>(), row["token_p99_s"].get<double>(),
+                      row["bytes_per_token_max_server"].get<double>(), row["rounds_per_decoded_token"].get<double>());
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mpcache-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace mpcache::bench

@@ -1,0 +1,74 @@
+// What a service's client and servers say to each other, and what the
+// servers say among themselves about sessions: byte formats and streams.
+//
+// Client -> each server (its own channel):
+//   request_stream  ServeRequest: nonce, shapes, policy, stop tokens (public)
+//   prompt_stream   the client's part of its secret one-hot prompt
+//                   (client_shares::split; server i gets part i)
+// Server -> client, one stream (reply_stream), in order:
+//   'A' accepted (session number) or 'R' refused (why), then per chosen
+//   token 'T' + the server's part of it (client_shares::open_part), then
+//   'D' done (tokens chosen) or 'F' failed (why).
+// Leader (server 0) -> servers 1 and 2, on the mesh (announce_stream):
+//   Announcement: the session number it gave a client's request (by nonce)
+//   and the request's bytes, or a refusal and why.
+export module mpcache.serve:messages;
+import mpcache.std;
+import mpcache.core;
+import mpcache.net;
+
+export namespace mpcache::serve {
+
+// Client channel streams (scope 0: they are never cancelled with a session).
+inline constexpr StreamId request_stream = 0x0000'7265'7175'6573ull;  // "reques"
+inline constexpr StreamId prompt_stream = 0x0000'7072'6F6D'7074ull;   // "prompt"
+inline constexpr StreamId reply_stream = 0x0000'7265'706C'7921ull;    // "reply!"
+inline constexpr StreamId goodbye_stream = 0x0000'6279'6521'2121ull;  // "bye!!!": never sent; its wait ends when the link does
+// Mesh streams of the service (scope 0).
+inline constexpr StreamId announce_stream = 0x0000'616E'6E6F'756Eull;  // "announ"
+inline constexpr StreamId heartbeat_stream = 0x0000'6265'6174'2121ull;  // "beat!!"
+
+using Nonce = std::array<std::uint64_t, 2>;
+
+// The public part of a client's request, the same to every server.
+struct ServeRequest {
+  Nonce nonce{};                     // the client's random tag that ties its three requests together
+  std::uint64_t prompt_length = 0;   // tokens
+  std::uint64_t new_tokens = 0;      // the most tokens to choose
+  std::uint64_t budget = 0;          // KV budget; 0: the policy's default
+  std::string policy;                // a name from kv's policy table
+  std::vector<std::uint32_t> stop_tokens;  // generation ends once one is chosen
+
+  std::vector<std::byte> encode() const;
+  // Throws Error(protocol) naming what is malformed.
+  static ServeRequest decode(std::span<const std::byte> bytes);
+};
+
+enum class ReplyKind : std::uint8_t { accepted = 'A', refused = 'R', token = 'T', done = 'D', failed = 'F' };
+
+struct Reply {
+  ReplyKind kind = ReplyKind::failed;
+  std::vector<std::byte> body;  // session number (8 bytes), a token part, tokens chosen (8 bytes) or why (text)
+
+  std::vector<std::byte> encode() const;
+  static Reply decode(std::span<const std::byte> bytes, const std::string& from);
+  static Reply text(ReplyKind kind, const std::string& why);
+  static Reply number(ReplyKind kind, std::uint64_t n);
+  std::string text() const;
+  std::uint64_t number() const;  // throws Error(protocol) unless 8 bytes
+};
+
+struct Announcement {
+  bool admitted = false;
+  std::uint64_t session = 0;        // when admitted
+  Nonce nonce{};
+  std::vector<std::byte> request;   // admitted: the request's bytes as the leader got them
+  std::string why;                  // refused: the reason every server tells the client
+
+  std::vector<std::byte> encode() const;
+  static Announcement decode(std::span<const std::byte> bytes);
+};
+
+std::string nonce_text(const Nonce& nonce);
+
+}  // namespace mpcache::serve

@@ -1,0 +1,96 @@
+// One server of a private inference service (issue 34; docs/serving.md).
+// Three servers run for a long time: they connect their mesh once, agree on
+// keys once, and the model owner shares the weights once. Clients outside
+// the three connect to every server (ClientDoor), give their prompt as
+// secret shares and get each chosen token opened to them alone; no server
+// sees a prompt or a token.
+//
+// Sessions. Server 0, the leader, admits requests: it gives each a session
+// number, or queues it, or refuses it ("busy", "shutting down", a bad
+// request), and tells servers 1 and 2 (an announcement on the mesh). A
+// session runs in its own scope of the mesh's streams (Rss3::scoped_session),
+// with its own decoder cache and policy state, concurrently with the others
+// on the one loop, so their rounds interleave. A session that fails (its
+// client vanishes or sends garbage, a server refuses its request) cancels
+// its scope at every server and ends alone.
+//
+// The chosen token never leaves the servers on the critical path: its
+// secret index becomes a secret one-hot row that feeds the next step, and
+// each server sends its part of the index to the client on the side. A stop
+// token is detected under MPC (the one-hot's entries at the stop ids, opened
+// to the servers alongside the next step), so generation ends where it
+// would with the client in the loop, and the servers learn only what they
+// learned then: after which step it ended.
+export module mpcache.serve:server;
+import mpcache.std;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.model;
+import :messages;
+
+export namespace mpcache::serve {
+
+struct ServeOptions {
+  std::filesystem::path model_dir;  // config.json (all servers), model.safetensors (the owner only)
+  PartyId owner = 1;                // reads the weights, once per start
+  std::size_t max_sessions = 4;     // running at once; the leader's count decides
+  std::size_t max_queued = 16;      // waiting beyond those; more are refused "busy"
+  // The KV caches of the running sessions, per server (an estimate from the
+  // shapes: keys and values of every layer, two components of 8 bytes).
+  std::uint64_t kv_bytes_limit = std::uint64_t{4} << 30;
+  std::size_t max_new_tokens = 1024;
+  UnusedTensors unused_weights = UnusedTensors::reject;
+  Rss3Options rss3;
+  // A request must reach all three servers within this; then it is refused.
+  std::chrono::milliseconds match_within{10000};
+  // After a stop: sessions in flight may finish within this; then they are cancelled.
+  std::chrono::milliseconds drain_within{30000};
+  std::chrono::milliseconds heartbeat_every{1000};
+  TcpOptions client_tcp;  // the client channels' transport (silence deadline, driver)
+  std::function<void(const std::string&)> log;  // one line per event; nothing by default
+  // After each chosen token: this server, the session, the step (0: the
+  // prefill's), and this server's round clock and bytes sent so far (the
+  // mesh's: exact per session only while it runs alone). Benches and tests.
+  std::function<void(PartyId server, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t bytes)>
+      on_step;
+};
+
+struct ServeStats {
+  double setup_seconds = 0;   // keys and weight sharing
+  CostCounters setup_costs;   // this server's traffic for them (the weights cross once per start)
+  std::uint64_t sessions_done = 0, sessions_failed = 0, refused = 0;
+};
+
+class Server {
+ public:
+  // Reads the public config.json; throws naming it if it cannot.
+  Server(Scheduler& scheduler, Endpoint& mesh, TimerQueue& timers, ServeOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Keys and weights, then serves until a stop is requested on `stop`;
+  // then refuses new requests ("shutting down"), lets the sessions in
+  // flight finish within drain_within, cancels the rest, and returns.
+  Task<ServeStats> run(std::stop_token stop);
+  // On the loop's thread: a client that passed the door. One that comes
+  // while the weights are being shared waits for them.
+  void admit(ClientChannel channel);
+  // The same for a client reached another way (tests: an in-process
+  // network): it is party `client` of `endpoint`, which the caller keeps
+  // alive until run() returns.
+  void admit(Endpoint& endpoint, PartyId client, std::string name);
+  bool ready() const noexcept;
+  std::size_t sessions_running() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// What a session's KV cache takes at one server, as admission counts it.
+std::uint64_t session_kv_bytes(const ModelConfig& config, std::uint64_t positions);
+
+}  // namespace mpcache::serve

@@ -1,0 +1,305 @@
+// See serve_job.hpp.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+import mpcache;
+#include "cluster_config.hpp"
+#include "cluster_connect.hpp"
+#include "serve_job.hpp"
+#include "stop_on_signal.hpp"
+
+extern char** environ;
+
+namespace mpcache::jobs {
+namespace {
+
+using nlohmann::json;
+
+void log_line(const std::string& line) {
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  std::fprintf(stderr, "%s mpcache %s\n", stamp, line.c_str());
+  std::fflush(stderr);
+}
+
+// The public keys of the clients a server admits: one .pub file, or every
+// .pub file of a folder, named by file name in the logs.
+std::vector<ClientKeyPem> client_keys(const std::string& where) {
+  namespace fs = std::filesystem;
+  std::vector<ClientKeyPem> keys;
+  std::error_code ec;
+  if (where.empty())
+    throw Error(ErrorCode::invalid_argument, "serve: --clients is required (a client's .pub file or a folder of them)");
+  if (fs::is_directory(where, ec)) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(where))
+      if (e.path().extension() == ".pub") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) keys.push_back({f.stem().string(), read_text_file(f.string(), "client key")});
+    if (keys.empty()) throw Error(ErrorCode::invalid_argument, "serve: no .pub files in --clients folder '" + where + "'");
+  } else {
+    keys.push_back({fs::path(where).stem().string(), read_text_file(where, "client key")});
+  }
+  return keys;
+}
+
+long peak_rss_kb() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+}  // namespace
+
+void add_serve_options(CLI::App& cmd, ServeJob& o) {
+  cmd.add_option("--config", o.config, "cluster config: the 3 servers, with client_port and keys")->required();
+  cmd.add_option("--id", o.id, "this server: 0 (admits sessions), 1 (model owner), 2")->required()->check(CLI::Range(0, 2));
+  cmd.add_option("--model", o.model_dir, "model directory (config.json; model.safetensors at server 1)")->capture_default_str();
+  cmd.add_option("--clients", o.clients, "the admitted clients: a NAME.pub file or a folder of them (mpcache keygen --client)")
+      ->required();
+  cmd.add_option("--max-sessions", o.max_sessions, "sessions running at once")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd.add_option("--max-queued", o.max_queued, "requests waiting beyond those; more are refused \"busy\"")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
+  cmd.add_option("--kv-limit-mb", o.kv_limit_mb, "KV-cache memory of the running sessions, per server")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  cmd.add_option("--max-new-tokens", o.max_new_tokens, "the most tokens one request may ask for")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--drain-ms", o.drain_ms, "after SIGTERM, sessions in flight get this long")->capture_default_str()
+      ->check(CLI::Range(0, 3600000));
+  cmd.add_option("--client-timeout-ms", o.client_timeout_ms, "a client that keeps its session waiting this long is dropped")
+      ->capture_default_str()->check(CLI::Range(100, 3600000));
+  cmd.add_option("--timeout-ms", o.timeout_ms, "mesh set-up and silence deadline (default: the config's)")
+      ->check(CLI::Range(100, 3600000));
+  cmd.add_option("--truncation", o.truncation, "exact (default) or probabilistic")
+      ->check(CLI::IsMember({"exact", "probabilistic"}));
+  cmd.add_flag("--allow-unused-weights", o.allow_unused_weights, "run even if the config leaves tensors unused");
+  cmd.add_option("--steps", o.steps, "write one JSON line per chosen token (session, step, rounds, bytes): benches");
+  cmd.add_option("--report", o.report, "write one JSON object at exit (set-up cost, sessions, peak RSS)");
+  add_network_options(cmd, o.network);
+}
+
+int run_server(const ServeJob& o) {
+  const ClusterConfig cluster = read_cluster_config(o.config);
+  if (o.id < 0 || o.id > 2) throw Error(ErrorCode::bad_party, "serve: --id must be 0, 1 or 2");
+  const auto id = static_cast<PartyId>(o.id);
+  const auto& me = cluster.parties[id];
+  if (me.client_port == 0)
+    throw Error(ErrorCode::invalid_argument, o.config + ": parties[" + std::to_string(id) +
+                                                 "] has no client_port (the port where this server takes clients)");
+  if (o.network.insecure) throw Error(ErrorCode::invalid_argument, "serve: clients need keys; --insecure is not offered");
+  const auto allowed = client_keys(o.clients);
+  const std::string secret = read_text_file(me.secret_key, "secret key of server " + std::to_string(id));
+  const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : cluster.timeout_ms;
+
+  Scheduler scheduler;
+  StopOnSignal stop(scheduler);  // SIGTERM drains
+  ClientDoor door(me.host, me.client_port, id, secret, allowed);
+  log_line("server " + std::to_string(id) + ": connecting to the other servers");
+  Endpoint mesh(scheduler, id, 3);
+  ClusterConnection connection(scheduler, mesh, cluster, o.config, id, o.network, timeout_ms);
+  LoopInbox inbox(scheduler);
+  inbox.keep_alive(true);  // the door's posts wake the loop wherever it sleeps
+  inbox.wake_on_stop(stop.token());
+
+  std::FILE* steps = o.steps.empty() ? nullptr : std::fopen(o.steps.c_str(), "w");
+  if (!o.steps.empty() && !steps) throw Error(ErrorCode::io, "cannot write '" + o.steps + "'");
+  serve::ServeOptions so;
+  so.model_dir = o.model_dir;
+  so.max_sessions = o.max_sessions;
+  so.max_queued = o.max_queued;
+  so.kv_bytes_limit = std::uint64_t(o.kv_limit_mb) << 20;
+  so.max_new_tokens = o.max_new_tokens;
+  so.drain_within = std::chrono::milliseconds(o.drain_ms);
+  so.unused_weights = o.allow_unused_weights ? UnusedTensors::allow : UnusedTensors::reject;
+  so.rss3.exact_truncation = o.truncation == "exact";
+  so.client_tcp = o.network.tcp_options(std::chrono::milliseconds(o.client_timeout_ms));
+  so.log = log_line;
+  if (steps)
+    so.on_step = [steps](PartyId, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t bytes) {
+      std::fprintf(steps, "%s\n",
+                   json({{"session", session}, {"step", step}, {"rounds", rounds}, {"bytes", bytes}}).dump().c_str());
+      std::fflush(steps);
+    };
+  serve::Server server(scheduler, mesh, connection.transport().timers(), so);
+
+  // The door's thread (ours, not the library's): it blocks in accept and
+  // the key exchange, so a slow or hostile stranger never stalls the loop;
+  // each client that proves its key is handed to the loop.
+  std::jthread door_thread([&](std::stop_token done) {
+    while (!done.stop_requested()) {
+      try {
+        auto channel = door.accept(std::chrono::steady_clock::now() + std::chrono::milliseconds(200), log_line);
+        if (channel) inbox.post([&server, c = *channel] { server.admit(c); });
+      } catch (const std::exception& e) {
+        log_line(std::string("client door: ") + e.what());
+      }
+    }
+  });
+  log_line("server " + std::to_string(id) + ": clients on " + me.host + ":" + std::to_string(door.port()) + ", " +
+           std::to_string(allowed.size()) + " client keys");
+  int status = 0;
+  json report = {{"server", id}};
+  try {
+    const auto stats = sync_wait(scheduler, server.run(stop.token()));
+    report["setup_seconds"] = stats.setup_seconds;
+    report["setup_bytes_sent"] = stats.setup_costs.payload_bytes_sent();
+    report["sessions_done"] = stats.sessions_done;
+    report["sessions_failed"] = stats.sessions_failed;
+    report["refused"] = stats.refused;
+  } catch (const std::exception& e) {
+    log_line("server " + std::to_string(id) + " stopped: " + e.what());
+    report["error"] = e.what();
+    status = stop.signal() != 0 ? 0 : 1;
+  }
+  door_thread.request_stop();
+  door_thread.join();
+  if (steps) std::fclose(steps);
+  report["peak_rss_kb"] = peak_rss_kb();
+  if (!o.report.empty()) write_text_file(o.report, report.dump() + "\n", false);
+  return status;
+}
+
+ClientReport run_client_job(const ClientJob& o, const std::function<void(std::uint32_t)>& on_token) {
+  const ClusterConfig cluster = read_cluster_config(o.servers);
+  serve::ClientOptions co;
+  for (PartyId s = 0; s < 3; ++s) {
+    const auto& p = cluster.parties[s];
+    if (p.client_port == 0 || p.public_key.empty())
+      throw Error(ErrorCode::invalid_argument, o.servers + ": parties[" + std::to_string(s) +
+                                                   "] needs client_port and public_key for a client");
+    co.servers[s] = {p.host, p.client_port, read_text_file(p.public_key, "public key of server " + std::to_string(s))};
+  }
+  if (o.key.empty())
+    throw Error(ErrorCode::invalid_argument, "client: --key NAME.key is required (mpcache keygen --client NAME)");
+  co.secret_key_pem = read_text_file(o.key, "this client's secret key");
+  co.public_key_pem = read_text_file(std::filesystem::path(o.key).replace_extension(".pub").string(),
+                                     "this client's public key (beside its secret key)");
+  co.connect_timeout = std::chrono::milliseconds(o.timeout_ms);
+  co.tcp.silence_timeout = std::chrono::milliseconds(o.timeout_ms);
+  serve::ClientRequest req;
+  req.prompt = o.prompt;
+  req.new_tokens = o.tokens;
+  req.policy = o.policy;
+  req.budget = o.budget;
+  req.stop_tokens = o.stop_tokens;
+  const auto r = serve::run_client(co, req, on_token);
+  return {r.session, r.tokens, r.end == serve::ClientEnd::eos, r.seconds_to_accept, r.seconds_to_first_token,
+          r.token_seconds};
+}
+
+int serve_main(int argc, char** argv) {
+  CLI::App app{"mpcache-party serve: one server of a private inference service (the bench's; = mpcache serve)"};
+  ServeJob job;
+  add_serve_options(app, job);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run_server(job);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mpcache-party serve: %s\n", e.what());
+    return 1;
+  }
+}
+
+int client_main(int argc, char** argv) {
+  CLI::App app{"mpcache-party client: one request to a service, the prompt as bytes (the bench's)"};
+  ClientJob job;
+  std::string prompt, out;
+  app.add_option("--servers", job.servers, "the servers' cluster config")->required();
+  app.add_option("--key", job.key, "this client's NAME.key")->required();
+  app.add_option("--prompt", prompt, "the prompt: its bytes are the token ids")->required();
+  app.add_option("--tokens", job.tokens, "tokens to generate");
+  app.add_option("--policy", job.policy, "KV-cache policy");
+  app.add_option("--timeout-ms", job.timeout_ms, "connect and silence deadline");
+  app.add_option("--json", out, "write the report here");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    for (unsigned char c : prompt) job.prompt.push_back(c);
+    const auto r = run_client_job(job);
+    const json report = {{"session", r.session},
+                         {"tokens", r.tokens},
+                         {"seconds_to_accept", r.seconds_to_accept},
+                         {"seconds_to_first_token", r.seconds_to_first_token},
+                         {"token_seconds", r.token_seconds}};
+    if (out.empty()) std::printf("%s\n", report.dump().c_str());
+    else write_text_file(out, report.dump() + "\n", false);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mpcache-party client: %s\n", e.what());
+    return 1;
+  }
+}
+
+void write_client_key(const std::string& dir, const std::string& name) {
+  auto [secret, pub] = generate_party_key();
+  write_key_file(dir + "/" + name + ".key", secret, 0600, false);
+  write_key_file(dir + "/" + name + ".pub", pub, 0644, false);
+}
+
+BackgroundProcess::BackgroundProcess(const std::vector<std::string>& args, const std::string& log, bool quiet_stdout) {
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  if (quiet_stdout) ::posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  if (!log.empty()) ::posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, copy.at(0).c_str(), &actions, nullptr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw Error(ErrorCode::io, "cannot start " + copy.at(0) + ": " + std::strerror(rc));
+  pid_ = pid;
+}
+
+BackgroundProcess::~BackgroundProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+bool BackgroundProcess::running() {
+  if (pid_ <= 0) return false;
+  int st = 0;
+  if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    pid_ = -1;
+    return false;
+  }
+  return true;
+}
+
+void BackgroundProcess::signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+int BackgroundProcess::wait(int limit_ms) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
+  while (running()) {
+    if (std::chrono::steady_clock::now() > limit) {
+      ::kill(pid_, SIGKILL);
+      int st = 0;
+      ::waitpid(pid_, &st, 0);
+      status_ = 128 + SIGKILL;
+      pid_ = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return status_;
+}
+
+}  // namespace mpcache::jobs

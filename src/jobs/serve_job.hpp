@@ -1,0 +1,91 @@
+// A service's processes (mpcache.serve): one server (`mpcache serve`, and
+// `mpcache-party serve` for the bench) and one client request over TCP
+// (`mpcache client`, `mpcache-party client`), plus a process started in the
+// background for launchers that run servers and clients side by side (the
+// bench's preset serve). Include after `import mpcache;`.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+#include "network_choice.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace mpcache::jobs {
+
+struct ServeJob {
+  std::string config;     // cluster.json with each server's client_port
+  int id = -1;            // 0 leader, 1 model owner, 2
+  std::string model_dir;  // config.json (all), model.safetensors (the owner)
+  std::string clients;    // a client's .pub file or a folder of them: the clients admitted
+  std::size_t max_sessions = 4;
+  std::size_t max_queued = 16;
+  std::size_t kv_limit_mb = 4096;
+  std::size_t max_new_tokens = 1024;
+  int drain_ms = 30000;
+  int client_timeout_ms = 60000;  // a client that keeps its session waiting this long is dropped
+  int timeout_ms = -1;            // mesh set-up and silence (-1: the config's)
+  std::string truncation = "exact";
+  bool allow_unused_weights = false;
+  NetworkChoice network;
+  std::string steps;   // JSON lines, one per chosen token: session, step, round clock, bytes sent (benches)
+  std::string report;  // one JSON object at exit: set-up cost, sessions, peak RSS
+};
+
+// The flags of `mpcache serve` (model_dir's default is the caller's).
+void add_serve_options(CLI::App& command, ServeJob& job);
+// Serves until SIGTERM/SIGINT (drains) or the mesh fails; logs to stderr.
+// 0 after a stop, 1 when the mesh or set-up failed.
+int run_server(const ServeJob& job);
+
+struct ClientJob {
+  std::string servers;  // the servers' cluster.json (host, client_port, public_key)
+  std::string key;      // this client's NAME.key (NAME.pub beside it)
+  std::vector<std::uint32_t> prompt;
+  std::size_t tokens = 16;
+  std::string policy = "mpcache";
+  std::size_t budget = 0;
+  std::vector<std::uint32_t> stop_tokens;
+  int timeout_ms = 60000;
+};
+
+struct ClientReport {
+  std::uint64_t session = 0;
+  std::vector<std::uint32_t> tokens;
+  bool eos = false;
+  double seconds_to_accept = 0, seconds_to_first_token = 0;
+  std::vector<double> token_seconds;
+};
+
+ClientReport run_client_job(const ClientJob& job, const std::function<void(std::uint32_t)>& on_token = {});
+
+// mpcache-party serve|client ARGS (the bench's processes): the client takes
+// its prompt as bytes (--prompt TEXT) and writes its report as JSON (--json).
+int serve_main(int argc, char** argv);
+int client_main(int argc, char** argv);
+
+// Writes NAME.key (0600) and NAME.pub in `dir`.
+void write_client_key(const std::string& dir, const std::string& name);
+
+// A child process started now and waited for later; stderr to `log` ("" keeps it).
+class BackgroundProcess {
+ public:
+  BackgroundProcess(const std::vector<std::string>& args, const std::string& log, bool quiet_stdout = true);
+  ~BackgroundProcess();  // kills it if it still runs
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
+  bool running();
+  void signal(int sig);
+  // Exit status (128 + signal when killed); kills it after `limit_ms`.
+  int wait(int limit_ms);
+
+ private:
+  int pid_ = -1;
+  int status_ = -1;
+};
+
+}  // namespace mpcache::jobs

@@ -1,0 +1,145 @@
+module mpcache.serve;
+import mpcache.std;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+
+namespace mpcache::serve {
+
+namespace {
+constexpr PartyId self = 3;
+
+std::string server_name(PartyId i) { return "server " + std::to_string(i); }
+
+Task<Reply> next_reply(Endpoint& endpoint, PartyId server) {
+  auto bytes = co_await endpoint.recv(server, reply_stream);
+  co_return Reply::decode(bytes, server_name(server));
+}
+
+[[noreturn]] void refused_by(PartyId server, const Reply& r) {
+  const bool refused = r.kind == ReplyKind::refused;
+  throw Error(refused ? ErrorCode::invalid_argument : ErrorCode::protocol,
+              server_name(server) + (refused ? " refused the request: " : " failed the session: ") + r.text());
+}
+
+Nonce fresh_nonce() {
+  const PrgKey k = random_prg_key();
+  Nonce n{};
+  std::memcpy(n.data(), k.data(), sizeof n);
+  return n;
+}
+}  // namespace
+
+Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::function<void(std::uint32_t)> on_token) {
+  if (endpoint.parties() != 4 || endpoint.id() != self)
+    throw Error(ErrorCode::invalid_argument, "serve::request: the client is party 3 of 4 (servers 0..2)");
+  if (req.prompt.empty()) throw Error(ErrorCode::invalid_argument, "serve::request: an empty prompt");
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  ServeRequest q;
+  q.nonce = fresh_nonce();
+  q.prompt_length = req.prompt.size();
+  q.new_tokens = req.new_tokens;
+  q.budget = req.budget;
+  q.policy = req.policy;
+  q.stop_tokens = req.stop_tokens;
+  const auto header = q.encode();
+  for (PartyId s = 0; s < 3; ++s) endpoint.send(s, request_stream, header);
+
+  ClientResult result;
+  std::uint64_t vocab = 0;
+  for (PartyId s = 0; s < 3; ++s) {
+    const Reply r = co_await next_reply(endpoint, s);
+    if (r.kind != ReplyKind::accepted) refused_by(s, r);
+    if (r.body.size() != 16) throw Error(ErrorCode::protocol, server_name(s) + " sent a malformed acceptance");
+    std::uint64_t words[2];
+    std::memcpy(words, r.body.data(), sizeof words);
+    if (s == 0) {
+      result.session = words[0];
+      vocab = words[1];
+    } else if (words[0] != result.session || words[1] != vocab) {
+      throw Error(ErrorCode::protocol, "the servers disagree on the session (" + std::to_string(result.session) + " vs " +
+                                           std::to_string(words[0]) + ") or the vocabulary (" + std::to_string(vocab) +
+                                           " vs " + std::to_string(words[1]) + ")");
+    }
+  }
+  result.seconds_to_accept = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (auto t : req.prompt)
+    if (t >= vocab)
+      throw Error(ErrorCode::invalid_argument, "prompt token " + std::to_string(t) + " is outside the model's vocabulary of " +
+                                                   std::to_string(vocab));
+  RingTensor hot = ring_zeros({req.prompt.size(), vocab});
+  for (std::size_t i = 0; i < req.prompt.size(); ++i) hot(i, req.prompt[i]) = 1;
+  const auto parts = client_shares::split(hot);
+  for (PartyId s = 0; s < 3; ++s) endpoint.send(s, prompt_stream, parts[s]);
+
+  auto last = Clock::now();
+  for (;;) {
+    std::array<std::vector<std::byte>, 3> token_parts;
+    std::optional<std::uint64_t> done;
+    for (PartyId s = 0; s < 3; ++s) {
+      const Reply r = co_await next_reply(endpoint, s);
+      if (r.kind == ReplyKind::token) {
+        if (done) throw Error(ErrorCode::protocol, "the servers disagree on whether generation ended");
+        token_parts[s] = r.body;
+      } else if (r.kind == ReplyKind::done) {
+        if (s > 0 && !done) throw Error(ErrorCode::protocol, "the servers disagree on whether generation ended");
+        done = r.number();
+      } else {
+        refused_by(s, r);
+      }
+    }
+    if (done) {
+      if (*done != result.tokens.size())
+        throw Error(ErrorCode::protocol, "the servers report " + std::to_string(*done) + " tokens, the client got " +
+                                             std::to_string(result.tokens.size()));
+      break;
+    }
+    const RingTensor token = client_shares::reconstruct(token_parts, {1, 1});
+    if (token(0, 0) >= vocab) throw Error(ErrorCode::protocol, "the servers opened token " + std::to_string(token(0, 0)) +
+                                                                    ", outside the vocabulary");
+    const auto id = static_cast<std::uint32_t>(token(0, 0));
+    const auto now = Clock::now();
+    if (result.tokens.empty())
+      result.seconds_to_first_token = std::chrono::duration<double>(now - t0).count();
+    else
+      result.token_seconds.push_back(std::chrono::duration<double>(now - last).count());
+    last = now;
+    result.tokens.push_back(id);
+    if (on_token) on_token(id);
+    if (std::find(req.stop_tokens.begin(), req.stop_tokens.end(), id) != req.stop_tokens.end()) result.end = ClientEnd::eos;
+  }
+  if (result.end == ClientEnd::eos && (result.tokens.empty() ||
+                                       std::find(req.stop_tokens.begin(), req.stop_tokens.end(), result.tokens.back()) ==
+                                           req.stop_tokens.end()))
+    throw Error(ErrorCode::protocol, "the servers went on after a stop token");
+  co_return result;
+}
+
+ClientResult run_client(const ClientOptions& options, const ClientRequest& req, std::function<void(std::uint32_t)> on_token) {
+  Connections c;
+  c.fds.assign(4, -1);
+  c.keys.assign(4, std::nullopt);
+  c.names.assign(4, "this client");
+  try {
+    for (PartyId s = 0; s < 3; ++s) {
+      const auto& e = options.servers[s];
+      auto channel = connect_to_server(e.host, e.client_port, s, options.secret_key_pem, options.public_key_pem,
+                                       e.public_key_pem, options.connect_timeout);
+      c.fds[s] = channel.fd;
+      c.keys[s] = channel.keys;
+      c.names[s] = server_name(s) + " (" + channel.remote + ")";
+    }
+  } catch (...) {
+    for (int fd : c.fds)
+      if (fd >= 0) close_descriptor(fd);
+    throw;
+  }
+  Scheduler scheduler;
+  Endpoint endpoint(scheduler, self, 4);
+  TcpTransport transport(scheduler, endpoint, std::move(c), options.tcp);
+  return sync_wait(scheduler, request(endpoint, req, std::move(on_token)));
+}
+
+}  // namespace mpcache::serve

@@ -1,0 +1,158 @@
+module mpcache.serve;
+import mpcache.std;
+import mpcache.core;
+
+namespace mpcache::serve {
+namespace {
+
+// Little-endian fields, each read with a bounds check.
+struct Writer {
+  std::vector<std::byte> out;
+  void u8(std::uint8_t v) { out.push_back(std::byte(v)); }
+  void u64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) out.push_back(std::byte((v >> (8 * i)) & 0xFF));
+  }
+  void bytes(std::span<const std::byte> b) {
+    u64(b.size());
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  void text(const std::string& s) { bytes(std::as_bytes(std::span(s.data(), s.size()))); }
+};
+
+struct Reader {
+  std::span<const std::byte> in;
+  std::size_t at = 0;
+  const char* what;
+  [[noreturn]] void fail(const std::string& why) const {
+    throw Error(ErrorCode::protocol, std::string(what) + ": " + why);
+  }
+  std::uint8_t u8() {
+    if (in.size() - at < 1) fail("truncated");
+    return std::to_integer<std::uint8_t>(in[at++]);
+  }
+  std::uint64_t u64() {
+    if (in.size() - at < 8) fail("truncated");
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= std::uint64_t(std::to_integer<std::uint8_t>(in[at + i])) << (8 * i);
+    at += 8;
+    return v;
+  }
+  std::vector<std::byte> bytes(std::size_t limit) {
+    const std::uint64_t n = u64();
+    if (n > limit || n > in.size() - at) fail("a field of " + std::to_string(n) + " bytes does not fit");
+    std::vector<std::byte> b(in.begin() + static_cast<std::ptrdiff_t>(at), in.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+    return b;
+  }
+  std::string text(std::size_t limit) {
+    auto b = bytes(limit);
+    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  void end() const {
+    if (at != in.size()) fail(std::to_string(in.size() - at) + " bytes too many");
+  }
+};
+
+constexpr std::size_t max_policy_name = 64, max_stop_tokens = 64, max_why = 4096;
+
+}  // namespace
+
+std::vector<std::byte> ServeRequest::encode() const {
+  Writer w;
+  w.u64(nonce[0]);
+  w.u64(nonce[1]);
+  w.u64(prompt_length);
+  w.u64(new_tokens);
+  w.u64(budget);
+  w.text(policy);
+  w.u64(stop_tokens.size());
+  for (auto t : stop_tokens) w.u64(t);
+  return std::move(w.out);
+}
+
+ServeRequest ServeRequest::decode(std::span<const std::byte> bytes) {
+  Reader r{bytes, 0, "client request"};
+  ServeRequest q;
+  q.nonce = {r.u64(), r.u64()};
+  q.prompt_length = r.u64();
+  q.new_tokens = r.u64();
+  q.budget = r.u64();
+  q.policy = r.text(max_policy_name);
+  const std::uint64_t stops = r.u64();
+  if (stops > max_stop_tokens) r.fail(std::to_string(stops) + " stop tokens (at most " + std::to_string(max_stop_tokens) + ")");
+  for (std::uint64_t i = 0; i < stops; ++i) {
+    const std::uint64_t t = r.u64();
+    if (t > 0xFFFFFFFFull) r.fail("stop token " + std::to_string(t) + " is not a token id");
+    q.stop_tokens.push_back(static_cast<std::uint32_t>(t));
+  }
+  r.end();
+  return q;
+}
+
+std::vector<std::byte> Reply::encode() const {
+  std::vector<std::byte> out{std::byte(static_cast<std::uint8_t>(kind))};
+  out.insert(out.end(), body.begin(), body.end());
+  return out;
+}
+
+Reply Reply::decode(std::span<const std::byte> bytes, const std::string& from) {
+  if (bytes.empty()) throw Error(ErrorCode::protocol, from + " sent an empty reply");
+  const auto k = std::to_integer<std::uint8_t>(bytes[0]);
+  const std::string known = "ARTDF";
+  if (known.find(char(k)) == std::string::npos)
+    throw Error(ErrorCode::protocol, from + " sent a reply of unknown kind " + std::to_string(k));
+  return Reply{ReplyKind(k), std::vector<std::byte>(bytes.begin() + 1, bytes.end())};
+}
+
+Reply Reply::text(ReplyKind kind, const std::string& why) {
+  const std::string t = why.substr(0, max_why);
+  return Reply{kind, std::vector<std::byte>(reinterpret_cast<const std::byte*>(t.data()),
+                                            reinterpret_cast<const std::byte*>(t.data()) + t.size())};
+}
+
+Reply Reply::number(ReplyKind kind, std::uint64_t n) {
+  Writer w;
+  w.u64(n);
+  return Reply{kind, std::move(w.out)};
+}
+
+std::string Reply::text() const { return std::string(reinterpret_cast<const char*>(body.data()), body.size()); }
+
+std::uint64_t Reply::number() const {
+  Reader r{body, 0, "server reply"};
+  const std::uint64_t n = r.u64();
+  r.end();
+  return n;
+}
+
+std::vector<std::byte> Announcement::encode() const {
+  Writer w;
+  w.u8(admitted ? 1 : 0);
+  w.u64(session);
+  w.u64(nonce[0]);
+  w.u64(nonce[1]);
+  w.bytes(request);
+  w.text(why);
+  return std::move(w.out);
+}
+
+Announcement Announcement::decode(std::span<const std::byte> bytes) {
+  Reader r{bytes, 0, "leader's announcement"};
+  Announcement a;
+  a.admitted = r.u8() == 1;
+  a.session = r.u64();
+  a.nonce = {r.u64(), r.u64()};
+  a.request = r.bytes(1 << 16);
+  a.why = r.text(max_why);
+  r.end();
+  return a;
+}
+
+std::string nonce_text(const Nonce& nonce) {
+  char text[33];
+  std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(nonce[0]),
+                static_cast<unsigned long long>(nonce[1]));
+  return text;
+}
+
+}  // namespace mpcache::serve

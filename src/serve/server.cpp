@@ -1,0 +1,513 @@
+module mpcache.serve;
+import mpcache.std;
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.ops;
+import mpcache.kv;
+import mpcache.model;
+
+namespace mpcache::serve {
+
+namespace {
+constexpr PartyId leader = 0;
+
+ScopeId scope_of(std::uint64_t session) { return static_cast<ScopeId>(1 + session % max_scope); }
+}  // namespace
+
+std::uint64_t session_kv_bytes(const ModelConfig& c, std::uint64_t positions) {
+  return 2 * c.num_layers * c.num_kv_heads * c.head_dim * positions * 2 * sizeof(Ring);
+}
+
+// One client's channel at this server: an endpoint on the server's loop
+// where the client is party `client_peer` (over TCP: a two-party endpoint,
+// this server 0 and the client 1, with its own transport).
+struct ClientLink {
+  std::string name;
+  Endpoint* endpoint = nullptr;
+  PartyId client_peer = 1;
+  std::unique_ptr<Endpoint> owned_endpoint;  // TCP: the link's own
+  std::unique_ptr<TcpTransport> transport;   // TCP: the link's own
+  bool closed = false;
+
+  void reply(const Reply& r) {
+    if (!closed) endpoint->send(client_peer, reply_stream, r.encode());
+  }
+  // Hands what is queued to the socket, closes, and wakes whatever waits on
+  // the client (its watcher) with a network error.
+  void close() {
+    if (closed) return;
+    closed = true;
+    endpoint->on_tick_end();
+    if (transport) transport->shutdown();
+    endpoint->fail(client_peer, "closed by the server");
+  }
+};
+
+struct Request {
+  std::shared_ptr<ClientLink> link;
+  ServeRequest request;
+  std::vector<std::byte> bytes;  // as received
+};
+
+struct Server::Impl {
+  Scheduler& scheduler;
+  Endpoint& mesh;
+  TimerQueue& timers;
+  ServeOptions options;
+  ModelConfig config;
+  std::unique_ptr<Rss3Party> party;
+  std::optional<DecoderWeights<Rss3>> weights;
+  TaskGroup tasks;
+  Signal changed;
+  std::shared_ptr<bool> alive = make_shared<bool>(true);  // timers check it: they may outlive us
+  bool is_ready = false, stopping = false;
+  bool mesh_lost = false;    // a link of the mesh failed or was cancelled: the service is over
+  std::string mesh_lost_why;  // when that happened before a stop of ours
+  std::stop_token stop;
+  ServeStats stats;
+  std::uint64_t next_session = 0;   // leader
+  std::uint64_t next_link = 0;
+  std::size_t active = 0;
+  std::uint64_t kv_in_use = 0;
+  std::deque<std::shared_ptr<Request>> queue;                    // leader: admitted later
+  std::map<Nonce, std::shared_ptr<Request>> waiting_for_leader;  // others: requests not yet announced
+  std::map<Nonce, Announcement> waiting_for_client;              // others: announcements before their request
+  std::map<std::uint64_t, ScopeId> running;                      // session -> scope
+  std::vector<std::weak_ptr<ClientLink>> links;                   // every client link, to close them at the end
+
+  Impl(Scheduler& s, Endpoint& m, TimerQueue& t, ServeOptions o)
+      : scheduler(s), mesh(m), timers(t), options(std::move(o)),
+        config(ModelConfig::from_json_file(options.model_dir / "config.json")),
+        tasks(s, [this](const std::string& why) { log("task failed: " + why); }), changed(s) {
+    if (mesh.parties() != 3)
+      throw Error(ErrorCode::invalid_argument, "serve: the mesh has " + std::to_string(mesh.parties()) +
+                                                   " parties, the service needs 3");
+    if (options.owner > 2) throw Error(ErrorCode::bad_party, "serve: the model owner must be server 0, 1 or 2");
+  }
+
+  PartyId id() const { return mesh.id(); }
+  void log(const std::string& line) const {
+    if (options.log) options.log("server " + std::to_string(mesh.id()) + ": " + line);
+  }
+
+  // ---- requests -------------------------------------------------------------
+
+  std::string check(const ServeRequest& q) const {
+    if (q.prompt_length == 0) return "an empty prompt";
+    if (q.new_tokens == 0) return "zero new tokens";
+    if (q.new_tokens > options.max_new_tokens)
+      return std::to_string(q.new_tokens) + " new tokens (this service allows at most " +
+             std::to_string(options.max_new_tokens) + ")";
+    if (q.prompt_length + q.new_tokens > config.max_positions)
+      return "prompt (" + std::to_string(q.prompt_length) + ") + new tokens (" + std::to_string(q.new_tokens) +
+             ") exceed the model's " + std::to_string(config.max_positions) + " positions";
+    for (auto t : q.stop_tokens)
+      if (t >= config.vocab_size)
+        return "stop token " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(config.vocab_size);
+    try {
+      (void)kv::make_policy<Rss3>(q.policy, q.budget == 0 ? kv::default_budget(q.policy) : q.budget);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    if (session_kv_bytes(config, q.prompt_length + q.new_tokens) > options.kv_bytes_limit)
+      return "its KV cache (" + std::to_string(session_kv_bytes(config, q.prompt_length + q.new_tokens)) +
+             " bytes) exceeds this service's limit of " + std::to_string(options.kv_bytes_limit);
+    return {};
+  }
+
+  void refuse(Request& r, const std::string& why) {
+    ++stats.refused;
+    log("refused " + r.link->name + ": " + why);
+    r.link->reply(Reply::text(ReplyKind::refused, why));
+    r.link->close();
+  }
+
+  // Leader: refuses here and tells the others why.
+  void refuse_everywhere(Request& r, const std::string& why) {
+    Announcement a;
+    a.nonce = r.request.nonce;
+    a.why = why;
+    for (PartyId peer = 1; peer < 3; ++peer) mesh.send(peer, announce_stream, a.encode());
+    refuse(r, why);
+  }
+
+  bool has_room(const ServeRequest& q) const {
+    return active < options.max_sessions &&
+           kv_in_use + session_kv_bytes(config, q.prompt_length + q.new_tokens) <= options.kv_bytes_limit;
+  }
+
+  void consider(const std::shared_ptr<Request>& r) {  // leader
+    if (const std::string why = check(r->request); !why.empty()) return refuse_everywhere(*r, "bad request: " + why);
+    if (has_room(r->request) && queue.empty()) return start_as_leader(r);
+    if (queue.size() >= options.max_queued)
+      return refuse_everywhere(*r, "busy: " + std::to_string(active) + " sessions running and " +
+                                       std::to_string(queue.size()) + " queued; try again later");
+    log("queued " + r->link->name + " (" + std::to_string(queue.size() + 1) + " waiting)");
+    queue.push_back(r);
+  }
+
+  void start_queued() {  // leader
+    while (!queue.empty() && !stopping && has_room(queue.front()->request)) {
+      auto r = queue.front();
+      queue.pop_front();
+      if (r->link->closed) continue;
+      start_as_leader(r);
+    }
+  }
+
+  void start_as_leader(const std::shared_ptr<Request>& r) {
+    Announcement a;
+    a.admitted = true;
+    a.session = next_session++;
+    a.nonce = r->request.nonce;
+    a.request = r->bytes;
+    for (PartyId peer = 1; peer < 3; ++peer) mesh.send(peer, announce_stream, a.encode());
+    launch(a.session, r);
+  }
+
+  // Others: the leader's word and the client's request, whichever came second.
+  void match(const Announcement& a, const std::shared_ptr<Request>& r) {
+    if (!a.admitted) return refuse(*r, a.why);
+    if (a.request != r->bytes) {
+      const std::string why = "the request " + r->link->name + " sent server " + std::to_string(id()) +
+                              " differs from the one server 0 admitted";
+      mesh.cancel_scope(scope_of(a.session), "session " + std::to_string(a.session) + ": " + why);
+      return refuse(*r, why);
+    }
+    launch(a.session, r);
+  }
+
+  Task<void> read_request(std::shared_ptr<ClientLink> link) {
+    std::shared_ptr<Request> r;
+    try {
+      auto bytes = co_await link->endpoint->recv(link->client_peer, request_stream);
+      r = make_shared<Request>(Request{link, ServeRequest::decode(bytes), std::move(bytes)});
+    } catch (const Error& e) {
+      log("dropped " + link->name + ": " + e.what());
+      link->reply(Reply::text(ReplyKind::refused, std::string("malformed request: ") + e.what()));
+      link->close();
+      co_return;
+    }
+    // A client that came while the model was being shared waits for it.
+    while (!is_ready && !stopping) co_await changed.wait();
+    if (stopping || link->closed) co_return refuse(*r, "shutting down");
+    if (id() == leader) co_return consider(r);
+    const Nonce nonce = r->request.nonce;
+    if (auto it = waiting_for_client.find(nonce); it != waiting_for_client.end()) {
+      const Announcement a = std::move(it->second);
+      waiting_for_client.erase(it);
+      co_return match(a, r);
+    }
+    waiting_for_leader[nonce] = r;
+    std::weak_ptr<bool> guard = alive;
+    timers.at(SteadyClock::now() + options.match_within, [this, guard, nonce] {
+      if (guard.expired()) return;
+      auto it = waiting_for_leader.find(nonce);
+      if (it == waiting_for_leader.end()) return;
+      auto late = it->second;
+      waiting_for_leader.erase(it);
+      refuse(*late, "server 0 did not admit this request within " + std::to_string(options.match_within.count()) +
+                        " ms (did the client reach it?)");
+    });
+  }
+
+  Task<void> hear_announcements() {  // servers 1 and 2
+    for (;;) {
+      std::vector<std::byte> bytes;
+      try {
+        bytes = co_await mesh.recv_idle(leader, announce_stream);
+      } catch (const Error&) {
+        co_return;  // the mesh is gone or cancelled: run() reports it
+      }
+      const Announcement a = Announcement::decode(bytes);
+      if (auto it = waiting_for_leader.find(a.nonce); it != waiting_for_leader.end()) {
+        auto r = it->second;
+        waiting_for_leader.erase(it);
+        match(a, r);
+        continue;
+      }
+      if (stopping && a.admitted) {
+        mesh.cancel_scope(scope_of(a.session), "session " + std::to_string(a.session) + ": server " +
+                                                   std::to_string(id()) + " is shutting down");
+        continue;
+      }
+      waiting_for_client[a.nonce] = a;
+      std::weak_ptr<bool> guard = alive;
+      timers.at(SteadyClock::now() + options.match_within, [this, guard, a] {
+        if (guard.expired()) return;
+        auto it = waiting_for_client.find(a.nonce);
+        if (it == waiting_for_client.end()) return;
+        waiting_for_client.erase(it);
+        if (a.admitted)
+          mesh.cancel_scope(scope_of(a.session), "session " + std::to_string(a.session) + ": its request never reached server " +
+                                                     std::to_string(id()));
+      });
+    }
+  }
+
+  // ---- sessions -------------------------------------------------------------
+
+  void launch(std::uint64_t session, const std::shared_ptr<Request>& r) {
+    const ScopeId scope = scope_of(session);
+    mesh.open_scope(scope);
+    mesh.open_scope(scope_of(session + max_scope / 2));  // a cancellation is forgotten long before its scope returns
+    ++active;
+    kv_in_use += session_kv_bytes(config, r->request.prompt_length + r->request.new_tokens);
+    running[session] = scope;
+    log("session " + std::to_string(session) + " for " + r->link->name + ": " + std::to_string(r->request.prompt_length) +
+        " prompt tokens, up to " + std::to_string(r->request.new_tokens) + " new, policy " + r->request.policy);
+    tasks.spawn(run_session(session, r));
+    tasks.spawn(watch_client(session, r->link));
+  }
+
+  // Ends the session's scope when its client goes away first.
+  Task<void> watch_client(std::uint64_t session, std::shared_ptr<ClientLink> link) {
+    std::string why;
+    try {
+      (void)co_await link->endpoint->recv_idle(link->client_peer, goodbye_stream);
+      why = "sent data after its request";
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    if (running.contains(session) && !link->closed)
+      mesh.cancel_scope(scope_of(session), "session " + std::to_string(session) + ": client " + link->name +
+                                               " went away (" + why + ")");
+  }
+
+  Task<void> run_session(std::uint64_t session, std::shared_ptr<Request> r) {
+    ClientLink& link = *r->link;
+    std::size_t chosen = 0;
+    std::string failure;
+    const auto t0 = SteadyClock::now();
+    try {
+      send_accepted(link, session);
+      co_await generate_tokens(session, link, r->request, chosen);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+    running.erase(session);
+    if (failure.empty()) {
+      ++stats.sessions_done;
+      link.reply(Reply::number(ReplyKind::done, chosen));
+      log("session " + std::to_string(session) + " done: " + std::to_string(chosen) + " tokens in " +
+          std::to_string(std::chrono::duration<double>(SteadyClock::now() - t0).count()) + " s");
+    } else {
+      ++stats.sessions_failed;
+      if (mesh.scope_cancelled(scope_of(session)).empty() && !mesh.cancelled())
+        mesh.cancel_scope(scope_of(session), "session " + std::to_string(session) + " failed at server " +
+                                                 std::to_string(id()) + ": " + failure);
+      link.reply(Reply::text(ReplyKind::failed, failure));
+      log("session " + std::to_string(session) + " failed: " + failure);
+    }
+    link.close();
+    --active;
+    kv_in_use -= session_kv_bytes(config, r->request.prompt_length + r->request.new_tokens);
+    if (id() == leader) start_queued();
+    changed.notify();
+  }
+
+  void send_accepted(ClientLink& link, std::uint64_t session) {
+    std::vector<std::byte> body = Reply::number(ReplyKind::accepted, session).body;
+    const auto vocab = Reply::number(ReplyKind::accepted, config.vocab_size).body;
+    body.insert(body.end(), vocab.begin(), vocab.end());
+    link.reply(Reply{ReplyKind::accepted, std::move(body)});
+  }
+
+  // The session's MPC: the client's one-hot prompt, the prefill, then each
+  // chosen token's secret one-hot row into the next step.
+  Task<void> generate_tokens(std::uint64_t session, ClientLink& link, const ServeRequest& q, std::size_t& chosen) {
+    Rss3 p = party->scoped_session(session);
+    const std::size_t vocab = config.vocab_size;
+    const auto prompt = co_await link.endpoint->recv(link.client_peer, prompt_stream);
+    const Rss3Share hot = client_shares::assemble(id(), prompt, {q.prompt_length, vocab});
+    Decoder<Rss3> decoder(*weights);
+    auto policy = kv::make_policy<Rss3>(q.policy, q.budget == 0 ? kv::default_budget(q.policy) : q.budget);
+    auto logits = co_await decoder.prefill_one_hot(p, policy, hot);
+    for (std::size_t step = 0; step < q.new_tokens; ++step) {
+      Rss3Share row = co_await chosen_row(p, logits);
+      link.reply(Reply{ReplyKind::token, client_shares::open_part(ops::one_hot_index<Rss3>(row))});
+      ++chosen;
+      if (options.on_step) options.on_step(id(), session, step, mesh.rounds(), mesh.costs().payload_bytes_sent());
+      if (step + 1 == q.new_tokens) break;
+      if (q.stop_tokens.empty()) {
+        logits = co_await decoder.decode_one_hot(p, policy, row);
+        continue;
+      }
+      // Whether the token is a stop token, opened to the servers while the
+      // next step runs: the sum of its one-hot entries at the stop ids.
+      Rss3Share stop_hit = Rss3::apply(row, [&](const RingTensor& t) {
+        RingTensor s = ring_zeros({1, 1});
+        for (auto id : q.stop_tokens) s(0, 0) += t(0, id);
+        return s;
+      });
+      Rss3 pa = p.fork(), pb = p.fork();
+      auto [next_logits, hit] = co_await when_all(decoder.decode_one_hot(pa, policy, row), pb.reveal(stop_hit));
+      if (hit(0, 0) != 0) break;
+      logits = std::move(next_logits);
+    }
+  }
+
+  // The greedy choice as a secret one-hot row (1, vocab): the argmax of the
+  // last row of the logits.
+  static Task<Rss3Share> chosen_row(Rss3& p, const Rss3Share& logits) {
+    auto scope = cost_scope(p, CostTag::argmax);
+    const std::size_t rows = Rss3::shape(logits).at(0);
+    co_return co_await ops::argmax_onehot_last(p, ops::rows<Rss3>(logits, rows - 1, rows));
+  }
+
+  // ---- the server's life ----------------------------------------------------
+
+  // Ends every client link still open: their waits throw and their tasks end.
+  void close_links() {
+    for (auto& weak : links)
+      if (auto link = weak.lock()) link->close();
+    links.clear();
+  }
+
+  void welcome(std::shared_ptr<ClientLink> link) {
+    std::erase_if(links, [](const std::weak_ptr<ClientLink>& l) { return l.expired(); });
+    links.push_back(link);
+    if (stopping) {
+      const std::string why = "shutting down";
+      ++stats.refused;
+      log("refused " + link->name + ": " + why);
+      link->reply(Reply::text(ReplyKind::refused, why));
+      link->close();
+      return;
+    }
+    log("client " + link->name + " connected");
+    tasks.spawn(read_request(std::move(link)));
+  }
+
+  // Ends when the mesh does (a server stopped or died): run() then stops too.
+  Task<void> hear_heartbeats(PartyId peer) {
+    try {
+      for (;;) (void)co_await mesh.recv_idle(peer, heartbeat_stream);
+    } catch (const Error& e) {
+      if (!stopping && mesh_lost_why.empty()) mesh_lost_why = e.what();
+    }
+    mesh_lost = true;
+    changed.notify();
+  }
+
+  void beat() {
+    std::weak_ptr<bool> guard = alive;
+    timers.at(SteadyClock::now() + options.heartbeat_every, [this, guard] {
+      if (guard.expired()) return;
+      if (mesh.cancelled()) {  // another server stopped: so does this one
+        changed.notify();
+        return;
+      }
+      for (PartyId peer = 0; peer < 3; ++peer)
+        if (peer != id()) mesh.send(peer, heartbeat_stream, std::vector<std::byte>{});
+      if (stop.stop_requested() && !stopping) {
+        stopping = true;
+        changed.notify();
+      }
+      beat();
+    });
+  }
+
+  void drain() {
+    log("stopping: refusing new requests, " + std::to_string(active) + " sessions in flight");
+    for (auto& r : queue) refuse_everywhere(*r, "shutting down");
+    queue.clear();
+    for (auto& [nonce, r] : waiting_for_leader) refuse(*r, "shutting down");
+    waiting_for_leader.clear();
+    std::weak_ptr<bool> guard = alive;
+    timers.at(SteadyClock::now() + options.drain_within, [this, guard] {
+      if (guard.expired()) return;
+      for (auto [session, scope] : running)
+        mesh.cancel_scope(scope, "session " + std::to_string(session) + ": server " + std::to_string(id()) +
+                                     " shut down before it finished");
+    });
+  }
+};
+
+Server::Server(Scheduler& scheduler, Endpoint& mesh, TimerQueue& timers, ServeOptions options)
+    : impl_(std::make_unique<Impl>(scheduler, mesh, timers, std::move(options))) {}
+
+Server::~Server() = default;
+
+bool Server::ready() const noexcept { return impl_->is_ready; }
+std::size_t Server::sessions_running() const noexcept { return impl_->active; }
+
+void Server::admit(ClientChannel channel) {
+  auto& I = *impl_;
+  auto link = make_shared<ClientLink>();
+  link->name = channel.peer + " (" + channel.remote + ", connection " + std::to_string(++I.next_link) + ")";
+  link->owned_endpoint = std::make_unique<Endpoint>(I.scheduler, 0, 2);
+  link->endpoint = link->owned_endpoint.get();
+  link->client_peer = 1;
+  Connections c;
+  c.fds = {-1, channel.fd};
+  c.keys = {std::nullopt, channel.keys};
+  c.names = {"server " + std::to_string(I.id()), "client " + link->name};
+  link->transport = std::make_unique<TcpTransport>(I.scheduler, *link->endpoint, std::move(c), I.options.client_tcp);
+  I.welcome(std::move(link));
+}
+
+void Server::admit(Endpoint& endpoint, PartyId client, std::string name) {
+  auto& I = *impl_;
+  auto link = make_shared<ClientLink>();
+  link->name = std::move(name) + " (connection " + std::to_string(++I.next_link) + ")";
+  link->endpoint = &endpoint;
+  link->client_peer = client;
+  I.welcome(std::move(link));
+}
+
+Task<ServeStats> Server::run(std::stop_token stop) {
+  auto& I = *impl_;
+  I.stop = std::move(stop);
+  const auto t0 = SteadyClock::now();
+  const CostCounters start = I.mesh.costs();
+  std::exception_ptr failed;
+  try {
+    I.party = co_await Rss3Party::setup(I.mesh, I.options.rss3);
+    Rss3 p = I.party->session();
+    const WeightSource source = I.id() == I.options.owner
+                                    ? weights_from_file(I.options.model_dir / "model.safetensors", I.options.unused_weights)
+                                    : no_weights();
+    I.weights = co_await load_decoder(p, I.config, source, I.options.owner);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (failed) {  // clients that came meanwhile are told, then the error goes on
+    I.stopping = true;
+    I.changed.notify();
+    I.close_links();
+    co_await I.tasks.idle();
+    std::rethrow_exception(failed);
+  }
+  I.stats.setup_seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  I.stats.setup_costs = I.mesh.costs() - start;
+  I.is_ready = true;
+  I.changed.notify();
+  I.log("ready: model shared in " + std::to_string(I.stats.setup_seconds) + " s (" +
+        std::to_string(I.stats.setup_costs.payload_bytes_sent()) + " bytes sent); " + I.config.summary());
+  for (PartyId peer = 0; peer < 3; ++peer)
+    if (peer != I.id()) I.tasks.spawn(I.hear_heartbeats(peer));
+  if (I.id() != leader) I.tasks.spawn(I.hear_announcements());
+  I.beat();
+  while (!I.stopping && !I.mesh_lost && !I.mesh.cancelled()) co_await I.changed.wait();
+  I.stopping = true;
+  I.drain();
+  while (I.active > 0) co_await I.changed.wait();
+  // The background loops wait on the mesh: ending it ends them (and tells
+  // the other servers, which stop too: the service needs all three).
+  I.mesh.cancel(I.mesh_lost_why.empty() ? "server " + std::to_string(I.id()) + " stopped"
+                                        : "server " + std::to_string(I.id()) + " lost its mesh (" + I.mesh_lost_why + ")");
+  I.close_links();  // clients still connected without a session
+  co_await I.tasks.idle();
+  I.log("stopped: " + std::to_string(I.stats.sessions_done) + " sessions done, " +
+        std::to_string(I.stats.sessions_failed) + " failed, " + std::to_string(I.stats.refused) + " refused");
+  // Another server's orderly stop is ours too; a broken link is an error.
+  const std::string& why = I.mesh_lost_why;
+  if (!why.empty() && (!why.starts_with(to_string(ErrorCode::cancelled)) || why.find("lost its mesh") != std::string::npos))
+    throw Error(ErrorCode::network, "the service lost its mesh: " + why);
+  co_return I.stats;
+}
+
+}  // namespace mpcache::serve

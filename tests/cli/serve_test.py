@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""The service as its users run it: three `mpcache serve` processes on
+loopback, four `mpcache client` processes at once with different prompts,
+each of which must get exactly the tokens `mpcache generate --in-process`
+gives its prompt; a client whose key the servers were not given is refused
+at the handshake and the refusal is logged; SIGTERM drains and stops every
+server with status 0.
+
+    serve_test.py --mpcache BUILD/mpcache --model tools/model/fixture --work DIR
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+PROMPTS = [
+    "Emma Woodhouse, handsome, clever, and rich",
+    "Mr. Knightley, a sensible man about",
+    "It is a truth universally acknowledged",
+    "The real evils of Emma's situation were",
+]
+TOKENS = 4
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+
+
+def fail(why, logs=()):
+    print("FAIL: " + why)
+    for path in logs:
+        print("---- " + path)
+        with open(path) as f:
+            print(f.read()[-4000:])
+    sys.exit(1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mpcache", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    exe = a.mpcache
+    keys, clients, strangers = (os.path.join(a.work, d) for d in ("keys", "clients", "strangers"))
+    for cmd in ([exe, "keygen", "--out", keys], [exe, "keygen", "--client", "alice", "--out", clients],
+                [exe, "keygen", "--client", "bob", "--out", clients], [exe, "keygen", "--client", "eve", "--out", strangers]):
+        r = run(cmd)
+        if r.returncode != 0:
+            fail("keygen: " + r.stderr)
+    ports = free_ports(6)
+    config = os.path.join(a.work, "cluster.json")
+    with open(config, "w") as f:
+        json.dump({"timeout_ms": 60000, "parties": [
+            {"host": "127.0.0.1", "port": ports[i], "client_port": ports[3 + i],
+             "public_key": os.path.join(keys, "p%d.pub" % i), "secret_key": os.path.join(keys, "p%d.key" % i)}
+            for i in range(3)]}, f)
+    logs = [os.path.join(a.work, "server%d.log" % i) for i in range(3)]
+    servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
+                                 "--model", a.model, "--drain-ms", "20000"],
+                                stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
+               for i in range(3)]
+    try:
+        deadline = time.time() + 300
+        while not all("ready: model shared" in open(l).read() for l in logs):
+            if time.time() > deadline or any(s.poll() is not None for s in servers):
+                fail("the servers did not become ready", logs)
+            time.sleep(0.2)
+
+        expected = {}
+        for p in PROMPTS:
+            out = os.path.join(a.work, "generate-%d.json" % PROMPTS.index(p))
+            r = run([exe, "generate", "--in-process", "--model", a.model, "--tokenizer", "none", "--prompt", p,
+                     "--tokens", str(TOKENS), "--json", out])
+            if r.returncode != 0:
+                fail("generate --in-process: " + r.stdout + r.stderr)
+            rows = [json.loads(line) for line in open(out)]
+            expected[p] = [row for row in rows if row.get("row") == "summary"][0]["tokens"]
+
+        procs = []
+        for i, p in enumerate(PROMPTS):
+            key = os.path.join(clients, "alice.key" if i % 2 == 0 else "bob.key")
+            procs.append(subprocess.Popen([exe, "client", "--servers", config, "--key", key, "--model", a.model,
+                                           "--tokenizer", "none", "--prompt", p, "--tokens", str(TOKENS), "--ids"],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for p, proc in zip(PROMPTS, procs):
+            out, err = proc.communicate(timeout=600)
+            got = [int(x) for x in out.split()]
+            if proc.returncode != 0 or got != expected[p]:
+                fail("client for %r: status %d, tokens %s, expected %s\n%s" % (p, proc.returncode, got, expected[p], err),
+                     logs)
+            if "first token after" not in err:
+                fail("client for %r printed no latency line: %s" % (p, err))
+        print("4 concurrent clients: tokens equal generate --in-process")
+
+        r = run([exe, "client", "--servers", config, "--key", os.path.join(strangers, "eve.key"), "--model", a.model,
+                 "--tokenizer", "none", "--prompt", "hello", "--tokens", "2", "--timeout-ms", "5000"])
+        if r.returncode == 0 or "refused this client" not in r.stderr:
+            fail("a stranger's client was not refused: status %d\n%s" % (r.returncode, r.stderr), logs)
+        time.sleep(0.5)
+        # The client meets server 0 first; refused there, it goes no further.
+        if "is not among the 2 allowed client keys" not in open(logs[0]).read():
+            fail("server 0 did not log why it refused the stranger", logs)
+        print("a stranger's key: refused at the handshake, logged")
+    finally:
+        for s in servers:
+            if s.poll() is None:
+                s.send_signal(signal.SIGTERM)
+    for i, s in enumerate(servers):
+        try:
+            status = s.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            s.kill()
+            fail("server %d did not stop within 60 s of SIGTERM" % i, logs)
+        if status != 0:
+            fail("server %d stopped with status %d" % (i, status), logs)
+    for l in logs:
+        if "stopped: 4 sessions done, 0 failed" not in open(l).read():
+            fail("a server did not report its 4 sessions", logs)
+    print("SIGTERM: every server drained and stopped with status 0")
+
+    # A server that dies mid-session: the client gets an error naming it
+    # within the deadline, the survivors stop with status 1, naming it too.
+    logs = [os.path.join(a.work, "dying%d.log" % i) for i in range(3)]
+    servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
+                                 "--model", a.model], stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
+               for i in range(3)]
+    try:
+        deadline = time.time() + 300
+        while not all("ready: model shared" in open(l).read() for l in logs):
+            if time.time() > deadline or any(s.poll() is not None for s in servers):
+                fail("the servers did not become ready again", logs)
+            time.sleep(0.2)
+        client = subprocess.Popen([exe, "client", "--servers", config, "--key", os.path.join(clients, "alice.key"),
+                                   "--model", a.model, "--tokenizer", "none", "--prompt", "Emma", "--tokens", "120",
+                                   "--ids", "--timeout-ms", "20000"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = client.stdout.readline()
+        if not first.strip():
+            fail("the long request chose no token", logs)
+        servers[2].kill()
+        out, err = client.communicate(timeout=60)
+        if client.returncode == 0 or "party 2" not in err:
+            fail("the client did not name the dead server: status %d\n%s" % (client.returncode, err), logs)
+        for i in (0, 1):
+            status = servers[i].wait(timeout=60)
+            if status != 1 or "lost its mesh" not in open(logs[i]).read():
+                fail("survivor %d: status %d" % (i, status), logs)
+        print("a server killed mid-session: the client's error names it; the survivors exit 1")
+    finally:
+        for s in servers:
+            if s.poll() is None:
+                s.kill()
+
+
+if __name__ == "__main__":
+    main()
