@@ -1,9 +1,11 @@
 // mpcache-decode-steps [--tokens N] [--prompt-bytes B] [--budget K] [--policies full,mpcache,...]
-//                      [--late-ranking]
-// Private decoding of our model under rss3 (three parties in one process,
-// in-process transport): rounds and payload bytes (busiest party) of the
-// prefill and of every decode step, for each policy. Counts, not timings:
-// deterministic, so before/after comparisons of a change are exact.
+//                      [--late-ranking] [--protocol rss3|add2] [--comparisons circuit|dcf]
+// Private decoding of our model under rss3 or add2 (three parties in one
+// process, in-process transport): rounds and payload bytes (busiest party)
+// of the prefill and of every decode step, for each policy. Under add2 the
+// bytes are the online parties' (0 and 1); the dealer's, sent offline, are
+// printed apart. Counts, not timings: deterministic, so before/after
+// comparisons of a change are exact.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cstdio>
 #include <CLI/CLI.hpp>
@@ -15,18 +17,37 @@ using namespace mpcache;
 namespace {
 
 struct Costs {
-  std::uint64_t rounds = 0, bytes = 0;
+  std::uint64_t rounds = 0, bytes = 0, offline_bytes = 0;
 };
 
-Costs busiest(const std::array<CostCounters, 3>& before, const std::array<CostCounters, 3>& after) {
+// `online` parties: all three under rss3; under add2 parties 0 and 1, the
+// dealer's bytes are offline (it receives nothing, so it adds no round).
+Costs busiest(const std::array<CostCounters, 3>& before, const std::array<CostCounters, 3>& after, bool add2) {
   Costs c;
   CriticalPath path;
   for (std::size_t i = 0; i < 3; ++i) {
     path.add(before[i].rounds, after[i].rounds);
-    c.bytes = std::max<std::uint64_t>(c.bytes, (after[i] - before[i]).payload_bytes_sent());
+    const std::uint64_t sent = (after[i] - before[i]).payload_bytes_sent();
+    if (add2 && i == add2_dealer) c.offline_bytes = sent;
+    else c.bytes = std::max(c.bytes, sent);
   }
   c.rounds = path.rounds();
   return c;
+}
+
+struct Settings {
+  std::size_t tokens = 16, prompt = 1000, budget = 48;
+  bool late_ranking = false, exact_truncation = false;
+  Add2Comparisons comparisons = Add2Comparisons::circuit;
+};
+
+// The backend's keys: rss3, or add2 with parties 0 and 1 online.
+Task<std::unique_ptr<Rss3Party>> setup(std::type_identity<Rss3Party>, Endpoint& endpoint, const Settings& s) {
+  return Rss3Party::setup(endpoint, {.exact_truncation = s.exact_truncation, .insecure_seed = 1});
+}
+Task<std::unique_ptr<Add2Party>> setup(std::type_identity<Add2Party>, Endpoint& endpoint, const Settings& s) {
+  return Add2Party::setup(endpoint,
+                          {.exact_truncation = s.exact_truncation, .comparisons = s.comparisons, .insecure_seed = 1});
 }
 
 std::vector<std::uint32_t> prompt_bytes(std::size_t n) {
@@ -41,8 +62,12 @@ std::vector<std::uint32_t> prompt_bytes(std::size_t n) {
   return out;
 }
 
-void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, std::size_t budget, bool late_ranking,
-         bool exact_truncation) {
+template <class Party>
+void run(const std::string& policy, const Settings& settings) {
+  using P = decltype(std::declval<Party&>().session());
+  constexpr bool add2 = std::is_same_v<Party, Add2Party>;
+  const std::size_t tokens = settings.tokens, prompt_len = settings.prompt, budget = settings.budget;
+  const bool exact_truncation = settings.exact_truncation;
   const std::string dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
   const ModelConfig c = ModelConfig::from_json_file(dir + "/config.json");
   const auto prompt = prompt_bytes(prompt_len);
@@ -50,14 +75,13 @@ void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, 
   InProcessNetwork network(scheduler, 3);
   std::vector<std::array<CostCounters, 3>> marks(tokens + 2);
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id),
-                                           {.exact_truncation = exact_truncation, .insecure_seed = 1});
-    Rss3 p = state->session();
+    auto state = co_await setup(std::type_identity<Party>{}, network.endpoint(id), settings);
+    P p = state->session();
     const WeightSource source = id == 1 ? weights_from_file(dir + "/model.safetensors") : no_weights();
     auto weights = co_await load_decoder(p, c, source, /*owner=*/1);
-    Decoder<Rss3> decoder(weights);
-    decoder.set_early_ranking(!late_ranking);
-    auto made = bench::make_policy<Rss3>(policy, budget);
+    Decoder<P> decoder(weights);
+    decoder.set_early_ranking(!settings.late_ranking);
+    auto made = bench::make_policy<P>(policy, budget);
     if (!made) throw Error(ErrorCode::invalid_argument, "policy " + policy + " cannot work with a budget of " +
                                                             std::to_string(budget));
     auto pol = std::move(*made);
@@ -74,22 +98,31 @@ void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, 
       if (step < tokens) logits = co_await decoder.decode(p, pol, 0, next);
     }
   });
-  const Costs pre = busiest(marks[0], marks[1]);
-  std::printf("%s (%s truncation): prefill %zu bytes (+ first token choice): %llu rounds, %.3f MB\n", policy.c_str(),
-              exact_truncation ? "exact" : "probabilistic", prompt_len,
-              static_cast<unsigned long long>(pre.rounds), double(pre.bytes) / 1e6);
-  std::uint64_t sum_r = 0, sum_b = 0, steady = 0;
+  const Costs pre = busiest(marks[0], marks[1], add2);
+  const std::string backend =
+      add2 ? std::string("add2, ") + (settings.comparisons == Add2Comparisons::dcf ? "dcf" : "circuit") +
+                 " comparisons, "
+           : std::string("rss3, ");
+  auto offline = [&](const Costs& cost) {
+    return add2 ? " (+ " + std::to_string(double(cost.offline_bytes) / 1e6) + " MB offline from the dealer)" : std::string();
+  };
+  std::printf("%s (%s%s truncation): prefill %zu bytes (+ first token choice): %llu rounds, %.3f MB%s\n", policy.c_str(),
+              backend.c_str(), exact_truncation ? "exact" : "probabilistic", prompt_len,
+              static_cast<unsigned long long>(pre.rounds), double(pre.bytes) / 1e6, offline(pre).c_str());
+  std::uint64_t sum_r = 0, sum_b = 0, sum_off = 0, steady = 0;
   for (std::size_t s = 0; s < tokens; ++s) {
-    const Costs step = busiest(marks[s + 1], marks[s + 2]);
-    std::printf("  step %2zu: %5llu rounds, %8.3f MB\n", s, static_cast<unsigned long long>(step.rounds),
-                double(step.bytes) / 1e6);
+    const Costs step = busiest(marks[s + 1], marks[s + 2], add2);
+    std::printf("  step %2zu: %5llu rounds, %8.3f MB%s\n", s, static_cast<unsigned long long>(step.rounds),
+                double(step.bytes) / 1e6, offline(step).c_str());
     sum_r += step.rounds;
     sum_b += step.bytes;
+    sum_off += step.offline_bytes;
     steady = step.rounds;
   }
   std::printf("  mean per token (decode + token choice): %.1f rounds (%.1f per layer), %.3f MB; last step %llu rounds\n",
               double(sum_r) / double(tokens), double(sum_r) / double(tokens) / double(c.num_layers),
               double(sum_b) / double(tokens) / 1e6, static_cast<unsigned long long>(steady));
+  if (add2) std::printf("  mean offline per token (dealer): %.3f MB\n", double(sum_off) / double(tokens) / 1e6);
   if (tokens > 0) {  // where the last step's rounds went, at the party with the longest chain
     std::size_t busiest_party = 0;
     for (std::size_t i = 1; i < 3; ++i)
@@ -107,24 +140,36 @@ void run(const std::string& policy, std::size_t tokens, std::size_t prompt_len, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::size_t tokens = 16, prompt = 1000, budget = 48;
+  Settings settings;
   std::vector<std::string> policy_names{"full", "mpcache"};
-  bool late_ranking = false;
-  std::string truncation = "probabilistic";
-  CLI::App app{"mpcache-decode-steps: rounds and bytes of private prefill and decode steps, per policy (rss3, in-process)"};
-  app.add_option("--tokens", tokens, "decode steps");
-  app.add_option("--prompt-bytes", prompt, "prompt length (bytes of a fixed English text)");
-  app.add_option("--budget", budget, "tokens per KV head a policy attends to");
+  std::string truncation = "probabilistic", protocol = "rss3", comparisons = "circuit";
+  CLI::App app{"mpcache-decode-steps: rounds and bytes of private prefill and decode steps, per policy (in-process)"};
+  app.add_option("--tokens", settings.tokens, "decode steps");
+  app.add_option("--prompt-bytes", settings.prompt, "prompt length (bytes of a fixed English text)");
+  app.add_option("--budget", settings.budget, "tokens per KV head a policy attends to");
   app.add_option("--policies", policy_names, "full, mpcache[-bound|-noshare|-noevict|-flat|-rmax|-hier...], quest, ...")
       ->delimiter(',');
-  app.add_flag("--late-ranking", late_ranking, "rank after the norm (no early ranking), for before/after comparisons");
+  app.add_flag("--late-ranking", settings.late_ranking,
+               "rank after the norm (no early ranking), for before/after comparisons");
+  app.add_option("--protocol", protocol, "rss3 (default) or add2 (two parties and a dealer)")
+      ->check(CLI::IsMember({"rss3", "add2"}));
+  app.add_option("--comparisons", comparisons,
+                 "add2 only: circuit (default: packed bit planes) or dcf (one round, the dealer's DCF keys)")
+      ->check(CLI::IsMember({"circuit", "dcf"}));
   app.add_option("--truncation", truncation,
                  "probabilistic (default: the one-round truncation papers use) or exact (mpcache generate's default)")
       ->check(CLI::IsMember({"exact", "probabilistic"}));
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& name : policy_names) bench::check_policy_name(name);
-    for (const auto& name : policy_names) run(name, tokens, prompt, budget, late_ranking, truncation == "exact");
+    settings.exact_truncation = truncation == "exact";
+    settings.comparisons = comparisons == "dcf" ? Add2Comparisons::dcf : Add2Comparisons::circuit;
+    if (protocol == "rss3" && comparisons != "circuit")
+      throw Error(ErrorCode::invalid_argument, "--comparisons " + comparisons + " is an add2 option (--protocol add2)");
+    for (const auto& name : policy_names) {
+      if (protocol == "add2") run<Add2Party>(name, settings);
+      else run<Rss3Party>(name, settings);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

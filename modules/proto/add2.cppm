@@ -11,7 +11,8 @@
 // waits for the online phase and never sees an online message: its
 // messages are the offline phase, and its cost counters are the offline
 // cost. Party 0 derives all its correlated randomness from the seed it got
-// from the dealer and never hears from the dealer again.
+// from the dealer and never hears from the dealer again, but for the DCF
+// keys of dcf comparisons (add2_dcf.cpp), whose corrections both parties need.
 // Dealer's values: reveal gives zeros, reveal_to nothing; it holds no input.
 //
 // Keys (setup, one message from the dealer to each party): k0 (party 0 and
@@ -35,12 +36,17 @@
 //   msb_bits(w)    sign of a mod 2^w on packed bit planes (add2_msb.cpp):
 //                  1 + ceil(log2(w-1)) rounds; 37.4 bytes per element at
 //                  w = 64, 14.5 at w = 27 (to_bits: 192)
+//                  comparisons = dcf (add2_dcf.cpp): open x + r, then a
+//                  dealt DCF key: 1 round, ceil(w/8) bytes per element
 //   bit_to_arith   each sends n bytes                            1 round
 //   bit_dot        each sends n bytes + n words                  1 round
 //                  (+ 1 if exact truncation)
 // Offline (dealer to party 1): one word per product output element (a
 // matrix triple costs one (m, n) correction, not one per scalar product),
-// two per exact truncation, one per B2A, two per bit_dot element.
+// two per exact truncation, one per B2A, two per bit_dot element. A dcf
+// msb_bits costs dcf_correction_bytes(w - 1, 1, n) to each party (16 (w -
+// 1) bytes and w bits per element: 1016 bytes at w = 64) and n bits more
+// to party 1; it is the one correlation party 0 receives from the dealer.
 //
 // Truncation. Probabilistic (SecureML): floor(x0/2^d) + ceil(x1/2^d), no
 // message, but wrong (by ~2^(64-d)) with probability about |x|/2^64 per
@@ -62,8 +68,9 @@ export namespace mpcache {
 inline constexpr PartyId add2_dealer = 2;
 
 // add2's online cost model (CostModel in :protocol): the table at the top
-// of this file, probabilistic truncation, fresh product operands. Party 2
-// (the dealer) sends nothing online. Tested against measured runs.
+// of this file, probabilistic truncation, fresh product operands, circuit
+// comparisons (the default options). Party 2 (the dealer) sends nothing
+// online. Tested against measured runs.
 struct Add2Costs {
   static OpCost mul(std::size_t n) { return both(1, 16 * n); }
   static OpCost truncate(std::size_t) { return {}; }
@@ -86,12 +93,22 @@ struct Add2Costs {
     return both(rounds, 8 * planes * words);
   }
 
- private:
+ protected:
   static OpCost both(std::uint64_t rounds, std::uint64_t bytes) { return {rounds, {bytes, bytes, 0}}; }
+
+ private:
   static std::uint64_t log2_ceil(std::uint64_t n) {
     std::uint64_t l = 0;
     while ((std::uint64_t{1} << l) < n) ++l;
     return l;
+  }
+};
+
+// add2's costs with comparisons = dcf: msb_bits opens x + r, the low w bits
+// in ceil(w/8) bytes each way, and evaluates the dealt keys locally.
+struct Add2DcfCosts : Add2Costs {
+  static OpCost msb_bits(int width, std::size_t n, std::size_t) {
+    return both(1, static_cast<std::uint64_t>((width + 7) / 8) * n);
   }
 };
 
@@ -119,11 +136,20 @@ struct Add2Bits {
   RingTensor value;
 };
 
+// How msb_bits (and so every comparison) runs: `circuit`, the parties'
+// own components compared on packed bit planes (1 + ceil(log2(w-1))
+// rounds, a few dealt bits); `dcf`, one opening of x + r and a distributed
+// comparison function the dealer keys (1 round, about 16 w dealt bytes per
+// element and party).
+enum class Add2Comparisons : std::uint8_t { circuit, dcf };
+
 struct Add2Options {
   int frac_bits = default_frac_bits;
   // Exact truncation (one round per truncation) instead of the local,
   // probabilistic one; parties and dealer must agree (checked at setup).
   bool exact_truncation = false;
+  // Parties and dealer must agree (checked at setup, like truncation).
+  Add2Comparisons comparisons = Add2Comparisons::circuit;
   // Derive the keys from this seed instead of the OS RNG: tests and
   // reproducible benches only.
   std::optional<std::uint64_t> insecure_seed;
@@ -222,7 +248,8 @@ class Add2 {
   Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);
   Task<RingTensor> reveal_bits(const Bits& x);
   // Bit 0: 1 where a < 0 as a w-bit signed value (exact when |a| < 2^(w-1)):
-  // a comparison of the parties' own components on packed bit planes.
+  // a comparison of the parties' own components on packed bit planes, or
+  // (comparisons = dcf) one opening and a dealt DCF key.
   Task<Bits> msb_bits(const Share& a, int width = ring_bits);
 
  private:
@@ -266,6 +293,8 @@ class Add2 {
   // x & y for x held whole by party 0 and y by party 1 (`mine`: this
   // party's): one masked word each way.
   Task<Bits> private_and(const RingTensor& mine);
+  Task<Bits> msb_circuit(const Share& a, int width);
+  Task<Bits> msb_dcf(const Share& a, int width);
 
   Add2Party* party_;
   StreamId stream_;

@@ -1,8 +1,9 @@
-// mpcache.proto: the Protocol concept, the PRG, and the rss3, add2, plain and ref backends.
+// mpcache.proto: the Protocol concept, the PRG, distributed comparison functions, and the rss3, add2, plain and ref backends.
 export module mpcache.proto;
 import mpcache.std;
 export import :protocol;
 export import :prg;
+export import :dcf;
 export import :rss3;
 export import :add2;
 export import :plain;

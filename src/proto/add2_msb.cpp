@@ -44,6 +44,11 @@ Task<Add2Bits> Add2::private_and(const RingTensor& mine) {
 Task<Add2Bits> Add2::msb_bits(const Share& a, int width) {
   if (width < 2 || width > ring_bits)
     throw Error(ErrorCode::invalid_argument, "add2 msb_bits: width " + std::to_string(width) + " is outside [2, 64]");
+  if (party_->options_.comparisons == Add2Comparisons::dcf) return msb_dcf(a, width);
+  return msb_circuit(a, width);
+}
+
+Task<Add2Bits> Add2::msb_circuit(const Share& a, int width) {
   const Shape s = shape(a);
   const std::size_t n = a.value.size(), m = static_cast<std::size_t>(width - 1), words = (n + 63) / 64;
   // Plane j (bit j of every element), `words` words each.

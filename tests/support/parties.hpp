@@ -137,6 +137,13 @@ inline bool testing_add2() {
   return backend && std::string_view(backend) == "add2";
 }
 
+// add2's comparisons under run_both: MPCACHE_TEST_ADD2_COMPARISONS=dcf
+// runs the ops suite on the dealer's DCF keys (ctest test_ops_add2_dcf).
+inline Add2Comparisons testing_add2_comparisons() {
+  const char* mode = std::getenv("MPCACHE_TEST_ADD2_COMPARISONS");
+  return mode && std::string_view(mode) == "dcf" ? Add2Comparisons::dcf : Add2Comparisons::circuit;
+}
+
 // fn is generic over the backend ([&]<class P>(P& p) -> Task<R>); returns the
 // secure run (all parties) and the plain result. Under add2 the dealer
 // computes no value, so its slot (2) repeats party 0's result.
@@ -147,6 +154,7 @@ auto run_both(Fn fn, Rss3Options options = {}) {
     auto secure = run_add2([&](Add2& p) { return fn(p); },
                            Add2Options{.frac_bits = options.frac_bits,
                                        .exact_truncation = options.exact_truncation,
+                                       .comparisons = testing_add2_comparisons(),
                                        .insecure_seed = options.insecure_seed.value_or(7)});
     secure.results[2] = secure.results[0];
     return std::pair{std::move(secure), std::move(clear)};
