@@ -66,7 +66,10 @@ constexpr std::size_t elementwise_sizes[] = {50257, std::size_t{1} << 21};
 template <class Op>
 RingTensor loop(const RingTensor& a, const RingTensor& b, Op op) {
   RingTensor out = RingTensor::from_shape(a.shape());
-  for (std::size_t i = 0; i < a.size(); ++i) out.data()[i] = op(a.data()[i], b.data()[i]);
+  const Ring *pa = a.data(), *pb = b.data();
+  Ring* po = out.data();
+  const std::size_t n = a.size();
+  for (std::size_t i = 0; i < n; ++i) po[i] = op(pa[i], pb[i]);
   return out;
 }
 

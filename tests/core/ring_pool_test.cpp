@@ -25,18 +25,23 @@ std::string describe(Dims d, std::size_t threads) {
 const Dims shapes[] = {{1, 768, 3072}, {1, 769, 1001}, {3, 517, 1013}, {130, 300, 33},
                        {257, 129, 67}, {600, 70, 50},  {5, 7, 9},      {1, 1, 1}};
 
+std::vector<std::unique_ptr<ComputePool>> pools_of_1_to_4_threads() {
+  std::vector<std::unique_ptr<ComputePool>> pools;
+  for (std::size_t t = 1; t <= 4; ++t) pools.push_back(std::make_unique<ComputePool>(t));
+  return pools;
+}
+
 }  // namespace
 
 TEST_CASE("ring matmul: bit-identical with and without a compute pool") {
-  std::vector<std::unique_ptr<ComputePool>> pools;
-  for (std::size_t t = 1; t <= 4; ++t) pools.push_back(std::make_unique<ComputePool>(t));
+  const auto pools = pools_of_1_to_4_threads();
   std::uint64_t seed = 1;
   for (const Dims d : shapes) {
     const RingTensor a = ring_sample({d.m, d.k}, seed++), b = ring_sample({d.k, d.n}, seed++);
     const RingTensor start = ring_sample({d.m, d.n}, seed++);  // accumulate onto non-zero values
     RingTensor expected = start;
     ring_matmul_accumulate_reference(expected, a, b);
-    for (auto& pool : pools) {
+    for (const auto& pool : pools) {
       RingTensor got = start;
       ring_matmul_accumulate(got, a, b, pool.get());
       CHECK_MESSAGE(got == expected, describe(d, pool->threads()));
@@ -46,8 +51,7 @@ TEST_CASE("ring matmul: bit-identical with and without a compute pool") {
 }
 
 TEST_CASE("ring rss3 matmul: bit-identical with and without a compute pool") {
-  std::vector<std::unique_ptr<ComputePool>> pools;
-  for (std::size_t t = 1; t <= 4; ++t) pools.push_back(std::make_unique<ComputePool>(t));
+  const auto pools = pools_of_1_to_4_threads();
   std::uint64_t seed = 100;
   for (const Dims d : shapes) {
     const RingTensor a0 = ring_sample({d.m, d.k}, seed++), a1 = ring_sample({d.m, d.k}, seed++);
@@ -60,7 +64,7 @@ TEST_CASE("ring rss3 matmul: bit-identical with and without a compute pool") {
     RingTensor unpooled = start;
     ring_matmul_rss3_accumulate(unpooled, a0, a1, b0, b1);
     CHECK_MESSAGE(unpooled == expected, describe(d, 0));
-    for (auto& pool : pools) {
+    for (const auto& pool : pools) {
       RingTensor got = start;
       ring_matmul_rss3_accumulate(got, a0, a1, b0, b1, pool.get());
       CHECK_MESSAGE(got == expected, describe(d, pool->threads()));
@@ -69,8 +73,7 @@ TEST_CASE("ring rss3 matmul: bit-identical with and without a compute pool") {
 }
 
 TEST_CASE("ring element-wise operations: bit-identical with and without a compute pool") {
-  std::vector<std::unique_ptr<ComputePool>> pools;
-  for (std::size_t t = 1; t <= 4; ++t) pools.push_back(std::make_unique<ComputePool>(t));
+  const auto pools = pools_of_1_to_4_threads();
   // Three and four parts of 64 Ki elements, uneven tails, and below the grain.
   for (std::size_t n : {(std::size_t{3} << 16) + 5, (std::size_t{1} << 18) + 3, std::size_t{1001}, std::size_t{0}}) {
     const RingTensor a = ring_sample({n}, n + 1), b = ring_sample({n}, n + 2);
@@ -83,7 +86,7 @@ TEST_CASE("ring element-wise operations: bit-identical with and without a comput
       x.data()[i] = p ^ q;
       both.data()[i] = p & q;
     }
-    for (auto& pool : pools) {
+    for (const auto& pool : pools) {
       ComputePool* p = pool.get();
       INFO(n << " elements on " << p->threads() << " threads");
       CHECK(ring_add(a, b, p) == sum);
