@@ -16,6 +16,7 @@ struct CaseResult {
   std::uint64_t rounds = 0;            // critical path
   std::uint64_t offline_bytes = 0;     // add2: what the dealer sent (the others' bytes are online)
   int repeat = 0;
+  std::size_t threads = 1;  // the compute pool's (1: no pool)
   std::string note;
   std::string link;               // "" = the --link option
   bool link_emulated = false;     // latency measured over an emulated link
@@ -41,6 +42,7 @@ struct Options {
   int load = 0;           // threads kept busy while the benchmark runs (--load)
   std::string protocol = "rss3";  // micro, ops, paper-table2: rss3 | add2 (in-process)
   std::string case_name;          // micro, ops, paper-table2: run only this case of the preset (--case)
+  std::size_t threads = 1;        // kernels, in-process micro/ops/paper-table2: ComputePool threads (1: no pool)
 };
 
 }  // namespace mpcache::bench

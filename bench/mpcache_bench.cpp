@@ -38,6 +38,7 @@ nlohmann::json to_json(const CaseResult& c, const mpcache::Link& link) {
           {"rounds", c.rounds},
           {"offline_bytes", c.offline_bytes},
           {"repeat", c.repeat},
+          {"threads", c.threads},
           {"link", c.link.empty() ? link.name : c.link},
           {"link_emulated", c.link_emulated},
           {"model_s", mpcache::bench::model_seconds(c, link)}};
@@ -106,6 +107,10 @@ int main(int argc, char** argv) {
   app.add_option("--spin-us", options.spin_us,
                  "with --processes 3: parties poll up to this many microseconds before sleeping (0: off; 200-1000: low-latency mode)")
       ->check(CLI::Range(0, 100000));
+  app.add_option("--threads", options.threads,
+                 "kernels: also time the kernels on a compute pool of this many threads; micro, ops, paper-table2 "
+                 "in process: the parties' pool (1: no pool)")
+      ->check(CLI::Range(std::size_t{1}, mpcache::ComputePool::max_threads));
   app.add_option("--load", options.load,
                  "keep this many extra threads busy (spinning) while the benchmark runs: latency on a loaded machine")
       ->check(CLI::Range(0, 64));

@@ -83,6 +83,7 @@ struct Run {
   bool decode = true;  // false: the prefill is the row (Table 8 without a cache)
   std::size_t steps = 3;
   std::size_t evict_up_to = 0;  // prepared caches: MPCache runs static eviction up to this length
+  std::size_t threads = 1;      // each party's ComputePool (one pool: the parties share this thread)
 };
 
 std::size_t budget_tokens_of(const Run& r) {
@@ -330,12 +331,18 @@ json run_header(const Run& r) {
                                                                             : "prepared, eviction state prepared (not run)"},
           {"parties", r.protocol == "add2" ? "in-process, 2 online + dealer" : "in-process"},
           {"model_s_is", "model: rounds x 0.3 ms + bytes / 377 MB/s + wall / 3"},
+          {"threads", r.threads},
           {"peak_rss_process_bytes", rss},
           {"peak_rss_per_party_bytes", rss / 3}};
 }
 
 std::vector<json> measure(const Run& r) {
   reset_peak_rss();
+  // The three parties run one after another on this thread, so they can
+  // share one pool: each has all its threads while it computes.
+  std::optional<ComputePool> pool;
+  if (r.threads > 1) pool.emplace(r.threads);
+  ComputePool* const pool_ptr = pool ? &*pool : nullptr;
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   Mark start, prefilled;
@@ -363,11 +370,11 @@ std::vector<json> measure(const Run& r) {
       }
     };
     if (r.protocol == "add2") {
-      auto state = co_await Add2Party::setup(network.endpoint(id), {.insecure_seed = 11});
+      auto state = co_await Add2Party::setup(network.endpoint(id), {.insecure_seed = 11, .pool = pool_ptr});
       Add2 p = state->session();
       co_await arm(p);
     } else {
-      auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 11});
+      auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 11, .pool = pool_ptr});
       Rss3 p = state->session();
       co_await arm(p);
     }
@@ -409,6 +416,7 @@ struct Settings {
   std::size_t steps = 3;
   std::size_t evict_up_to = 1024;
   std::vector<std::string> policies;  // empty: every arm
+  std::size_t threads = 1;
   bool json_stdout = false;
 };
 
@@ -498,6 +506,7 @@ std::vector<Run> plan(const Settings& s) {
     });
     runs.insert(runs.end(), extra.begin(), extra.end());
   }
+  for (Run& r : runs) r.threads = s.threads;
   return runs;
 }
 
@@ -523,6 +532,9 @@ int paper_main(int argc, char** argv) {
   app.add_option("--evict-up-to", s.evict_up_to,
                  "prepared caches: MPCache runs static eviction up to this length; above it, its state is "
                  "prepared (eviction is quadratic in the length and not part of a decode step)");
+  app.add_option("--threads", s.threads,
+                 "threads of each party's compute pool (1: none, everything on the loop's thread)")
+      ->check(CLI::Range(std::size_t{1}, ComputePool::max_threads));
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");

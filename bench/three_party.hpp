@@ -25,8 +25,14 @@ struct Sample {
 // emulated link (LinkEmulator, timers on this loop): one-way delay RTT/2
 // after serialization at the bandwidth. Under add2 the dealer (party 2) runs
 // ahead: its section counts for bytes (offline) but not for time or rounds.
+// `threads` > 1: the parties share one ComputePool of that many threads
+// (they run one after another on this thread).
 template <class Body>
-Sample run_three_parties(Body body, const std::string& protocol, const Link* emulate = nullptr) {
+Sample run_three_parties(Body body, const std::string& protocol, const Link* emulate = nullptr,
+                         std::size_t threads = 1) {
+  std::optional<ComputePool> pool;
+  if (threads > 1) pool.emplace(threads);
+  ComputePool* const pool_ptr = pool ? &*pool : nullptr;
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   std::optional<TimerLoop> timers;
@@ -41,11 +47,11 @@ Sample run_three_parties(Body body, const std::string& protocol, const Link* emu
   const bool dealt = protocol == "add2";
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
     if (dealt) {
-      auto state = co_await Add2Party::setup(network.endpoint(id));
+      auto state = co_await Add2Party::setup(network.endpoint(id), {.pool = pool_ptr});
       Add2 p = state->session();
       co_await body(p, id, section);
     } else {
-      auto state = co_await Rss3Party::setup(network.endpoint(id));
+      auto state = co_await Rss3Party::setup(network.endpoint(id), {.pool = pool_ptr});
       Rss3 p = state->session();
       co_await body(p, id, section);
     }
@@ -73,7 +79,8 @@ template <class Body>
 CaseResult measure_case(const std::string& name, std::uint64_t elements, const Options& options,
                         Body body) {
   std::vector<Sample> samples;
-  for (int r = 0; r < options.repeat; ++r) samples.push_back(run_three_parties(body, options.protocol));
+  for (int r = 0; r < options.repeat; ++r)
+    samples.push_back(run_three_parties(body, options.protocol, nullptr, options.threads));
   std::vector<double> times;
   for (const auto& s : samples) times.push_back(s.seconds);
   std::sort(times.begin(), times.end());
@@ -83,7 +90,7 @@ CaseResult measure_case(const std::string& name, std::uint64_t elements, const O
   const bool emulate = options.emulate && options.link.name != "none";
   if (emulate) {
     for (int r = 0; r < options.repeat; ++r)
-      emulated.push_back(run_three_parties(body, options.protocol, &options.link).seconds);
+      emulated.push_back(run_three_parties(body, options.protocol, &options.link, options.threads).seconds);
     std::sort(emulated.begin(), emulated.end());
   }
   const Sample& s = samples.front();
@@ -93,6 +100,7 @@ CaseResult measure_case(const std::string& name, std::uint64_t elements, const O
   c.transport = "in-process";
   c.elements = elements;
   c.latency_s = times[times.size() / 2];
+  c.threads = options.threads;
   for (std::size_t i = 0; i < 3; ++i) {
     const CostCounters& k = s.costs[i];
     if (options.protocol == "add2" && i == add2_dealer) {

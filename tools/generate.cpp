@@ -266,7 +266,7 @@ void write_json_lines(const std::string& path, const std::vector<json>& lines) {
 // `tok`: the client's tokenizer, at the client only (its EOS ids end the
 // generation unless --ignore-eos).
 GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<std::uint32_t>* prompt,
-                      const text::Tokenizer* tok) {
+                      const text::Tokenizer* tok, ComputePool* pool) {
   GenerationJob job;
   job.model_dir = o.model_dir;
   job.client = client_id;
@@ -280,6 +280,7 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
   job.protocol = parse_generation_protocol(o.protocol);
   job.rss3.exact_truncation = o.truncation == "exact";
   job.add2.exact_truncation = o.truncation == "exact";
+  job.rss3.pool = job.add2.pool = pool;
   return job;
 }
 
@@ -376,7 +377,13 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
   return ok ? 0 : 1;
 }
 
+// --threads: the pool each party's big local work is split over (none for 1).
+std::unique_ptr<ComputePool> make_pool(const GenerateOptions& o) {
+  return o.threads > 1 ? std::make_unique<ComputePool>(o.threads) : nullptr;
+}
+
 int run_in_process(const GenerateOptions& o, const Prompt& prompt, const text::Tokenizer& tok) {
+  const auto pool = make_pool(o);  // one for all three: they take turns on this thread
   Scheduler scheduler;
   jobs::StopOnSignal stop(scheduler);
   InProcessNetwork network(scheduler, 3);
@@ -401,7 +408,7 @@ int run_in_process(const GenerateOptions& o, const Prompt& prompt, const text::T
         if (id == client_id) rows[id].back()["text"] = console.step(s);
       };
       if (id == client_id) observer.prefill_layer = [&console](const PrefillProgress& p) { console.progress(p); };
-      co_return co_await generate_party(network.endpoint(id), job_for(o, id, &prompt.ids, &tok), std::move(observer),
+      co_return co_await generate_party(network.endpoint(id), job_for(o, id, &prompt.ids, &tok, pool.get()), std::move(observer),
                                         stop.token());
     });
   } catch (const Error& e) {
@@ -446,6 +453,7 @@ int run_cluster_party(const GenerateOptions& o, const Prompt* prompt, const text
     party["role"] = role(id, o.protocol);
     if (id == client_id && !prompt) throw Error(ErrorCode::invalid_argument, "party 0 (the client) needs --prompt");
     const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : config.timeout_ms;
+    const auto pool = make_pool(o);
     Scheduler scheduler;
     jobs::StopOnSignal stop(scheduler);
     Endpoint endpoint(scheduler, id, config.parties.size());
@@ -470,7 +478,7 @@ int run_cluster_party(const GenerateOptions& o, const Prompt* prompt, const text
     if (console) observer.prefill_layer = [&](const PrefillProgress& p) { console->progress(p); };
     GenerationResult result;
     try {
-      result = sync_wait(scheduler, generate_party(endpoint, job_for(o, id, prompt ? &prompt->ids : nullptr, tok),
+      result = sync_wait(scheduler, generate_party(endpoint, job_for(o, id, prompt ? &prompt->ids : nullptr, tok, pool.get()),
                                                    std::move(observer), stop.token()));
     } catch (const std::exception& e) {
       endpoint.abort(e.what());  // the peers learn why before the transport closes
@@ -536,6 +544,7 @@ int run_launcher(const GenerateOptions& o, const Prompt& prompt, const text::Tok
     const auto network_args = o.network.args();
     p.args.insert(p.args.end(), network_args.begin(), network_args.end());
     if (o.allow_unused_weights) p.args.push_back("--allow-unused-weights");
+    if (o.threads > 1) p.args.insert(p.args.end(), {"--threads", std::to_string(o.threads)});
     // The client's alone: its prompt and its tokenizer.
     if (i == 0) p.args.insert(p.args.end(), {"--prompt-file", prompt_file, "--tokenizer", o.tokenizer});
     if (i == 0 && o.ignore_eos) p.args.push_back("--ignore-eos");

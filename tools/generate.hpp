@@ -40,6 +40,7 @@ struct GenerateOptions {
   int timeout_ms = -1;               // peer silence deadline (-1: the config's, else default_generate_timeout_ms)
   bool allow_unused_weights = false; // run even if the config leaves tensors of the file unused
   bool in_process = false;
+  std::size_t threads = 1;           // each party's ComputePool (1: none, all work on the loop's thread)
   bool check = false;                // float64 reference check (launcher / in-process only)
   std::string json;                  // JSON lines: one row per step, a summary, parties
   std::string config;                // join this cluster as party `id`

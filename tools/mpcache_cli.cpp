@@ -72,6 +72,11 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
   gen_cmd->add_flag("--allow-unused-weights", gen.allow_unused_weights,
                     "run even if the config leaves tensors of the weights file unused");
   gen_cmd->add_flag("--in-process", gen.in_process, "all three parties in this process (debugging)");
+  gen_cmd->add_option("--threads", gen.threads,
+                      "threads of each party's compute pool for big matmuls and element-wise work (1: none; "
+                      "--in-process: one pool the three parties take turns on)")
+      ->check(CLI::Range(std::size_t{1}, mpcache::ComputePool::max_threads))
+      ->capture_default_str();
   gen_cmd->add_flag("--check", gen.check,
                     "debugging aid: check each token against the float64 reference (needs both inputs in one "
                     "launcher: --in-process or the local launcher, not a cluster)");

@@ -1,8 +1,13 @@
 // The ring Z_2^64 on xtensor tensors. Every share and every clear-text
 // fixed-point value is a RingTensor; arithmetic wraps modulo 2^64 by design
 // (unsigned overflow is defined), signed views are two's complement.
+//
+// Functions that take a ComputePool* split big work over the caller's pool
+// (see :compute_pool); with nullptr, or below a size threshold, they run on
+// the calling thread. The result is the same bit for bit either way.
 export module mpcache.core:ring;
 import mpcache.std;
+import :compute_pool;
 
 export namespace mpcache {
 
@@ -19,28 +24,30 @@ std::size_t element_count(const Shape& shape);
 void require_same_shape(const RingTensor& a, const RingTensor& b, const char* what);
 
 RingTensor ring_zeros(const Shape& shape);
-RingTensor ring_add(const RingTensor& a, const RingTensor& b);
-RingTensor ring_sub(const RingTensor& a, const RingTensor& b);
+RingTensor ring_add(const RingTensor& a, const RingTensor& b, ComputePool* pool = nullptr);
+RingTensor ring_sub(const RingTensor& a, const RingTensor& b, ComputePool* pool = nullptr);
 RingTensor ring_neg(const RingTensor& a);
-RingTensor ring_mul(const RingTensor& a, const RingTensor& b);  // elementwise
-void ring_add_inplace(RingTensor& acc, const RingTensor& b);
-void ring_sub_inplace(RingTensor& acc, const RingTensor& b);
+RingTensor ring_mul(const RingTensor& a, const RingTensor& b, ComputePool* pool = nullptr);  // elementwise
+void ring_add_inplace(RingTensor& acc, const RingTensor& b, ComputePool* pool = nullptr);
+void ring_sub_inplace(RingTensor& acc, const RingTensor& b, ComputePool* pool = nullptr);
 
 // Bitwise word operations (boolean sharing, bit-parallel over 64 positions).
-RingTensor ring_xor(const RingTensor& a, const RingTensor& b);
-RingTensor ring_and(const RingTensor& a, const RingTensor& b);
-void ring_xor_inplace(RingTensor& acc, const RingTensor& b);
+RingTensor ring_xor(const RingTensor& a, const RingTensor& b, ComputePool* pool = nullptr);
+RingTensor ring_and(const RingTensor& a, const RingTensor& b, ComputePool* pool = nullptr);
+void ring_xor_inplace(RingTensor& acc, const RingTensor& b, ComputePool* pool = nullptr);
 RingTensor ring_shift_left(const RingTensor& a, int bits);
 RingTensor ring_shift_right_logical(const RingTensor& a, int bits);
 
 // (m,k) x (k,n) -> (m,n), wrapping. Both operands must be 2-D.
-RingTensor ring_matmul(const RingTensor& a, const RingTensor& b);
+RingTensor ring_matmul(const RingTensor& a, const RingTensor& b, ComputePool* pool = nullptr);
 // acc += a x b, shapes as above.
-void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTensor& b);
+void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTensor& b,
+                            ComputePool* pool = nullptr);
 // acc += a0 x (b0 + b1) + a1 x b0 in one pass over b (the rss3 local product
 // of two replicated shares); a0, a1 (m,k), b0, b1 (k,n), acc (m,n).
 void ring_matmul_rss3_accumulate(RingTensor& acc, const RingTensor& a0, const RingTensor& a1,
-                                 const RingTensor& b0, const RingTensor& b1);
+                                 const RingTensor& b0, const RingTensor& b1,
+                                 ComputePool* pool = nullptr);
 // The scalar i-k-j loop that the SIMD kernels are tested against, kept as
 // the reference: acc += a x b (benches time it beside the kernels).
 void ring_matmul_accumulate_reference(RingTensor& acc, const RingTensor& a, const RingTensor& b);

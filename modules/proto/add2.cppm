@@ -153,6 +153,10 @@ struct Add2Options {
   // Derive the keys from this seed instead of the OS RNG: tests and
   // reproducible benches only.
   std::optional<std::uint64_t> insecure_seed;
+  // Big local work (matmuls, large element-wise operations) is split over
+  // this pool, which the caller owns and keeps alive as long as the party;
+  // nullptr: everything runs on the loop's thread. Results do not depend on it.
+  ComputePool* pool = nullptr;
 };
 
 class Add2;

@@ -76,6 +76,10 @@ struct Rss3Options {
   // Derive the pairwise keys from this seed instead of the OS RNG. For tests
   // and reproducible benches only: anyone who knows the seed sees everything.
   std::optional<std::uint64_t> insecure_seed;
+  // Big local work (matmuls, large element-wise operations) is split over
+  // this pool, which the caller owns and keeps alive as long as the party;
+  // nullptr: everything runs on the loop's thread. Results do not depend on it.
+  ComputePool* pool = nullptr;
 };
 
 class Rss3;

@@ -1,6 +1,8 @@
 // Ring Z_2^64 kernels. Plain loops over contiguous data: the compiler
 // vectorises them, and they avoid xtensor expression overhead on hot paths.
-// Matrix products go to ring_kernels.cpp (AVX-512 / AVX2 chosen at run time).
+// Matrix products and the element-wise add, sub, mul, xor and and go to
+// ring_kernels.cpp (AVX-512 / AVX2 chosen at run time), split over the
+// caller's ComputePool when one is given and the work is big.
 module;
 #include "ring_kernels.hpp"
 module mpcache.core;
@@ -40,51 +42,76 @@ RingTensor ring_zeros(const Shape& shape) {
 }
 
 namespace {
-template <class Op>
-RingTensor zip(const RingTensor& a, const RingTensor& b, const char* what, Op op) {
+
+// Below these sizes a part is too small to pay for waking a thread (a few
+// microseconds): element-wise parts of at least 64 Ki elements (512 KiB of
+// each operand), products of at least 2^18 multiply-adds per part.
+constexpr std::size_t elementwise_grain = std::size_t{1} << 16;
+constexpr std::size_t matmul_grain = std::size_t{1} << 18;
+
+// Rounds x up to a multiple of `to` (to > 0).
+std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+using ZipKernel = void (*)(Ring*, const Ring*, const Ring*, std::size_t);
+
+// out[i] = a[i] op b[i] by the SIMD kernel, in parts over the pool; part
+// boundaries are whole cache lines. out may be a or b.
+void zip_into(ComputePool* pool, ZipKernel kernel, Ring* out, const Ring* a, const Ring* b, std::size_t n) {
+  const std::size_t parts = parts_for(pool, n, elementwise_grain);
+  if (parts == 1) return kernel(out, a, b, n);
+  const std::size_t step = round_up((n + parts - 1) / parts, 8);
+  pool->run(parts, [&](std::size_t part) {
+    const std::size_t begin = std::min(n, part * step), end = std::min(n, begin + step);
+    kernel(out + begin, a + begin, b + begin, end - begin);
+  });
+}
+
+RingTensor zip(const RingTensor& a, const RingTensor& b, const char* what, ZipKernel kernel, ComputePool* pool) {
   require_same_shape(a, b, what);
   RingTensor out = RingTensor::from_shape(a.shape());
-  const Ring* pa = a.data();
-  const Ring* pb = b.data();
-  Ring* po = out.data();
-  const std::size_t n = a.size();
-  for (std::size_t i = 0; i < n; ++i) po[i] = op(pa[i], pb[i]);
+  zip_into(pool, kernel, out.data(), a.data(), b.data(), a.size());
   return out;
 }
+
+void zip_inplace(RingTensor& acc, const RingTensor& b, const char* what, ZipKernel kernel, ComputePool* pool) {
+  require_same_shape(acc, b, what);
+  zip_into(pool, kernel, acc.data(), acc.data(), b.data(), acc.size());
+}
+
+// The overloads of the kernels that pick the CPU's best level.
+constexpr ZipKernel add_kernel = &kernels::add, sub_kernel = &kernels::sub, mul_kernel = &kernels::mul,
+                    xor_kernel = &kernels::xor_, and_kernel = &kernels::and_;
+
 }  // namespace
 
-RingTensor ring_add(const RingTensor& a, const RingTensor& b) {
-  return zip(a, b, "ring_add", [](Ring x, Ring y) { return x + y; });
+RingTensor ring_add(const RingTensor& a, const RingTensor& b, ComputePool* pool) {
+  return zip(a, b, "ring_add", add_kernel, pool);
 }
-RingTensor ring_sub(const RingTensor& a, const RingTensor& b) {
-  return zip(a, b, "ring_sub", [](Ring x, Ring y) { return x - y; });
+RingTensor ring_sub(const RingTensor& a, const RingTensor& b, ComputePool* pool) {
+  return zip(a, b, "ring_sub", sub_kernel, pool);
 }
-RingTensor ring_mul(const RingTensor& a, const RingTensor& b) {
-  return zip(a, b, "ring_mul", [](Ring x, Ring y) { return x * y; });
+RingTensor ring_mul(const RingTensor& a, const RingTensor& b, ComputePool* pool) {
+  return zip(a, b, "ring_mul", mul_kernel, pool);
 }
 RingTensor ring_neg(const RingTensor& a) {
   RingTensor out = RingTensor::from_shape(a.shape());
   for (std::size_t i = 0; i < a.size(); ++i) out.data()[i] = Ring{0} - a.data()[i];
   return out;
 }
-RingTensor ring_xor(const RingTensor& a, const RingTensor& b) {
-  return zip(a, b, "ring_xor", [](Ring x, Ring y) { return x ^ y; });
+RingTensor ring_xor(const RingTensor& a, const RingTensor& b, ComputePool* pool) {
+  return zip(a, b, "ring_xor", xor_kernel, pool);
 }
-RingTensor ring_and(const RingTensor& a, const RingTensor& b) {
-  return zip(a, b, "ring_and", [](Ring x, Ring y) { return x & y; });
+RingTensor ring_and(const RingTensor& a, const RingTensor& b, ComputePool* pool) {
+  return zip(a, b, "ring_and", and_kernel, pool);
 }
-void ring_xor_inplace(RingTensor& acc, const RingTensor& b) {
-  require_same_shape(acc, b, "ring_xor_inplace");
-  for (std::size_t i = 0; i < acc.size(); ++i) acc.data()[i] ^= b.data()[i];
+void ring_xor_inplace(RingTensor& acc, const RingTensor& b, ComputePool* pool) {
+  zip_inplace(acc, b, "ring_xor_inplace", xor_kernel, pool);
 }
-
-void ring_add_inplace(RingTensor& acc, const RingTensor& b) {
-  require_same_shape(acc, b, "ring_add_inplace");
-  for (std::size_t i = 0; i < acc.size(); ++i) acc.data()[i] += b.data()[i];
+void ring_add_inplace(RingTensor& acc, const RingTensor& b, ComputePool* pool) {
+  zip_inplace(acc, b, "ring_add_inplace", add_kernel, pool);
 }
-void ring_sub_inplace(RingTensor& acc, const RingTensor& b) {
-  require_same_shape(acc, b, "ring_sub_inplace");
-  for (std::size_t i = 0; i < acc.size(); ++i) acc.data()[i] -= b.data()[i];
+void ring_sub_inplace(RingTensor& acc, const RingTensor& b, ComputePool* pool) {
+  zip_inplace(acc, b, "ring_sub_inplace", sub_kernel, pool);
 }
 
 namespace {
@@ -104,11 +131,43 @@ void check_accumulator(const RingTensor& acc, std::size_t m, std::size_t n, cons
 }
 }  // namespace
 
-void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTensor& b) {
+namespace {
+// c (m x n) += a product, over the pool: kernel(row0, rows, col0, cols)
+// adds one block of c. Rows while every part still gets the packed path's
+// 64 rows or more (the prefill is bound by the multiplier, and each part
+// packs its own panels of b); else blocks of whole 32-column tiles (the
+// decode's 1 x k x n reads b once and is bound by memory: each thread
+// streams its own columns of b).
+template <class Kernel>
+void split_matmul(ComputePool* pool, std::size_t m, std::size_t k, std::size_t n, Kernel&& kernel) {
+  const std::size_t parts = parts_for(pool, m * k * n, matmul_grain);
+  if (parts == 1) return kernel(0, m, 0, n);
+  if (m / parts >= 64) {
+    const std::size_t step = (m + parts - 1) / parts;
+    pool->run(parts, [&](std::size_t part) {
+      const std::size_t begin = std::min(m, part * step), end = std::min(m, begin + step);
+      kernel(begin, end - begin, 0, n);
+    });
+    return;
+  }
+  const std::size_t step = round_up((n + parts - 1) / parts, 32);
+  pool->run(parts, [&](std::size_t part) {
+    const std::size_t begin = std::min(n, part * step), end = std::min(n, begin + step);
+    kernel(0, m, begin, end - begin);
+  });
+}
+}  // namespace
+
+void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTensor& b, ComputePool* pool) {
   check_matmul_shapes(a, b, "ring_matmul");
   const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
   check_accumulator(acc, m, n, "ring_matmul_accumulate");
-  kernels::matmul_accumulate(acc.data(), a.data(), b.data(), m, k, n);
+  const auto level = kernels::detected_kernel_level();
+  Ring* c = acc.data();
+  const Ring *pa = a.data(), *pb = b.data();
+  split_matmul(pool, m, k, n, [&](std::size_t i, std::size_t rows, std::size_t j, std::size_t cols) {
+    kernels::matmul_accumulate(level, c + i * n + j, n, pa + i * k, k, pb + j, n, rows, k, cols);
+  });
 }
 
 void ring_matmul_accumulate_reference(RingTensor& acc, const RingTensor& a, const RingTensor& b) {
@@ -119,21 +178,27 @@ void ring_matmul_accumulate_reference(RingTensor& acc, const RingTensor& a, cons
 }
 
 void ring_matmul_rss3_accumulate(RingTensor& acc, const RingTensor& a0, const RingTensor& a1,
-                                 const RingTensor& b0, const RingTensor& b1) {
+                                 const RingTensor& b0, const RingTensor& b1, ComputePool* pool) {
   check_matmul_shapes(a0, b0, "ring_matmul_rss3");
   require_same_shape(a0, a1, "ring_matmul_rss3 (left components)");
   require_same_shape(b0, b1, "ring_matmul_rss3 (right components)");
   const std::size_t m = a0.shape()[0], k = a0.shape()[1], n = b0.shape()[1];
   check_accumulator(acc, m, n, "ring_matmul_rss3_accumulate");
-  kernels::matmul_rss3_accumulate(acc.data(), a0.data(), a1.data(), b0.data(), b1.data(), m, k, n);
+  const auto level = kernels::detected_kernel_level();
+  Ring* c = acc.data();
+  const Ring *x0 = a0.data(), *x1 = a1.data(), *y0 = b0.data(), *y1 = b1.data();
+  split_matmul(pool, m, k, n, [&](std::size_t i, std::size_t rows, std::size_t j, std::size_t cols) {
+    kernels::matmul_rss3_accumulate(level, c + i * n + j, n, x0 + i * k, x1 + i * k, k, y0 + j, y1 + j, n,
+                                    rows, k, cols);
+  });
 }
 
 const char* ring_kernel_level() { return kernels::kernel_level_name(kernels::detected_kernel_level()); }
 
-RingTensor ring_matmul(const RingTensor& a, const RingTensor& b) {
+RingTensor ring_matmul(const RingTensor& a, const RingTensor& b, ComputePool* pool) {
   check_matmul_shapes(a, b, "ring_matmul");
   RingTensor out = ring_zeros({a.shape()[0], b.shape()[1]});
-  ring_matmul_accumulate(out, a, b);
+  ring_matmul_accumulate(out, a, b, pool);
   return out;
 }
 

@@ -20,24 +20,25 @@ using u64 = std::uint64_t;
 using std::size_t;
 
 // The reference loops. i-k-j order: the inner loop streams rows of b and c.
-void matmul_scalar(u64* c, const u64* a, const u64* b, size_t m, size_t k, size_t n) {
+void matmul_scalar(u64* c, size_t ldc, const u64* a, size_t lda, const u64* b, size_t ldb, size_t m,
+                   size_t k, size_t n) {
   for (size_t i = 0; i < m; ++i) {
-    u64* crow = c + i * n;
+    u64* crow = c + i * ldc;
     for (size_t p = 0; p < k; ++p) {
-      const u64 aip = a[i * k + p];
-      const u64* brow = b + p * n;
+      const u64 aip = a[i * lda + p];
+      const u64* brow = b + p * ldb;
       for (size_t j = 0; j < n; ++j) crow[j] += aip * brow[j];
     }
   }
 }
 
-void matmul_rss3_scalar(u64* c, const u64* a0, const u64* a1, const u64* b0, const u64* b1,
-                        size_t m, size_t k, size_t n) {
+void matmul_rss3_scalar(u64* c, size_t ldc, const u64* a0, const u64* a1, size_t lda, const u64* b0,
+                        const u64* b1, size_t ldb, size_t m, size_t k, size_t n) {
   for (size_t i = 0; i < m; ++i) {
-    u64* crow = c + i * n;
+    u64* crow = c + i * ldc;
     for (size_t p = 0; p < k; ++p) {
-      const u64 x = a0[i * k + p], y = a1[i * k + p];
-      const u64 *r0 = b0 + p * n, *r1 = b1 + p * n;
+      const u64 x = a0[i * lda + p], y = a1[i * lda + p];
+      const u64 *r0 = b0 + p * ldb, *r1 = b1 + p * ldb;
       for (size_t j = 0; j < n; ++j) crow[j] += x * (r0[j] + r1[j]) + y * r0[j];
     }
   }
@@ -317,10 +318,8 @@ constexpr size_t panel_elements = 4096;  // 32 KiB of b per panel: fits L1 with 
 //   this is bound by the multiplier. Columns beyond the last whole panel use
 //   the unpacked path.
 template <class I, bool Fused>
-MPCACHE_INLINE void gemm(u64* c, const u64* a0, const u64* a1, const u64* b0, const u64* b1,
-                         size_t m, size_t k, size_t n) {
+MPCACHE_INLINE void gemm(const Block& all, size_t m, size_t k, size_t n) {
   if (m == 0 || k == 0 || n == 0) return;  // empty inputs may be null pointers
-  const Block all{c, n, a0, a1, k, b0, b1, n};
   if (m < I::pack_min_rows) {
     const size_t depth = I::direct_depth(m, Fused);
     for (size_t p = 0; p < k; p += depth)
@@ -344,11 +343,11 @@ MPCACHE_INLINE void gemm(u64* c, const u64* a0, const u64* a1, const u64* b0, co
         for (size_t q = 0; q < kc; ++q) {
           // The rows are far apart: fetch the next panel's lines meanwhile.
           for (size_t v = 0; v < NR; v += 8) {
-            prefetch(blk.b0 + q * n + j + v, NR);
-            if constexpr (Fused) prefetch(blk.b1 + q * n + j + v, NR);
+            prefetch(blk.b0 + q * blk.ldb + j + v, NR);
+            if constexpr (Fused) prefetch(blk.b1 + q * blk.ldb + j + v, NR);
           }
-          std::memcpy(p0 + q * NR, blk.b0 + q * n + j, NR * sizeof(u64));
-          if constexpr (Fused) std::memcpy(p1 + q * NR, blk.b1 + q * n + j, NR * sizeof(u64));
+          std::memcpy(p0 + q * NR, blk.b0 + q * blk.ldb + j, NR * sizeof(u64));
+          if constexpr (Fused) std::memcpy(p1 + q * NR, blk.b1 + q * blk.ldb + j, NR * sizeof(u64));
         }
         Block packed = blk;
         packed.c += j;
@@ -389,20 +388,17 @@ namespace {
 #ifdef MPCACHE_KERNELS_X86
 #define MPCACHE_AVX2 [[gnu::target("avx2")]]
 #define MPCACHE_AVX512 [[gnu::target("avx2,avx512f,avx512dq")]]
-MPCACHE_AVX2 void matmul_avx2(u64* c, const u64* a, const u64* b, size_t m, size_t k, size_t n) {
-  gemm<Avx2, false>(c, a, a, b, b, m, k, n);  // a1, b1 unused
+MPCACHE_AVX2 void matmul_avx2(const Block& o, size_t m, size_t k, size_t n) {
+  gemm<Avx2, false>(o, m, k, n);  // a1, b1 unused
 }
-MPCACHE_AVX512 void matmul_avx512(u64* c, const u64* a, const u64* b, size_t m, size_t k,
-                                  size_t n) {
-  gemm<Avx512, false>(c, a, a, b, b, m, k, n);  // a1, b1 unused
+MPCACHE_AVX512 void matmul_avx512(const Block& o, size_t m, size_t k, size_t n) {
+  gemm<Avx512, false>(o, m, k, n);  // a1, b1 unused
 }
-MPCACHE_AVX2 void matmul_rss3_avx2(u64* c, const u64* a0, const u64* a1, const u64* b0,
-                                   const u64* b1, size_t m, size_t k, size_t n) {
-  gemm<Avx2, true>(c, a0, a1, b0, b1, m, k, n);
+MPCACHE_AVX2 void matmul_rss3_avx2(const Block& o, size_t m, size_t k, size_t n) {
+  gemm<Avx2, true>(o, m, k, n);
 }
-MPCACHE_AVX512 void matmul_rss3_avx512(u64* c, const u64* a0, const u64* a1, const u64* b0,
-                                       const u64* b1, size_t m, size_t k, size_t n) {
-  gemm<Avx512, true>(c, a0, a1, b0, b1, m, k, n);
+MPCACHE_AVX512 void matmul_rss3_avx512(const Block& o, size_t m, size_t k, size_t n) {
+  gemm<Avx512, true>(o, m, k, n);
 }
 template <class Op>
 MPCACHE_AVX2 void zip_avx2(u64* out, const u64* a, const u64* b, size_t n) {
@@ -460,36 +456,49 @@ const char* kernel_level_name(KernelLevel level) noexcept {
   return "unknown";
 }
 
-void matmul_accumulate(KernelLevel level, u64* c, const u64* a, const u64* b, size_t m, size_t k,
-                       size_t n) {
+void matmul_accumulate(KernelLevel level, u64* c, size_t ldc, const u64* a, size_t lda,
+                       const u64* b, size_t ldb, size_t m, size_t k, size_t n) {
 #ifdef MPCACHE_KERNELS_X86
+  const Block o{c, ldc, a, a, lda, b, b, ldb};
   switch (usable(level)) {
-    case KernelLevel::avx512: return matmul_avx512(c, a, b, m, k, n);
-    case KernelLevel::avx2: return matmul_avx2(c, a, b, m, k, n);
+    case KernelLevel::avx512: return matmul_avx512(o, m, k, n);
+    case KernelLevel::avx2: return matmul_avx2(o, m, k, n);
     case KernelLevel::scalar: break;
   }
 #else
   (void)level;
 #endif
-  matmul_scalar(c, a, b, m, k, n);
+  matmul_scalar(c, ldc, a, lda, b, ldb, m, k, n);
+}
+
+void matmul_accumulate(KernelLevel level, u64* c, const u64* a, const u64* b, size_t m, size_t k,
+                       size_t n) {
+  matmul_accumulate(level, c, n, a, k, b, n, m, k, n);
 }
 
 void matmul_accumulate(u64* c, const u64* a, const u64* b, size_t m, size_t k, size_t n) {
   matmul_accumulate(detected_kernel_level(), c, a, b, m, k, n);
 }
 
-void matmul_rss3_accumulate(KernelLevel level, u64* c, const u64* a0, const u64* a1,
-                            const u64* b0, const u64* b1, size_t m, size_t k, size_t n) {
+void matmul_rss3_accumulate(KernelLevel level, u64* c, size_t ldc, const u64* a0, const u64* a1,
+                            size_t lda, const u64* b0, const u64* b1, size_t ldb, size_t m,
+                            size_t k, size_t n) {
 #ifdef MPCACHE_KERNELS_X86
+  const Block o{c, ldc, a0, a1, lda, b0, b1, ldb};
   switch (usable(level)) {
-    case KernelLevel::avx512: return matmul_rss3_avx512(c, a0, a1, b0, b1, m, k, n);
-    case KernelLevel::avx2: return matmul_rss3_avx2(c, a0, a1, b0, b1, m, k, n);
+    case KernelLevel::avx512: return matmul_rss3_avx512(o, m, k, n);
+    case KernelLevel::avx2: return matmul_rss3_avx2(o, m, k, n);
     case KernelLevel::scalar: break;
   }
 #else
   (void)level;
 #endif
-  matmul_rss3_scalar(c, a0, a1, b0, b1, m, k, n);
+  matmul_rss3_scalar(c, ldc, a0, a1, lda, b0, b1, ldb, m, k, n);
+}
+
+void matmul_rss3_accumulate(KernelLevel level, u64* c, const u64* a0, const u64* a1,
+                            const u64* b0, const u64* b1, size_t m, size_t k, size_t n) {
+  matmul_rss3_accumulate(level, c, n, a0, a1, k, b0, b1, n, m, k, n);
 }
 
 void matmul_rss3_accumulate(u64* c, const u64* a0, const u64* a1, const u64* b0, const u64* b1,

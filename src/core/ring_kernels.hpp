@@ -37,6 +37,17 @@ void matmul_rss3_accumulate(std::uint64_t* c, const std::uint64_t* a0, const std
                             const std::uint64_t* b0, const std::uint64_t* b1, std::size_t m,
                             std::size_t k, std::size_t n);
 
+// The same on blocks of larger row-major matrices, whose rows are ldc, lda
+// and ldb elements apart (the forms above pass n, k and n): a compute pool
+// gives each thread a block of rows or of columns of c.
+void matmul_accumulate(KernelLevel level, std::uint64_t* c, std::size_t ldc, const std::uint64_t* a,
+                       std::size_t lda, const std::uint64_t* b, std::size_t ldb, std::size_t m,
+                       std::size_t k, std::size_t n);
+void matmul_rss3_accumulate(KernelLevel level, std::uint64_t* c, std::size_t ldc,
+                            const std::uint64_t* a0, const std::uint64_t* a1, std::size_t lda,
+                            const std::uint64_t* b0, const std::uint64_t* b1, std::size_t ldb,
+                            std::size_t m, std::size_t k, std::size_t n);
+
 // Element-wise over n elements: out[i] = a[i] op b[i]. out may be a or b
 // (the same pointer), but must not partially overlap them.
 void add(KernelLevel level, std::uint64_t* out, const std::uint64_t* a, const std::uint64_t* b,

@@ -191,9 +191,11 @@ Add2Share Add2::add_public(const Share& a, const RingTensor& c) const {
   return out;
 }
 
-Add2Share Add2::mul_public(const Share& a, const RingTensor& c) const { return {ring_mul(a.value, c), nullptr}; }
+Add2Share Add2::mul_public(const Share& a, const RingTensor& c) const {
+  return {ring_mul(a.value, c, party_->options_.pool), nullptr};
+}
 Add2Share Add2::matmul_public(const Share& a, const RingTensor& c) const {
-  return {ring_matmul(a.value, c), nullptr};
+  return {ring_matmul(a.value, c, party_->options_.pool), nullptr};
 }
 
 // ---- products -----------------------------------------------------------------
@@ -219,11 +221,12 @@ Task<Add2Share> Add2::product(const Share& a, const Share& b, Product kind) {
     throw Error(ErrorCode::invalid_argument,
                 "add2 matmul: shapes " + shape_string(shape(a)) + " and " + shape_string(shape(b)) + " do not chain");
   const Shape out_shape = matrix ? Shape{shape(a)[0], shape(b)[1]} : shape(a);
+  ComputePool* pool = party_->options_.pool;
   Operand x = operand(a), y = operand(b);
   RingTensor first = draw_first_share(out_shape);
   if (dealer()) {
     // The dealer knows every mask whole.
-    deal(matrix ? ring_matmul(*x.mask(), *y.mask()) : ring_mul(*x.mask(), *y.mask()), first);
+    deal(matrix ? ring_matmul(*x.mask(), *y.mask(), pool) : ring_mul(*x.mask(), *y.mask(), pool), first);
     co_return Share{ring_zeros(out_shape), nullptr};
   }
   // Open the fresh operands: one message each way.
@@ -239,8 +242,8 @@ Task<Add2Share> Add2::product(const Share& a, const Share& b, Product kind) {
     ring_add_inplace(y.opened_now, y.outgoing);
   }
   auto accumulate = [&](const RingTensor& l, const RingTensor& r) {
-    if (matrix) ring_matmul_accumulate(z, l, r);
-    else ring_add_inplace(z, ring_mul(l, r));
+    if (matrix) ring_matmul_accumulate(z, l, r, pool);
+    else ring_add_inplace(z, ring_mul(l, r, pool), pool);
   };
   // A x B (party 0 only) and A x Rb share their left factor: one product
   // of A by (B + Rb) instead of two.

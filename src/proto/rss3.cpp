@@ -87,7 +87,7 @@ RingTensor Rss3::draw_prev(const Shape& s) { return party_->prg_prev_.draw(strea
 
 RingTensor Rss3::zero_share(const Shape& s) {
   RingTensor a = draw_next(s);
-  ring_sub_inplace(a, draw_prev(s));
+  ring_sub_inplace(a, draw_prev(s), party_->options_.pool);
   return a;
 }
 
@@ -167,10 +167,12 @@ Task<std::optional<RingTensor>> Rss3::reveal_to(PartyId receiver, const Rss3Shar
 // ---- local linear operations ------------------------------------------------
 
 Rss3Share Rss3::add(const Share& a, const Share& b) const {
-  return {ring_add(a.own, b.own), ring_add(a.next, b.next)};
+  ComputePool* pool = party_->options_.pool;
+  return {ring_add(a.own, b.own, pool), ring_add(a.next, b.next, pool)};
 }
 Rss3Share Rss3::sub(const Share& a, const Share& b) const {
-  return {ring_sub(a.own, b.own), ring_sub(a.next, b.next)};
+  ComputePool* pool = party_->options_.pool;
+  return {ring_sub(a.own, b.own, pool), ring_sub(a.next, b.next, pool)};
 }
 Rss3Share Rss3::neg(const Share& a) const { return {ring_neg(a.own), ring_neg(a.next)}; }
 
@@ -183,11 +185,13 @@ Rss3Share Rss3::add_public(const Share& a, const RingTensor& c) const {
 }
 
 Rss3Share Rss3::mul_public(const Share& a, const RingTensor& c) const {
-  return {ring_mul(a.own, c), ring_mul(a.next, c)};
+  ComputePool* pool = party_->options_.pool;
+  return {ring_mul(a.own, c, pool), ring_mul(a.next, c, pool)};
 }
 
 Rss3Share Rss3::matmul_public(const Share& a, const RingTensor& c) const {
-  return {ring_matmul(a.own, c), ring_matmul(a.next, c)};
+  ComputePool* pool = party_->options_.pool;
+  return {ring_matmul(a.own, c, pool), ring_matmul(a.next, c, pool)};
 }
 
 // ---- multiplication ---------------------------------------------------------
@@ -309,10 +313,10 @@ void Rss3::check_bits(int bits) {
 }
 
 namespace {
-RingTensor local_matmul(const Rss3Share& a, const Rss3Share& b) {
+RingTensor local_matmul(const Rss3Share& a, const Rss3Share& b, ComputePool* pool) {
   RingTensor z = ring_zeros({a.own.dimension() == 2 ? a.own.shape()[0] : 0,
                              b.own.dimension() == 2 ? b.own.shape()[1] : 0});
-  ring_matmul_rss3_accumulate(z, a.own, a.next, b.own, b.next);  // checks the shapes
+  ring_matmul_rss3_accumulate(z, a.own, a.next, b.own, b.next, pool);  // checks the shapes
   return z;
 }
 }  // namespace
@@ -334,8 +338,8 @@ Task<Rss3Share> Rss3::mul(const Share& a, const Share& b) {
 }
 
 Task<Rss3Share> Rss3::matmul(const Share& a, const Share& b) {
-  RingTensor z = local_matmul(a, b);
-  ring_add_inplace(z, zero_share(shape_of(z)));
+  RingTensor z = local_matmul(a, b, party_->options_.pool);
+  ring_add_inplace(z, zero_share(shape_of(z)), party_->options_.pool);
   return reshare(std::move(z));
 }
 
@@ -345,13 +349,13 @@ Task<Rss3Share> Rss3::matmul_sum(std::size_t terms, std::function<std::pair<Shar
   for (std::size_t i = 0; i < terms; ++i) {
     const auto [a, b] = term(i);
     if (!z) {
-      z = local_matmul(a, b);
+      z = local_matmul(a, b, party_->options_.pool);
       continue;
     }
     // The accumulate names a term whose shape does not fit the first's.
-    ring_matmul_rss3_accumulate(*z, a.own, a.next, b.own, b.next);
+    ring_matmul_rss3_accumulate(*z, a.own, a.next, b.own, b.next, party_->options_.pool);
   }
-  ring_add_inplace(*z, zero_share(shape_of(*z)));
+  ring_add_inplace(*z, zero_share(shape_of(*z)), party_->options_.pool);
   co_return co_await reshare(std::move(*z));
 }
 
@@ -364,8 +368,8 @@ Task<Rss3Share> Rss3::mul_trunc(const Share& a, const Share& b, int bits) {
 }
 
 Task<Rss3Share> Rss3::matmul_trunc(const Share& a, const Share& b) {
-  RingTensor z = local_matmul(a, b);
-  ring_add_inplace(z, zero_share(shape_of(z)));
+  RingTensor z = local_matmul(a, b, party_->options_.pool);
+  ring_add_inplace(z, zero_share(shape_of(z)), party_->options_.pool);
   return reshare_truncated(std::move(z), frac_bits());
 }
 

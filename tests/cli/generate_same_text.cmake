@@ -5,12 +5,15 @@
 # The client's printed text must be the text of its JSON summary (the
 # text itself there, escaped as a C string when printed).
 #   -DCLI=path/to/mpcache -DWORK=folder -DTOKENS=4 -DPROMPT="..."
-#   [-DPROTOCOL=add2] (default rss3)
+#   [-DPROTOCOL=add2] (default rss3) [-DTHREADS=N] (each party's compute pool)
 file(MAKE_DIRECTORY "${WORK}")
 if(NOT DEFINED PROTOCOL)
   set(PROTOCOL rss3)
 endif()
 set(common --tokens ${TOKENS} --prompt "${PROMPT}" --check --protocol ${PROTOCOL})
+if(DEFINED THREADS)
+  list(APPEND common --threads ${THREADS})
+endif()
 function(run_generate name)
   execute_process(COMMAND "${CLI}" generate ${common} ${ARGN} --json "${WORK}/${name}.jsonl"
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
