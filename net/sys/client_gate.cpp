@@ -28,21 +28,6 @@ void no_delay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-std::string remote_text(const sockaddr_storage& sa) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  unsigned port = 0;
-  if (sa.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&sa);
-    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-    port = ntohs(a->sin_port);
-  } else if (sa.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&sa);
-    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-    port = ntohs(a->sin6_port);
-  }
-  return std::string(host) + ":" + std::to_string(port);
-}
-
 }  // namespace
 
 std::array<std::uint8_t, 32> ed25519_raw_public(const std::string& public_pem, const std::string& what) {
@@ -134,12 +119,10 @@ int accept_before(int listen_fd, Clock::time_point deadline, std::string& remote
     pollfd p{listen_fd, POLLIN, 0};
     const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
     if (r <= 0) continue;
-    sockaddr_storage sa{};
-    socklen_t len = sizeof sa;
-    const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC);
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;  // the connection went away first, or EINTR
     no_delay(fd);
-    remote = remote_text(sa);
+    remote = remote_of(fd);
     return fd;
   }
 }

@@ -177,16 +177,6 @@ void close_fd(int fd) {
   if (fd >= 0) ::close(fd);
 }
 
-namespace {
-
-// One accepted connection that has not authenticated yet.
-struct Pending {
-  int fd = -1;
-  std::string desc;  // remote address
-  std::array<unsigned char, hello_bytes> hello{};
-  std::size_t got = 0;
-};
-
 std::string remote_of(int fd) {
   sockaddr_storage sa{};
   socklen_t len = sizeof sa;
@@ -204,6 +194,16 @@ std::string remote_of(int fd) {
   }
   return std::string(host) + ":" + std::to_string(port);
 }
+
+namespace {
+
+// One accepted connection that has not authenticated yet.
+struct Pending {
+  int fd = -1;
+  std::string desc;  // remote address
+  std::array<unsigned char, hello_bytes> hello{};
+  std::size_t got = 0;
+};
 
 void set_blocking(int fd, bool blocking) {
   const int flags = ::fcntl(fd, F_GETFL, 0);

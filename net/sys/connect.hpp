@@ -66,5 +66,7 @@ void read_exactly(int fd, void* data, std::size_t size,
 // A connected pair of stream sockets in this process (for tests).
 std::pair<int, int> socket_pair();
 void close_fd(int fd);
+// host:port of a connected socket's peer ("a peer" when unknown), for logs.
+std::string remote_of(int fd);
 
 }  // namespace mpcache::sys

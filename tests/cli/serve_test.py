@@ -72,17 +72,24 @@ def main():
             {"host": "127.0.0.1", "port": ports[i], "client_port": ports[3 + i],
              "public_key": os.path.join(keys, "p%d.pub" % i), "secret_key": os.path.join(keys, "p%d.key" % i)}
             for i in range(3)]}, f)
-    logs = [os.path.join(a.work, "server%d.log" % i) for i in range(3)]
-    servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
-                                 "--model", a.model, "--drain-ms", "20000"],
-                                stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
-               for i in range(3)]
-    try:
+    def start_servers(tag, extra=()):
+        """Three `mpcache serve` processes, once all have shared the model."""
+        logs = [os.path.join(a.work, "%s%d.log" % (tag, i)) for i in range(3)]
+        servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
+                                     "--model", a.model] + list(extra),
+                                    stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
+                   for i in range(3)]
         deadline = time.time() + 300
         while not all("ready: model shared" in open(l).read() for l in logs):
             if time.time() > deadline or any(s.poll() is not None for s in servers):
-                fail("the servers did not become ready", logs)
+                for s in servers:
+                    s.kill()
+                fail("the servers (%s) did not become ready" % tag, logs)
             time.sleep(0.2)
+        return servers, logs
+
+    servers, logs = start_servers("server", ["--drain-ms", "20000"])
+    try:
 
         expected = {}
         for p in PROMPTS:
@@ -161,16 +168,8 @@ def main():
 
     # A server that dies mid-session: the client gets an error naming it
     # within the deadline, the survivors stop with status 1, naming it too.
-    logs = [os.path.join(a.work, "dying%d.log" % i) for i in range(3)]
-    servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
-                                 "--model", a.model], stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
-               for i in range(3)]
+    servers, logs = start_servers("dying")
     try:
-        deadline = time.time() + 300
-        while not all("ready: model shared" in open(l).read() for l in logs):
-            if time.time() > deadline or any(s.poll() is not None for s in servers):
-                fail("the servers did not become ready again", logs)
-            time.sleep(0.2)
         client = subprocess.Popen([exe, "client", "--servers", config, "--key", os.path.join(clients, "alice.key"),
                                    "--model", a.model, "--tokenizer", "none", "--prompt", "Emma", "--tokens", "120",
                                    "--ids", "--timeout-ms", "20000"],

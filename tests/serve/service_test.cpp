@@ -23,21 +23,7 @@ const std::string emma = "Emma Woodhouse, handsome, clever, and rich, with a com
 std::vector<std::uint32_t> generated(const std::vector<std::uint32_t>& prompt, std::size_t tokens,
                                      const std::string& policy = "mpcache",
                                      const std::vector<std::uint32_t>& stops = {}) {
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
-  auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
-    GenerationJob job;
-    job.model_dir = fixture_dir();
-    job.policy = policy;
-    job.new_tokens = tokens;
-    job.rss3 = {.exact_truncation = true, .insecure_seed = 5};
-    if (id == 0) {
-      job.prompt = prompt;
-      job.stop_tokens = stops;
-    }
-    co_return co_await generate_party(network.endpoint(id), std::move(job));
-  });
-  return results[0].tokens;
+  return testing::generate_results(prompt, GenerationProtocol::rss3, policy, std::nullopt, tokens, stops)[0].tokens;
 }
 
 // Three servers on one loop; clients join through in-process channels.

@@ -18,13 +18,13 @@ inline std::vector<std::uint32_t> fixture_prompt() {
   return tokens;
 }
 
-// generate_party at every party (exact truncation, seed 5): every party's
-// result; the other two parties must learn no token. No budget: the
-// policy's default.
-inline std::array<GenerationResult, 3> generate_results_on_fixture(GenerationProtocol protocol,
-                                                                   const std::string& policy,
-                                                                   std::optional<std::size_t> budget,
-                                                                   std::size_t tokens) {
+// generate_party at every party on the fixture model (exact truncation,
+// seed 5) for `prompt`: every party's result; the other two parties must
+// learn no token. No budget: the policy's default. `stops`: the client's.
+inline std::array<GenerationResult, 3> generate_results(const std::vector<std::uint32_t>& prompt,
+                                                        GenerationProtocol protocol, const std::string& policy,
+                                                        std::optional<std::size_t> budget, std::size_t tokens,
+                                                        const std::vector<std::uint32_t>& stops = {}) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
@@ -36,12 +36,23 @@ inline std::array<GenerationResult, 3> generate_results_on_fixture(GenerationPro
     job.new_tokens = tokens;
     job.rss3 = {.exact_truncation = true, .insecure_seed = 5};
     job.add2 = {.exact_truncation = true, .insecure_seed = 5};
-    if (id == 0) job.prompt = fixture_prompt();
+    if (id == 0) {
+      job.prompt = prompt;
+      job.stop_tokens = stops;
+    }
     co_return co_await generate_party(network.endpoint(id), std::move(job));
   });
   CHECK(results[1].tokens.empty());  // the model owner learns no token
   CHECK(results[2].tokens.empty());  // nor does the third party (the dealer under add2)
   return {results[0], results[1], results[2]};
+}
+
+// The same for the fixture prompt.
+inline std::array<GenerationResult, 3> generate_results_on_fixture(GenerationProtocol protocol,
+                                                                   const std::string& policy,
+                                                                   std::optional<std::size_t> budget,
+                                                                   std::size_t tokens) {
+  return generate_results(fixture_prompt(), protocol, policy, budget, tokens);
 }
 
 // The client's tokens of generate_results_on_fixture.
