@@ -6,6 +6,7 @@
 # text itself there, escaped as a C string when printed).
 #   -DCLI=path/to/mpcache -DWORK=folder -DTOKENS=4 -DPROMPT="..."
 #   [-DPROTOCOL=add2] (default rss3) [-DTHREADS=N] (each party's compute pool)
+include(${CMAKE_CURRENT_LIST_DIR}/c_string.cmake)
 file(MAKE_DIRECTORY "${WORK}")
 if(NOT DEFINED PROTOCOL)
   set(PROTOCOL rss3)
@@ -41,10 +42,7 @@ function(run_generate name)
     message(FATAL_ERROR "${name}: ${ntokens} tokens, ${exact} equal to the float64 argmax, ok=${ok}")
   endif()
   # Printed as a C string body.
-  string(REPLACE "\\" "\\\\" shown "${text}")
-  string(REPLACE "\"" "\\\"" shown "${shown}")
-  string(REPLACE "\n" "\\n" shown "${shown}")
-  string(REPLACE "\t" "\\t" shown "${shown}")
+  c_string_body(shown "${text}")
   string(FIND "${out}" "generated, learned by the client only: \"${shown}\"" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "${name}: the printed text is not \"${shown}\"")

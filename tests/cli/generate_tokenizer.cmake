@@ -9,6 +9,7 @@
 #   -DCLI=path/to/mpcache -DMODEL=folder -DWORK=folder
 #   -DMODE=in-process|processes -DEOS=stop|ignore
 cmake_minimum_required(VERSION 3.28)
+include(${CMAKE_CURRENT_LIST_DIR}/c_string.cmake)
 file(MAKE_DIRECTORY "${WORK}")
 file(READ "${MODEL}/expected.json" expected)
 string(JSON prompt GET "${expected}" prompt)
@@ -100,8 +101,7 @@ if(NOT got_text STREQUAL text)
 endif()
 
 # The printed text, as the client printed it (escaped as a C string).
-string(REPLACE "\\" "\\\\" shown "${text}")
-string(REPLACE "\"" "\\\"" shown "${shown}")
+c_string_body(shown "${text}")
 string(FIND "${out}" "generated, learned by the client only: \"${shown}\"\n" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "the client did not print the text \"${shown}\"")
