@@ -82,19 +82,45 @@ Task<Rss3Weight> Rss3::input_weight(PartyId owner, std::optional<RingTensor> val
   co_return w;
 }
 
-Rss3Share Rss3::expand_rows(const Weight& w, std::size_t begin, std::size_t end) const {
+namespace {
+// Rows [begin, end) of w into `out` (shaped for them): the kept component
+// copied, the other drawn in place (`begin` * row even: an AES block boundary).
+void fill_rows(const Rss3Weight& w, const Prg& key, std::size_t begin, std::size_t end, Rss3Share& out) {
+  const std::size_t row = row_size(w.shape);
+  RingTensor& kept = w.kept_is_own ? out.own : out.next;
+  RingTensor& drawn = w.kept_is_own ? out.next : out.own;
+  std::copy(w.kept.data() + begin * row, w.kept.data() + end * row, kept.data());
+  std::uint64_t at = w.block + begin * row / 2;
+  key.fill(w.stream, at, std::span<Ring>(drawn.data(), drawn.size()));
+}
+
+void check_rows(const Rss3Weight& w, std::size_t begin, std::size_t end) {
   if (w.shape.empty() || begin > end || end > w.shape[0])
     throw Error(ErrorCode::invalid_argument, "rss3 expand_rows: rows [" + std::to_string(begin) + ", " +
                                                  std::to_string(end) + ") of a weight of shape " + shape_string(w.shape));
-  const std::size_t row = row_size(w.shape);
+}
+
+Shape rows_shape(const Rss3Weight& w, std::size_t rows) {
   Shape shape = w.shape;
-  shape[0] = end - begin;
-  RingTensor kept = RingTensor::from_shape(shape);
-  std::copy(w.kept.data() + begin * row, w.kept.data() + end * row, kept.data());
+  shape[0] = rows;
+  return shape;
+}
+}  // namespace
+
+Rss3Share Rss3::expand_rows(const Weight& w, std::size_t begin, std::size_t end) const {
+  check_rows(w, begin, end);
+  const std::size_t row = row_size(w.shape);
+  const Shape shape = rows_shape(w, end - begin);
   const Prg& key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
-  RingTensor drawn = draw_range(key, w.stream, w.block, begin * row, shape);
-  if (w.kept_is_own) return {std::move(kept), std::move(drawn)};
-  return {std::move(drawn), std::move(kept)};
+  Share out{RingTensor::from_shape(shape), RingTensor::from_shape(shape)};
+  if (begin * row % 2 == 0) {
+    fill_rows(w, key, begin, end, out);
+    return out;
+  }
+  RingTensor& kept = w.kept_is_own ? out.own : out.next;
+  std::copy(w.kept.data() + begin * row, w.kept.data() + end * row, kept.data());
+  (w.kept_is_own ? out.next : out.own) = draw_range(key, w.stream, w.block, begin * row, shape);
+  return out;
 }
 
 Rss3Share Rss3::expand(const Weight& w) const {
@@ -112,9 +138,15 @@ RingTensor Rss3::local_matmul_weight(const Share& a, const Weight& w) const {
   const std::size_t k = w.shape[0], step = block_rows(w.shape[1]);
   RingTensor z = ring_zeros({a.own.shape()[0], w.shape[1]});
   ComputePool* pool = party_->options_.pool;
+  const Prg& key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
+  // One block's buffers for all blocks (but a shorter last one): fresh
+  // megabyte allocations per block cost page faults.
+  Share rows;
   for (std::size_t begin = 0; begin < k; begin += step) {
     const std::size_t end = std::min(k, begin + step);
-    const Share rows = expand_rows(w, begin, end);
+    if (rows.own.dimension() != 2 || rows.own.shape()[0] != end - begin)
+      rows = Share{RingTensor::from_shape(rows_shape(w, end - begin)), RingTensor::from_shape(rows_shape(w, end - begin))};
+    fill_rows(w, key, begin, end, rows);
     if (begin == 0 && end == k) {
       ring_matmul_rss3_accumulate(z, a.own, a.next, rows.own, rows.next, pool);
       break;

@@ -6,10 +6,12 @@
 import mpcache;
 
 #include "../support/parties.hpp"
+#include "../support/tiny_gpt2.hpp"
 
 using namespace mpcache;
 using mpcache::testing::random_ring;
 using mpcache::testing::run_rss3;
+using mpcache::testing::tiny_gpt2;
 
 namespace {
 std::optional<RingTensor> owned(const Rss3& p, PartyId owner, const RingTensor& v) {
@@ -25,11 +27,18 @@ void check_same_costs(const std::array<CostCounters, 3>& a, const std::array<Cos
   }
 }
 
-ModelConfig tiny_gpt2() {
-  return ModelConfig::from_json_text(
-      R"({"model_type": "gpt2", "vocab_size": 64, "n_embd": 24, "n_layer": 2, "n_head": 3,
-          "n_positions": 48, "layer_norm_epsilon": 1e-5})",
-      "tiny gpt2");
+// x a and x a truncated for x = a from party 0, with b from party 1 given
+// by input_b (a share or a weight).
+template <class InputB>
+auto products(const RingTensor& a, const RingTensor& b, InputB input_b) {
+  using Out = std::array<Rss3Share, 2>;
+  return run_rss3(
+      [&](Rss3& p) -> Task<Out> {
+        const Rss3Share x = co_await p.input(0, owned(p, 0, a), shape_of(a));
+        const auto w = co_await input_b(p, owned(p, 1, b), shape_of(b));
+        co_return Out{co_await p.matmul(x, w), co_await p.matmul_trunc(x, w)};
+      },
+      seeded);
 }
 }  // namespace
 
@@ -90,21 +99,9 @@ TEST_SUITE("weights memory") {
     };
     for (const Case c : {Case{3, 7, 65537}, Case{2, 5, 4}, Case{1, 1, 1}}) {
       const RingTensor a = random_ring({c.m, c.k}, 5), b = random_ring({c.k, c.n}, 6);
-      using Out = std::array<Rss3Share, 2>;
-      auto full = run_rss3(
-          [&](Rss3& p) -> Task<Out> {
-            const Rss3Share x = co_await p.input(0, owned(p, 0, a), {c.m, c.k});
-            const Rss3Share w = co_await p.input(1, owned(p, 1, b), {c.k, c.n});
-            co_return Out{co_await p.matmul(x, w), co_await p.matmul_trunc(x, w)};
-          },
-          seeded);
-      auto compact = run_rss3(
-          [&](Rss3& p) -> Task<Out> {
-            const Rss3Share x = co_await p.input(0, owned(p, 0, a), {c.m, c.k});
-            const Rss3Weight w = co_await p.input_weight(1, owned(p, 1, b), {c.k, c.n});
-            co_return Out{co_await p.matmul(x, w), co_await p.matmul_trunc(x, w)};
-          },
-          seeded);
+      auto full = products(a, b, [](Rss3& p, std::optional<RingTensor> v, Shape s) { return p.input(1, std::move(v), s); });
+      auto compact =
+          products(a, b, [](Rss3& p, std::optional<RingTensor> v, Shape s) { return p.input_weight(1, std::move(v), s); });
       for (std::size_t i = 0; i < 3; ++i)
         for (std::size_t j = 0; j < 2; ++j) {
           CHECK(compact.results[i][j].own == full.results[i][j].own);
