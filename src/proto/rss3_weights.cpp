@@ -3,9 +3,9 @@
 //
 // Why drawn and not mmapped from a share file: AES-128-CTR (OpenSSL, AES-NI
 // and VAES) makes 12.5 GB/s on one core of this machine (`openssl speed
-// -evp aes-128-ctr`), so a GPT-2-124M decode step draws its 1 GB of
-// second components in about 0.08 s per party, in blocks that stay in
-// cache for the product. A mapped file keeps those pages resident after
+// -evp aes-128-ctr`), so GPT-2-124M's 1 GB of second components takes
+// about 0.08 s of AES per party, in blocks that stay in cache for the
+// product (a decode step draws some weights twice: docs/protocols.md). A mapped file keeps those pages resident after
 // their first use (they count in RSS) unless they are dropped after each
 // layer, and then every token faults the whole file back in from the page
 // cache, or reads it from disk when the cache was evicted: memory the host
