@@ -71,6 +71,9 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
   cmd.add_option("--clients", o.clients, "the admitted clients: a NAME.pub file or a folder of them (mpcache keygen --client)")
       ->required();
   cmd.add_option("--max-sessions", o.max_sessions, "sessions running at once")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd.add_option("--max-batch", o.max_batch,
+                 "sessions in their decode phase step together, at most this many per step; 1: each on its own")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
   cmd.add_option("--max-queued", o.max_queued, "requests waiting beyond those; more are refused \"busy\"")
       ->capture_default_str()->check(CLI::Range(0, 1 << 16));
   cmd.add_option("--kv-limit-mb", o.kv_limit_mb, "KV-cache memory of the running sessions, per server")
@@ -119,6 +122,7 @@ int run_server(const ServeJob& o) {
   serve::ServeOptions so;
   so.model_dir = o.model_dir;
   so.max_sessions = o.max_sessions;
+  so.max_batch = o.max_batch;
   so.max_queued = o.max_queued;
   so.kv_bytes_limit = std::uint64_t(o.kv_limit_mb) << 20;
   so.max_new_tokens = o.max_new_tokens;
@@ -159,6 +163,8 @@ int run_server(const ServeJob& o) {
     report["sessions_done"] = stats.sessions_done;
     report["sessions_failed"] = stats.sessions_failed;
     report["refused"] = stats.refused;
+    report["batched_steps"] = stats.batched_steps;
+    report["batched_rows"] = stats.batched_rows;
   } catch (const std::exception& e) {
     log_line("server " + std::to_string(id) + " stopped: " + e.what());
     report["error"] = e.what();
