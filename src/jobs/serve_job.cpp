@@ -203,7 +203,8 @@ ClientReport run_client_job(const ClientJob& o, const std::function<void(std::ui
   req.stop_tokens = o.stop_tokens;
   if (o.fault == "garbage") req.fault = serve::ClientRequest::Fault::garbage_share;
   else if (o.fault == "vanish") req.fault = serve::ClientRequest::Fault::vanish;
-  else if (!o.fault.empty()) throw Error(ErrorCode::invalid_argument, "--fault '" + o.fault + "': garbage or vanish");
+  else if (o.fault == "stall") req.fault = serve::ClientRequest::Fault::stall;
+  else if (!o.fault.empty()) throw Error(ErrorCode::invalid_argument, "--fault '" + o.fault + "': garbage, vanish or stall");
   const auto r = serve::run_client(co, req, on_token);
   return {r.session, r.tokens, r.end == serve::ClientEnd::eos, r.seconds_to_accept, r.seconds_to_first_token,
           r.token_seconds};
@@ -233,7 +234,7 @@ int client_main(int argc, char** argv) {
   app.add_option("--policy", job.policy, "KV-cache policy");
   app.add_option("--timeout-ms", job.timeout_ms, "connect and silence deadline");
   app.add_option("--json", out, "write the report here");
-  app.add_option("--fault", job.fault, "tests: garbage (a short prompt share for server 1) or vanish (leave after a token)");
+  app.add_option("--fault", job.fault, "tests: garbage (a short prompt share for server 1), vanish (leave after a token) or stall (never send the prompt)");
   CLI11_PARSE(app, argc, argv);
   try {
     for (unsigned char c : prompt) job.prompt.push_back(c);

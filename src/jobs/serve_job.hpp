@@ -52,7 +52,7 @@ struct ClientJob {
   std::size_t budget = 0;
   std::vector<std::uint32_t> stop_tokens;
   int timeout_ms = 60000;
-  std::string fault;  // tests: "garbage" (a short prompt share for server 1) or "vanish" (leave after a token)
+  std::string fault;  // tests: "garbage" (a short prompt share for server 1), "vanish" (leave after a token), "stall" (no prompt)
 };
 
 struct ClientReport {
