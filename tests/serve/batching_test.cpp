@@ -44,6 +44,29 @@ void check_tokens(const std::vector<Asked>& asked, const std::vector<Outcome>& o
   }
 }
 
+// All `asked` at once, each client its own; server 0's steps logged.
+struct Served {
+  std::vector<Outcome> outcomes;
+  std::array<serve::ServeStats, 3> stats;
+  StepLog steps;
+};
+
+Served serve_all(serve::ServeOptions options, const std::vector<Asked>& asked) {
+  Served out;
+  options.on_step = [&](PartyId server, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t) {
+    if (server == 0) out.steps.add(session, step, rounds);
+  };
+  Service service(options);
+  out.outcomes.resize(asked.size());
+  std::vector<Task<void>> clients;
+  for (std::size_t c = 0; c < asked.size(); ++c)
+    clients.push_back(ask(service.connect("client " + std::to_string(c)),
+                          request_for(asked[c].prompt, asked[c].tokens), out.outcomes[c]));
+  service.run(std::move(clients));
+  out.stats = service.stats;
+  return out;
+}
+
 std::uint64_t decoded_rows(const std::vector<Asked>& asked) {
   std::uint64_t rows = 0;
   for (const auto& a : asked) rows += a.tokens - 1;  // the first token comes from the prefill
@@ -57,29 +80,18 @@ TEST_CASE("sessions in their decode phase step together, and each gets the token
                                     {emma.substr(0, 40), 3},
                                     {"Mr. Knightley, a sensible man about", 5},
                                     {"It is a truth universally acknowledged", 4}};
-  serve::ServeOptions options;
-  StepLog steps;
-  options.on_step = [&](PartyId server, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t) {
-    if (server == 0) steps.add(session, step, rounds);
-  };
-  Service service(options);
-  std::vector<Outcome> outcomes(asked.size());
-  std::vector<Task<void>> clients;
-  for (std::size_t c = 0; c < asked.size(); ++c)
-    clients.push_back(ask(service.connect("client " + std::to_string(c)),
-                          request_for(asked[c].prompt, asked[c].tokens), outcomes[c]));
-  service.run(std::move(clients));
-  check_tokens(asked, outcomes);
+  const Served r = serve_all({}, asked);
+  check_tokens(asked, r.outcomes);
   // Every decoded token was one row of a batched step, the same steps at
   // all three servers, and steps carried several sessions.
   for (PartyId id = 0; id < 3; ++id) {
-    CHECK(service.stats[id].batched_rows == decoded_rows(asked));
-    CHECK(service.stats[id].batched_steps == service.stats[0].batched_steps);
+    CHECK(r.stats[id].batched_rows == decoded_rows(asked));
+    CHECK(r.stats[id].batched_steps == r.stats[0].batched_steps);
   }
-  MESSAGE(service.stats[0].batched_rows << " decoded tokens in " << service.stats[0].batched_steps
-                                        << " batched steps, at most " << steps.widest() << " sessions in one");
-  CHECK(service.stats[0].batched_steps < service.stats[0].batched_rows);
-  CHECK(steps.widest() >= 3);
+  MESSAGE(r.stats[0].batched_rows << " decoded tokens in " << r.stats[0].batched_steps << " batched steps, at most "
+                                  << r.steps.widest() << " sessions in one");
+  CHECK(r.stats[0].batched_steps < r.stats[0].batched_rows);
+  CHECK(r.steps.widest() >= 3);
 }
 
 TEST_CASE("a session joins the batch while another decodes, and each leaves when done") {
@@ -121,32 +133,18 @@ TEST_CASE("a step takes at most max_batch sessions, and the waiting ones go firs
                                     {"It is a truth universally acknowledged", 4}};
   serve::ServeOptions options;
   options.max_batch = 2;
-  StepLog steps;
-  options.on_step = [&](PartyId server, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t) {
-    if (server == 0) steps.add(session, step, rounds);
-  };
-  Service service(options);
-  std::vector<Outcome> outcomes(asked.size());
-  std::vector<Task<void>> clients;
-  for (std::size_t c = 0; c < asked.size(); ++c)
-    clients.push_back(ask(service.connect("client " + std::to_string(c)),
-                          request_for(asked[c].prompt, asked[c].tokens), outcomes[c]));
-  service.run(std::move(clients));
-  check_tokens(asked, outcomes);
-  CHECK(steps.widest() == 2);
-  CHECK(service.stats[0].batched_rows == decoded_rows(asked));
-  CHECK(service.stats[0].batched_steps >= decoded_rows(asked) / 2);
+  const Served r = serve_all(options, asked);
+  check_tokens(asked, r.outcomes);
+  CHECK(r.steps.widest() == 2);
+  CHECK(r.stats[0].batched_rows == decoded_rows(asked));
+  CHECK(r.stats[0].batched_steps >= decoded_rows(asked) / 2);
 }
 
 TEST_CASE("max_batch 1: each session decodes on its own, no batched steps") {
   serve::ServeOptions options;
   options.max_batch = 1;
-  Service service(options);
-  std::vector<Outcome> outcomes(2);
-  std::vector<Task<void>> clients;
-  clients.push_back(ask(service.connect("a"), request_for(emma, 3), outcomes[0]));
-  clients.push_back(ask(service.connect("b"), request_for(emma.substr(0, 40), 3), outcomes[1]));
-  service.run(std::move(clients));
-  check_tokens({{emma, 3}, {emma.substr(0, 40), 3}}, outcomes);
-  CHECK(service.stats[0].batched_steps == 0);
+  const std::vector<Asked> asked = {{emma, 3}, {emma.substr(0, 40), 3}};
+  const Served r = serve_all(options, asked);
+  check_tokens(asked, r.outcomes);
+  CHECK(r.stats[0].batched_steps == 0);
 }
