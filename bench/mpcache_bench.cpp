@@ -20,6 +20,7 @@ int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-fig13
 int serve_preset_main(int argc, char** argv);  // the service: 3 server processes, batches of clients
 std::vector<CaseResult> net_preset(const Options& options);
 std::vector<CaseResult> kernels_preset(const Options& options);
+std::vector<CaseResult> decode_batch_preset(const Options& options);  // continuous batching's step, B = 1..8
 }
 
 namespace {
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
   mpcache::bench::Options options;
   app.add_option("--preset", preset, "benchmark preset")
       ->required()
-      ->check(CLI::IsMember({"micro", "ops", "paper-table2", "net", "kernels"}));
+      ->check(CLI::IsMember({"micro", "ops", "paper-table2", "net", "kernels", "decode-batch"}));
   std::string link = "none";
   app.add_option("--link", link,
                  "link for model_s: lan (377 MB/s, 0.3 ms RTT), wan (300 Mbit/s, 40 ms), none")
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
       rows = mpcache::bench::rss3_preset(preset, options);
     if (preset == "net") rows = mpcache::bench::net_preset(options);
     if (preset == "kernels") rows = mpcache::bench::kernels_preset(options);
+    if (preset == "decode-batch") rows = mpcache::bench::decode_batch_preset(options);
     if (json) {
       for (const auto& r : rows) std::cout << to_json(r, options.link).dump() << "\n";
     } else {

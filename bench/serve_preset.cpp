@@ -6,9 +6,13 @@
 // channels are not emulated). Per batch: tokens per second of the whole
 // service, each client's time to first token, per-token latency (p50, p99),
 // bytes and rounds per token at the servers, the servers' peak RSS, and the
-// throughput against the batch of one in the same run.
+// throughput against the batch of one in the same run. Each link runs twice:
+// with continuous batching (the servers' --max-batch 8: sessions in their
+// decode phase step together) and without (--max-batch 1: each session its
+// own steps, interleaved), so that the batched rows have their baseline
+// beside them; rows carry the mean batch (sessions per batched step).
 //
-//   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--tokens 8] [--json]
+//   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--max-batch 8,1] [--tokens 8] [--json]
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <csignal>
 #include <cstdio>
@@ -70,7 +74,7 @@ struct Settings {
 };
 
 // Three servers over `link`, then one batch per client count.
-std::vector<json> run_link(const Settings& s, const std::string& link) {
+std::vector<json> run_link(const Settings& s, const std::string& link, int max_batch) {
   jobs::LocalCluster cluster(false, 120000);
   {
     auto config = jobs::read_cluster_config(cluster.config_path());
@@ -90,7 +94,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link) {
     servers.push_back(std::make_unique<jobs::BackgroundProcess>(
         std::vector<std::string>{runner, "serve", "--config", cluster.config_path(), "--id", std::to_string(i),
                                  "--clients", cluster.file("clients"), "--model", s.model, "--link", link,
-                                 "--max-sessions", "8", "--max-queued", "16", "--steps",
+                                 "--max-sessions", "8", "--max-batch", std::to_string(max_batch), "--max-queued", "16", "--steps",
                                  cluster.file("steps" + std::to_string(i) + ".jsonl"), "--report",
                                  cluster.file("report" + std::to_string(i) + ".json")},
         cluster.file("server" + std::to_string(i) + ".log")));
@@ -155,6 +159,8 @@ std::vector<json> run_link(const Settings& s, const std::string& link) {
     std::uint64_t bytes_max = 0;
     double rounds_sum = 0;
     std::size_t rounds_n = 0;
+    std::set<std::uint64_t> step_clocks;  // server 0's batched steps: one clock per step
+    std::size_t decoded = 0;
     for (int i = 0; i < 3; ++i) {
       const auto lines = read_steps(cluster.file("steps" + std::to_string(i) + ".jsonl"));
       if (lines.size() <= lines_before[i] || lines_before[i] == 0) continue;
@@ -163,10 +169,16 @@ std::vector<json> run_link(const Settings& s, const std::string& link) {
       std::map<std::uint64_t, std::vector<StepLine>> by_session;
       for (std::size_t k = lines_before[i]; k < lines.size(); ++k) by_session[lines[k].session].push_back(lines[k]);
       for (const auto& [session, steps] : by_session)
-        for (std::size_t k = 1; k < steps.size(); ++k, ++rounds_n) rounds_sum += double(steps[k].rounds - steps[k - 1].rounds);
+        for (std::size_t k = 1; k < steps.size(); ++k, ++rounds_n) {
+          rounds_sum += double(steps[k].rounds - steps[k - 1].rounds);
+          step_clocks.insert(steps[k].rounds);
+          ++decoded;
+        }
     }
     rows.push_back({{"preset", "serve"},
                     {"link", link},
+                    {"max_batch", max_batch},
+                    {"mean_batch", max_batch > 1 && !step_clocks.empty() ? double(decoded) / double(step_clocks.size()) : 1.0},
                     {"clients", n},
                     {"tokens_per_client", s.tokens},
                     {"prompt_bytes", s.prompt_bytes},
@@ -213,13 +225,14 @@ std::vector<json> run_link(const Settings& s, const std::string& link) {
 
 int serve_preset_main(int argc, char** argv) {
   CLI::App app{"mpcache-bench --preset serve: the private inference service, 3 server processes and N clients"};
-  std::string preset, clients = "1,2,4,8", links = "none,lan";
+  std::string preset, clients = "1,2,4,8", links = "none,lan", batches = "8,1";
   bool as_json = false;
   Settings s;
   s.model = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
   app.add_option("--preset", preset)->required();
   app.add_option("--clients", clients, "concurrent clients per batch, comma-separated")->capture_default_str();
   app.add_option("--links", links, "the servers' mesh links, comma-separated (none, lan, wan)")->capture_default_str();
+  app.add_option("--max-batch", batches, "the servers' --max-batch, comma-separated (1: no batching)")->capture_default_str();
   app.add_option("--tokens", s.tokens, "tokens per client")->capture_default_str();
   app.add_option("--prompt-bytes", s.prompt_bytes, "prompt length per client")->capture_default_str()->check(CLI::Range(1, 150));
   app.add_option("--model", s.model, "model folder (bytes as tokens)")->capture_default_str();
@@ -229,14 +242,22 @@ int serve_preset_main(int argc, char** argv) {
     s.clients = parse_list(clients);
     std::stringstream ls(links);
     for (std::string link; std::getline(ls, link, ',');) {
-      for (const auto& row : run_link(s, link)) {
+      std::vector<json> rows;
+      for (int max_batch : parse_list(batches))
+        for (auto& row : run_link(s, link, max_batch)) rows.push_back(std::move(row));
+      // Batched against unbatched, same link and clients, same run.
+      for (auto& row : rows)
+        for (const auto& base : rows)
+          if (base["max_batch"] == 1 && base["clients"] == row["clients"])
+            row["throughput_vs_unbatched"] = row["tokens_per_s"].get<double>() / base["tokens_per_s"].get<double>();
+      for (const auto& row : rows) {
         if (as_json) {
           std::cout << row.dump() << std::endl;
         } else {
-          std::printf("serve link %-5s clients %2d: %7.2f tok/s (x%.2f of 1 client), ttft p50 %.3f s, token p50 %.3f s "
-                      "p99 %.3f s, %.0f bytes/token, %.1f rounds/token\n",
-                      link.c_str(), row["clients"].get<int>(), row["tokens_per_s"].get<double>(),
-                      row["throughput_vs_1_client"].get<double>(), row["ttft_p50_s"].get<double>(),
+          std::printf("serve link %-5s max-batch %d clients %2d: %7.2f tok/s (x%.2f of 1 client), mean batch %.2f, ttft p50 "
+                      "%.3f s, token p50 %.3f s p99 %.3f s, %.0f bytes/token, %.1f rounds/token\n",
+                      link.c_str(), row["max_batch"].get<int>(), row["clients"].get<int>(), row["tokens_per_s"].get<double>(),
+                      row["throughput_vs_1_client"].get<double>(), row["mean_batch"].get<double>(), row["ttft_p50_s"].get<double>(),
                       row["token_p50_s"].get<double>(), row["token_p99_s"].get<double>(),
                       row["bytes_per_token_max_server"].get<double>(), row["rounds_per_decoded_token"].get<double>());
         }

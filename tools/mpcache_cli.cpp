@@ -185,9 +185,9 @@ CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const s
   cmd->add_option("--timeout-ms", o.timeout_ms, "connect timeout, and the longest a server may keep this client waiting")
       ->capture_default_str()->check(CLI::Range(100, 3600000));
   cmd->add_option("--json", o.json, "write the result as one JSON object (tokens, text, latencies)");
-  cmd->add_option("--fault", o.fault, "tests of the servers: garbage (a short prompt share for server 1) or vanish "
-                                      "(leave after the first token)")
-      ->check(CLI::IsMember({"garbage", "vanish"}));
+  cmd->add_option("--fault", o.fault, "tests of the servers: garbage (a short prompt share for server 1), vanish "
+                                      "(leave after the first token) or stall (never send the prompt)")
+      ->check(CLI::IsMember({"garbage", "vanish", "stall"}));
   return cmd;
 }
 

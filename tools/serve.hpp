@@ -23,7 +23,7 @@ struct ClientCliOptions {
   bool ids = false;        // print token ids, one line each, instead of text
   int timeout_ms = 60000;  // connect, and the longest a server may keep this client waiting
   std::string json;        // one JSON object: tokens, text, latencies
-  std::string fault;       // tests: garbage | vanish (jobs::ClientJob::fault)
+  std::string fault;       // tests: garbage | vanish | stall (jobs::ClientJob::fault)
 };
 
 int run_client(const ClientCliOptions& options);

@@ -96,7 +96,7 @@ class Decoder {
     length_ = 0;
     cache_.assign(c_.num_layers, {});
     policy.reset(c_.num_layers, c_.num_kv_heads);
-    auto h = co_await embed(p, one_hot);
+    auto h = co_await embed(p, one_hot, consecutive(0, count));
     // The policy's look at layer l's prefill attention (static eviction,
     // summaries) needs nothing from layer l + 1: it runs concurrently with
     // layer l + 1 (and the last one with the LM head). Layer l's policy work
@@ -169,15 +169,38 @@ class Decoder {
   template <class Pol>
     requires kv::Policy<Pol, P>
   Task<Share> decode_one_hot(P& p, Pol& policy, const Share& one_hot) {
-    check_decode();
-    check_one_hot(one_hot);
-    if (P::shape(one_hot)[0] != 1)
-      throw Error(ErrorCode::invalid_argument, "decode of " + std::to_string(P::shape(one_hot)[0]) + " tokens at once");
-    auto h = co_await embed(p, one_hot);
-    for (std::size_t l = 0; l < c_.num_layers; ++l)
-      h = co_await attention_block(p, policy, l, h, 1, /*decode=*/true);  // and the MLP
-    ++length_;
-    co_return co_await head(p, h);
+    std::vector<BatchSlot<Pol>> one{{this, &policy, one_hot}};
+    co_return co_await decode_batch(p, std::move(one));
+  }
+
+  // One sequence of a batched decode step: its decoder (cache, position),
+  // its policy, and its token as a secret one-hot row (1, vocab).
+  template <class Pol>
+  struct BatchSlot {
+    Decoder* decoder = nullptr;
+    Pol* policy = nullptr;
+    Share one_hot;
+  };
+
+  // One decode step of several sequences at once (continuous batching).
+  // Their rows stack into one (B, d) activation: each weight matrix is read
+  // once per step, and the norms, projections, MLP and LM head of all B run
+  // in the same rounds. Attention runs per sequence, over its own cache and
+  // policy, all concurrently. Returns the logits (B, vocab), row i for slot
+  // i. The decoders must share one set of weights; a sequence may join or
+  // leave between any two steps. A batch of one is decode_one_hot: the same
+  // streams, rounds and bytes as a decode always had.
+  template <class Pol>
+    requires kv::Policy<Pol, P>
+  static Task<Share> decode_batch(P& p, std::vector<BatchSlot<Pol>> slots) {
+    check_batch(slots);
+    Decoder& lead = *slots.front().decoder;
+    Share hot = slots.front().one_hot;
+    for (std::size_t i = 1; i < slots.size(); ++i) hot = ops::stack_rows<P>(hot, slots[i].one_hot);
+    auto h = co_await lead.embed(p, hot, batch_positions(slots));
+    for (std::size_t l = 0; l < lead.c_.num_layers; ++l) h = co_await decode_layer(p, slots, l, h);
+    for (auto& slot : slots) ++slot.decoder->length_;
+    co_return co_await lead.head(p, h);
   }
 
  private:
@@ -198,6 +221,40 @@ class Decoder {
     if (s.size() != 2 || s[1] != c_.vocab_size)
       throw Error(ErrorCode::invalid_argument, "one-hot tokens of shape " + shape_string(s) +
                                                    ", expected (tokens, " + std::to_string(c_.vocab_size) + ")");
+  }
+
+  template <class Pol>
+  static void check_batch(const std::vector<BatchSlot<Pol>>& slots) {
+    if (slots.empty()) throw Error(ErrorCode::invalid_argument, "a decode batch of no sequences");
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const auto& slot = slots[i];
+      const std::string which = "decode batch: slot " + std::to_string(i);
+      if (!slot.decoder || !slot.policy) throw Error(ErrorCode::invalid_argument, which + " has no decoder or no policy");
+      if (&slot.decoder->w_ != &slots.front().decoder->w_)
+        throw Error(ErrorCode::invalid_argument, which + " runs other weights than slot 0");
+      for (std::size_t j = 0; j < i; ++j)
+        if (slots[j].decoder == slot.decoder || slots[j].policy == slot.policy)
+          throw Error(ErrorCode::invalid_argument, which + " repeats slot " + std::to_string(j) +
+                                                       "'s sequence (its decoder or policy)");
+      slot.decoder->check_decode();
+      slot.decoder->check_one_hot(slot.one_hot);
+      if (P::shape(slot.one_hot)[0] != 1)
+        throw Error(ErrorCode::invalid_argument,
+                    "decode of " + std::to_string(P::shape(slot.one_hot)[0]) + " tokens at once");
+    }
+  }
+
+  template <class Pol>
+  static std::vector<std::size_t> batch_positions(const std::vector<BatchSlot<Pol>>& slots) {
+    std::vector<std::size_t> positions;
+    for (const auto& slot : slots) positions.push_back(slot.decoder->length_);
+    return positions;
+  }
+
+  static std::vector<std::size_t> consecutive(std::size_t first, std::size_t count) {
+    std::vector<std::size_t> positions(count);
+    std::iota(positions.begin(), positions.end(), first);
+    return positions;
   }
 
   // The owner's token ids as a secret one-hot matrix (count, vocab).
@@ -224,25 +281,36 @@ class Decoder {
     co_return co_await p.input(owner, std::move(hot), {count, v});  // integer 0/1
   }
 
-  // Token embeddings (and learned positions) of one-hot rows.
-  Task<Share> embed(P& p, const Share& one_hot) {
+  // Token embeddings (and learned positions) of one-hot rows, row t at
+  // position positions[t].
+  Task<Share> embed(P& p, const Share& one_hot, const std::vector<std::size_t>& positions) {
     auto scope = cost_scope(p, CostTag::linear);
-    const std::size_t count = P::shape(one_hot)[0];
     auto h = co_await p.matmul(one_hot, w_.embed);
-    if (w_.positions) h = p.add(h, weight_rows(p, *w_.positions, length_, length_ + count));  // learned positions
+    if (w_.positions) h = p.add(h, position_rows(p, positions));  // learned positions
     co_return h;
   }
 
-  // Public cos/sin tables for positions [first, first + count), tiled over
-  // `heads` heads: (count, heads * d); sin carries rotate_half's sign.
-  std::pair<xt::xarray<double>, xt::xarray<double>> rope_tables(std::size_t first, std::size_t count,
+  // Rows of the learned position table: one slice when they run in order.
+  Share position_rows(const P& p, const std::vector<std::size_t>& positions) const {
+    const std::size_t first = positions.front();
+    if (positions == consecutive(first, positions.size()))
+      return weight_rows(p, *w_.positions, first, first + positions.size());
+    Share rows = weight_rows(p, *w_.positions, first, first + 1);
+    for (std::size_t t = 1; t < positions.size(); ++t)
+      rows = ops::stack_rows<P>(rows, weight_rows(p, *w_.positions, positions[t], positions[t] + 1));
+    return rows;
+  }
+
+  // Public cos/sin tables for rows at `positions`, tiled over `heads`
+  // heads: (rows, heads * d); sin carries rotate_half's sign.
+  std::pair<xt::xarray<double>, xt::xarray<double>> rope_tables(const std::vector<std::size_t>& positions,
                                                                 std::size_t heads) const {
-    const std::size_t d = c_.head_dim, half = d / 2;
+    const std::size_t d = c_.head_dim, half = d / 2, count = positions.size();
     const std::vector<double> inv = c_.rope_inv_freq();  // rope_theta and rope_scaling
     xt::xarray<double> cs = xt::zeros<double>({count, heads * d}), sn = cs;
     for (std::size_t t = 0; t < count; ++t)
       for (std::size_t i = 0; i < half; ++i) {
-        const double ang = double(first + t) * inv[i];
+        const double ang = double(positions[t]) * inv[i];
         for (std::size_t hh = 0; hh < heads; ++hh) {
           cs(t, hh * d + i) = cs(t, hh * d + i + half) = std::cos(ang);
           sn(t, hh * d + i) = -std::sin(ang);  // rotate_half: first half takes -x2
@@ -252,11 +320,12 @@ class Decoder {
     return {cs, sn};
   }
 
-  // x (count, heads * d) -> x*cos + rotate_half(x)*sin, one truncation.
-  Task<Share> rope(P& p, const Share& x, std::size_t first, std::size_t heads) {
+  // x (rows, heads * d), row t at positions[t] -> x*cos + rotate_half(x)*sin,
+  // one truncation.
+  Task<Share> rope(P& p, const Share& x, const std::vector<std::size_t>& positions, std::size_t heads) {
     auto scope = cost_scope(p, CostTag::linear);
-    const std::size_t d = c_.head_dim, half = d / 2, count = P::shape(x)[0];
-    auto [cs, sn] = rope_tables(first, count, heads);
+    const std::size_t d = c_.head_dim, half = d / 2;
+    auto [cs, sn] = rope_tables(positions, heads);
     std::vector<std::size_t> swap(heads * d);
     for (std::size_t hh = 0; hh < heads; ++hh)
       for (std::size_t i = 0; i < d; ++i) swap[hh * d + i] = hh * d + (i < half ? i + half : i - half);
@@ -311,7 +380,7 @@ class Decoder {
   template <class Pol>
   Task<Share> prefill_layer(P& p, Pol& policy, std::size_t layer, const Share& h_in, std::size_t count,
                             std::vector<Share>& probs) {
-    auto h = co_await attention_block(p, policy, layer, h_in, count, /*decode=*/false, &probs);
+    auto h = co_await attention_block(p, policy, layer, h_in, count, &probs);
     co_return co_await mlp_block(p, layer, h);
   }
 
@@ -357,41 +426,47 @@ class Decoder {
     {
       auto scope = cost_scope(p, CostTag::similarity);
       queries = query_groups(co_await rope(p, co_await p.matmul_trunc(h_in, *layer_weights(layer).wq_ranking),
-                                           position, c_.num_heads));
+                                           {position}, c_.num_heads));
     }
     auto scope = cost_scope(p, CostTag::gather);  // as select(): policies tag their own scores and top-k
     const kv::RankView<P> view{layer, position, c_.num_heads / c_.num_kv_heads, &queries};
     co_await kv::OptionalMembers<P>::rank(policy, p, view);
   }
 
-  // A layer's attention: the prefill's over the prompt (then the caller runs
-  // the MLP), or a decode step's over the policy's selection, which runs the
-  // MLP too (decode_layer), so that the next layer's prefetch overlaps both.
+  // A prefill layer's attention over the prompt (the caller runs the MLP).
   template <class Pol>
   Task<Share> attention_block(P& p, Pol& policy, std::size_t layer, const Share& h_in,
-                              std::size_t count, bool decode, std::vector<Share>* prefill_probs = nullptr) {
-    auto [qr, kr, v] = co_await project_rotated(p, policy, layer, h_in, decode);
-    keep_rows(policy, layer, kr, v, decode);
-    if (decode) co_return co_await decode_layer(p, policy, layer, h_in, qr);
+                              std::size_t count, std::vector<Share>* prefill_probs) {
+    auto [qr, kr, v] = co_await project_rotated(p, layer, h_in, consecutive(length_, count));
+    keep_rows(policy, layer, kr, v, /*decode=*/false);
     const auto& lw = layer_weights(layer);
     auto outputs = co_await prefill_attention(p, layer, qr, count, *prefill_probs);
     co_return p.add(h_in, co_await affine(p, join_heads(outputs), lw.wo, lw.bo));
   }
 
-  // The norm and the q, k, v projections (the policy may rank meanwhile),
-  // then RoPE on q and k: (q, k, v) at positions length_...
-  template <class Pol>
-  Task<std::array<Share, 3>> project_rotated(P& p, Pol& policy, std::size_t layer, const Share& h_in, bool decode) {
+  // A policy's early ranking (rank_early) for one sequence of a decode step,
+  // to run while the norm does.
+  using Ranker = std::function<Task<void>(P&)>;
+
+  // The norm and the q, k, v projections of h_in's rows (`rankers` run
+  // meanwhile), then RoPE on q and k: (q, k, v), row t at positions[t].
+  Task<std::array<Share, 3>> project_rotated(P& p, std::size_t layer, const Share& h_in,
+                                             const std::vector<std::size_t>& positions,
+                                             const std::vector<Ranker>& rankers = {}) {
     const auto& lw = layer_weights(layer);
-    const std::size_t first = length_;
     auto project = [&](P& pn) {
       return norm_affine(pn, h_in, lw.input_norm, lw.input_norm_bias,
                          {{&lw.wq, &lw.bq}, {&lw.wk, &lw.bk}, {&lw.wv, &lw.bv}});
     };
     std::vector<Share> qkv;
-    if (decode && ranks_early(policy, layer)) {  // the policy ranks while the norm runs
-      P pn = p.fork(), pe = p.fork();
-      auto [projected, none] = co_await when_all(project(pn), rank_early(pe, policy, layer, h_in, first));
+    if (!rankers.empty()) {  // the policies rank while the norm runs
+      P pn = p.fork();
+      std::vector<P> forks;
+      forks.reserve(rankers.size());
+      for (std::size_t i = 0; i < rankers.size(); ++i) forks.push_back(p.fork());
+      std::vector<Task<void>> ranking;
+      for (std::size_t i = 0; i < rankers.size(); ++i) ranking.push_back(rankers[i](forks[i]));
+      auto [projected, none] = co_await when_all(project(pn), when_all(std::move(ranking)));
       (void)none;
       qkv = std::move(projected);
     } else {
@@ -399,7 +474,8 @@ class Decoder {
     }
     if (gpt2()) co_return std::array<Share, 3>{qkv[0], qkv[1], qkv[2]};  // learned positions, no RoPE
     P pq = p.fork(), pk = p.fork();
-    auto [qr, kr] = co_await when_all(rope(pq, qkv[0], first, c_.num_heads), rope(pk, qkv[1], first, c_.num_kv_heads));
+    auto [qr, kr] =
+        co_await when_all(rope(pq, qkv[0], positions, c_.num_heads), rope(pk, qkv[1], positions, c_.num_kv_heads));
     co_return std::array<Share, 3>{std::move(qr), std::move(kr), qkv[2]};
   }
 
@@ -452,61 +528,128 @@ class Decoder {
     co_return outputs;
   }
 
-  // A decode step's layer: the policy's selection, attention over it, the
-  // policy's look at the weights, the output projection and the MLP; the
-  // next layer's prefetch (index sharing) runs alongside.
+  // Runs `body(p_i, i)` for each sequence i of a batch concurrently, each on
+  // a fork of p; a batch of one runs on p itself, as a decode always did.
+  template <class T>
+  using Results = std::vector<std::conditional_t<std::is_void_v<T>, std::monostate, T>>;  // as when_all's
+  template <class T, class Body>
+  static Task<Results<T>> per_sequence(P& p, std::size_t count, Body body) {
+    if (count == 1) {
+      Results<T> one;
+      if constexpr (std::is_void_v<T>) {
+        co_await body(p, 0);
+        one.emplace_back();
+      } else {
+        one.push_back(co_await body(p, 0));
+      }
+      co_return one;
+    }
+    std::vector<P> forks;
+    forks.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) forks.push_back(p.fork());
+    std::vector<Task<T>> tasks;
+    for (std::size_t i = 0; i < count; ++i) tasks.push_back(body(forks[i], i));
+    co_return co_await when_all(std::move(tasks));
+  }
+
+  // A decode step's layer for every sequence of a batch: the stacked rows'
+  // norm and projections (policies that can rank meanwhile), then per
+  // sequence its policy's selection, attention over it and the policy's look
+  // at the weights; then the stacked output projection and MLP. The next
+  // layer's prefetch (index sharing) runs alongside all but the selection.
   template <class Pol>
-  Task<Share> decode_layer(P& p, Pol& policy, std::size_t layer, const Share& h_in, const Share& qr) {
-    const auto& lw = layer_weights(layer);
-    const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh, first = length_;
-    auto& layer_cache = cache_[layer];
-    std::vector<Share> queries = query_groups(qr);
-    kv::StepView<P> view{layer, first, g, &queries, &layer_cache};
+  static Task<Share> decode_layer(P& p, std::vector<BatchSlot<Pol>>& slots, std::size_t layer, const Share& h_in) {
+    Decoder& lead = *slots.front().decoder;
+    const auto& lw = lead.layer_weights(layer);
+    const std::size_t batch = slots.size(), g = lead.c_.num_heads / lead.c_.num_kv_heads;
+    const std::vector<std::size_t> positions = batch_positions(slots);
+    auto row = [&](const Share& x, std::size_t i) { return batch == 1 ? x : ops::rows<P>(x, i, i + 1); };
+
+    std::vector<Share> h_rows(batch);  // alive while the rankers run
+    std::vector<Ranker> rankers;
+    for (std::size_t i = 0; i < batch; ++i) {
+      Decoder& d = *slots[i].decoder;
+      if (!d.ranks_early(*slots[i].policy, layer)) continue;
+      h_rows[i] = row(h_in, i);
+      rankers.push_back([&d, &slot = slots[i], &h = h_rows[i], layer](P& pe) {
+        return d.rank_early(pe, *slot.policy, layer, h, d.length_);
+      });
+    }
+    auto [qr, kr, v] = co_await lead.project_rotated(p, layer, h_in, positions, rankers);
+
+    std::vector<std::vector<Share>> queries(batch);
+    std::vector<kv::StepView<P>> views;
+    views.reserve(batch);
+    for (std::size_t i = 0; i < batch; ++i) {
+      Decoder& d = *slots[i].decoder;
+      d.keep_rows(*slots[i].policy, layer, row(kr, i), row(v, i), /*decode=*/true);
+      queries[i] = d.query_groups(row(qr, i));
+      views.push_back(kv::StepView<P>{layer, d.length_, g, &queries[i], &d.cache_[layer]});
+    }
     // Policies tag their own summaries, scores and top-k; the rest of a
     // selection (copying or gathering rows) counts as gathering.
-    kv::Selection<P> sel;
+    std::vector<kv::Selection<P>> selections;
     {
       auto scope = cost_scope(p, CostTag::gather);
-      sel = co_await policy.select(p, view);
+      selections = co_await per_sequence<kv::Selection<P>>(
+          p, batch, [&](P& ps, std::size_t i) { return slots[i].policy->select(ps, views[i]); });
     }
-    if (sel.keys.size() != kvh || sel.values.size() != kvh)
-      throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) +
-                                                   " returned a selection for the wrong number of heads");
     auto rest = [&](P& px) -> Task<Share> {
-      std::vector<Share> probs(kvh), outputs(c_.num_heads);
-      std::vector<P> forks;
-      forks.reserve(kvh);
-      for (std::size_t j = 0; j < kvh; ++j) forks.push_back(px.fork());
-      std::vector<Task<Share>> tasks;
-      for (std::size_t j = 0; j < kvh; ++j)
-        tasks.push_back(decode_head(forks[j], queries[j], sel.keys[j], sel.values[j], probs[j]));
-      auto outs = co_await when_all(std::move(tasks));  // (g, d) each
-      for (std::size_t j = 0; j < kvh; ++j)
-        for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = ops::rows<P>(outs[j], hh, hh + 1);
-      {
-        auto scope = cost_scope(px, CostTag::summary);  // policy bookkeeping (H2O's scores, ...)
-        co_await policy.observe(px, view, probs);
-      }
-      if (probe_)
-        for (std::size_t j = 0; j < kvh; ++j) {
-          auto scores = co_await px.matmul_trunc(queries[j], ops::transpose<P>(layer_cache[j].keys));
-          auto full = co_await ops::softmax_last(px, scores);
-          probe_(layer, j, queries[j], full, sel.positions.at(j));
-        }
-      auto after = px.add(h_in, co_await affine(px, join_heads(outputs), lw.wo, lw.bo));
-      co_return co_await mlp_block(px, layer, after);
+      auto attended = co_await per_sequence<Share>(px, batch, [&](P& pa, std::size_t i) {
+        return slots[i].decoder->attend(pa, *slots[i].policy, views[i], selections[i]);
+      });
+      Share joined = attended[0];
+      for (std::size_t i = 1; i < batch; ++i) joined = ops::stack_rows<P>(joined, attended[i]);
+      auto after = px.add(h_in, co_await lead.affine(px, joined, lw.wo, lw.bo));
+      co_return co_await lead.mlp_block(px, layer, after);
     };
     if constexpr (kv::Prefetching<Pol, P>) {
       // The next layer's selection may need only this step's indices
       // (index sharing): let it gather while this layer finishes.
       P pr = p.fork(), pf = p.fork();
       auto prefetch_scope = cost_scope(pf, CostTag::gather);
-      auto [out, none] = co_await when_all(rest(pr), policy.prefetch(pf, layer + 1, first));
+      auto prefetch = per_sequence<void>(
+          pf, batch, [&](P& pq, std::size_t i) { return slots[i].policy->prefetch(pq, layer + 1, positions[i]); });
+      auto [out, none] = co_await when_all(rest(pr), std::move(prefetch));
       (void)none;
       co_return out;
     } else {
       co_return co_await rest(p);
     }
+  }
+
+  // One sequence's attention in a decode step, over its policy's selection:
+  // each KV head's query group, then the policy's look at the weights.
+  // Returns the heads' outputs side by side (1, heads * d).
+  template <class Pol>
+  Task<Share> attend(P& p, Pol& policy, const kv::StepView<P>& view, const kv::Selection<P>& sel) {
+    const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh, layer = view.layer;
+    if (sel.keys.size() != kvh || sel.values.size() != kvh)
+      throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) +
+                                                   " returned a selection for the wrong number of heads");
+    const std::vector<Share>& queries = *view.queries;
+    std::vector<Share> probs(kvh), outputs(c_.num_heads);
+    std::vector<P> forks;
+    forks.reserve(kvh);
+    for (std::size_t j = 0; j < kvh; ++j) forks.push_back(p.fork());
+    std::vector<Task<Share>> tasks;
+    for (std::size_t j = 0; j < kvh; ++j)
+      tasks.push_back(decode_head(forks[j], queries[j], sel.keys[j], sel.values[j], probs[j]));
+    auto outs = co_await when_all(std::move(tasks));  // (g, d) each
+    for (std::size_t j = 0; j < kvh; ++j)
+      for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = ops::rows<P>(outs[j], hh, hh + 1);
+    {
+      auto scope = cost_scope(p, CostTag::summary);  // policy bookkeeping (H2O's scores, ...)
+      co_await policy.observe(p, view, probs);
+    }
+    if (probe_)
+      for (std::size_t j = 0; j < kvh; ++j) {
+        const auto& layer_cache = cache_[layer];
+        auto scores = co_await p.matmul_trunc(queries[j], ops::transpose<P>(layer_cache[j].keys));
+        auto full = co_await ops::softmax_last(p, scores);
+        probe_(layer, j, queries[j], full, sel.positions.at(j));
+      }
+    co_return join_heads(outputs);
   }
 
   // Per-head outputs (count, d) side by side: (count, heads * d).
@@ -596,7 +739,9 @@ namespace mpcache {
   extern template Task<B::Share> Decoder<B>::prefill_one_hot<kv::AnyPolicy<B>>(                              \
       B&, kv::AnyPolicy<B>&, const B::Share&, std::function<void(std::size_t)>);                             \
   extern template Task<B::Share> Decoder<B>::decode_one_hot<kv::AnyPolicy<B>>(B&, kv::AnyPolicy<B>&,          \
-                                                                              const B::Share&);
+                                                                              const B::Share&);             \
+  extern template Task<B::Share> Decoder<B>::decode_batch<kv::AnyPolicy<B>>(                                 \
+      B&, std::vector<Decoder<B>::BatchSlot<kv::AnyPolicy<B>>>);
 MPCACHE_FOR_EACH_BACKEND(MPCACHE_EXTERN_DECODER)
 #undef MPCACHE_EXTERN_DECODER
 }  // namespace mpcache

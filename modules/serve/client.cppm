@@ -19,8 +19,9 @@ struct ClientRequest {
   std::vector<std::uint32_t> stop_tokens;  // e.g. the tokenizer's EOS
   // Tests of the servers' fault isolation only: misbehave on purpose.
   // garbage_share: server 1's prompt share is cut short; vanish: the client
-  // leaves once it has its first token (request() throws Error(cancelled)).
-  enum class Fault { none, garbage_share, vanish } fault = Fault::none;
+  // leaves once it has its first token (request() throws Error(cancelled));
+  // stall: it never sends its prompt, yet stays to read the replies.
+  enum class Fault { none, garbage_share, vanish, stall } fault = Fault::none;
 };
 
 enum class ClientEnd { budget, eos };

@@ -12,6 +12,11 @@
 // Leader (server 0) -> servers 1 and 2, on the mesh (announce_stream):
 //   Announcement: the session number it gave a client's request (by nonce)
 //   and the request's bytes, or a refusal and why.
+// Batched decoding (continuous batching, ServeOptions::max_batch > 1):
+//   servers 1, 2 -> leader (batch_ready_stream)  BatchReady: a session
+//       finished its prefill here and joins the decode batches (or failed)
+//   leader -> servers 1, 2 (batch_stream)        BatchStep: the sessions of
+//       the next batched decode step, and the sessions that leave (why)
 export module mpcache.serve:messages;
 import mpcache.std;
 import mpcache.core;
@@ -27,6 +32,8 @@ inline constexpr StreamId goodbye_stream = 0x0000'6279'6521'2121ull;  // "bye!!!
 // Mesh streams of the service (scope 0).
 inline constexpr StreamId announce_stream = 0x0000'616E'6E6F'756Eull;  // "announ"
 inline constexpr StreamId heartbeat_stream = 0x0000'6265'6174'2121ull;  // "beat!!"
+inline constexpr StreamId batch_stream = 0x0000'6261'7463'6821ull;        // "batch!"
+inline constexpr StreamId batch_ready_stream = 0x0000'6A6F'696E'6564ull;  // "joined"
 
 using Nonce = std::array<std::uint64_t, 2>;
 
@@ -67,6 +74,26 @@ struct Announcement {
 
   std::vector<std::byte> encode() const;
   static Announcement decode(std::span<const std::byte> bytes);
+};
+
+// A follower's word on one session's prefill: it joins the batches, or failed (why).
+struct BatchReady {
+  std::uint64_t session = 0;
+  bool joined = false;
+  std::string why;  // failed: the reason
+
+  std::vector<std::byte> encode() const;
+  static BatchReady decode(std::span<const std::byte> bytes);
+};
+
+// The leader's plan for one batched decode step: which sessions step, in
+// which order (their rows' order), and which leave the batches first.
+struct BatchStep {
+  std::vector<std::uint64_t> sessions;                           // may be empty: only departures
+  std::vector<std::pair<std::uint64_t, std::string>> departures;  // session, why
+
+  std::vector<std::byte> encode() const;
+  static BatchStep decode(std::span<const std::byte> bytes);
 };
 
 std::string nonce_text(const Nonce& nonce);

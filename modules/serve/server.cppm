@@ -21,6 +21,15 @@
 // to the servers alongside the next step), so generation ends where it
 // would with the client in the loop, and the servers learn only what they
 // learned then: after which step it ended.
+//
+// Continuous batching (max_batch > 1). Once a session's prefill is done at
+// all three servers, its decode steps join the batch: the leader plans each
+// step (which sessions, in which row order, who leaves) and tells servers 1
+// and 2; the step then runs for all its sessions at once
+// (Decoder::decode_batch: the stacked rows meet each weight matrix once,
+// their norms, MLPs and argmax share rounds; attention runs per session).
+// A session joins or leaves between any two steps; one whose client went
+// away leaves at the next step and the others go on.
 export module mpcache.serve:server;
 import mpcache.std;
 import mpcache.core;
@@ -41,6 +50,10 @@ struct ServeOptions {
   // shapes: keys and values of every layer, two components of 8 bytes).
   std::uint64_t kv_bytes_limit = std::uint64_t{4} << 30;
   std::size_t max_new_tokens = 1024;
+  // Sessions in their decode phase step together, at most this many per
+  // step (continuous batching); 1: each session decodes on its own, its
+  // rounds interleaved with the others' (no batching).
+  std::size_t max_batch = 8;
   UnusedTensors unused_weights = UnusedTensors::reject;
   Rss3Options rss3;
   // A request must reach all three servers within this; then it is refused.
@@ -61,6 +74,9 @@ struct ServeStats {
   double setup_seconds = 0;   // keys and weight sharing
   CostCounters setup_costs;   // this server's traffic for them (the weights cross once per start)
   std::uint64_t sessions_done = 0, sessions_failed = 0, refused = 0;
+  // Batched decoding: steps run, and rows in them (one per session per
+  // step); rows / steps is the mean batch.
+  std::uint64_t batched_steps = 0, batched_rows = 0;
 };
 
 class Server {

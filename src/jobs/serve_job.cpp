@@ -71,6 +71,9 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
   cmd.add_option("--clients", o.clients, "the admitted clients: a NAME.pub file or a folder of them (mpcache keygen --client)")
       ->required();
   cmd.add_option("--max-sessions", o.max_sessions, "sessions running at once")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd.add_option("--max-batch", o.max_batch,
+                 "sessions in their decode phase step together, at most this many per step; 1: each on its own")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
   cmd.add_option("--max-queued", o.max_queued, "requests waiting beyond those; more are refused \"busy\"")
       ->capture_default_str()->check(CLI::Range(0, 1 << 16));
   cmd.add_option("--kv-limit-mb", o.kv_limit_mb, "KV-cache memory of the running sessions, per server")
@@ -119,6 +122,7 @@ int run_server(const ServeJob& o) {
   serve::ServeOptions so;
   so.model_dir = o.model_dir;
   so.max_sessions = o.max_sessions;
+  so.max_batch = o.max_batch;
   so.max_queued = o.max_queued;
   so.kv_bytes_limit = std::uint64_t(o.kv_limit_mb) << 20;
   so.max_new_tokens = o.max_new_tokens;
@@ -159,6 +163,8 @@ int run_server(const ServeJob& o) {
     report["sessions_done"] = stats.sessions_done;
     report["sessions_failed"] = stats.sessions_failed;
     report["refused"] = stats.refused;
+    report["batched_steps"] = stats.batched_steps;
+    report["batched_rows"] = stats.batched_rows;
   } catch (const std::exception& e) {
     log_line("server " + std::to_string(id) + " stopped: " + e.what());
     report["error"] = e.what();
@@ -197,7 +203,8 @@ ClientReport run_client_job(const ClientJob& o, const std::function<void(std::ui
   req.stop_tokens = o.stop_tokens;
   if (o.fault == "garbage") req.fault = serve::ClientRequest::Fault::garbage_share;
   else if (o.fault == "vanish") req.fault = serve::ClientRequest::Fault::vanish;
-  else if (!o.fault.empty()) throw Error(ErrorCode::invalid_argument, "--fault '" + o.fault + "': garbage or vanish");
+  else if (o.fault == "stall") req.fault = serve::ClientRequest::Fault::stall;
+  else if (!o.fault.empty()) throw Error(ErrorCode::invalid_argument, "--fault '" + o.fault + "': garbage, vanish or stall");
   const auto r = serve::run_client(co, req, on_token);
   return {r.session, r.tokens, r.end == serve::ClientEnd::eos, r.seconds_to_accept, r.seconds_to_first_token,
           r.token_seconds};
@@ -227,7 +234,7 @@ int client_main(int argc, char** argv) {
   app.add_option("--policy", job.policy, "KV-cache policy");
   app.add_option("--timeout-ms", job.timeout_ms, "connect and silence deadline");
   app.add_option("--json", out, "write the report here");
-  app.add_option("--fault", job.fault, "tests: garbage (a short prompt share for server 1) or vanish (leave after a token)");
+  app.add_option("--fault", job.fault, "tests: garbage (a short prompt share for server 1), vanish (leave after a token) or stall (never send the prompt)");
   CLI11_PARSE(app, argc, argv);
   try {
     for (unsigned char c : prompt) job.prompt.push_back(c);

@@ -23,6 +23,7 @@ struct ServeJob {
   std::string model_dir;  // config.json (all), model.safetensors (the owner)
   std::string clients;    // a client's .pub file or a folder of them: the clients admitted
   std::size_t max_sessions = 4;
+  std::size_t max_batch = 8;  // sessions per batched decode step; 1: no batching
   std::size_t max_queued = 16;
   std::size_t kv_limit_mb = 4096;
   std::size_t max_new_tokens = 1024;
@@ -51,7 +52,7 @@ struct ClientJob {
   std::size_t budget = 0;
   std::vector<std::uint32_t> stop_tokens;
   int timeout_ms = 60000;
-  std::string fault;  // tests: "garbage" (a short prompt share for server 1) or "vanish" (leave after a token)
+  std::string fault;  // tests: "garbage" (a short prompt share for server 1), "vanish" (leave after a token), "stall" (no prompt)
 };
 
 struct ClientReport {

@@ -73,7 +73,8 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
   for (std::size_t i = 0; i < req.prompt.size(); ++i) hot(i, req.prompt[i]) = 1;
   auto parts = client_shares::split(hot);
   if (req.fault == ClientRequest::Fault::garbage_share) parts[1].resize(parts[1].size() / 2);
-  for (PartyId s = 0; s < 3; ++s) endpoint.send(s, prompt_stream, parts[s]);
+  if (req.fault != ClientRequest::Fault::stall)
+    for (PartyId s = 0; s < 3; ++s) endpoint.send(s, prompt_stream, parts[s]);
 
   auto last = Clock::now();
   for (;;) {

@@ -148,6 +148,52 @@ Announcement Announcement::decode(std::span<const std::byte> bytes) {
   return a;
 }
 
+std::vector<std::byte> BatchReady::encode() const {
+  Writer w;
+  w.u64(session);
+  w.u8(joined ? 1 : 0);
+  w.text(why);
+  return std::move(w.out);
+}
+
+BatchReady BatchReady::decode(std::span<const std::byte> bytes) {
+  Reader r{bytes, 0, "a server's batch readiness"};
+  BatchReady b;
+  b.session = r.u64();
+  b.joined = r.u8() == 1;
+  b.why = r.text(max_why);
+  r.end();
+  return b;
+}
+
+std::vector<std::byte> BatchStep::encode() const {
+  Writer w;
+  w.u64(sessions.size());
+  for (auto s : sessions) w.u64(s);
+  w.u64(departures.size());
+  for (const auto& [s, why] : departures) {
+    w.u64(s);
+    w.text(why);
+  }
+  return std::move(w.out);
+}
+
+BatchStep BatchStep::decode(std::span<const std::byte> bytes) {
+  Reader r{bytes, 0, "leader's batch step"};
+  BatchStep b;
+  const std::uint64_t n = r.u64();
+  if (n > bytes.size() / 8) r.fail(std::to_string(n) + " sessions do not fit");
+  for (std::uint64_t i = 0; i < n; ++i) b.sessions.push_back(r.u64());
+  const std::uint64_t m = r.u64();
+  if (m > bytes.size() / 8) r.fail(std::to_string(m) + " departures do not fit");
+  for (std::uint64_t i = 0; i < m; ++i) {
+    const std::uint64_t s = r.u64();
+    b.departures.emplace_back(s, r.text(max_why));
+  }
+  r.end();
+  return b;
+}
+
 std::string nonce_text(const Nonce& nonce) {
   char text[33];
   std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(nonce[0]),

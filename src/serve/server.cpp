@@ -51,6 +51,20 @@ struct Request {
   std::vector<std::byte> bytes;  // as received
 };
 
+// A session in its decode phase at this server, as the batched steps run it.
+struct Sequence {
+  std::uint64_t session = 0;
+  std::shared_ptr<Request> request;
+  std::unique_ptr<Decoder<Rss3>> decoder;
+  std::unique_ptr<kv::AnyPolicy<Rss3>> policy;
+  Rss3Share row;                // its last chosen token (one-hot), the next step's input
+  bool stop_test_due = false;   // row's stop test is opened alongside the next step
+  std::size_t chosen = 0;       // tokens chosen so far
+  std::uint64_t last_step = 0;  // the batched step it last ran in (fair turns)
+  bool ended = false;
+  std::string failure;          // why it ended early; "" once done
+};
+
 struct Server::Impl {
   Scheduler& scheduler;
   Endpoint& mesh;
@@ -76,6 +90,12 @@ struct Server::Impl {
   std::map<Nonce, Announcement> waiting_for_client;              // others: announcements before their request
   std::map<std::uint64_t, ScopeId> running;                      // session -> scope
   std::vector<std::weak_ptr<ClientLink>> links;                   // every client link, to close them at the end
+  // Batched decoding (max_batch > 1).
+  std::map<std::uint64_t, std::shared_ptr<Sequence>> decoding;    // joined here, not yet ended
+  std::map<std::uint64_t, unsigned> followers_joined;             // leader: session -> servers 1, 2 that joined (bits)
+  std::vector<std::pair<std::uint64_t, std::string>> departing;   // leader: sessions to leave, told with the next step
+  std::map<std::uint64_t, std::string> left_early;                // others: left before they joined here
+  std::uint64_t steps_run = 0;
 
   Impl(Scheduler& s, Endpoint& m, TimerQueue& t, ServeOptions o)
       : scheduler(s), mesh(m), timers(t), options(std::move(o)),
@@ -271,23 +291,36 @@ struct Server::Impl {
     } catch (const Error& e) {
       why = e.what();
     }
-    if (running.contains(session) && !link->closed)
+    if (running.contains(session) && !link->closed) {
       mesh.cancel_scope(scope_of(session), "session " + std::to_string(session) + ": client " + link->name +
                                                " went away (" + why + ")");
+      changed.notify();  // a decoding session leaves the batches
+    }
   }
 
   Task<void> run_session(std::uint64_t session, std::shared_ptr<Request> r) {
     ClientLink& link = *r->link;
     std::size_t chosen = 0;
+    bool joined = false;
     std::string failure;
     const auto t0 = SteadyClock::now();
     try {
       send_accepted(link, session);
-      co_await generate_tokens(session, link, r->request, chosen);
+      co_await generate_tokens(session, r, chosen, joined);
     } catch (const Error& e) {
       failure = e.what();
     }
+    if (batching() && !joined && !failure.empty()) {  // servers that joined it must let it go
+      const std::string why = "session " + std::to_string(session) + " failed at server " + std::to_string(id()) + ": " + failure;
+      if (id() == leader) {
+        departing.emplace_back(session, why);
+        changed.notify();
+      } else {
+        mesh.send(leader, batch_ready_stream, BatchReady{session, false, failure}.encode());
+      }
+    }
     running.erase(session);
+    left_early.erase(session);
     if (failure.empty()) {
       ++stats.sessions_done;
       link.reply(Reply::number(ReplyKind::done, chosen));
@@ -316,37 +349,251 @@ struct Server::Impl {
   }
 
   // The session's MPC: the client's one-hot prompt, the prefill, then each
-  // chosen token's secret one-hot row into the next step.
-  Task<void> generate_tokens(std::uint64_t session, ClientLink& link, const ServeRequest& q, std::size_t& chosen) {
+  // chosen token's secret one-hot row into the next step: here, or in the
+  // batched steps (`joined` once it is there).
+  Task<void> generate_tokens(std::uint64_t session, std::shared_ptr<Request> r, std::size_t& chosen, bool& joined) {
+    ClientLink& link = *r->link;
+    const ServeRequest& q = r->request;
     Rss3 p = party->scoped_session(session);
     const std::size_t vocab = config.vocab_size;
     const auto prompt = co_await link.endpoint->recv(link.client_peer, prompt_stream);
     const Rss3Share hot = client_shares::assemble(id(), prompt, {q.prompt_length, vocab});
-    Decoder<Rss3> decoder(*weights);
-    auto policy = kv::make_policy<Rss3>(q.policy, q.budget == 0 ? kv::default_budget(q.policy) : q.budget);
+    auto seq = make_shared<Sequence>();
+    seq->session = session;
+    seq->request = r;
+    seq->decoder = std::make_unique<Decoder<Rss3>>(*weights);
+    seq->policy = std::make_unique<kv::AnyPolicy<Rss3>>(
+        kv::make_policy<Rss3>(q.policy, q.budget == 0 ? kv::default_budget(q.policy) : q.budget));
+    Decoder<Rss3>& decoder = *seq->decoder;
+    auto& policy = *seq->policy;
     auto logits = co_await decoder.prefill_one_hot(p, policy, hot);
+    if (batching()) {  // the first token here, the others in the batched steps
+      seq->row = co_await chosen_row(p, logits);
+      send_token(*seq);
+      chosen = seq->chosen;
+      if (q.new_tokens == 1) co_return;
+      seq->stop_test_due = !q.stop_tokens.empty();
+      joined = true;
+      co_await join_batches(seq);
+      chosen = seq->chosen;
+      if (!seq->failure.empty()) throw Error(ErrorCode::cancelled, seq->failure);
+      co_return;
+    }
     for (std::size_t step = 0; step < q.new_tokens; ++step) {
-      Rss3Share row = co_await chosen_row(p, logits);
-      link.reply(Reply{ReplyKind::token, client_shares::open_part(ops::one_hot_index<Rss3>(row))});
-      ++chosen;
-      if (options.on_step) options.on_step(id(), session, step, mesh.rounds(), mesh.costs().payload_bytes_sent());
+      seq->row = co_await chosen_row(p, logits);
+      send_token(*seq);
+      chosen = seq->chosen;
       if (step + 1 == q.new_tokens) break;
       if (q.stop_tokens.empty()) {
-        logits = co_await decoder.decode_one_hot(p, policy, row);
+        logits = co_await decoder.decode_one_hot(p, policy, seq->row);
         continue;
       }
       // Whether the token is a stop token, opened to the servers while the
-      // next step runs: the sum of its one-hot entries at the stop ids.
-      Rss3Share stop_hit = Rss3::apply(row, [&](const RingTensor& t) {
-        RingTensor s = ring_zeros({1, 1});
-        for (auto id : q.stop_tokens) s(0, 0) += t(0, id);
-        return s;
-      });
+      // next step runs.
       Rss3 pa = p.fork(), pb = p.fork();
-      auto [next_logits, hit] = co_await when_all(decoder.decode_one_hot(pa, policy, row), pb.reveal(stop_hit));
+      auto [next_logits, hit] =
+          co_await when_all(decoder.decode_one_hot(pa, policy, seq->row), pb.reveal(stop_test(*seq)));
       if (hit(0, 0) != 0) break;
       logits = std::move(next_logits);
     }
+  }
+
+  // The chosen token's index to the client (this server's part of it).
+  void send_token(Sequence& seq) {
+    seq.request->link->reply(Reply{ReplyKind::token, client_shares::open_part(ops::one_hot_index<Rss3>(seq.row))});
+    if (options.on_step)
+      options.on_step(id(), seq.session, seq.chosen, mesh.rounds(), mesh.costs().payload_bytes_sent());
+    ++seq.chosen;
+  }
+
+  // Whether the last chosen token is a stop token, still secret (1, 1): the
+  // sum of its one-hot entries at the stop ids.
+  static Rss3Share stop_test(const Sequence& seq) {
+    return Rss3::apply(seq.row, [&](const RingTensor& t) {
+      RingTensor s = ring_zeros({1, 1});
+      for (auto id : seq.request->request.stop_tokens) s(0, 0) += t(0, id);
+      return s;
+    });
+  }
+
+  // ---- batched decoding -----------------------------------------------------
+
+  bool batching() const { return options.max_batch > 1; }
+
+  // A session whose prefill is done here waits in the batches until it ends.
+  // Servers 1 and 2 tell the leader, which plans a session's steps only once
+  // all three have it.
+  Task<void> join_batches(std::shared_ptr<Sequence> seq) {
+    const std::uint64_t session = seq->session;
+    if (auto it = left_early.find(session); it != left_early.end()) {
+      seq->ended = true;
+      seq->failure = it->second;
+      left_early.erase(it);
+      co_return;
+    }
+    if (id() != leader) mesh.send(leader, batch_ready_stream, BatchReady{session, true, {}}.encode());
+    decoding[session] = seq;
+    changed.notify();
+    while (!seq->ended) co_await changed.wait();
+  }
+
+  // A session leaves the batches: now if it is in them, or when it comes.
+  void leave(std::uint64_t session, const std::string& why) {
+    if (auto it = decoding.find(session); it != decoding.end()) return end_sequence(*it->second, why);
+    if (running.contains(session)) left_early[session] = why;
+  }
+
+  void end_sequence(Sequence& seq, const std::string& failure) {
+    seq.ended = true;
+    seq.failure = failure;
+    decoding.erase(seq.session);
+    followers_joined.erase(seq.session);
+    changed.notify();
+  }
+
+  // Leader: the sessions all three servers have, least recently stepped
+  // first, at most max_batch.
+  std::vector<std::uint64_t> next_batch() const {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> order;  // (last step, session)
+    for (const auto& [session, seq] : decoding)
+      if (auto it = followers_joined.find(session); it != followers_joined.end() && it->second == 0b11)
+        order.emplace_back(seq->last_step, session);
+    std::sort(order.begin(), order.end());
+    std::vector<std::uint64_t> batch;
+    for (std::size_t i = 0; i < order.size() && i < options.max_batch; ++i) batch.push_back(order[i].second);
+    return batch;
+  }
+
+  Task<void> lead_batches() {
+    for (;;) {
+      while (!mesh.cancelled() && departing.empty() && next_batch().empty()) co_await changed.wait();
+      if (mesh.cancelled()) co_return;
+      for (const auto& [session, seq] : decoding)  // clients gone, sessions cut by a drain
+        if (auto why = mesh.scope_cancelled(scope_of(session)); !why.empty()) departing.emplace_back(session, why);
+      BatchStep step;
+      step.departures = std::exchange(departing, {});
+      for (const auto& [session, why] : step.departures) leave(session, why);
+      step.sessions = next_batch();
+      for (PartyId peer = 1; peer < 3; ++peer) mesh.send(peer, batch_stream, step.encode());
+      if (!step.sessions.empty()) co_await run_step(step.sessions);
+    }
+  }
+
+  Task<void> follow_batches() {  // servers 1 and 2
+    for (;;) {
+      std::vector<std::byte> bytes;
+      try {
+        bytes = co_await mesh.recv_idle(leader, batch_stream);
+      } catch (const Error&) {
+        co_return;  // the mesh is gone or cancelled: run() reports it
+      }
+      BatchStep step;
+      try {
+        step = BatchStep::decode(bytes);
+      } catch (const Error& e) {
+        co_return lose_mesh(e.what());
+      }
+      for (const auto& [session, why] : step.departures) leave(session, why);
+      if (!step.sessions.empty()) co_await run_step(step.sessions);
+    }
+  }
+
+  // Leader: what servers 1 and 2 say of each session's prefill.
+  Task<void> hear_batch_ready(PartyId peer) {
+    for (;;) {
+      BatchReady b;
+      try {
+        b = BatchReady::decode(co_await mesh.recv_idle(peer, batch_ready_stream));
+      } catch (const Error&) {
+        co_return;
+      }
+      if (!running.contains(b.session)) continue;  // it ended here already
+      if (b.joined) {
+        followers_joined[b.session] |= 1u << (peer - 1);
+      } else {
+        const std::string why = "session " + std::to_string(b.session) + " failed at server " + std::to_string(peer) + ": " + b.why;
+        departing.emplace_back(b.session, why);
+      }
+      changed.notify();
+    }
+  }
+
+  // One batched decode step of `sessions` (rows in that order), the same at
+  // every server: the stop tests due ride along, then one argmax for the
+  // sessions that go on, and each one's token to its client.
+  Task<void> run_step(std::vector<std::uint64_t> sessions) {
+    std::vector<std::shared_ptr<Sequence>> batch;
+    for (auto session : sessions) {
+      auto it = decoding.find(session);
+      if (it == decoding.end())
+        co_return lose_mesh("server 0 planned a decode step of session " + std::to_string(session) +
+                            ", which is not decoding at server " + std::to_string(id()));
+      batch.push_back(it->second);
+    }
+    const std::uint64_t step_number = ++steps_run;  // from 1: a newcomer (0) goes first
+    ++stats.batched_steps;
+    stats.batched_rows += batch.size();
+    try {
+      Rss3 p = party->session();  // the servers open these in the same order: one per step
+      std::vector<Decoder<Rss3>::BatchSlot<kv::AnyPolicy<Rss3>>> slots;
+      std::vector<std::size_t> tested;
+      std::optional<Rss3Share> tests;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        batch[i]->last_step = step_number;
+        slots.push_back({batch[i]->decoder.get(), batch[i]->policy.get(), batch[i]->row});
+        if (!batch[i]->stop_test_due) continue;
+        tested.push_back(i);
+        tests = tests ? ops::stack_rows<Rss3>(*tests, stop_test(*batch[i])) : stop_test(*batch[i]);
+      }
+      Rss3Share logits;
+      std::vector<bool> stopped(batch.size(), false);
+      if (tests) {
+        Rss3 pa = p.fork(), pb = p.fork();
+        auto [next_logits, hits] = co_await when_all(Decoder<Rss3>::decode_batch(pa, std::move(slots)), pb.reveal(*tests));
+        logits = std::move(next_logits);
+        for (std::size_t k = 0; k < tested.size(); ++k) stopped[tested[k]] = hits(k, 0) != 0;
+      } else {
+        logits = co_await Decoder<Rss3>::decode_batch(p, std::move(slots));
+      }
+      std::vector<std::size_t> going;
+      std::optional<Rss3Share> rows;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (stopped[i]) {
+          end_sequence(*batch[i], "");
+          continue;
+        }
+        going.push_back(i);
+        auto row = ops::rows<Rss3>(logits, i, i + 1);
+        rows = rows ? ops::stack_rows<Rss3>(*rows, row) : row;
+      }
+      if (going.empty()) co_return;
+      Rss3Share chosen;
+      {
+        auto scope = cost_scope(p, CostTag::argmax);
+        chosen = co_await ops::argmax_onehot_last(p, *rows);
+      }
+      for (std::size_t k = 0; k < going.size(); ++k) {
+        Sequence& seq = *batch[going[k]];
+        seq.row = ops::rows<Rss3>(chosen, k, k + 1);
+        send_token(seq);
+        seq.stop_test_due = !seq.request->request.stop_tokens.empty();
+        if (seq.chosen == seq.request->request.new_tokens) end_sequence(seq, "");
+      }
+    } catch (const Error& e) {
+      // The step's streams are the mesh's own: a failure here is the mesh's.
+      co_return lose_mesh(std::string("a batched decode step failed: ") + e.what());
+    }
+  }
+
+  // The mesh cannot go on (a broken batched step): every session ends, and
+  // run() stops with an error (systemd restarts the service).
+  void lose_mesh(const std::string& why) {
+    log(why);
+    if (mesh_lost_why.empty()) mesh_lost_why = why;
+    mesh_lost = true;
+    for (auto& [session, seq] : std::map(decoding)) end_sequence(*seq, why);
+    if (!mesh.cancelled()) mesh.cancel(why);
+    changed.notify();
   }
 
   // The greedy choice as a secret one-hot row (1, vocab): the argmax of the
@@ -422,6 +669,7 @@ struct Server::Impl {
       for (auto [session, scope] : running)
         mesh.cancel_scope(scope, "session " + std::to_string(session) + ": server " + std::to_string(id()) +
                                      " shut down before it finished");
+      changed.notify();
     });
   }
 };
@@ -490,6 +738,12 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   for (PartyId peer = 0; peer < 3; ++peer)
     if (peer != I.id()) I.tasks.spawn(I.hear_heartbeats(peer));
   if (I.id() != leader) I.tasks.spawn(I.hear_announcements());
+  if (I.batching() && I.id() == leader) {
+    I.tasks.spawn(I.lead_batches());
+    for (PartyId peer = 1; peer < 3; ++peer) I.tasks.spawn(I.hear_batch_ready(peer));
+  } else if (I.batching()) {
+    I.tasks.spawn(I.follow_batches());
+  }
   I.beat();
   while (!I.stopping && !I.mesh_lost && !I.mesh.cancelled()) co_await I.changed.wait();
   I.stopping = true;
@@ -499,6 +753,7 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   // the other servers, which stop too: the service needs all three).
   I.mesh.cancel(I.mesh_lost_why.empty() ? "server " + std::to_string(I.id()) + " stopped"
                                         : "server " + std::to_string(I.id()) + " lost its mesh (" + I.mesh_lost_why + ")");
+  I.changed.notify();  // the leader's batch planner sees the end
   I.close_links();  // clients still connected without a session
   co_await I.tasks.idle();
   I.log("stopped: " + std::to_string(I.stats.sessions_done) + " sessions done, " +

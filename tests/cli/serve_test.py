@@ -88,7 +88,8 @@ def main():
             time.sleep(0.2)
         return servers, logs
 
-    servers, logs = start_servers("server", ["--drain-ms", "20000"])
+    # A client that keeps its session waiting 4 s (its prompt never comes) is dropped.
+    servers, logs = start_servers("server", ["--drain-ms", "20000", "--client-timeout-ms", "4000"])
     try:
 
         expected = {}
@@ -140,6 +141,29 @@ def main():
                 fail("%s does not name both bad clients' faults" % l, logs)
         print("a garbage share and a vanished client end only their own sessions")
 
+        # A client that stalls (sends its request, never its prompt) beside a
+        # good one: dropped after --client-timeout-ms; the good one's tokens
+        # are unaffected.
+        procs = []
+        for i, fault in enumerate(["stall", None]):
+            cmd = [exe, "client", "--servers", config, "--key", os.path.join(clients, "bob.key"), "--model", a.model,
+                   "--tokenizer", "none", "--prompt", PROMPTS[i], "--tokens", str(TOKENS), "--ids"]
+            procs.append(subprocess.Popen(cmd + (["--fault", fault] if fault else []), stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        results = [p.communicate(timeout=600) + (p.returncode,) for p in procs]
+        got = [int(x) for x in results[1][0].split()]
+        if results[1][2] != 0 or got != expected[PROMPTS[1]]:
+            fail("good client next to a stalling one: status %d, tokens %s\n%s" % (results[1][2], got, results[1][1]), logs)
+        # Its channel is what timed out, so it learns only that the servers
+        # closed it; the servers' logs say why.
+        if results[0][2] == 0 or "closed the connection" not in results[0][1]:
+            fail("the stalling client was not dropped: status %d\n%s" % (results[0][2], results[0][1]), logs)
+        # The first server to give up tells the client, which then leaves the
+        # others (they log that it closed its connection).
+        if not any("sent nothing for 4" in open(l).read() for l in logs):
+            fail("no server names the stalled client's silence", logs)
+        print("a stalling client is dropped after --client-timeout-ms; the other session is unaffected")
+
         r = run([exe, "client", "--servers", config, "--key", os.path.join(strangers, "eve.key"), "--model", a.model,
                  "--tokenizer", "none", "--prompt", "hello", "--tokens", "2", "--timeout-ms", "5000"])
         if r.returncode == 0 or "refused this client" not in r.stderr:
@@ -162,8 +186,8 @@ def main():
         if status != 0:
             fail("server %d stopped with status %d" % (i, status), logs)
     for l in logs:
-        if "stopped: 6 sessions done, 2 failed" not in open(l).read():
-            fail("a server did not report its 6 sessions done and 2 failed", logs)
+        if "stopped: 7 sessions done, 3 failed" not in open(l).read():
+            fail("a server did not report its 7 sessions done and 3 failed", logs)
     print("SIGTERM: every server drained and stopped with status 0")
 
     # A server that dies mid-session: the client gets an error naming it

@@ -11,91 +11,9 @@ import mpcache;
 using namespace mpcache;
 using testing::fixture_dir;
 
-namespace {
+#include "service_harness.hpp"
 
-std::vector<std::uint32_t> bytes_of(const std::string& text) {
-  return std::vector<std::uint32_t>(text.begin(), text.end());
-}
-
-const std::string emma = "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy";
-
-// What generate_party gives `prompt` (the client's tokens).
-std::vector<std::uint32_t> generated(const std::vector<std::uint32_t>& prompt, std::size_t tokens,
-                                     const std::string& policy = "mpcache",
-                                     const std::vector<std::uint32_t>& stops = {}) {
-  return testing::generate_results(prompt, GenerationProtocol::rss3, policy, std::nullopt, tokens, stops)[0].tokens;
-}
-
-// Three servers on one loop; clients join through in-process channels.
-struct Service {
-  Scheduler scheduler;
-  InProcessNetwork mesh{scheduler, 3};
-  TimerLoop timers{scheduler};
-  std::vector<std::unique_ptr<serve::Server>> servers;
-  std::vector<std::unique_ptr<InProcessNetwork>> channels;  // per client: servers 0..2, the client 3
-  std::vector<std::string> log;
-  std::stop_source stop;
-
-  explicit Service(serve::ServeOptions options = {}) {
-    options.model_dir = fixture_dir();
-    options.rss3 = {.exact_truncation = true, .insecure_seed = 5};
-    options.heartbeat_every = std::chrono::milliseconds(5);
-    options.log = [this](const std::string& line) { log.push_back(line); };
-    for (PartyId i = 0; i < 3; ++i)
-      servers.push_back(std::make_unique<serve::Server>(scheduler, mesh.endpoint(i), timers.timers(), options));
-  }
-
-  // A client's channel to every server; returns the client's endpoint.
-  Endpoint& connect(const std::string& name) {
-    channels.push_back(std::make_unique<InProcessNetwork>(scheduler, 4));
-    for (PartyId i = 0; i < 3; ++i) servers[i]->admit(channels.back()->endpoint(i), 3, name);
-    return channels.back()->endpoint(3);
-  }
-
-  bool logged(const std::string& text) const {
-    return std::any_of(log.begin(), log.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
-  }
-
-  // Runs the servers and `clients` (each a task); stops the servers once
-  // every client task is over.
-  void run(std::vector<Task<void>> clients) {
-    std::size_t left = clients.size();
-    auto server_main = [&](PartyId i) -> Task<void> { (void)co_await servers[i]->run(stop.get_token()); };
-    auto client_main = [&](Task<void> client) -> Task<void> {
-      co_await client;
-      if (--left == 0) stop.request_stop();
-    };
-    std::vector<Task<void>> all;
-    for (PartyId i = 0; i < 3; ++i) all.push_back(server_main(i));
-    for (auto& c : clients) all.push_back(client_main(std::move(c)));
-    sync_wait(scheduler, when_all(std::move(all)));
-  }
-};
-
-struct Outcome {
-  std::vector<std::uint32_t> tokens;
-  serve::ClientEnd end = serve::ClientEnd::budget;
-  std::string error;
-};
-
-Task<void> ask(Endpoint& endpoint, serve::ClientRequest request, Outcome& out) {
-  try {
-    auto r = co_await serve::request(endpoint, request);
-    out.tokens = r.tokens;
-    out.end = r.end;
-  } catch (const Error& e) {
-    out.error = e.what();
-  }
-}
-
-serve::ClientRequest request_for(const std::string& text, std::size_t tokens) {
-  serve::ClientRequest r;
-  r.prompt = bytes_of(text);
-  r.new_tokens = tokens;
-  return r;
-}
-
-}  // namespace
+using namespace mpcache::serve_test;
 
 TEST_CASE("four clients at once each get the tokens generate gives their prompt") {
   const std::vector<std::string> prompts = {emma, emma.substr(0, 40), "Mr. Knightley, a sensible man about",
@@ -272,6 +190,7 @@ TEST_CASE("a decoded token's critical path no longer goes through the client: ro
   // would report a deadlock.
   std::array<std::vector<std::uint64_t>, 3> serve_clocks;
   serve::ServeOptions options;
+  options.max_batch = 1;  // each session's steps its own, as generate's (batching moves a step's clock by +-1)
   std::size_t finished = 0;
   std::optional<serve::Signal> all_chosen;
   options.on_step = [&](PartyId server, std::uint64_t, std::size_t step, std::uint64_t rounds, std::uint64_t) {

@@ -1,0 +1,150 @@
+// Continuous batching in the service: sessions in their decode phase step
+// together (Decoder::decode_batch), join and leave between steps, and each
+// still gets exactly the tokens generate gives its prompt.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache;
+
+#include "../support/fixture_generation.hpp"
+#include "service_harness.hpp"
+
+using namespace mpcache;
+using namespace mpcache::serve_test;
+
+namespace {
+
+struct Asked {
+  std::string prompt;
+  std::size_t tokens;
+};
+
+// Server 0's chosen tokens: per step, the sessions whose token it chose
+// then. A batched step reports all its sessions at one round clock.
+struct StepLog {
+  std::map<std::uint64_t, std::set<std::uint64_t>> sessions_at_clock;
+  void add(std::uint64_t session, std::size_t step, std::uint64_t rounds) {
+    if (step > 0) sessions_at_clock[rounds].insert(session);  // step 0: the prefill's token, the session's own
+  }
+  std::size_t widest() const {
+    std::size_t most = 0;
+    for (const auto& [clock, sessions] : sessions_at_clock) most = std::max(most, sessions.size());
+    return most;
+  }
+  bool together(std::uint64_t a, std::uint64_t b) const {
+    return std::any_of(sessions_at_clock.begin(), sessions_at_clock.end(),
+                       [&](const auto& entry) { return entry.second.contains(a) && entry.second.contains(b); });
+  }
+};
+
+void check_tokens(const std::vector<Asked>& asked, const std::vector<Outcome>& outcomes) {
+  for (std::size_t c = 0; c < asked.size(); ++c) {
+    INFO("client " << c << ": " << outcomes[c].error);
+    CHECK(outcomes[c].error.empty());
+    CHECK(outcomes[c].tokens == generated(bytes_of(asked[c].prompt), asked[c].tokens));
+  }
+}
+
+// All `asked` at once, each client its own; server 0's steps logged.
+struct Served {
+  std::vector<Outcome> outcomes;
+  std::array<serve::ServeStats, 3> stats;
+  StepLog steps;
+};
+
+Served serve_all(serve::ServeOptions options, const std::vector<Asked>& asked) {
+  Served out;
+  options.on_step = [&](PartyId server, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t) {
+    if (server == 0) out.steps.add(session, step, rounds);
+  };
+  Service service(options);
+  out.outcomes.resize(asked.size());
+  std::vector<Task<void>> clients;
+  for (std::size_t c = 0; c < asked.size(); ++c)
+    clients.push_back(ask(service.connect("client " + std::to_string(c)),
+                          request_for(asked[c].prompt, asked[c].tokens), out.outcomes[c]));
+  service.run(std::move(clients));
+  out.stats = service.stats;
+  return out;
+}
+
+std::uint64_t decoded_rows(const std::vector<Asked>& asked) {
+  std::uint64_t rows = 0;
+  for (const auto& a : asked) rows += a.tokens - 1;  // the first token comes from the prefill
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("sessions in their decode phase step together, and each gets the tokens generate gives it") {
+  const std::vector<Asked> asked = {{emma, 6},
+                                    {emma.substr(0, 40), 3},
+                                    {"Mr. Knightley, a sensible man about", 5},
+                                    {"It is a truth universally acknowledged", 4}};
+  const Served r = serve_all({}, asked);
+  check_tokens(asked, r.outcomes);
+  // Every decoded token was one row of a batched step, the same steps at
+  // all three servers, and steps carried several sessions.
+  for (PartyId id = 0; id < 3; ++id) {
+    CHECK(r.stats[id].batched_rows == decoded_rows(asked));
+    CHECK(r.stats[id].batched_steps == r.stats[0].batched_steps);
+  }
+  MESSAGE(r.stats[0].batched_rows << " decoded tokens in " << r.stats[0].batched_steps << " batched steps, at most "
+                                  << r.steps.widest() << " sessions in one");
+  CHECK(r.stats[0].batched_steps < r.stats[0].batched_rows);
+  CHECK(r.steps.widest() >= 3);
+}
+
+TEST_CASE("a session joins the batch while another decodes, and each leaves when done") {
+  const std::vector<Asked> asked = {{emma, 8}, {"Mr. Knightley, a sensible man about", 3}};
+  serve::ServeOptions options;
+  StepLog steps;
+  std::optional<serve::Signal> second_step;
+  std::size_t first_steps = 0;
+  options.on_step = [&](PartyId server, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t) {
+    if (server != 0) return;
+    steps.add(session, step, rounds);
+    if (session == 0 && ++first_steps == 3) second_step->notify();  // its second decoded token
+  };
+  Service service(options);
+  second_step.emplace(service.scheduler);
+  std::vector<Outcome> outcomes(asked.size());
+  std::vector<Task<void>> clients;
+  clients.push_back(ask(service.connect("early"), request_for(asked[0].prompt, asked[0].tokens), outcomes[0]));
+  Endpoint& late = service.connect("late");
+  auto late_client = [&]() -> Task<void> {
+    co_await second_step->wait();  // session 0 is decoding
+    co_await ask(late, request_for(asked[1].prompt, asked[1].tokens), outcomes[1]);
+  };
+  clients.push_back(late_client());
+  service.run(std::move(clients));
+  check_tokens(asked, outcomes);
+  CHECK(steps.together(0, 1));  // it joined a running batch...
+  std::size_t alone_after = 0;  // ...and session 0 went on alone once it left
+  for (const auto& [clock, sessions] : steps.sessions_at_clock)
+    alone_after = sessions == std::set<std::uint64_t>{0} ? alone_after + 1 : 0;
+  CHECK(alone_after >= 1);
+  CHECK(service.stats[0].batched_rows == decoded_rows(asked));
+}
+
+TEST_CASE("a step takes at most max_batch sessions, and the waiting ones go first next") {
+  const std::vector<Asked> asked = {{emma, 4},
+                                    {emma.substr(0, 40), 4},
+                                    {"Mr. Knightley, a sensible man about", 4},
+                                    {"It is a truth universally acknowledged", 4}};
+  serve::ServeOptions options;
+  options.max_batch = 2;
+  const Served r = serve_all(options, asked);
+  check_tokens(asked, r.outcomes);
+  CHECK(r.steps.widest() == 2);
+  CHECK(r.stats[0].batched_rows == decoded_rows(asked));
+  CHECK(r.stats[0].batched_steps >= decoded_rows(asked) / 2);
+}
+
+TEST_CASE("max_batch 1: each session decodes on its own, no batched steps") {
+  serve::ServeOptions options;
+  options.max_batch = 1;
+  const std::vector<Asked> asked = {{emma, 3}, {emma.substr(0, 40), 3}};
+  const Served r = serve_all(options, asked);
+  check_tokens(asked, r.outcomes);
+  CHECK(r.stats[0].batched_steps == 0);
+}
