@@ -68,20 +68,22 @@ struct Rss3Bits {
   RingTensor next;
 };
 
-// A weight kept at 8 bytes per element (Rss3::input_weight). Of the two
-// components a party holds, one came from a pairwise key stream at input
-// (rss3's input draws s_o from k_{o-1} and s_{o+1} from k_o, the owner o
-// sends s_{o-1}): that one is not kept but drawn again, from the same key
-// at the same counter, each time the weight is used. Which is kept: the
-// received s_{o-1} at parties o+1 and o-1, s_{o+1} at the owner.
+// A weight (Rss3::input_weight). Of the two components a party holds, one
+// came from a pairwise key stream at input (rss3's input draws s_o from
+// k_{o-1} and s_{o+1} from k_o, the owner o sends s_{o-1}). With
+// Rss3Options::compact_weights that one is not kept but drawn again, from
+// the same key at the same counter, each time the weight is used (8 bytes
+// per element); by default it is kept too (16 bytes, no redraws). Which is
+// always kept: the received s_{o-1} at parties o+1 and o-1, s_{o+1} at the owner.
 struct Rss3Weight {
   Shape shape;
   RingTensor kept;           // the component this party holds in memory
   bool kept_is_own = false;  // kept is s_i (then s_{i+1} is drawn from k_i), else s_{i+1} (s_i from k_{i-1})
   StreamId stream = 0;       // where the drawn component's key stream starts
   std::uint64_t block = 0;
-  // Bytes this weight holds in memory: 8 per element.
-  std::size_t resident_bytes() const noexcept { return kept.size() * sizeof(Ring); }
+  std::optional<RingTensor> drawn;  // the drawn component, held unless weights are compact
+  // Bytes this weight holds in memory: 8 per element, 16 unless compact.
+  std::size_t resident_bytes() const noexcept { return (kept.size() + (drawn ? drawn->size() : 0)) * sizeof(Ring); }
 };
 
 struct Rss3Options {
@@ -96,6 +98,11 @@ struct Rss3Options {
   // this pool, which the caller owns and keeps alive as long as the party;
   // nullptr: everything runs on the loop's thread. Results do not depend on it.
   ComputePool* pool = nullptr;
+  // Keep weights (input_weight) at 8 bytes per element instead of 16: one
+  // component, the other drawn again with AES-128-CTR at every use, so a
+  // decode step is slower. Messages and results do not change; each party
+  // chooses for itself.
+  bool compact_weights = false;
 };
 
 class Rss3;
@@ -206,7 +213,8 @@ class Rss3 {
   }
 
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
-  // Weights at 8 bytes per element (Rss3Weight; src/proto/rss3_weights.cpp).
+  // Weights (Rss3Weight; src/proto/rss3_weights.cpp), at 8 bytes per
+  // element with Rss3Options::compact_weights, else the full share.
   // input_weight sends and draws exactly what input does. A product with a
   // weight (m,k) x (k,n) draws the weight's second component a block of rows
   // at a time and adds up the blocks' local products before the one

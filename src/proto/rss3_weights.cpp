@@ -1,5 +1,6 @@
-// rss3 weights at 8 bytes per element (Rss3Weight): one component kept,
-// the other drawn again from its pairwise key stream at every use.
+// rss3 weights (Rss3Weight): with Rss3Options::compact_weights at 8 bytes
+// per element, one component kept and the other drawn again from its
+// pairwise key stream at every use; by default both kept (16 bytes).
 //
 // Why drawn and not mmapped from a share file: AES-128-CTR (OpenSSL, AES-NI
 // and VAES) makes 12.5 GB/s on one core of this machine (`openssl speed
@@ -65,9 +66,11 @@ Task<Rss3Weight> Rss3::input_weight(PartyId owner, std::optional<RingTensor> val
   if (total <= input_piece) {
     Share s = co_await input(owner, std::move(value), std::move(shape));
     w.kept = std::move(w.kept_is_own ? s.own : s.next);
+    if (!party_->options_.compact_weights) w.drawn = std::move(w.kept_is_own ? s.next : s.own);
     co_return w;
   }
   w.kept = RingTensor::from_shape(shape);
+  if (!party_->options_.compact_weights) w.drawn = RingTensor::from_shape(shape);
   for (std::size_t first = 0; first < total; first += input_piece) {
     const std::size_t count = std::min(input_piece, total - first);
     std::optional<RingTensor> piece;
@@ -78,6 +81,10 @@ Task<Rss3Weight> Rss3::input_weight(PartyId owner, std::optional<RingTensor> val
     const Share s = co_await input(owner, std::move(piece), {count});
     const RingTensor& kept = w.kept_is_own ? s.own : s.next;
     std::copy(kept.data(), kept.data() + count, w.kept.data() + first);
+    if (w.drawn) {
+      const RingTensor& drawn = w.kept_is_own ? s.next : s.own;
+      std::copy(drawn.data(), drawn.data() + count, w.drawn->data() + first);
+    }
   }
   co_return w;
 }
@@ -90,6 +97,10 @@ void fill_rows(const Rss3Weight& w, const Prg& key, std::size_t begin, std::size
   RingTensor& kept = w.kept_is_own ? out.own : out.next;
   RingTensor& drawn = w.kept_is_own ? out.next : out.own;
   std::copy(w.kept.data() + begin * row, w.kept.data() + end * row, kept.data());
+  if (w.drawn) {
+    std::copy(w.drawn->data() + begin * row, w.drawn->data() + end * row, drawn.data());
+    return;
+  }
   std::uint64_t at = w.block + begin * row / 2;
   key.fill(w.stream, at, std::span<Ring>(drawn.data(), drawn.size()));
 }
@@ -113,7 +124,7 @@ Rss3Share Rss3::expand_rows(const Weight& w, std::size_t begin, std::size_t end)
   const Shape shape = rows_shape(w, end - begin);
   const Prg& key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
   Share out{RingTensor::from_shape(shape), RingTensor::from_shape(shape)};
-  if (begin * row % 2 == 0) {
+  if (begin * row % 2 == 0 || w.drawn) {
     fill_rows(w, key, begin, end, out);
     return out;
   }
@@ -126,7 +137,7 @@ Rss3Share Rss3::expand_rows(const Weight& w, std::size_t begin, std::size_t end)
 Rss3Share Rss3::expand(const Weight& w) const {
   if (!w.shape.empty()) return expand_rows(w, 0, w.shape[0]);
   const Prg& key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
-  RingTensor drawn = draw_range(key, w.stream, w.block, 0, w.shape);
+  RingTensor drawn = w.drawn ? *w.drawn : draw_range(key, w.stream, w.block, 0, w.shape);
   if (w.kept_is_own) return {w.kept, std::move(drawn)};
   return {std::move(drawn), w.kept};
 }
@@ -138,6 +149,11 @@ RingTensor Rss3::local_matmul_weight(const Share& a, const Weight& w) const {
   const std::size_t k = w.shape[0], step = block_rows(w.shape[1]);
   RingTensor z = ring_zeros({a.own.shape()[0], w.shape[1]});
   ComputePool* pool = party_->options_.pool;
+  if (w.drawn) {  // the full share: one product, nothing drawn
+    ring_matmul_rss3_accumulate(z, a.own, a.next, w.kept_is_own ? w.kept : *w.drawn, w.kept_is_own ? *w.drawn : w.kept,
+                                pool);
+    return z;
+  }
   const Prg& key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
   // One block's buffers for all blocks (but a shorter last one): fresh
   // megabyte allocations per block cost page faults.

@@ -1,4 +1,4 @@
-// Weights at 8 bytes per weight and party under rss3 (Rss3Weight), and the
+// Weights under rss3 (Rss3Weight): 8 bytes per weight and party with compact_weights, 16 by default, and the
 // owner's streamed read of its checkpoint.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <doctest/doctest.h>
@@ -18,7 +18,8 @@ std::optional<RingTensor> owned(const Rss3& p, PartyId owner, const RingTensor& 
   return p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt;
 }
 
-const Rss3Options seeded{.insecure_seed = 21};
+const Rss3Options seeded{.insecure_seed = 21, .compact_weights = true};
+const Rss3Options seeded_full{.insecure_seed = 21};
 
 void check_same_costs(const std::array<CostCounters, 3>& a, const std::array<CostCounters, 3>& b) {
   for (std::size_t i = 0; i < 3; ++i) {
@@ -30,7 +31,7 @@ void check_same_costs(const std::array<CostCounters, 3>& a, const std::array<Cos
 // x a and x a truncated for x = a from party 0, with b from party 1 given
 // by input_b (a share or a weight).
 template <class InputB>
-auto products(const RingTensor& a, const RingTensor& b, InputB input_b) {
+auto products(const RingTensor& a, const RingTensor& b, InputB input_b, const Rss3Options& options = seeded) {
   using Out = std::array<Rss3Share, 2>;
   return run_rss3(
       [&](Rss3& p) -> Task<Out> {
@@ -38,7 +39,7 @@ auto products(const RingTensor& a, const RingTensor& b, InputB input_b) {
         const auto w = co_await input_b(p, owned(p, 1, b), shape_of(b));
         co_return Out{co_await p.matmul(x, w), co_await p.matmul_trunc(x, w)};
       },
-      seeded);
+      options);
 }
 }  // namespace
 
@@ -50,18 +51,20 @@ TEST_SUITE("weights memory") {
         const RingTensor x = random_ring(shape, 40 + owner);
         auto full = run_rss3([&](Rss3& p) -> Task<Rss3Share> { co_return co_await p.input(owner, owned(p, owner, x), shape); },
                              seeded);
-        auto compact = run_rss3(
-            [&](Rss3& p) -> Task<std::pair<Rss3Share, std::size_t>> {
-              const Rss3Weight w = co_await p.input_weight(owner, owned(p, owner, x), shape);
-              co_return std::pair{p.expand(w), w.resident_bytes()};
-            },
-            seeded);
-        for (std::size_t i = 0; i < 3; ++i) {
-          CHECK(compact.results[i].first.own == full.results[i].own);
-          CHECK(compact.results[i].first.next == full.results[i].next);
-          CHECK(compact.results[i].second == 8 * x.size());
+        for (const bool compact_weights : {true, false}) {
+          auto weight = run_rss3(
+              [&](Rss3& p) -> Task<std::pair<Rss3Share, std::size_t>> {
+                const Rss3Weight w = co_await p.input_weight(owner, owned(p, owner, x), shape);
+                co_return std::pair{p.expand(w), w.resident_bytes()};
+              },
+              compact_weights ? seeded : seeded_full);
+          for (std::size_t i = 0; i < 3; ++i) {
+            CHECK(weight.results[i].first.own == full.results[i].own);
+            CHECK(weight.results[i].first.next == full.results[i].next);
+            CHECK(weight.results[i].second == (compact_weights ? 8 : 16) * x.size());
+          }
+          check_same_costs(full.costs, weight.costs);
         }
-        check_same_costs(full.costs, compact.costs);
       }
     }
   }
@@ -100,21 +103,23 @@ TEST_SUITE("weights memory") {
     for (const Case c : {Case{3, 7, 65537}, Case{2, 5, 4}, Case{1, 1, 1}}) {
       const RingTensor a = random_ring({c.m, c.k}, 5), b = random_ring({c.k, c.n}, 6);
       auto full = products(a, b, [](Rss3& p, std::optional<RingTensor> v, Shape s) { return p.input(1, std::move(v), s); });
-      auto compact =
-          products(a, b, [](Rss3& p, std::optional<RingTensor> v, Shape s) { return p.input_weight(1, std::move(v), s); });
-      for (std::size_t i = 0; i < 3; ++i)
-        for (std::size_t j = 0; j < 2; ++j) {
-          CHECK(compact.results[i][j].own == full.results[i][j].own);
-          CHECK(compact.results[i][j].next == full.results[i][j].next);
-        }
-      check_same_costs(full.costs, compact.costs);
+      for (const Rss3Options& options : {seeded, seeded_full}) {
+        auto weight = products(
+            a, b, [](Rss3& p, std::optional<RingTensor> v, Shape s) { return p.input_weight(1, std::move(v), s); }, options);
+        for (std::size_t i = 0; i < 3; ++i)
+          for (std::size_t j = 0; j < 2; ++j) {
+            CHECK(weight.results[i][j].own == full.results[i][j].own);
+            CHECK(weight.results[i][j].next == full.results[i][j].next);
+          }
+        check_same_costs(full.costs, weight.costs);
+      }
       // Not a vacuous comparison: the product is a b.
       CHECK(ring_add(ring_add(full.results[0][0].own, full.results[1][0].own), full.results[2][0].own) ==
             ring_matmul(a, b));
     }
   }
 
-  TEST_CASE("GPT-2 weights under rss3: 8 bytes per weight at every party, owner included") {
+  TEST_CASE("GPT-2 weights under rss3: 8 bytes per weight at every party with compact_weights, 16 by default") {
     const ModelConfig c = tiny_gpt2();
     const std::size_t h = c.hidden_size, f = c.intermediate_size, v = c.vocab_size;
     // Every tensor of the checkpoint (c_attn split in three changes no count),
@@ -128,6 +133,14 @@ TEST_SUITE("weights memory") {
         },
         seeded);
     for (std::size_t i = 0; i < 3; ++i) CHECK(run.results[i] == 8 * weights);
+    // The default keeps the full share: 16 bytes per weight.
+    auto full = run_rss3(
+        [&](Rss3& p) -> Task<std::size_t> {
+          const auto w = co_await load_decoder(p, c, p.holds_input(1) ? random_weights(4) : no_weights(), 1);
+          co_return w.resident_bytes();
+        },
+        seeded_full);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(full.results[i] == 16 * weights);
     static_assert(CompactWeights<Rss3>);
     static_assert(!CompactWeights<Plain> && !CompactWeights<Add2>);
   }
