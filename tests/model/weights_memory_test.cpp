@@ -126,21 +126,19 @@ TEST_SUITE("weights memory") {
     // plus the LM head, which the tied embedding gives transposed.
     const std::size_t per_layer = 2 * h + h * 3 * h + 3 * h + h * h + h + 2 * h + h * f + f + f * h + h;
     const std::size_t weights = v * h + c.max_positions * h + c.num_layers * per_layer + 2 * h + h * v;
-    auto run = run_rss3(
-        [&](Rss3& p) -> Task<std::size_t> {
-          const auto w = co_await load_decoder(p, c, p.holds_input(1) ? random_weights(4) : no_weights(), 1);
-          co_return w.resident_bytes();
-        },
-        seeded);
-    for (std::size_t i = 0; i < 3; ++i) CHECK(run.results[i] == 8 * weights);
-    // The default keeps the full share: 16 bytes per weight.
-    auto full = run_rss3(
-        [&](Rss3& p) -> Task<std::size_t> {
-          const auto w = co_await load_decoder(p, c, p.holds_input(1) ? random_weights(4) : no_weights(), 1);
-          co_return w.resident_bytes();
-        },
-        seeded_full);
-    for (std::size_t i = 0; i < 3; ++i) CHECK(full.results[i] == 16 * weights);
+    auto resident = [&](const Rss3Options& options) {
+      return run_rss3(
+          [&](Rss3& p) -> Task<std::size_t> {
+            const auto w = co_await load_decoder(p, c, p.holds_input(1) ? random_weights(4) : no_weights(), 1);
+            co_return w.resident_bytes();
+          },
+          options);
+    };
+    const auto compact = resident(seeded), full = resident(seeded_full);  // the default keeps the full share
+    for (std::size_t i = 0; i < 3; ++i) {
+      CHECK(compact.results[i] == 8 * weights);
+      CHECK(full.results[i] == 16 * weights);
+    }
     static_assert(CompactWeights<Rss3>);
     static_assert(!CompactWeights<Plain> && !CompactWeights<Add2>);
   }
