@@ -37,10 +37,11 @@ Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Option
     // The key, then the settings every party must share: a party that
     // truncates differently would desynchronise every later message.
     k_next = random_prg_key();
-    const std::byte settings[2] = {std::byte(options.frac_bits), std::byte(options.exact_truncation)};
-    std::vector<std::byte> message(k_next.size() + 2);
+    const std::byte settings[3] = {std::byte(options.frac_bits), std::byte(options.exact_truncation),
+                                   std::byte(options.comparisons)};
+    std::vector<std::byte> message(k_next.size() + 3);
     std::memcpy(message.data(), k_next.data(), k_next.size());
-    std::memcpy(message.data() + k_next.size(), settings, 2);
+    std::memcpy(message.data() + k_next.size(), settings, 3);
     endpoint.send(next, protocol_setup_stream, message);
     auto bytes = co_await endpoint.recv(prev, protocol_setup_stream);
     const std::string from = "party " + std::to_string(id) + ": party " + std::to_string(prev);
@@ -50,12 +51,16 @@ Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Option
     std::memcpy(k_prev.data(), bytes.data(), k_prev.size());
     const auto their_frac = static_cast<int>(bytes[k_prev.size()]);
     const bool their_exact = bytes[k_prev.size() + 1] != std::byte{0};
-    if (their_frac != options.frac_bits || their_exact != options.exact_truncation) {
-      auto describe = [](int frac, bool exact) {
-        return std::to_string(frac) + " fraction bits, " + (exact ? "exact" : "probabilistic") + " truncation";
+    const auto their_comparisons = static_cast<Rss3Comparisons>(bytes[k_prev.size() + 2]);
+    if (their_frac != options.frac_bits || their_exact != options.exact_truncation ||
+        their_comparisons != options.comparisons) {
+      auto describe = [](int frac, bool exact, Rss3Comparisons comparisons) {
+        return std::to_string(frac) + " fraction bits, " + (exact ? "exact" : "probabilistic") + " truncation, " +
+               (comparisons == Rss3Comparisons::dcf ? "dcf" : "circuit") + " comparisons";
       };
-      throw Error(ErrorCode::invalid_argument, from + " uses " + describe(their_frac, their_exact) +
-                                                   ", this party " + describe(options.frac_bits, options.exact_truncation));
+      throw Error(ErrorCode::invalid_argument,
+                  from + " uses " + describe(their_frac, their_exact, their_comparisons) + ", this party " +
+                      describe(options.frac_bits, options.exact_truncation, options.comparisons));
     }
   }
   co_return std::make_unique<Rss3Party>(endpoint, options, k_next, k_prev);

@@ -7,6 +7,7 @@ import mpcache.proto;
 import mpcache.ops;
 #include "../support/parties.hpp"
 #include "../support/add2_parties.hpp"
+#include "../support/signed_edges.hpp"
 
 using namespace mpcache;
 using mpcache::testing::Add2OpCost;
@@ -14,6 +15,7 @@ using mpcache::testing::measure_add2;
 using mpcache::testing::random_ring;
 using mpcache::testing::run_add2;
 using mpcache::testing::share_of;
+using mpcache::testing::signed_edges;
 
 static_assert(Protocol<Add2>);
 
@@ -340,18 +342,6 @@ namespace {
 // comparisons = dcf: msb_bits from the dealer's DCF keys (one online round).
 constexpr Add2Options dcf_options(std::uint64_t seed = 7) {
   return {.comparisons = Add2Comparisons::dcf, .insecure_seed = seed};
-}
-
-// Edge values of a w-bit signed comparison, then random ones in range.
-RingTensor signed_edges(int width, std::uint64_t seed) {
-  const std::int64_t top =
-      width == 64 ? std::numeric_limits<std::int64_t>::max() : (std::int64_t{1} << (width - 1)) - 1;
-  std::vector<std::int64_t> v{0, 1, -1, top, -top - 1, top - 1, -top, std::min<std::int64_t>(2, top), -2};
-  RingTensor x = RingTensor::from_shape({v.size()});
-  for (std::size_t i = 0; i < v.size(); ++i) x.data()[i] = static_cast<Ring>(v[i]);
-  RingTensor r = random_ring({150}, seed);  // 159 elements in all: not a multiple of 64 or 8
-  for (auto& e : r) e = static_cast<Ring>(static_cast<std::int64_t>(e) >> (64 - width));
-  return ring_concat_last(x, r);
 }
 
 }  // namespace
