@@ -9,6 +9,7 @@ import mpcache.proto;
 import mpcache.ops;
 #include "../support/parties.hpp"
 #include "../support/signed_edges.hpp"
+#include "../support/comparison_paths.hpp"
 
 using namespace mpcache;
 using mpcache::testing::random_ring;
@@ -195,45 +196,16 @@ TEST_CASE("rss3 dcf: ops plan on the dcf costs, and argmax takes the rounds they
 }
 
 TEST_CASE("rss3 dcf: argmax, ReLU and GeLU give the circuit path's results") {
-  const RingTensor logits = [] {
-    const auto x = mpcache::testing::random_real({3, 37}, -8.0, 8.0, 5);
-    RingTensor t = FixedPoint(default_frac_bits).encode(x);
-    t(1, 20) = t(1, 3) = FixedPoint(default_frac_bits).encode(9.0);  // a tie for the maximum: index 3 wins
-    return t;
-  }();
+  const RingTensor logits = mpcache::testing::tied_logits();
   auto run = [&](Rss3Comparisons comparisons) {
     return run_rss3(
-        [&](Rss3& p) -> Task<std::vector<RingTensor>> {
-          auto x = co_await share_of(p, 0, logits);
-          auto best = co_await ops::argmax_last(p, x);
-          auto negative = co_await ops::msb(p, x);
-          auto relu = p.sub(x, co_await p.mul(negative, x));  // exact: no truncation
-          auto gelu = co_await ops::gelu(p, x);
-          co_return std::vector<RingTensor>{co_await p.reveal(best.value), co_await p.reveal(best.index),
-                                            co_await p.reveal(relu), co_await p.reveal(gelu)};
+        [&](Rss3& p) {
+          return mpcache::testing::comparison_results(p, logits, [](Rss3&, const Rss3Share& x) { return x; });
         },
         {.exact_truncation = true, .comparisons = comparisons, .insecure_seed = 21});
   };
-  const auto dcf = run(Rss3Comparisons::dcf), circuit = run(Rss3Comparisons::circuit);
-  const auto& d = dcf.results[0];
-  const auto& c = circuit.results[0];
-  CHECK(d[0] == c[0]);
-  CHECK(d[1] == c[1]);
-  CHECK(d[2] == c[2]);
-  for (std::size_t row = 0; row < 3; ++row) {  // the clear argmax, the lowest index on ties
-    std::size_t best = 0;
-    for (std::size_t j = 1; j < 37; ++j)
-      if (static_cast<std::int64_t>(logits(row, j)) > static_cast<std::int64_t>(logits(row, best))) best = j;
-    CHECK(d[1](row, 0) == best);
-    CHECK(d[0](row, 0) == logits(row, best));
-  }
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    CHECK(static_cast<std::int64_t>(d[2].data()[i]) == std::max<std::int64_t>(static_cast<std::int64_t>(logits.data()[i]), 0));
-  // GeLU's pieces are chosen by comparisons (identical in both runs); its
-  // polynomials truncate exactly, whose result (floor or one more) depends
-  // on the masks, which differ once the comparisons draw differently.
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    CHECK(std::abs(static_cast<std::int64_t>(d[3].data()[i] - c[3].data()[i])) <= 64);
+  mpcache::testing::check_comparison_results(logits, run(Rss3Comparisons::dcf).results[0],
+                                             run(Rss3Comparisons::circuit).results[0]);
 }
 
 TEST_CASE("rss3: parties whose comparisons differ are refused at setup") {
