@@ -9,8 +9,8 @@
 // [c' < r'] on m = w - 1 bits (r' = r mod 2^m), the tree roots from the
 // same two keys. Round 1: A and B open c = x + r mod 2^w to each other
 // (ceil(w/8) bytes per element each way) while D sends both the keys'
-// common corrections (dcf_correction_bytes(m, 1, n)) and B also r_m ^ t_A,
-// t_A a bit from D's key with A. Since x = c - r borrows out of the low m
+// common corrections (dcf_correction_bytes(m, 1, n)) and B also r_m ^ t_A
+// (a second message), t_A a bit from D's key with A. Since x = c - r borrows out of the low m
 // bits exactly when c' < r',
 //   msb(x) = c_m ^ r_m ^ [c' < r'] = e_A ^ e_B,
 //   e_A = c_m ^ t_A ^ (A's DCF output), e_B = r_m ^ t_A ^ (B's DCF output).
@@ -87,12 +87,14 @@ Task<Rss3Bits> Rss3::msb_dcf(PartyId dealer, RingTensor values, std::size_t n, i
     ring_xor_inplace(top, t_a);
     std::vector<std::byte> keys =
         dcf_serialize(dcf_generate(m, 1, alpha, 1, tree_roots(roots_a), tree_roots(roots_b)));
-    std::vector<std::byte> with_top = keys;
-    with_top.resize(keys.size() + bytes_for(n));
-    put_bits(top, n, with_top.data() + keys.size());
-    party_->dealt_bytes_ += keys.size() + with_top.size();
-    party_->endpoint_->send(first, stream_, std::move(keys), tag_);
-    party_->endpoint_->send(second, stream_, std::move(with_top), tag_);
+    // B's bits go as a message of their own in the same round, so the keys
+    // (the bulk: a large batch's can be gigabytes) are copied once, not twice.
+    std::vector<std::byte> top_bytes(bytes_for(n));
+    put_bits(top, n, top_bytes.data());
+    party_->dealt_bytes_ += 2 * keys.size() + top_bytes.size();
+    party_->endpoint_->send(first, stream_, keys, tag_);
+    party_->endpoint_->send(second, stream_, std::move(keys), tag_);
+    party_->endpoint_->send(second, stream_, std::move(top_bytes), tag_);
     co_return Bits{std::move(b_own), std::move(b_next)};
   }
   const bool is_first = id == first;
@@ -105,23 +107,24 @@ Task<Rss3Bits> Rss3::msb_dcf(PartyId dealer, RingTensor values, std::size_t n, i
 
   RingTensor c = ring_add(values, r_mine);
   send(other, c, width);
-  const auto message = co_await party_->endpoint_->recv(dealer, stream_, tag_);
-  const std::size_t key_bytes = dcf_correction_bytes(m, 1, n);
-  const std::size_t want = key_bytes + (is_first ? 0 : bytes_for(n));
-  if (message.size() != want)
-    throw Error(ErrorCode::protocol, "rss3 party " + std::to_string(id) + " msb_bits (dcf): the dealer (party " +
-                                         std::to_string(dealer) + ") sent " + std::to_string(message.size()) +
-                                         " bytes, expected " + std::to_string(want) + " for " + std::to_string(n) +
-                                         " elements of " + std::to_string(width) + " bits");
-  const std::span<const std::byte> bytes(message);
-  const DcfCorrections keys = dcf_deserialize(bytes.first(key_bytes), m, 1, n,
-                                              "rss3 party " + std::to_string(id) + " msb_bits (dcf): the dealer");
+  const std::string from = "rss3 party " + std::to_string(id) + " msb_bits (dcf): the dealer (party " +
+                           std::to_string(dealer) + ")";
+  // The keys' message is dropped once read: only the parsed keys stay.
+  const DcfCorrections keys = dcf_deserialize(co_await party_->endpoint_->recv(dealer, stream_, tag_), m, 1, n, from);
+  RingTensor top;  // B: r_m ^ t_A
+  if (!is_first) {
+    const auto bits = co_await party_->endpoint_->recv(dealer, stream_, tag_);
+    if (bits.size() != bytes_for(n))
+      throw Error(ErrorCode::protocol, from + " sent " + std::to_string(bits.size()) + " bytes of mask bits, expected " +
+                                           std::to_string(bytes_for(n)) + " for " + std::to_string(n) + " elements");
+    top = get_bits(bits, n);
+  }
   ring_add_inplace(c, co_await recv(other, {n}, width));
   std::vector<Ring> c_low(n);
   for (std::size_t e = 0; e < n; ++e) c_low[e] = c.data()[e] & low;
   const std::vector<Ring> below = dcf_evaluate(is_first ? 0 : 1, keys, root, c_low);
   // e_A or e_B, packed.
-  RingTensor mine = is_first ? t_a : get_bits(bytes.subspan(key_bytes), n);
+  RingTensor mine = is_first ? t_a : std::move(top);
   for (std::size_t e = 0; e < n; ++e) {
     Ring bit = below[e];
     if (is_first) bit ^= (c.data()[e] >> m) & 1;
