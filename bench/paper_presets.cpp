@@ -333,7 +333,6 @@ json run_header(const Run& r) {
           {"parties", r.protocol == "add2" ? "in-process, 2 online + dealer" : "in-process"},
           {"model_s_is", "model: rounds x 0.3 ms + bytes / 377 MB/s + wall / 3"},
           {"threads", r.threads},
-          {"memory_budget", r.memory_budget},
           {"peak_rss_process_bytes", rss},
           {"peak_rss_per_party_bytes", rss / 3}};
 }
@@ -419,7 +418,7 @@ struct Settings {
   std::size_t evict_up_to = 1024;
   std::vector<std::string> policies;  // empty: every arm
   std::size_t threads = 1;
-  std::string memory_budget = "256MB";
+  std::string memory_budget;  // empty: default_prefill_memory_budget
   bool json_stdout = false;
 };
 
@@ -511,7 +510,7 @@ std::vector<Run> plan(const Settings& s) {
   }
   for (Run& r : runs) {
     r.threads = s.threads;
-    r.memory_budget = parse_memory_size(s.memory_budget);
+    r.memory_budget = s.memory_budget.empty() ? default_prefill_memory_budget : parse_memory_size(s.memory_budget);
   }
   return runs;
 }
@@ -542,9 +541,9 @@ int paper_main(int argc, char** argv) {
                  "threads of each party's compute pool (1: none, everything on the loop's thread)")
       ->check(CLI::Range(std::size_t{1}, ComputePool::max_threads));
   app.add_option("--memory-budget", s.memory_budget,
-                 "a real prefill's working set per party (BYTES, or e.g. 256MB, 1GB): query rows and the MLP's "
-                 "activation run in waves that fit")
-      ->capture_default_str();
+                 "a real prefill's working set per party (BYTES, or e.g. 256MB, 1GB; default " +
+                     std::to_string(default_prefill_memory_budget >> 20) +
+                     " MiB): query rows and the MLP's activation run in waves that fit");
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");
