@@ -592,7 +592,8 @@ struct Server::Impl {
     if (mesh_lost_why.empty()) mesh_lost_why = why;
     mesh_lost = true;
     for (auto& [session, seq] : std::map(decoding)) end_sequence(*seq, why);
-    if (!mesh.cancelled()) mesh.cancel(why);
+    // The others must stop with an error too, not as after an orderly stop.
+    if (!mesh.cancelled()) mesh.cancel("server " + std::to_string(id()) + " lost its mesh (" + why + ")");
     changed.notify();
   }
 
