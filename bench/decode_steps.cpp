@@ -1,11 +1,14 @@
 // mpcache-decode-steps [--tokens N] [--prompt-bytes B] [--budget K] [--policies full,mpcache,...]
-//                      [--late-ranking] [--protocol rss3|add2] [--comparisons circuit|dcf]
+//                      [--late-ranking] [--protocol rss3|add2] [--comparisons circuit,dcf]
 // Private decoding of our model under rss3 or add2 (three parties in one
 // process, in-process transport): rounds and payload bytes (busiest party)
-// of the prefill and of every decode step, for each policy. Under add2 the
-// bytes are the online parties' (0 and 1); the dealer's, sent offline, are
-// printed apart. Counts, not timings: deterministic, so before/after
-// comparisons of a change are exact.
+// of the prefill and of every decode step, for each policy and each way of
+// comparing (a list runs them side by side). Under add2 the bytes are the
+// online parties' (0 and 1); the dealer's, sent offline, are printed apart.
+// Under rss3 with dcf comparisons every party deals some comparisons
+// during the online phase: its keys are in its bytes, and the busiest
+// dealer's share is printed too. Counts, not timings: deterministic, so
+// before/after comparisons of a change are exact.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cstdio>
 #include <CLI/CLI.hpp>
@@ -18,12 +21,15 @@ namespace {
 
 struct Costs {
   std::uint64_t rounds = 0, bytes = 0, offline_bytes = 0;
+  std::uint64_t dealt_bytes = 0;  // rss3 dcf: the most any party dealt (part of its bytes)
 };
 
 // `online` parties: all three under rss3; under add2 parties 0 and 1, the
 // dealer's bytes are offline (it receives nothing, so it adds no round).
-Costs busiest(const std::array<CostCounters, 3>& before, const std::array<CostCounters, 3>& after, bool add2) {
+Costs busiest(const std::array<CostCounters, 3>& before, const std::array<CostCounters, 3>& after, bool add2,
+              const std::array<std::uint64_t, 3>& dealt_before, const std::array<std::uint64_t, 3>& dealt_after) {
   Costs c;
+  for (std::size_t i = 0; i < 3; ++i) c.dealt_bytes = std::max(c.dealt_bytes, dealt_after[i] - dealt_before[i]);
   CriticalPath path;
   for (std::size_t i = 0; i < 3; ++i) {
     path.add(before[i].rounds, after[i].rounds);
@@ -38,16 +44,20 @@ Costs busiest(const std::array<CostCounters, 3>& before, const std::array<CostCo
 struct Settings {
   std::size_t tokens = 16, prompt = 1000, budget = 48;
   bool late_ranking = false, exact_truncation = false;
-  Add2Comparisons comparisons = Add2Comparisons::circuit;
+  bool dcf = false;  // comparisons from DCF keys instead of the circuit
 };
 
 // The backend's keys: rss3, or add2 with parties 0 and 1 online.
 Task<std::unique_ptr<Rss3Party>> setup(std::type_identity<Rss3Party>, Endpoint& endpoint, const Settings& s) {
-  return Rss3Party::setup(endpoint, {.exact_truncation = s.exact_truncation, .insecure_seed = 1});
+  return Rss3Party::setup(endpoint, {.exact_truncation = s.exact_truncation,
+                                     .comparisons = s.dcf ? Rss3Comparisons::dcf : Rss3Comparisons::circuit,
+                                     .insecure_seed = 1});
 }
 Task<std::unique_ptr<Add2Party>> setup(std::type_identity<Add2Party>, Endpoint& endpoint, const Settings& s) {
   return Add2Party::setup(endpoint,
-                          {.exact_truncation = s.exact_truncation, .comparisons = s.comparisons, .insecure_seed = 1});
+                          {.exact_truncation = s.exact_truncation,
+                           .comparisons = s.dcf ? Add2Comparisons::dcf : Add2Comparisons::circuit,
+                           .insecure_seed = 1});
 }
 
 std::vector<std::uint32_t> prompt_bytes(std::size_t n) {
@@ -74,6 +84,7 @@ void run(const std::string& policy, const Settings& settings) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   std::vector<std::array<CostCounters, 3>> marks(tokens + 2);
+  std::vector<std::array<std::uint64_t, 3>> dealt(tokens + 2, std::array<std::uint64_t, 3>{});
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
     auto state = co_await setup(std::type_identity<Party>{}, network.endpoint(id), settings);
     P p = state->session();
@@ -88,6 +99,7 @@ void run(const std::string& policy, const Settings& settings) {
     std::optional<std::vector<std::uint32_t>> mine;
     if (id == 0) mine = prompt;
     marks[0][id] = network.endpoint(id).costs();
+    if constexpr (!add2) dealt[0][id] = state->dealt_bytes();
     auto logits = co_await decoder.prefill(p, pol, 0, std::move(mine), prompt.size());
     for (std::size_t step = 0; step <= tokens; ++step) {
       // token choice (argmax over the vocabulary, opened to the client) + one decode
@@ -95,34 +107,38 @@ void run(const std::string& policy, const Settings& settings) {
       std::optional<std::uint32_t> next;
       if (token) next = static_cast<std::uint32_t>((*token)(0, 0));
       marks[step + 1][id] = network.endpoint(id).costs();
+      if constexpr (!add2) dealt[step + 1][id] = state->dealt_bytes();
       if (step < tokens) logits = co_await decoder.decode(p, pol, 0, next);
     }
   });
-  const Costs pre = busiest(marks[0], marks[1], add2);
-  const std::string backend =
-      add2 ? std::string("add2, ") + (settings.comparisons == Add2Comparisons::dcf ? "dcf" : "circuit") +
-                 " comparisons, "
-           : std::string("rss3, ");
+  const Costs pre = busiest(marks[0], marks[1], add2, dealt[0], dealt[1]);
+  const std::string backend = std::string(add2 ? "add2, " : "rss3, ") + (settings.dcf ? "dcf" : "circuit") + " comparisons, ";
   auto offline = [&](const Costs& cost) {
-    return add2 ? " (+ " + std::to_string(double(cost.offline_bytes) / 1e6) + " MB offline from the dealer)" : std::string();
+    if (add2) return " (+ " + std::to_string(double(cost.offline_bytes) / 1e6) + " MB offline from the dealer)";
+    if (settings.dcf) return " (of which " + std::to_string(double(cost.dealt_bytes) / 1e6) + " MB dealt keys)";
+    return std::string();
   };
   std::printf("%s (%s%s truncation): prefill %zu bytes (+ first token choice): %llu rounds, %.3f MB%s\n", policy.c_str(),
               backend.c_str(), exact_truncation ? "exact" : "probabilistic", prompt_len,
               static_cast<unsigned long long>(pre.rounds), double(pre.bytes) / 1e6, offline(pre).c_str());
-  std::uint64_t sum_r = 0, sum_b = 0, sum_off = 0, steady = 0;
+  std::uint64_t sum_r = 0, sum_b = 0, sum_off = 0, sum_dealt = 0, steady = 0;
   for (std::size_t s = 0; s < tokens; ++s) {
-    const Costs step = busiest(marks[s + 1], marks[s + 2], add2);
+    const Costs step = busiest(marks[s + 1], marks[s + 2], add2, dealt[s + 1], dealt[s + 2]);
     std::printf("  step %2zu: %5llu rounds, %8.3f MB%s\n", s, static_cast<unsigned long long>(step.rounds),
                 double(step.bytes) / 1e6, offline(step).c_str());
     sum_r += step.rounds;
     sum_b += step.bytes;
     sum_off += step.offline_bytes;
+    sum_dealt += step.dealt_bytes;
     steady = step.rounds;
   }
   std::printf("  mean per token (decode + token choice): %.1f rounds (%.1f per layer), %.3f MB; last step %llu rounds\n",
               double(sum_r) / double(tokens), double(sum_r) / double(tokens) / double(c.num_layers),
               double(sum_b) / double(tokens) / 1e6, static_cast<unsigned long long>(steady));
   if (add2) std::printf("  mean offline per token (dealer): %.3f MB\n", double(sum_off) / double(tokens) / 1e6);
+  if (!add2 && settings.dcf)
+    std::printf("  mean dealt per token (busiest dealer, online, in the MB above): %.3f MB\n",
+                double(sum_dealt) / double(tokens) / 1e6);
   if (tokens > 0) {  // where the last step's rounds went, at the party with the longest chain
     std::size_t busiest_party = 0;
     for (std::size_t i = 1; i < 3; ++i)
@@ -142,7 +158,8 @@ void run(const std::string& policy, const Settings& settings) {
 int main(int argc, char** argv) {
   Settings settings;
   std::vector<std::string> policy_names{"full", "mpcache"};
-  std::string truncation = "probabilistic", protocol = "rss3", comparisons = "circuit";
+  std::string truncation = "probabilistic", protocol = "rss3";
+  std::vector<std::string> comparisons{"circuit"};
   CLI::App app{"mpcache-decode-steps: rounds and bytes of private prefill and decode steps, per policy (in-process)"};
   app.add_option("--tokens", settings.tokens, "decode steps");
   app.add_option("--prompt-bytes", settings.prompt, "prompt length (bytes of a fixed English text)");
@@ -154,7 +171,9 @@ int main(int argc, char** argv) {
   app.add_option("--protocol", protocol, "rss3 (default) or add2 (two parties and a dealer)")
       ->check(CLI::IsMember({"rss3", "add2"}));
   app.add_option("--comparisons", comparisons,
-                 "add2 only: circuit (default: packed bit planes) or dcf (one round, the dealer's DCF keys)")
+                 "circuit (default: packed bit planes), dcf (DCF keys: add2's dealer, or under rss3 the party "
+                 "outside each pair), or both, comma-separated, run side by side")
+      ->delimiter(',')
       ->check(CLI::IsMember({"circuit", "dcf"}));
   app.add_option("--truncation", truncation,
                  "probabilistic (default: the one-round truncation papers use) or exact (mpcache generate's default)")
@@ -163,13 +182,12 @@ int main(int argc, char** argv) {
   try {
     for (const auto& name : policy_names) bench::check_policy_name(name);
     settings.exact_truncation = truncation == "exact";
-    settings.comparisons = comparisons == "dcf" ? Add2Comparisons::dcf : Add2Comparisons::circuit;
-    if (protocol == "rss3" && comparisons != "circuit")
-      throw Error(ErrorCode::invalid_argument, "--comparisons " + comparisons + " is an add2 option (--protocol add2)");
-    for (const auto& name : policy_names) {
-      if (protocol == "add2") run<Add2Party>(name, settings);
-      else run<Rss3Party>(name, settings);
-    }
+    for (const auto& name : policy_names)
+      for (const auto& way : comparisons) {
+        settings.dcf = way == "dcf";
+        if (protocol == "add2") run<Add2Party>(name, settings);
+        else run<Rss3Party>(name, settings);
+      }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

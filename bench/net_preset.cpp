@@ -35,7 +35,8 @@ double seconds_since(Clock::time_point t) {
 // (seconds measured by party 0). spin_us[id]: that party's low-latency mode.
 template <class Fn>
 double two_parties(const std::string& backend, bool encrypted, std::array<int, 2> spin_us, Fn fn) {
-  std::vector<PartyAddress> parties = {{"127.0.0.1", free_tcp_port()}, {"127.0.0.1", free_tcp_port()}};
+  const auto ports = free_tcp_ports(2);
+  std::vector<PartyAddress> parties = {{"127.0.0.1", ports[0]}, {"127.0.0.1", ports[1]}};
   std::vector<std::pair<std::string, std::string>> keys;
   if (encrypted) keys = {generate_party_key(), generate_party_key()};
   double measured = 0;
@@ -147,7 +148,8 @@ double transport_rtt(const RttCase& c) {
 
 // Two ends of one loopback TCP connection, set up as the transport's are.
 std::array<int, 2> loopback_pair() {
-  std::vector<PartyAddress> parties = {{"127.0.0.1", free_tcp_port()}, {"127.0.0.1", free_tcp_port()}};
+  const auto ports = free_tcp_ports(2);
+  std::vector<PartyAddress> parties = {{"127.0.0.1", ports[0]}, {"127.0.0.1", ports[1]}};
   std::array<int, 2> fd{-1, -1};
   std::vector<std::thread> threads;
   for (PartyId id = 0; id < 2; ++id)

@@ -84,6 +84,7 @@ struct Run {
   std::size_t steps = 3;
   std::size_t evict_up_to = 0;  // prepared caches: MPCache runs static eviction up to this length
   std::size_t threads = 1;      // each party's ComputePool (one pool: the parties share this thread)
+  std::size_t memory_budget = default_prefill_memory_budget;  // a real prefill's working set per party
 };
 
 std::size_t budget_tokens_of(const Run& r) {
@@ -237,7 +238,7 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
   one.num_layers = 1;
   auto weights = tie_layers(co_await load_decoder(p, one, id == 1 ? random_weights(5) : no_weights(), 1),
                             r.config.num_layers);
-  Decoder<P> decoder(weights);
+  Decoder<P> decoder(weights, DecoderOptions{r.memory_budget, PrefillLogits::last});  // next_token reads the last
   if (r.real_prefill) {
     std::optional<std::vector<std::uint32_t>> prompt;
     if (id == 0) {
@@ -417,6 +418,7 @@ struct Settings {
   std::size_t evict_up_to = 1024;
   std::vector<std::string> policies;  // empty: every arm
   std::size_t threads = 1;
+  std::string memory_budget;  // empty: default_prefill_memory_budget
   bool json_stdout = false;
 };
 
@@ -506,7 +508,10 @@ std::vector<Run> plan(const Settings& s) {
     });
     runs.insert(runs.end(), extra.begin(), extra.end());
   }
-  for (Run& r : runs) r.threads = s.threads;
+  for (Run& r : runs) {
+    r.threads = s.threads;
+    r.memory_budget = s.memory_budget.empty() ? default_prefill_memory_budget : parse_memory_size(s.memory_budget);
+  }
   return runs;
 }
 
@@ -535,6 +540,10 @@ int paper_main(int argc, char** argv) {
   app.add_option("--threads", s.threads,
                  "threads of each party's compute pool (1: none, everything on the loop's thread)")
       ->check(CLI::Range(std::size_t{1}, ComputePool::max_threads));
+  app.add_option("--memory-budget", s.memory_budget,
+                 "a real prefill's working set per party (BYTES, or e.g. 256MB, 1GB; default " +
+                     std::to_string(default_prefill_memory_budget >> 20) +
+                     " MiB): query rows and the MLP's activation run in waves that fit");
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");

@@ -78,7 +78,12 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
   jobs::LocalCluster cluster(false, 120000);
   {
     auto config = jobs::read_cluster_config(cluster.config_path());
-    for (auto& p : config.parties) p.client_port = free_tcp_port("127.0.0.1");
+    // Mesh and client ports from one call, so that none repeats.
+    const auto ports = free_tcp_ports(2 * config.parties.size(), "127.0.0.1");
+    for (std::size_t i = 0; i < config.parties.size(); ++i) {
+      config.parties[i].port = ports[2 * i];
+      config.parties[i].client_port = ports[2 * i + 1];
+    }
     // The keys are relative to the folder; write_cluster_config keeps them as given.
     for (auto& p : config.parties) {
       p.public_key = std::filesystem::path(p.public_key).filename().string();

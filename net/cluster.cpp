@@ -79,14 +79,23 @@ std::vector<Connections> local_socket_mesh(std::size_t parties) {
   return out;
 }
 
-std::uint16_t free_tcp_port(const std::string& host) {
-  std::uint16_t port = 0;
+std::vector<std::uint16_t> free_tcp_ports(std::size_t count, const std::string& host) {
+  // Every listener stays open until all are bound: the kernel hands out a
+  // port again once it is closed, so ports picked one at a time can repeat.
+  std::vector<int> held;
+  std::vector<std::uint16_t> ports;
   try {
-    sys::close_fd(sys::listen_on(host, port));
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uint16_t port = 0;
+      held.push_back(sys::listen_on(host, port));
+      ports.push_back(port);
+    }
   } catch (const std::runtime_error& e) {
+    for (int fd : held) sys::close_fd(fd);
     throw Error(ErrorCode::network, e.what());
   }
-  return port;
+  for (int fd : held) sys::close_fd(fd);
+  return ports;
 }
 
 }  // namespace mpcache

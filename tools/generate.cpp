@@ -263,8 +263,14 @@ void write_json_lines(const std::string& path, const std::vector<json>& lines) {
   jobs::write_text_file(path, text, false);
 }
 
+// --memory-budget in bytes (none given: the library's default).
+std::size_t memory_budget_of(const GenerateOptions& o) {
+  return o.memory_budget.empty() ? default_prefill_memory_budget : parse_memory_size(o.memory_budget);
+}
+
 // `tok`: the client's tokenizer, at the client only (its EOS ids end the
 // generation unless --ignore-eos).
+
 GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<std::uint32_t>* prompt,
                       const text::Tokenizer* tok, ComputePool* pool) {
   GenerationJob job;
@@ -276,6 +282,7 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
   job.new_tokens = o.tokens;
   job.policy = o.policy;
   job.budget = o.budget;
+  job.memory_budget = memory_budget_of(o);
   job.unused_weights = unused_weights(o);
   job.protocol = parse_generation_protocol(o.protocol);
   job.rss3.exact_truncation = o.truncation == "exact";
@@ -297,7 +304,8 @@ void print_header(const GenerateOptions& o, const std::string& where, const Prom
               o.protocol == "add2" ? "add2 (2 parties, party 2 deals)" : "rss3", where.c_str());
   std::printf("  model %s, policy %s", o.model_dir.c_str(), o.policy.c_str());
   if (o.policy != "full") std::printf(" (budget %zu tokens per KV head)", o.budget);
-  std::printf(", %s truncation", o.truncation.c_str());
+  std::printf(", %s truncation, prefill memory budget %g MiB", o.truncation.c_str(),
+              double(memory_budget_of(o)) / double(1 << 20));
   std::string shown = escaped(prompt.text);
   if (shown.size() > 160)
     shown = shown.substr(0, char_boundary(shown, 120)) + "..." + shown.substr(char_boundary(shown, shown.size() - 37));
@@ -342,6 +350,7 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
   summary["budget"] = o.budget;
   summary["protocol"] = o.protocol;
   summary["truncation"] = o.truncation;
+  summary["memory_budget"] = memory_budget_of(o);
   summary["model"] = o.model_dir;
   summary["tokenizer"] = tok.name();
   summary["prompt_length"] = prompt.ids.size();
@@ -547,6 +556,7 @@ int run_launcher(const GenerateOptions& o, const Prompt& prompt, const text::Tok
     if (o.allow_unused_weights) p.args.push_back("--allow-unused-weights");
     if (o.compact_weights) p.args.push_back("--compact-weights");
     if (o.threads > 1) p.args.insert(p.args.end(), {"--threads", std::to_string(o.threads)});
+    p.args.insert(p.args.end(), {"--memory-budget", std::to_string(memory_budget_of(o))});
     // The client's alone: its prompt and its tokenizer.
     if (i == 0) p.args.insert(p.args.end(), {"--prompt-file", prompt_file, "--tokenizer", o.tokenizer});
     if (i == 0 && o.ignore_eos) p.args.push_back("--ignore-eos");

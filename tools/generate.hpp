@@ -42,6 +42,7 @@ struct GenerateOptions {
   bool allow_unused_weights = false; // run even if the config leaves tensors of the file unused
   bool in_process = false;
   std::size_t threads = 1;           // each party's ComputePool (1: none, all work on the loop's thread)
+  std::string memory_budget;         // the prefill's working set per party (parse_memory_size; empty: the default)
   bool check = false;                // float64 reference check (launcher / in-process only)
   std::string json;                  // JSON lines: one row per step, a summary, parties
   std::string config;                // join this cluster as party `id`

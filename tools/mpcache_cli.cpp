@@ -78,6 +78,19 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
                       "--in-process: one pool the three parties take turns on)")
       ->check(CLI::Range(std::size_t{1}, mpcache::ComputePool::max_threads))
       ->capture_default_str();
+  gen_cmd->add_option("--memory-budget", gen.memory_budget,
+                      "the prefill's working set per party (BYTES, or e.g. 256MB, 1GB; default " +
+                          std::to_string(mpcache::default_prefill_memory_budget >> 20) +
+                          " MiB): the attention's query rows and the MLP's activation run in waves that fit (each "
+                          "wave past the first adds its rounds); every party must give the same")
+      ->check([](const std::string& text) {
+        try {
+          (void)mpcache::parse_memory_size(text);
+          return std::string{};
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+      });
   gen_cmd->add_flag("--check", gen.check,
                     "debugging aid: check each token against the float64 reference (needs both inputs in one "
                     "launcher: --in-process or the local launcher, not a cluster)");

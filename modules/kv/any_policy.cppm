@@ -36,6 +36,9 @@ import :policy;
 //   resident_bytes: the bytes the policy holds in memory besides the
 //     decoder's cache; nullopt: not counted.
 //   backing_bytes: the bytes it keeps elsewhere (a file).
+//   reads_prefill_attention: whether after_prefill reads PrefillView::probs
+//     for `layer` of a `tokens`-token prompt; if not, the decoder does not
+//     keep them (heads x T^2 shares per layer) and passes none.
 #define MPCACHE_KV_POLICY_MEMBERS(REQUIRED, OPTIONAL)                                                          \
   REQUIRED(std::string, name, const, ())                                                                       \
   REQUIRED(void, reset, , (layers, heads), std::size_t layers, std::size_t heads)                              \
@@ -48,7 +51,8 @@ import :policy;
   OPTIONAL(Task<void>, rank, , refuse(policy, "does not rank early"), (p, view), P& p, const RankView<P>& view) \
   OPTIONAL(bool, owns_cache, const, false, ())                                                                 \
   OPTIONAL(std::optional<std::size_t>, resident_bytes, const, std::nullopt, ())                                \
-  OPTIONAL(std::size_t, backing_bytes, const, 0, ())
+  OPTIONAL(std::size_t, backing_bytes, const, 0, ())                                                           \
+  OPTIONAL(bool, reads_prefill_attention, const, true, (layer, tokens), std::size_t layer, std::size_t tokens)
 
 // `, x...` from `x...`, nothing from nothing: what follows the policy in a
 // parameter list, or (as MPCACHE_KV_AFTER_POLICY (a, b)) in a call.

@@ -20,6 +20,7 @@ class FullCache {
   std::string name() const { return "full"; }
   void reset(std::size_t, std::size_t) {}
   Task<void> after_prefill(P&, const PrefillView<P>&) { co_return; }
+  bool reads_prefill_attention(std::size_t, std::size_t) const { return false; }
   Task<Selection<P>> select(P& p, const StepView<P>& step) { co_return detail::whole_cache(p, step); }
   Task<void> observe(P&, const StepView<P>&, const std::vector<typename P::Share>&) { co_return; }
 };

@@ -33,6 +33,7 @@ class LongCache {
   std::string name() const { return "longcache"; }
   void reset(std::size_t layers, std::size_t heads) { state_.assign(layers, std::vector<State>(heads)); }
   Task<void> after_prefill(P&, const PrefillView<P>&) { co_return; }
+  bool reads_prefill_attention(std::size_t, std::size_t) const { return false; }
   Task<Selection<P>> select(P& p, const StepView<P>& step) {
     const std::size_t t = step.position + 1;
     if (t <= budget_) co_return detail::whole_cache(p, step);

@@ -142,6 +142,12 @@ class MpCache {
     co_await after_eviction(p, view.layer, t);
   }
 
+  // Only static eviction reads the prompt's attention weights (a sharing
+  // layer reuses its owner's choice).
+  bool reads_prefill_attention(std::size_t layer, std::size_t t) const {
+    return kept_tokens(t) < t && !shares_previous(layer);
+  }
+
   // Tokens static eviction keeps of a prompt of t.
   std::size_t kept_tokens(std::size_t t) const {
     return std::min(t, std::max(budget_, static_cast<std::size_t>(std::llround(o_.keep_ratio * double(t)))));

@@ -34,7 +34,8 @@ struct PrefillView {
   std::size_t tokens = 0;  // T
   std::size_t group = 1;   // query heads per KV head
   // Per KV head: causal attention weights (group * T, T), row h * T + t is
-  // query head h of the group at position t.
+  // query head h of the group at position t. Empty for a policy whose
+  // reads_prefill_attention (any_policy.cppm) says it does not read them.
   const std::vector<typename P::Share>* probs = nullptr;
   const std::vector<HeadCache<P>>* cache = nullptr;  // per KV head, T tokens
 };

@@ -32,6 +32,7 @@ class Quest {
       for (auto& c : l) c.size = page_;
   }
   Task<void> after_prefill(P&, const PrefillView<P>&) { co_return; }
+  bool reads_prefill_attention(std::size_t, std::size_t) const { return false; }
   Task<Selection<P>> select(P& p, const StepView<P>& step) {
     const std::size_t t = step.position + 1;
     Selection<P> s;

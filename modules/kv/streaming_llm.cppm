@@ -25,6 +25,7 @@ class StreamingLlm {
   std::string name() const { return "streaming_llm"; }
   void reset(std::size_t, std::size_t) {}
   Task<void> after_prefill(P&, const PrefillView<P>&) { co_return; }
+  bool reads_prefill_attention(std::size_t, std::size_t) const { return false; }
   Task<Selection<P>> select(P& p, const StepView<P>& step) {
     const std::size_t t = step.position + 1;
     if (t <= budget_) co_return detail::whole_cache(p, step);

@@ -23,6 +23,7 @@ import mpcache.ops;
 import mpcache.kv;
 import :config;
 import :weights;
+import :prefill_memory;
 
 export namespace mpcache {
 
@@ -46,7 +47,10 @@ class Decoder {
   // affine); they keep 2^-14.
   static constexpr int silu_output_shift = 4;
 
-  explicit Decoder(const DecoderWeights<P>& weights) : w_(weights), c_(weights.config) {
+  explicit Decoder(const DecoderWeights<P>& weights, DecoderOptions options = {})
+      : w_(weights), c_(weights.config), options_(options) {
+    if (options_.prefill_memory_budget == 0)
+      throw Error(ErrorCode::invalid_argument, "decoder: a prefill memory budget of 0 bytes");
     if (c_.num_heads % c_.num_kv_heads != 0 || (c_.architecture == Architecture::llama && c_.head_dim % 2 != 0))
       throw Error(ErrorCode::invalid_argument, "decoder: heads must group evenly, head_dim even");
     if (w_.layers.size() != (w_.tied_layers ? 1 : c_.num_layers))
@@ -55,6 +59,7 @@ class Decoder {
   }
 
   const ModelConfig& config() const noexcept { return c_; }
+  const DecoderOptions& options() const noexcept { return options_; }
   std::size_t length() const noexcept { return length_; }
   const std::vector<std::vector<kv::HeadCache<P>>>& cache() const noexcept { return cache_; }
   // Bytes of KV cache this party holds (all of it, or, under a policy that
@@ -72,7 +77,8 @@ class Decoder {
   void set_early_ranking(bool on) noexcept { early_ranking_ = on; }
 
   // Prefill `count` tokens (the owner's ids; others pass nullopt). Starts a
-  // new sequence. Returns logits (count, vocab). `layer_done(l)`, if given,
+  // new sequence. Returns logits (count, vocab), or the last position's
+  // (1, vocab) under PrefillLogits::last. `layer_done(l)`, if given,
   // is called once layer l and the policy's look at it are done (progress
   // reports).
   template <class Pol>
@@ -116,6 +122,7 @@ class Decoder {
       previous = std::move(current);
     }
     length_ = count;
+    if (options_.prefill_logits == PrefillLogits::last) h = ops::rows<P>(h, count - 1, count);
     P ph = p.fork(), pp = p.fork();
     auto [logits, none] =
         co_await when_all(head(ph, h), policy_prefill(pp, policy, c_.num_layers - 1, count, previous, layer_done));
@@ -440,7 +447,8 @@ class Decoder {
     auto [qr, kr, v] = co_await project_rotated(p, layer, h_in, consecutive(length_, count));
     keep_rows(policy, layer, kr, v, /*decode=*/false);
     const auto& lw = layer_weights(layer);
-    auto outputs = co_await prefill_attention(p, layer, qr, count, *prefill_probs);
+    const bool policy_reads = kv::OptionalMembers<P>::reads_prefill_attention(policy, layer, count);
+    auto outputs = co_await prefill_attention(p, layer, qr, count, policy_reads, *prefill_probs);
     co_return p.add(h_in, co_await affine(p, join_heads(outputs), lw.wo, lw.bo));
   }
 
@@ -505,26 +513,82 @@ class Decoder {
   }
 
   // Per query head (count, d): each KV head's query group over the prompt,
-  // causal; the attention weights per KV head go to `probs` (for the policy).
+  // causal; the attention weights per KV head go to `probs` if the policy
+  // reads them (else it stays empty: they would be heads x T^2 shares held
+  // through the next layer). Query rows run in waves within the memory
+  // budget (prefill_memory.cppm); a prompt that fits runs as one wave.
   Task<std::vector<Share>> prefill_attention(P& p, std::size_t layer, const Share& qr, std::size_t count,
-                                             std::vector<Share>& probs) {
+                                             bool keep_weights, std::vector<Share>& probs) {
+    std::vector<RowBlock> waves{{0, count}};
+    if constexpr (!ExactReals<P>)  // float64 holds no bit planes: one wave
+      waves = attention_row_blocks(count, c_.num_heads, options_.prefill_memory_budget);
+    if (waves.size() == 1) {
+      auto outputs = co_await attention_rows(p, layer, qr, count, waves[0], probs);
+      if (!keep_weights) probs.clear();
+      co_return outputs;
+    }
     const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh;
+    std::vector<std::vector<Share>> pieces(c_.num_heads);  // per head: each wave's (rows, d)
+    std::vector<std::vector<RingTensor>> weights(kvh);     // per KV head: (g * count, count) per component
+    for (const RowBlock& wave : waves) {
+      std::vector<Share> wave_probs;
+      auto outs = co_await attention_rows(p, layer, qr, count, wave, wave_probs);
+      for (std::size_t hh = 0; hh < c_.num_heads; ++hh) pieces[hh].push_back(std::move(outs[hh]));
+      if (keep_weights)
+        for (std::size_t j = 0; j < kvh; ++j) place_wave_weights(weights[j], wave_probs[j], wave, g, count);
+    }
+    probs.clear();
+    if (keep_weights)
+      for (std::size_t j = 0; j < kvh; ++j) probs.push_back(share_from_components<P>(qr, std::move(weights[j])));
+    std::vector<Share> outputs(c_.num_heads);
+    for (std::size_t hh = 0; hh < c_.num_heads; ++hh) {
+      outputs[hh] = pieces[hh][0];
+      for (std::size_t w = 1; w < waves.size(); ++w) outputs[hh] = ops::stack_rows<P>(outputs[hh], pieces[hh][w]);
+    }
+    co_return outputs;
+  }
+
+  // One wave's weights (g * rows, wave.end) into a KV head's (g * count,
+  // count) components, zero where a row does not attend.
+  void place_wave_weights(std::vector<RingTensor>& into, const Share& wave_probs, const RowBlock& wave,
+                          std::size_t g, std::size_t count) const {
+    const std::size_t rows = wave.end - wave.begin, keys = wave.end;
+    auto parts = share_components<P>(wave_probs);
+    if (into.empty())
+      for (std::size_t k = 0; k < parts.size(); ++k) into.push_back(ring_zeros({g * count, count}));
+    for (std::size_t k = 0; k < parts.size(); ++k)
+      for (std::size_t hh = 0; hh < g; ++hh)
+        for (std::size_t t = 0; t < rows; ++t)
+          std::copy_n(parts[k].data() + (hh * rows + t) * keys, keys,
+                      into[k].data() + (hh * count + wave.begin + t) * count);
+  }
+
+  // Query rows `wave` of every head (rows, d), all KV heads at once (their
+  // messages share rounds); the wave's weights per KV head (g * rows,
+  // wave.end) go to `probs`.
+  Task<std::vector<Share>> attention_rows(P& p, std::size_t layer, const Share& qr, std::size_t count,
+                                          const RowBlock& wave, std::vector<Share>& probs) {
+    const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh, rows = wave.end - wave.begin;
+    const bool all = rows == count;
     probs.assign(kvh, Share{});
     std::vector<P> forks;
     forks.reserve(kvh);
     for (std::size_t j = 0; j < kvh; ++j) forks.push_back(p.fork());
-    std::vector<Share> group_queries(kvh);  // (g * count, d) each; alive while the tasks run
+    auto query_rows = [&](std::size_t h) {
+      auto q = head_columns(qr, h);
+      return all ? q : ops::rows<P>(q, wave.begin, wave.end);
+    };
+    std::vector<Share> group_queries(kvh);  // (g * rows, d) each; alive while the tasks run
     std::vector<Task<Share>> tasks;
     for (std::size_t j = 0; j < kvh; ++j) {
-      group_queries[j] = head_columns(qr, j * g);
-      for (std::size_t hh = 1; hh < g; ++hh)
-        group_queries[j] = ops::stack_rows<P>(group_queries[j], head_columns(qr, j * g + hh));
-      tasks.push_back(prefill_head(forks[j], group_queries[j], cache_[layer][j], g, count, probs[j]));
+      group_queries[j] = query_rows(j * g);
+      for (std::size_t hh = 1; hh < g; ++hh) group_queries[j] = ops::stack_rows<P>(group_queries[j], query_rows(j * g + hh));
+      tasks.push_back(prefill_head(forks[j], group_queries[j], cache_[layer][j], g, wave, count, probs[j]));
     }
     auto outs = co_await when_all(std::move(tasks));
     std::vector<Share> outputs(c_.num_heads);
     for (std::size_t j = 0; j < kvh; ++j)
-      for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = ops::rows<P>(outs[j], hh * count, (hh + 1) * count);
+      for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = ops::rows<P>(outs[j], hh * rows, (hh + 1) * rows);
     co_return outputs;
   }
 
@@ -659,17 +723,23 @@ class Decoder {
     return joined;
   }
 
-  // One KV head's query group over its own prompt: (g*T, d) -> (g*T, d).
+  // One KV head's query group over its own prompt, query rows `wave` of
+  // each head: (g*rows, d) -> (g*rows, d), against keys [0, wave.end) (the
+  // later ones are all in the future).
   Task<Share> prefill_head(P& p, const Share& queries, const kv::HeadCache<P>& cache, std::size_t g,
-                           std::size_t count, Share& probs_out) {
+                           const RowBlock& wave, std::size_t count, Share& probs_out) {
     auto scope = cost_scope(p, CostTag::attention);
-    auto scores = co_await p.matmul_trunc(queries, ops::transpose<P>(cache.keys));  // (g*T, T)
+    const std::size_t rows = wave.end - wave.begin, keys = wave.end;
+    const bool all_keys = keys == count;
+    const Share early_keys = all_keys ? Share{} : ops::rows<P>(cache.keys, 0, keys);
+    const Share early_values = all_keys ? Share{} : ops::rows<P>(cache.values, 0, keys);
+    auto scores = co_await p.matmul_trunc(queries, ops::transpose<P>(all_keys ? cache.keys : early_keys));
     const FixedPoint fp(p.frac_bits());
-    RingTensor bias = ring_zeros({g * count, count}), mask = ring_zeros({g * count, count});
+    RingTensor bias = ring_zeros({g * rows, keys}), mask = ring_zeros({g * rows, keys});
     const Ring minus_big = fp.encode(-1024.0);
-    for (std::size_t r = 0; r < g * count; ++r)
-      for (std::size_t c = 0; c < count; ++c) {
-        const bool future = c > r % count;
+    for (std::size_t r = 0; r < g * rows; ++r)
+      for (std::size_t c = 0; c < keys; ++c) {
+        const bool future = c > wave.begin + r % rows;
         bias(r, c) = future ? minus_big : 0;
         mask(r, c) = future ? 0 : 1;
       }
@@ -678,7 +748,7 @@ class Decoder {
       auto softmax_scope = cost_scope(p, CostTag::softmax);
       probs_out = co_await ops::softmax_last(p, scores, std::optional<RingTensor>(mask));
     }
-    co_return co_await p.matmul_trunc(probs_out, cache.values);
+    co_return co_await p.matmul_trunc(probs_out, all_keys ? cache.values : early_values);
   }
 
   Task<Share> decode_head(P& p, const Share& queries, const Share& keys, const Share& values,
@@ -700,14 +770,37 @@ class Decoder {
       auto gate_up = co_await norm_affine(p, h_in, lw.post_norm, lw.post_norm_bias,
                                           {{&*lw.gate, &no_bias_}, {&lw.up, &lw.b_up}});
       auto scope = cost_scope(p, CostTag::activation);
-      hidden = co_await ops::silu_times(p, gate_up[0], gate_up[1], silu_output_shift);
+      hidden = co_await activation_in_waves(p, gate_up[0], &gate_up[1]);
       hidden_shift = silu_output_shift;
     } else {
       auto up = co_await norm_affine(p, h_in, lw.post_norm, lw.post_norm_bias, {{&lw.up, &lw.b_up}});
       auto scope = cost_scope(p, CostTag::activation);
-      hidden = co_await ops::gelu(p, up[0]);
+      hidden = co_await activation_in_waves(p, up[0], nullptr);
     }
     co_return p.add(h_in, co_await affine(p, hidden, lw.down, lw.b_down, hidden_shift));
+  }
+
+  // The MLP's activation: silu(gate) * up (carried at 2^(f-4)), or gelu(up).
+  Task<Share> activation(P& p, const Share& first, const Share* second) {
+    if (second) co_return co_await ops::silu_times(p, first, *second, silu_output_shift);
+    co_return co_await ops::gelu(p, first);
+  }
+
+  // The same over a prefill's rows in waves within the memory budget
+  // (prefill_memory.cppm), one after another; rows that fit run as one.
+  Task<Share> activation_in_waves(P& p, const Share& first, const Share* second) {
+    const std::size_t rows = P::shape(first).at(0), width = P::shape(first).at(1) * (second ? 2 : 1);
+    std::vector<RowBlock> waves{{0, rows}};
+    if constexpr (!ExactReals<P>) waves = even_row_blocks(rows, width, options_.prefill_memory_budget);
+    if (waves.size() == 1) co_return co_await activation(p, first, second);
+    std::optional<Share> out;
+    for (const RowBlock& wave : waves) {
+      const Share a = ops::rows<P>(first, wave.begin, wave.end);
+      const Share b = second ? ops::rows<P>(*second, wave.begin, wave.end) : Share{};
+      auto part = co_await activation(p, a, second ? &b : nullptr);
+      out = out ? ops::stack_rows<P>(*out, part) : std::move(part);
+    }
+    co_return std::move(*out);
   }
 
   Task<Share> head(P& p, const Share& h) {
@@ -717,6 +810,7 @@ class Decoder {
 
   const DecoderWeights<P>& w_;
   ModelConfig c_;
+  DecoderOptions options_;
   const std::optional<Weight<P>> no_bias_;  // for projections without one
   std::size_t length_ = 0;
   std::vector<std::vector<kv::HeadCache<P>>> cache_;  // [layer][kv head]

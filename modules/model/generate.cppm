@@ -33,6 +33,7 @@ import mpcache.ops;
 import mpcache.kv;
 import :config;
 import :weights;
+import :prefill_memory;
 import :decoder;
 
 export namespace mpcache {
@@ -246,6 +247,9 @@ struct GenerationJob {
   // Every party passes these; they must agree with the client's.
   std::string policy = "mpcache";
   std::optional<std::size_t> budget;  // nullopt: the policy's default (kv::default_budget)
+  // Bytes of the prefill's working set per party (prefill_memory.cppm): it
+  // fixes the prefill's waves, hence its messages, so all parties agree.
+  std::size_t memory_budget = default_prefill_memory_budget;
   UnusedTensors unused_weights = UnusedTensors::reject;  // owner: tensors the config leaves unused
   GenerationProtocol protocol = GenerationProtocol::rss3;
   Rss3Options rss3;  // used under rss3
@@ -282,13 +286,13 @@ struct GenerationResult {
 // other shapes refuse the job here, instead of failing at the first message
 // whose size the shapes fix.
 struct GenerationHeader {
-  std::uint64_t prompt_length = 0, new_tokens = 0, budget = 0, config_digest = 0;
+  std::uint64_t prompt_length = 0, new_tokens = 0, budget = 0, config_digest = 0, memory_budget = 0;
   std::string policy;
 
-  static constexpr std::size_t fixed_bytes = 32;  // the four words
+  static constexpr std::size_t fixed_bytes = 40;  // the five words
   std::vector<std::byte> encode() const {
     std::vector<std::byte> out(fixed_bytes + policy.size());
-    const std::uint64_t words[4] = {prompt_length, new_tokens, budget, config_digest};
+    const std::uint64_t words[5] = {prompt_length, new_tokens, budget, config_digest, memory_budget};
     std::memcpy(out.data(), words, fixed_bytes);
     std::memcpy(out.data() + fixed_bytes, policy.data(), policy.size());
     return out;
@@ -298,12 +302,13 @@ struct GenerationHeader {
       throw Error(ErrorCode::protocol, "generation header from party " + std::to_string(from) + " has " +
                                            std::to_string(bytes.size()) + " bytes");
     GenerationHeader h;
-    std::uint64_t words[4];
+    std::uint64_t words[5];
     std::memcpy(words, bytes.data(), fixed_bytes);
     h.prompt_length = words[0];
     h.new_tokens = words[1];
     h.budget = words[2];
     h.config_digest = words[3];
+    h.memory_budget = words[4];
     h.policy.assign(reinterpret_cast<const char*>(bytes.data()) + fixed_bytes, bytes.size() - fixed_bytes);
     return h;
   }
@@ -331,7 +336,7 @@ Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job, c
   GenerationHeader header;
   if (id == job.client) {
     if (!job.prompt) throw Error(ErrorCode::invalid_argument, "generate: the client has no prompt");
-    header = {job.prompt->size(), job.new_tokens, budget, config.digest(), job.policy};
+    header = {job.prompt->size(), job.new_tokens, budget, config.digest(), job.memory_budget, job.policy};
     for (PartyId peer = 0; peer < 3; ++peer)
       if (peer != id) endpoint.send(peer, generation_header_stream, header.encode());
     co_return header;
@@ -349,6 +354,12 @@ Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job, c
                 "generate: the client (party " + std::to_string(job.client) + ") asks for policy " + header.policy +
                     " with budget " + std::to_string(header.budget) + ", but party " + std::to_string(id) +
                     " was started with policy " + job.policy + " and budget " + std::to_string(budget));
+  if (header.memory_budget != job.memory_budget)
+    throw Error(ErrorCode::invalid_argument,
+                "generate: the client (party " + std::to_string(job.client) + ") prefills within a memory budget of " +
+                    std::to_string(header.memory_budget) + " bytes, but party " + std::to_string(id) +
+                    " was started with " + std::to_string(job.memory_budget) +
+                    " (--memory-budget fixes the prefill's messages: every party must give the same)");
   job.prompt.reset();
   co_return header;
 }
@@ -387,7 +398,8 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
   const WeightSource source = id == job.owner ? weights_from_file(job.model_dir / "model.safetensors", job.unused_weights)
                                                 : no_weights();
   auto weights = co_await load_decoder(p, config, source, job.owner);
-  Decoder<P> decoder(weights);
+  // Choosing the next token needs only the last position's logits.
+  Decoder<P> decoder(weights, DecoderOptions{job.memory_budget, PrefillLogits::last});
   auto policy = kv::make_policy<P>(job.policy, *job.budget);
   GenerationResult result;
   result.prompt_length = header.prompt_length;

@@ -4,5 +4,6 @@ import mpcache.std;
 export import :safetensors;
 export import :config;
 export import :weights;
+export import :prefill_memory;
 export import :decoder;
 export import :generate;

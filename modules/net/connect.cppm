@@ -51,7 +51,8 @@ Connections connect_cluster(PartyId self, const std::vector<PartyAddress>& parti
 // result[i] is party i's side. Plain (no keys).
 std::vector<Connections> local_socket_mesh(std::size_t parties);
 
-// A TCP port on `host` that is free right now (bind to port 0, close).
-std::uint16_t free_tcp_port(const std::string& host = "127.0.0.1");
+// `count` distinct TCP ports on `host` that are free right now. Pick the ports
+// of one cluster with one call: separate calls may return the same port.
+std::vector<std::uint16_t> free_tcp_ports(std::size_t count, const std::string& host = "127.0.0.1");
 
 }  // namespace mpcache

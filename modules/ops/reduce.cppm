@@ -228,7 +228,7 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, s
   for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
   typename P::Share idx = public_share(p, x, iota);
   std::vector<std::size_t> plan;
-  if (arity == 0) plan = tournament_plan<CostsOf<P>>(x_rows(shape), n, width);
+  if (arity == 0) plan = with_costs(p, [&]<CostModel C>() { return tournament_plan<C>(x_rows(shape), n, width); });
   for (std::size_t level = 0; P::shape(x).back() > 1; ++level) {
     const std::size_t m = arity != 0 ? arity : plan.at(level);
     auto [v, i] = co_await group_level(p, x, idx, std::min(m, P::shape(x).back()), with_index, width);

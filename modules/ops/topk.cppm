@@ -357,7 +357,7 @@ Task<TopK<P>> topk(P& p, typename P::Share x, std::size_t k,
     co_return TopK<P>{std::move(values), std::move(indices)};
   }
   detail::check_topk(n, k);
-  method = resolve_topk_method<CostsOf<P>>(method, n, k, link, width);
+  method = with_costs(p, [&]<CostModel C>() { return resolve_topk_method<C>(method, n, k, link, width); });
   if (method == TopKMethod::rank) co_return co_await topk_rank(p, std::move(x), k, width);
   co_return co_await topk_sorted(p, std::move(x), k, method, width);
 }
@@ -381,7 +381,8 @@ Task<typename P::Share> argmax_onehot_last(P& p, typename P::Share x, int width 
     co_return co_await one_hot(p, reshape<P>(best.index, Shape(shape.begin(), shape.end() - 1)), n);
   } else {
     if (n == 1) co_return public_share(p, x, ring_filled(shape, 1));
-    const std::vector<std::size_t> plan = tournament_plan<CostsOf<P>>(rows, n, width);
+    const std::vector<std::size_t> plan =
+        with_costs(p, [&]<CostModel C>() { return tournament_plan<C>(rows, n, width); });
     std::optional<Share> running;  // (rows, n): 1 where the element won every level so far
     std::size_t span = 1;          // original elements per candidate of the current level
     Share candidates = reshape<P>(x, {rows, n});
@@ -425,7 +426,7 @@ Task<typename P::Share> topk_onehot(P& p, typename P::Share x, std::size_t k,
   if (k == 0 || k > n)
     throw Error(ErrorCode::invalid_argument,
                 "top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
-  method = resolve_topk_method<CostsOf<P>>(method, n, k, link, width);
+  method = with_costs(p, [&]<CostModel C>() { return resolve_topk_method<C>(method, n, k, link, width); });
   if (!ExactReals<P> && k == 1 && n <= 64 && method == TopKMethod::rank) {
     // The best one: all pairs in one batch, then an AND of n - 1 bits (no
     // ranks, no one-hot encoding): 8 + ceil(log2(n - 1)) + 2 rounds.

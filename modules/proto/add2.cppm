@@ -190,6 +190,7 @@ class Add2 {
   using Share = Add2Share;
   using Bits = Add2Bits;
   using Costs = Add2Costs;
+  using DcfCosts = Add2DcfCosts;  // the cost model under comparisons = dcf
 
   Add2(Add2Party& party, StreamId stream) : party_(&party), stream_(stream) {}
   Add2(Add2&&) noexcept = default;
@@ -198,6 +199,7 @@ class Add2 {
   Add2& operator=(const Add2&) = delete;
 
   PartyId party_id() const noexcept { return party_->id_; }
+  bool dcf_comparisons() const noexcept { return party_->options_.comparisons == Add2Comparisons::dcf; }
   bool is_dealer() const noexcept { return party_->is_dealer(); }
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_ && !is_dealer(); }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }

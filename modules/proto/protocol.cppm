@@ -215,6 +215,25 @@ template <Protocol P>
   requires CostModel<typename P::Costs>
 using CostsOf = typename P::Costs;
 
+// Optional: a backend whose comparisons run one of two ways, chosen by an
+// option (rss3 and add2: circuit or dcf), names the second way's cost model
+// P::DcfCosts and says which way it runs.
+template <class P>
+concept DcfCostsOption = Protocol<P> && CostModel<typename P::Costs> && CostModel<typename P::DcfCosts> &&
+                         requires(const P& p) {
+                           { p.dcf_comparisons() } -> std::convertible_to<bool>;
+                         };
+
+// f.template operator()<C>() with C the cost model p runs with, so that ops
+// plan on the comparisons the backend will really run:
+//   with_costs(p, [&]<CostModel C>() { return tournament_plan<C>(rows, n); })
+template <Protocol P, class F>
+decltype(auto) with_costs(const P& p, F&& f) {
+  if constexpr (DcfCostsOption<P>)
+    if (p.dcf_comparisons()) return std::forward<F>(f).template operator()<typename P::DcfCosts>();
+  return std::forward<F>(f).template operator()<CostsOf<P>>();
+}
+
 // Tags the messages a protocol object sends and awaits while the scope lives
 // (forks taken meanwhile inherit the tag), then restores the previous tag.
 // Backends without a network (plain, ref) have nothing to tag. A protocol

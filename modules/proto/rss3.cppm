@@ -20,6 +20,11 @@
 //                  per group (fewest rounds, then fewest bytes); bytes from
 //                  rss3_msb_cost: w = 64 (g = 4) 6 rounds and 15.6 bytes per
 //                  element and party, w = 27 5 rounds and 6.2 bytes
+//                  comparisons = dcf (rss3_dcf.cpp): the party outside
+//                  a pair deals a DCF key for [c' < r'], the pair opens c =
+//                  x + r to each other and reshares the result: 2 rounds,
+//                  rss3_dcf_cost (about 16 (w-1) dealt bytes per element to
+//                  each of the pair, ceil(w/8) + 1/8 per element each way)
 //   bit_dot        (B2A fused with a product summed over the last axis:
 //                  (..., k) -> (..., 1)) every party sends 2n + n/k  2 rounds
 // Zero-sharings come from pairwise AES-CTR keys: party i shares k_i with
@@ -68,6 +73,12 @@ struct Rss3Bits {
   RingTensor next;
 };
 
+// How msb_bits (and so every comparison) runs: `circuit`, carries on packed
+// bit planes (5-6 rounds, a few bytes per element); `dcf`, a distributed
+// comparison function dealt by the party outside the pair that opens the
+// masked input (2 rounds, about 32 (w-1) dealt bytes per element).
+enum class Rss3Comparisons : std::uint8_t { circuit, dcf };
+
 // A weight (Rss3::input_weight). Of the two components a party holds, one
 // came from a pairwise key stream at input (rss3's input draws s_o from
 // k_{o-1} and s_{o+1} from k_o, the owner o sends s_{o-1}). With
@@ -91,6 +102,8 @@ struct Rss3Options {
   // Correct the 2-out-of-2 wrap of every truncation (one more round per
   // truncation, see above); all three parties must agree (checked at setup).
   bool exact_truncation = false;
+  // All three parties must agree (checked at setup, like truncation).
+  Rss3Comparisons comparisons = Rss3Comparisons::circuit;
   // Derive the pairwise keys from this seed instead of the OS RNG. For tests
   // and reproducible benches only: anyone who knows the seed sees everything.
   std::optional<std::uint64_t> insecure_seed;
@@ -115,6 +128,15 @@ struct Rss3MsbCost : OpCost {
 // group 0: the group size msb_bits picks (fewest rounds, then fewest bytes).
 Rss3MsbCost rss3_msb_cost(int width, std::size_t n, int group = 0);
 
+// Exact cost of Rss3::msb_bits with comparisons = dcf over n elements (party
+// 0 leading, i.e. dealing, as in rss3_msb_cost): rounds and each party's
+// payload, of which `dealt` is the DCF keys and mask bits a party sent as
+// the dealer.
+struct Rss3DcfCost : OpCost {
+  std::array<std::uint64_t, 3> dealt{};
+};
+Rss3DcfCost rss3_dcf_cost(int width, std::size_t n);
+
 // rss3's cost model (CostModel in :protocol): the table at the top of this
 // file, with probabilistic truncation. Tested against measured runs.
 struct Rss3Costs {
@@ -131,8 +153,10 @@ struct Rss3Costs {
   static OpCost bit_dot(std::size_t n, std::size_t k) { return everyone(2, 2 * n + n / k); }
   // The call's lead is party (fork mod 3): party i pays what party
   // i - fork pays in rss3_msb_cost.
-  static OpCost msb_bits(int width, std::size_t n, std::size_t fork) {
-    const OpCost c = rss3_msb_cost(width, n);
+  static OpCost msb_bits(int width, std::size_t n, std::size_t fork) { return rotated(rss3_msb_cost(width, n), fork); }
+
+ protected:
+  static OpCost rotated(const OpCost& c, std::size_t fork) {
     OpCost out{c.rounds, {}};
     for (std::size_t id = 0; id < 3; ++id) out.bytes[id] = c.bytes[(id + 3 - fork % 3) % 3];
     return out;
@@ -147,6 +171,12 @@ struct Rss3Costs {
   }
 };
 
+// rss3's costs with comparisons = dcf (Rss3::DcfCosts): msb_bits is
+// rss3_dcf_cost, its dealer rotating like the circuit's lead.
+struct Rss3DcfCosts : Rss3Costs {
+  static OpCost msb_bits(int width, std::size_t n, std::size_t fork) { return rotated(rss3_dcf_cost(width, n), fork); }
+};
+
 // Long-lived state of one party: its endpoint and its two pairwise keys.
 class Rss3Party {
  public:
@@ -156,6 +186,9 @@ class Rss3Party {
   PartyId id() const noexcept { return id_; }
   Endpoint& endpoint() noexcept { return *endpoint_; }
   int frac_bits() const noexcept { return options_.frac_bits; }
+  // Payload bytes this party has sent as a dcf comparison's dealer (keys
+  // and mask bits; already counted in the endpoint's bytes too).
+  std::uint64_t dealt_bytes() const noexcept { return dealt_bytes_; }
 
   // A protocol handle on a fresh root stream. Parties must open sessions in
   // the same order so that their stream ids agree.
@@ -177,6 +210,7 @@ class Rss3Party {
   Prg prg_next_;  // k_i, shared with party i+1
   Prg prg_prev_;  // k_{i-1}, shared with party i-1
   std::uint64_t sessions_ = 0;
+  std::uint64_t dealt_bytes_ = 0;
 };
 
 class Rss3 {
@@ -184,6 +218,7 @@ class Rss3 {
   using Share = Rss3Share;
   using Bits = Rss3Bits;
   using Costs = Rss3Costs;
+  using DcfCosts = Rss3DcfCosts;  // the cost model under comparisons = dcf
 
   Rss3(Rss3Party& party, StreamId stream, bool scoped = false) : party_(&party), stream_(stream), scoped_(scoped) {}
   Rss3(Rss3&&) noexcept = default;
@@ -193,6 +228,7 @@ class Rss3 {
   Rss3& operator=(const Rss3&) = delete;
 
   PartyId party_id() const noexcept { return party_->id_; }
+  bool dcf_comparisons() const noexcept { return party_->options_.comparisons == Rss3Comparisons::dcf; }
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }
   StreamId stream() const noexcept { return stream_; }
@@ -277,7 +313,8 @@ class Rss3 {
   // a group of g positions, masked (1 round); the others then hold each
   // group's generate and propagate bits as an XOR of two parts and
   // reshare them (1 round); a tree of ANDs halves the groups per round.
-  // group 0: chosen by rss3_msb_cost.
+  // group 0: chosen by rss3_msb_cost. With comparisons = dcf the lead
+  // deals instead (rss3_dcf.cpp) and `group` is unused.
   Task<Bits> msb_bits(const Share& a, int width = ring_bits, int group = 0);
   // sum_last (bit 0 of b) * x, truncated by `bits` (0: exact); see rss3.cpp.
   Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);
@@ -308,6 +345,9 @@ class Rss3 {
   RingTensor local_matmul_weight(const Share& a, const Weight& w) const;
   // msb_bits of flat values with party `lead` holding A; planes in, bit planes out.
   Task<Bits> msb_planes(PartyId lead, RingTensor a_or_b, std::size_t n, int width, int group);
+  // The same from a DCF dealt by `dealer`: the next party holds A, the one
+  // after it B (x = A + B); the dealer passes nothing.
+  Task<Bits> msb_dcf(PartyId dealer, RingTensor a_or_b, std::size_t n, int width);
 
   Rss3Party* party_;
   StreamId stream_;

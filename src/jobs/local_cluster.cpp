@@ -25,8 +25,9 @@ LocalCluster::LocalCluster(bool insecure, int timeout_ms, int parties) {
   try {
     ClusterConfig config;
     config.timeout_ms = timeout_ms;
+    const auto ports = free_tcp_ports(static_cast<std::size_t>(parties), "127.0.0.1");
     for (int i = 0; i < parties; ++i) {
-      ClusterParty p{"127.0.0.1", free_tcp_port("127.0.0.1"), "", ""};
+      ClusterParty p{"127.0.0.1", ports[static_cast<std::size_t>(i)], "", ""};
       if (!insecure) {
         auto [secret, pub] = generate_party_key();
         p.secret_key = "p" + std::to_string(i) + ".key";

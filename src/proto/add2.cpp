@@ -30,6 +30,8 @@ Task<std::unique_ptr<Add2Party>> Add2Party::setup(Endpoint& endpoint, Add2Option
   FixedPoint check(options.frac_bits);
   (void)check;
   const PartyId id = endpoint.id();
+  const wire::Settings settings{options.frac_bits, options.exact_truncation,
+                                options.comparisons == Add2Comparisons::dcf};
   std::array<std::optional<PrgKey>, 2> keys;
   if (options.insecure_seed) {
     for (PartyId k = 0; k < 2; ++k)
@@ -39,35 +41,21 @@ Task<std::unique_ptr<Add2Party>> Add2Party::setup(Endpoint& endpoint, Add2Option
     // truncates differently would read every later correction wrongly.
     for (PartyId k = 0; k < 2; ++k) {
       keys[k] = random_prg_key();
-      std::vector<std::byte> message(keys[k]->size() + 3);
+      std::vector<std::byte> message(keys[k]->size() + wire::Settings::bytes);
       std::memcpy(message.data(), keys[k]->data(), keys[k]->size());
-      message[keys[k]->size()] = std::byte(options.frac_bits);
-      message[keys[k]->size() + 1] = std::byte(options.exact_truncation);
-      message[keys[k]->size() + 2] = std::byte(options.comparisons);
+      wire::put_settings(settings, message.data() + keys[k]->size());
       endpoint.send(k, protocol_setup_stream, std::move(message));
     }
   } else {
     const auto bytes = co_await endpoint.recv(add2_dealer, protocol_setup_stream);
     const std::string from = "add2 party " + std::to_string(id) + ": the dealer (party 2)";
     PrgKey key{};
-    if (bytes.size() != key.size() + 3)
+    if (bytes.size() != key.size() + wire::Settings::bytes)
       throw Error(ErrorCode::protocol, from + " sent a key message of " + std::to_string(bytes.size()) +
-                                           " bytes, expected " + std::to_string(key.size() + 3));
+                                           " bytes, expected " + std::to_string(key.size() + wire::Settings::bytes));
     std::memcpy(key.data(), bytes.data(), key.size());
     keys[id] = key;
-    const int their_frac = static_cast<int>(bytes[key.size()]);
-    const bool their_exact = bytes[key.size() + 1] != std::byte{0};
-    const auto their_comparisons = static_cast<Add2Comparisons>(bytes[key.size() + 2]);
-    if (their_frac != options.frac_bits || their_exact != options.exact_truncation ||
-        their_comparisons != options.comparisons) {
-      auto describe = [](int frac, bool exact, Add2Comparisons comparisons) {
-        return std::to_string(frac) + " fraction bits, " + (exact ? "exact" : "probabilistic") + " truncation, " +
-               (comparisons == Add2Comparisons::dcf ? "dcf" : "circuit") + " comparisons";
-      };
-      throw Error(ErrorCode::invalid_argument,
-                  from + " uses " + describe(their_frac, their_exact, their_comparisons) + ", this party " +
-                      describe(options.frac_bits, options.exact_truncation, options.comparisons));
-    }
+    wire::check_settings(bytes.data() + key.size(), settings, from);
   }
   co_return std::make_unique<Add2Party>(endpoint, options, keys[0], keys[1]);
 }

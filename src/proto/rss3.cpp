@@ -37,10 +37,11 @@ Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Option
     // The key, then the settings every party must share: a party that
     // truncates differently would desynchronise every later message.
     k_next = random_prg_key();
-    const std::byte settings[2] = {std::byte(options.frac_bits), std::byte(options.exact_truncation)};
-    std::vector<std::byte> message(k_next.size() + 2);
+    const wire::Settings settings{options.frac_bits, options.exact_truncation,
+                                  options.comparisons == Rss3Comparisons::dcf};
+    std::vector<std::byte> message(k_next.size() + wire::Settings::bytes);
     std::memcpy(message.data(), k_next.data(), k_next.size());
-    std::memcpy(message.data() + k_next.size(), settings, 2);
+    wire::put_settings(settings, message.data() + k_next.size());
     endpoint.send(next, protocol_setup_stream, message);
     auto bytes = co_await endpoint.recv(prev, protocol_setup_stream);
     const std::string from = "party " + std::to_string(id) + ": party " + std::to_string(prev);
@@ -48,15 +49,7 @@ Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Option
       throw Error(ErrorCode::protocol, from + "'s key message has " + std::to_string(bytes.size()) +
                                            " bytes, expected " + std::to_string(message.size()));
     std::memcpy(k_prev.data(), bytes.data(), k_prev.size());
-    const auto their_frac = static_cast<int>(bytes[k_prev.size()]);
-    const bool their_exact = bytes[k_prev.size() + 1] != std::byte{0};
-    if (their_frac != options.frac_bits || their_exact != options.exact_truncation) {
-      auto describe = [](int frac, bool exact) {
-        return std::to_string(frac) + " fraction bits, " + (exact ? "exact" : "probabilistic") + " truncation";
-      };
-      throw Error(ErrorCode::invalid_argument, from + " uses " + describe(their_frac, their_exact) +
-                                                   ", this party " + describe(options.frac_bits, options.exact_truncation));
-    }
+    wire::check_settings(bytes.data() + k_prev.size(), settings, from);
   }
   co_return std::make_unique<Rss3Party>(endpoint, options, k_next, k_prev);
 }

@@ -225,6 +225,25 @@ Task<Rss3Bits> carry_tree(Rss3& proto, Rss3Bits shared, std::size_t count, std::
 
 }  // namespace
 
+Rss3DcfCost rss3_dcf_cost(int width, std::size_t n) {
+  check_msb_args(width, 0);
+  Rss3DcfCost cost;
+  for (int j = 0; j < 3; ++j) {
+    const auto [b, e] = chunk(n, j);
+    if (b == e) continue;
+    const std::size_t k = e - b;
+    const std::uint64_t keys = dcf_correction_bytes(width - 1, 1, k), bits = (k + 7) / 8;
+    const std::uint64_t opening = static_cast<std::uint64_t>((width + 7) / 8) * k;
+    const std::size_t dealer = static_cast<std::size_t>(j), first = (dealer + 1) % 3, second = (dealer + 2) % 3;
+    cost.rounds = 2;  // the opening (beside the keys), then the resharing
+    cost.dealt[dealer] += 2 * keys + bits;
+    cost.bytes[dealer] += 2 * keys + bits;
+    cost.bytes[first] += opening + bits;
+    cost.bytes[second] += opening + bits;
+  }
+  return cost;
+}
+
 Rss3MsbCost rss3_msb_cost(int width, std::size_t n, int group) {
   check_msb_args(width, group);
   Rss3MsbCost cost;
@@ -327,12 +346,19 @@ Task<Rss3Bits> Rss3::msb_bits(const Share& a, int width, int group) {
   const PartyId id = party_->id_;
   // Chunk j's lead: j + rotation, the same at every party (they fork alike).
   const int rotation = static_cast<int>((forks_ / 3) % 3);
+  const bool dcf = dcf_comparisons();
   auto run = [&](int j, Rss3 q) -> Task<Bits> {
     const auto [b, e] = chunk(n, j);
     if (b == e) co_return Bits{};
     const int lead = (j + rotation) % 3;
     RingTensor values = RingTensor::from_shape({e - b});
     const auto role = (id + 3 - static_cast<PartyId>(lead)) % 3;
+    if (dcf) {  // the lead deals; the next party holds s_{L+1} + s_{L+2}, the one after s_L
+      if (role != 0)
+        for (std::size_t i = b; i < e; ++i)
+          values.data()[i - b] = role == 1 ? a.own.data()[i] + a.next.data()[i] : a.next.data()[i];
+      co_return co_await q.msb_dcf(static_cast<PartyId>(lead), std::move(values), e - b, width);
+    }
     for (std::size_t i = b; i < e; ++i)
       values.data()[i - b] = role == 0 ? a.own.data()[i] + a.next.data()[i]
                              : role == 1 ? a.next.data()[i]

@@ -43,4 +43,33 @@ RingTensor unpack(std::span<const std::byte> bytes, const Shape& shape, int low_
   return out;
 }
 
+// The settings every party of a backend must share, as its set-up message
+// carries them after the key: fraction bits, exact truncation, dcf
+// comparisons, a byte each.
+struct Settings {
+  int frac_bits = 0;
+  bool exact_truncation = false, dcf_comparisons = false;
+  static constexpr std::size_t bytes = 3;
+};
+
+inline void put_settings(const Settings& s, std::byte* out) {
+  out[0] = std::byte(s.frac_bits);
+  out[1] = std::byte(s.exact_truncation);
+  out[2] = std::byte(s.dcf_comparisons);
+}
+
+// Throws invalid_argument, naming both sides' settings, unless `theirs`
+// (Settings::bytes bytes) says what `mine` does; `from` names the sender.
+inline void check_settings(const std::byte* theirs, const Settings& mine, const std::string& from) {
+  const Settings other{static_cast<int>(theirs[0]), theirs[1] != std::byte{0}, theirs[2] != std::byte{0}};
+  if (other.frac_bits == mine.frac_bits && other.exact_truncation == mine.exact_truncation &&
+      other.dcf_comparisons == mine.dcf_comparisons)
+    return;
+  auto describe = [](const Settings& s) {
+    return std::to_string(s.frac_bits) + " fraction bits, " + (s.exact_truncation ? "exact" : "probabilistic") +
+           " truncation, " + (s.dcf_comparisons ? "dcf" : "circuit") + " comparisons";
+  };
+  throw Error(ErrorCode::invalid_argument, from + " uses " + describe(other) + ", this party " + describe(mine));
+}
+
 }  // namespace mpcache::wire

@@ -563,10 +563,16 @@ struct Server::Impl {
           continue;
         }
         going.push_back(i);
-        auto row = ops::rows<Rss3>(logits, i, i + 1);
-        rows = rows ? ops::stack_rows<Rss3>(*rows, row) : row;
       }
       if (going.empty()) co_return;
+      if (going.size() == batch.size()) {
+        rows = std::move(logits);  // the usual step: every session goes on, no copy
+      } else {
+        for (std::size_t i : going) {
+          auto row = ops::rows<Rss3>(logits, i, i + 1);
+          rows = rows ? ops::stack_rows<Rss3>(*rows, row) : row;
+        }
+      }
       Rss3Share chosen;
       {
         auto scope = cost_scope(p, CostTag::argmax);
@@ -592,7 +598,8 @@ struct Server::Impl {
     if (mesh_lost_why.empty()) mesh_lost_why = why;
     mesh_lost = true;
     for (auto& [session, seq] : std::map(decoding)) end_sequence(*seq, why);
-    if (!mesh.cancelled()) mesh.cancel(why);
+    // The others must stop with an error too, not as after an orderly stop.
+    if (!mesh.cancelled()) mesh.cancel("server " + std::to_string(id()) + " lost its mesh (" + why + ")");
     changed.notify();
   }
 

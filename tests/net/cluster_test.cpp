@@ -65,6 +65,18 @@ std::string error_of(const std::function<void()>& fn) {
 
 }  // namespace
 
+TEST_CASE("free_tcp_ports: the ports of one call are distinct, even many at once") {
+  // Picked one at a time, a closed port can come back at once; a cluster
+  // config with a repeated port is then refused (a flaky CI failure once).
+  for (int round = 0; round < 20; ++round) {
+    auto ports = free_tcp_ports(16);
+    REQUIRE(ports.size() == 16);
+    std::sort(ports.begin(), ports.end());
+    CHECK(std::adjacent_find(ports.begin(), ports.end()) == ports.end());
+    CHECK(ports.front() != 0);
+  }
+}
+
 TEST_CASE("three parties over loopback TCP, plain and encrypted, every backend") {
   const std::size_t n = 4096;
   const RingTensor expect = testing::random_ring({n}, 1) * testing::random_ring({n}, 2);

@@ -7,6 +7,8 @@ import mpcache.proto;
 import mpcache.ops;
 #include "../support/parties.hpp"
 #include "../support/add2_parties.hpp"
+#include "../support/signed_edges.hpp"
+#include "../support/comparison_paths.hpp"
 
 using namespace mpcache;
 using mpcache::testing::Add2OpCost;
@@ -14,6 +16,7 @@ using mpcache::testing::measure_add2;
 using mpcache::testing::random_ring;
 using mpcache::testing::run_add2;
 using mpcache::testing::share_of;
+using mpcache::testing::signed_edges;
 
 static_assert(Protocol<Add2>);
 
@@ -342,18 +345,6 @@ constexpr Add2Options dcf_options(std::uint64_t seed = 7) {
   return {.comparisons = Add2Comparisons::dcf, .insecure_seed = seed};
 }
 
-// Edge values of a w-bit signed comparison, then random ones in range.
-RingTensor signed_edges(int width, std::uint64_t seed) {
-  const std::int64_t top =
-      width == 64 ? std::numeric_limits<std::int64_t>::max() : (std::int64_t{1} << (width - 1)) - 1;
-  std::vector<std::int64_t> v{0, 1, -1, top, -top - 1, top - 1, -top, std::min<std::int64_t>(2, top), -2};
-  RingTensor x = RingTensor::from_shape({v.size()});
-  for (std::size_t i = 0; i < v.size(); ++i) x.data()[i] = static_cast<Ring>(v[i]);
-  RingTensor r = random_ring({150}, seed);  // 159 elements in all: not a multiple of 64 or 8
-  for (auto& e : r) e = static_cast<Ring>(static_cast<std::int64_t>(e) >> (64 - width));
-  return ring_concat_last(x, r);
-}
-
 }  // namespace
 
 TEST_CASE("add2 dcf: msb_bits is the sign on edge and random values at every width tested") {
@@ -428,48 +419,13 @@ TEST_CASE("add2 dcf: msb_bits costs one round, ceil(w/8) bytes per element, and 
 }
 
 TEST_CASE("add2 dcf: argmax, ReLU and GeLU give the circuit path's results") {
-  const RingTensor logits = [] {
-    const auto x = mpcache::testing::random_real({3, 37}, -8.0, 8.0, 5);
-    RingTensor t = FixedPoint(default_frac_bits).encode(x);
-    t(1, 20) = t(1, 3) = FixedPoint(default_frac_bits).encode(9.0);  // a tie for the maximum: index 3 wins
-    return t;
-  }();
+  const RingTensor logits = mpcache::testing::tied_logits();
   auto run = [&](Add2Comparisons comparisons) {
-    return run_add2(
-        [&](Add2& p) -> Task<std::vector<RingTensor>> {
-          auto x = co_await share_of(p, 0, logits);
-          auto best = co_await ops::argmax_last(p, fresh(p, x));
-          auto negative = co_await ops::msb(p, fresh(p, x));
-          // ReLU: x - [x < 0] x, exact (no truncation).
-          auto relu = p.sub(x, co_await p.mul(negative, x));
-          auto gelu = co_await ops::gelu(p, fresh(p, x));
-          co_return std::vector<RingTensor>{co_await p.reveal(best.value), co_await p.reveal(best.index),
-                                            co_await p.reveal(relu), co_await p.reveal(gelu)};
-        },
-        {.exact_truncation = true, .comparisons = comparisons, .insecure_seed = 21});
+    return run_add2([&](Add2& p) { return mpcache::testing::comparison_results(p, logits, fresh); },
+                    {.exact_truncation = true, .comparisons = comparisons, .insecure_seed = 21});
   };
-  const auto dcf = run(Add2Comparisons::dcf), circuit = run(Add2Comparisons::circuit);
-  const auto& d = dcf.results[0];
-  const auto& c = circuit.results[0];
-  CHECK(d[0] == c[0]);
-  CHECK(d[1] == c[1]);
-  CHECK(d[2] == c[2]);
-  for (std::size_t row = 0; row < 3; ++row) {  // the clear argmax, the lowest index on ties
-    std::size_t best = 0;
-    for (std::size_t j = 1; j < 37; ++j)
-      if (static_cast<std::int64_t>(logits(row, j)) > static_cast<std::int64_t>(logits(row, best))) best = j;
-    CHECK(d[1](row, 0) == best);
-    CHECK(d[0](row, 0) == logits(row, best));
-  }
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    const auto v = static_cast<std::int64_t>(logits.data()[i]);
-    CHECK(static_cast<std::int64_t>(d[2].data()[i]) == std::max<std::int64_t>(v, 0));
-  }
-  // GeLU's pieces are chosen by comparisons (identical in both runs); its
-  // polynomials truncate, and exact truncation's result (floor or one more)
-  // depends on the masks, which the dcf path draws differently.
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    CHECK(std::abs(static_cast<std::int64_t>(d[3].data()[i] - c[3].data()[i])) <= 64);
+  mpcache::testing::check_comparison_results(logits, run(Add2Comparisons::dcf).results[0],
+                                             run(Add2Comparisons::circuit).results[0]);
 }
 
 TEST_CASE("add2: parties whose comparisons differ from the dealer's are refused at setup") {

@@ -21,10 +21,12 @@ inline std::vector<std::uint32_t> fixture_prompt() {
 // generate_party at every party on the fixture model (exact truncation,
 // seed 5) for `prompt`: every party's result; the other two parties must
 // learn no token. No budget: the policy's default. `stops`: the client's.
+// `comparisons`: rss3's (add2 always compares on its circuit here).
 inline std::array<GenerationResult, 3> generate_results(const std::vector<std::uint32_t>& prompt,
                                                         GenerationProtocol protocol, const std::string& policy,
                                                         std::optional<std::size_t> budget, std::size_t tokens,
-                                                        const std::vector<std::uint32_t>& stops = {}) {
+                                                        const std::vector<std::uint32_t>& stops = {},
+                                                        Rss3Comparisons comparisons = Rss3Comparisons::circuit) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
@@ -34,7 +36,7 @@ inline std::array<GenerationResult, 3> generate_results(const std::vector<std::u
     job.policy = policy;
     job.budget = budget;
     job.new_tokens = tokens;
-    job.rss3 = {.exact_truncation = true, .insecure_seed = 5};
+    job.rss3 = {.exact_truncation = true, .comparisons = comparisons, .insecure_seed = 5};
     job.add2 = {.exact_truncation = true, .insecure_seed = 5};
     if (id == 0) {
       job.prompt = prompt;

@@ -144,6 +144,14 @@ inline Add2Comparisons testing_add2_comparisons() {
   return mode && std::string_view(mode) == "dcf" ? Add2Comparisons::dcf : Add2Comparisons::circuit;
 }
 
+// rss3's comparisons under run_both: MPCACHE_TEST_RSS3_COMPARISONS=dcf runs
+// the ops suite on DCF keys dealt by the party outside each pair (ctest
+// test_ops_rss3_dcf).
+inline Rss3Comparisons testing_rss3_comparisons() {
+  const char* mode = std::getenv("MPCACHE_TEST_RSS3_COMPARISONS");
+  return mode && std::string_view(mode) == "dcf" ? Rss3Comparisons::dcf : Rss3Comparisons::circuit;
+}
+
 // fn is generic over the backend ([&]<class P>(P& p) -> Task<R>); returns the
 // secure run (all parties) and the plain result. Under add2 the dealer
 // computes no value, so its slot (2) repeats party 0's result.
@@ -159,6 +167,7 @@ auto run_both(Fn fn, Rss3Options options = {}) {
     secure.results[2] = secure.results[0];
     return std::pair{std::move(secure), std::move(clear)};
   }
+  if (testing_rss3_comparisons() == Rss3Comparisons::dcf) options.comparisons = Rss3Comparisons::dcf;
   auto secure = run_rss3([&](Rss3& p) { return fn(p); }, options);
   return std::pair{std::move(secure), std::move(clear)};
 }

@@ -63,7 +63,7 @@ std::vector<TcpPartyResult<R>> run_cluster_parties(const std::vector<PartyAddres
 
 inline std::vector<PartyAddress> loopback_parties(std::size_t n) {
   std::vector<PartyAddress> out;
-  for (std::size_t i = 0; i < n; ++i) out.push_back({"127.0.0.1", free_tcp_port()});
+  for (auto port : free_tcp_ports(n)) out.push_back({"127.0.0.1", port});
   return out;
 }
 

@@ -1,0 +1,234 @@
+// The prefill within a memory budget (modules/model/prefill_memory.cppm):
+// the wave plans, and a prefill in waves computing the same rows as one
+// without (bit for bit in fixed point), at pinned rounds under rss3.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache;
+
+#include "../support/run_task.hpp"
+#include "../support/parties.hpp"
+
+using namespace mpcache;
+using testing::run;
+
+namespace {
+const std::filesystem::path fixture = std::filesystem::path(MPCACHE_SOURCE_DIR) / "tools/model/fixture";
+
+// Score elements a wave holds: every head's rows against keys [0, end).
+std::size_t wave_scores(const RowBlock& b, std::size_t heads) { return heads * (b.end - b.begin) * b.end; }
+
+// The full cache, keeping the prefill's attention weights it is shown.
+template <Protocol P>
+struct RecordingPolicy {
+  kv::FullCache<P> inner;
+  std::vector<std::vector<typename P::Share>> probs;  // per layer, per KV head
+
+  std::string name() const { return "recording"; }
+  void reset(std::size_t layers, std::size_t heads) {
+    inner.reset(layers, heads);
+    probs.assign(layers, {});
+  }
+  Task<void> after_prefill(P& p, const kv::PrefillView<P>& view) {
+    probs.at(view.layer) = *view.probs;
+    co_await inner.after_prefill(p, view);
+  }
+  Task<kv::Selection<P>> select(P& p, const kv::StepView<P>& step) { return inner.select(p, step); }
+  Task<void> observe(P& p, const kv::StepView<P>& step, const std::vector<typename P::Share>& w) {
+    return inner.observe(p, step, w);
+  }
+};
+
+std::vector<std::uint32_t> prompt_of(std::size_t n) {
+  std::vector<std::uint32_t> prompt;
+  for (std::size_t i = 0; i < n; ++i) prompt.push_back(static_cast<std::uint32_t>((i * 37 + 5) % 251));
+  return prompt;
+}
+
+// A budget that splits the fixture's 100-token prefill into several waves
+// (attention and MLP activation alike): 1 MiB.
+constexpr std::size_t tight_budget = std::size_t{1} << 20;
+constexpr std::size_t prompt_tokens = 100;
+
+struct PlainPrefill {
+  RingTensor logits;
+  std::vector<std::vector<RingTensor>> probs;  // per layer, per KV head
+};
+
+PlainPrefill plain_prefill(std::size_t budget, PrefillLogits logits = PrefillLogits::all) {
+  const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+  Plain p;
+  auto weights = run(load_llama(p, c, weights_from_file(fixture / "model.safetensors")));
+  Decoder<Plain> decoder(weights, DecoderOptions{budget, logits});
+  RecordingPolicy<Plain> policy;
+  const auto prompt = prompt_of(prompt_tokens);
+  PlainPrefill out;
+  out.logits = run(decoder.prefill(p, policy, 0, prompt, prompt.size())).value;
+  for (const auto& layer : policy.probs) {
+    out.probs.emplace_back();
+    for (const auto& head : layer) out.probs.back().push_back(head.value);
+  }
+  return out;
+}
+
+struct Rss3Prefill {
+  std::uint64_t rounds = 0;  // critical path of the prefill
+  std::uint64_t bytes = 0;   // party 0's
+  xt::xarray<double> logits;
+};
+
+Rss3Prefill rss3_prefill(std::size_t budget) {
+  const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<CostCounters, 3> before, after;
+  std::array<RingTensor, 3> opened;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.exact_truncation = true, .insecure_seed = 3});
+    Rss3 p = state->session();
+    auto weights = co_await load_llama(p, c, id == 0 ? weights_from_file(fixture / "model.safetensors") : no_weights());
+    Decoder<Rss3> decoder(weights, DecoderOptions{budget});
+    kv::FullCache<Rss3> policy;
+    const auto prompt = prompt_of(prompt_tokens);
+    before[id] = network.endpoint(id).costs();
+    auto logits = co_await decoder.prefill(p, policy, 0, id == 0 ? std::optional(prompt) : std::nullopt,
+                                           prompt.size());
+    after[id] = network.endpoint(id).costs();
+    opened[id] = co_await p.reveal(logits);
+  });
+  CHECK(opened[0] == opened[1]);
+  return {testing::critical_rounds(before, after), after[0].payload_bytes_sent() - before[0].payload_bytes_sent(),
+          FixedPoint(18).decode(opened[0])};
+}
+
+std::size_t argmax_row(const xt::xarray<double>& x, std::size_t row) {
+  std::size_t best = 0;
+  for (std::size_t v = 1; v < x.shape()[1]; ++v)
+    if (x(row, v) > x(row, best)) best = v;
+  return best;
+}
+}  // namespace
+
+TEST_SUITE("prefill memory") {
+  TEST_CASE("attention waves cover the prompt in order, each within the budget, the fewest greedy ones") {
+    for (std::size_t tokens : {1, 7, 100, 1000, 4096})
+      for (std::size_t heads : {1, 4, 12})
+        for (std::size_t budget : {std::size_t{1}, std::size_t{1} << 20, std::size_t{64} << 20, std::size_t{256} << 20}) {
+          CAPTURE(tokens);
+          CAPTURE(heads);
+          CAPTURE(budget);
+          const auto waves = attention_row_blocks(tokens, heads, budget);
+          REQUIRE(!waves.empty());
+          CHECK(waves.front().begin == 0);
+          CHECK(waves.back().end == tokens);
+          for (std::size_t w = 0; w < waves.size(); ++w) {
+            CHECK(waves[w].end > waves[w].begin);
+            if (w > 0) CHECK(waves[w].begin == waves[w - 1].end);
+            const bool one_row = waves[w].end - waves[w].begin == 1;
+            const std::size_t bytes = prefill_bytes_per_score * wave_scores(waves[w], heads);
+            CHECK((one_row || bytes <= budget));
+            // Greedy: one row more would not have fit.
+            if (waves[w].end < tokens)
+              CHECK(prefill_bytes_per_score * wave_scores({waves[w].begin, waves[w].end + 1}, heads) > budget);
+          }
+        }
+    // A prompt that fits is one wave: the unblocked prefill.
+    CHECK(attention_row_blocks(100, 2, tight_budget * 64) == std::vector<RowBlock>{{0, 100}});
+    // 1000 tokens, 4 heads in 64 MiB: the first wave 228 rows (228 x 228 x 4 x 320 <= 2^26 < 229 x 229 x 4 x 320).
+    const auto waves = attention_row_blocks(1000, 4, std::size_t{64} << 20);
+    CHECK(waves.front() == RowBlock{0, 228});
+  }
+
+  TEST_CASE("activation waves are near-equal and within the budget") {
+    const auto waves = even_row_blocks(100, 80, tight_budget);  // 25.6 kB a row: 40 rows fit
+    REQUIRE(waves.size() == 3);
+    CHECK(waves[0] == RowBlock{0, 33});
+    CHECK(waves[1] == RowBlock{33, 66});
+    CHECK(waves[2] == RowBlock{66, 100});
+    CHECK(even_row_blocks(100, 80, std::size_t{64} << 20) == std::vector<RowBlock>{{0, 100}});
+    CHECK(even_row_blocks(5, 1 << 20, 1).size() == 5);  // at least a row per wave
+  }
+
+  TEST_CASE("memory sizes parse with their units and bad ones are refused by name") {
+    CHECK(parse_memory_size("4096") == 4096);
+    CHECK(parse_memory_size("256MB") == std::size_t{256} << 20);
+    CHECK(parse_memory_size("256MiB") == std::size_t{256} << 20);
+    CHECK(parse_memory_size("2GB") == std::size_t{2} << 30);
+    CHECK(parse_memory_size("512kb") == std::size_t{512} << 10);
+    CHECK_THROWS_WITH_AS(parse_memory_size("MB"), doctest::Contains("no number"), Error);
+    CHECK_THROWS_WITH_AS(parse_memory_size("0"), doctest::Contains("zero"), Error);
+    CHECK_THROWS_WITH_AS(parse_memory_size("12TB"), doctest::Contains("unknown unit 'TB'"), Error);
+    CHECK_THROWS_WITH_AS(parse_memory_size("99999999999GB"), doctest::Contains("too large"), Error);
+    Ref p;
+    const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+    auto weights = run(load_llama(p, c, random_weights(1)));
+    CHECK_THROWS_WITH_AS(Decoder<Ref>(weights, DecoderOptions{0}), doctest::Contains("memory budget of 0"), Error);
+  }
+
+  TEST_CASE("a prefill in waves gives the same logits and attention weights, bit for bit (fixed point)") {
+    const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+    REQUIRE(attention_row_blocks(prompt_tokens, c.num_heads, tight_budget).size() >= 3);
+    REQUIRE(even_row_blocks(prompt_tokens, 2 * c.intermediate_size, tight_budget).size() >= 2);
+    const PlainPrefill whole = plain_prefill(default_prefill_memory_budget);
+    const PlainPrefill waves = plain_prefill(tight_budget);
+    CHECK(whole.logits == waves.logits);
+    REQUIRE(whole.probs.size() == c.num_layers);
+    REQUIRE(waves.probs.size() == c.num_layers);
+    for (std::size_t l = 0; l < c.num_layers; ++l) {
+      REQUIRE(waves.probs[l].size() == c.num_kv_heads);
+      for (std::size_t j = 0; j < c.num_kv_heads; ++j) CHECK(whole.probs[l][j] == waves.probs[l][j]);
+    }
+  }
+
+  TEST_CASE("PrefillLogits::last returns the last position's logits of the whole prefill") {
+    const PlainPrefill whole = plain_prefill(default_prefill_memory_budget);
+    const PlainPrefill last = plain_prefill(tight_budget, PrefillLogits::last);
+    REQUIRE(shape_of(last.logits) == Shape{1, 256});
+    std::size_t differing = 0;
+    for (std::size_t v = 0; v < 256; ++v) differing += whole.logits(prompt_tokens - 1, v) != last.logits(0, v);
+    CHECK(differing == 0);
+  }
+
+  TEST_CASE("a policy that does not read the prompt's attention weights is given none") {
+    // The full cache says so; MPCache only when it evicts (and does not share a layer's choice).
+    CHECK_FALSE(kv::OptionalMembers<Plain>::reads_prefill_attention(kv::FullCache<Plain>{}, 0, 100));
+    CHECK_FALSE(kv::OptionalMembers<Plain>::reads_prefill_attention(kv::MpCache<Plain>(48), 0, 100));
+    CHECK(kv::OptionalMembers<Plain>::reads_prefill_attention(kv::MpCache<Plain>(48, kv::MpCacheOptions::paper()), 0, 100));
+    CHECK_FALSE(kv::OptionalMembers<Plain>::reads_prefill_attention(kv::MpCache<Plain>(48, kv::MpCacheOptions::paper()), 3, 100));
+    CHECK(kv::OptionalMembers<Plain>::reads_prefill_attention(RecordingPolicy<Plain>{}, 0, 100));  // the default
+    const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+    Plain p;
+    auto weights = run(load_llama(p, c, weights_from_file(fixture / "model.safetensors")));
+    for (std::size_t budget : {default_prefill_memory_budget, tight_budget}) {
+      Decoder<Plain> decoder(weights, DecoderOptions{budget});
+      bool empty = false;
+      struct Probe : kv::FullCache<Plain> {
+        bool* seen_empty;
+        Task<void> after_prefill(Plain&, const kv::PrefillView<Plain>& view) {
+          *seen_empty = view.probs->empty();
+          co_return;
+        }
+      } probe{{}, &empty};
+      const auto prompt = prompt_of(prompt_tokens);
+      (void)run(decoder.prefill(p, probe, 0, prompt, prompt.size()));
+      CHECK(empty);
+    }
+  }
+
+  TEST_CASE("rss3: waves cost their rounds, pinned, and choose the same tokens") {
+    const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+    const auto attention_waves = attention_row_blocks(prompt_tokens, c.num_heads, tight_budget);
+    const auto activation_waves = even_row_blocks(prompt_tokens, 2 * c.intermediate_size, tight_budget);
+    const Rss3Prefill whole = rss3_prefill(default_prefill_memory_budget);
+    const Rss3Prefill waves = rss3_prefill(tight_budget);
+    MESSAGE("prefill of " << prompt_tokens << " tokens: one wave " << whole.rounds << " rounds, "
+                          << whole.bytes << " bytes; " << attention_waves.size() << " attention and "
+                          << activation_waves.size() << " activation waves " << waves.rounds << " rounds, "
+                          << waves.bytes << " bytes");
+    CHECK(whole.rounds == 253);
+    CHECK(waves.rounds == 667);  // 2 layers x (3 attention waves more + 2 activation waves more)
+    // The later waves attend only to earlier keys: fewer bytes.
+    CHECK(waves.bytes < whole.bytes);
+    for (std::size_t t = 0; t < prompt_tokens; ++t) CHECK(argmax_row(whole.logits, t) == argmax_row(waves.logits, t));
+    CHECK(xt::amax(xt::abs(whole.logits - waves.logits))() < 1e-2);
+  }
+}

@@ -1,0 +1,228 @@
+// rss3 with comparisons = dcf: msb_bits from a DCF dealt by the party
+// outside the pair that opens the masked input (src/proto/rss3_dcf.cpp).
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache.core;
+import mpcache.async;
+import mpcache.net;
+import mpcache.proto;
+import mpcache.ops;
+#include "../support/parties.hpp"
+#include "../support/signed_edges.hpp"
+#include "../support/comparison_paths.hpp"
+
+using namespace mpcache;
+using mpcache::testing::random_ring;
+using mpcache::testing::run_rss3;
+using mpcache::testing::share_of;
+using mpcache::testing::signed_edges;
+
+static_assert(CostModel<Rss3DcfCosts>);
+static_assert(DcfCostsOption<Rss3>);
+static_assert(DcfCostsOption<Add2>);
+
+namespace {
+
+constexpr Rss3Options dcf_options(std::uint64_t seed = 7) {
+  return {.comparisons = Rss3Comparisons::dcf, .insecure_seed = seed};
+}
+
+// 1 where x < 0 as a w-bit signed value.
+Ring sign_of(Ring x, int width) { return (x >> (width - 1)) & 1; }
+
+// `calls` msb_bits of the same share in a row (the dealer rotates), each revealed.
+std::vector<RingTensor> signs(const RingTensor& x, int width, int calls, Rss3Options options) {
+  return run_rss3(
+             [&](Rss3& p) -> Task<std::vector<RingTensor>> {
+               auto s = co_await share_of(p, 1, x);
+               std::vector<RingTensor> out;
+               for (int c = 0; c < calls; ++c) out.push_back(co_await p.reveal_bits(co_await p.msb_bits(s, width)));
+               co_return out;
+             },
+             options)
+      .results[0];
+}
+
+// One op after the clocks are aligned: rounds, payload per party, and the
+// bytes each party dealt.
+struct DealtCost {
+  OpCost cost;
+  std::array<std::uint64_t, 3> dealt{};
+};
+template <class Op>
+DealtCost measure_dealt(const RingTensor& x, Op op, Rss3Options options) {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<CostCounters, 3> before, after;
+  DealtCost out;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto party = co_await Rss3Party::setup(network.endpoint(id), options);
+    Rss3 p = party->session();
+    auto s = co_await share_of(p, 0, x);
+    co_await mpcache::testing::align_clocks(network.endpoint(id));
+    before[id] = network.endpoint(id).costs();
+    (void)co_await op(p, s);
+    after[id] = network.endpoint(id).costs();
+    out.dealt[id] = party->dealt_bytes();
+  });
+  for (std::size_t i = 0; i < 3; ++i) out.cost.bytes[i] = (after[i] - before[i]).payload_bytes_sent();
+  out.cost.rounds = mpcache::testing::critical_rounds(before, after);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("rss3 dcf: msb_bits is the sign on edge and random values at every width tested, every dealer") {
+  for (const int width : {2, 3, 8, 17, 27, 33, 63, 64}) {
+    const RingTensor x = signed_edges(width, 40 + static_cast<std::uint64_t>(width));
+    const auto dcf = signs(x, width, 3, dcf_options()), circuit = signs(x, width, 1, {.insecure_seed = 7});
+    for (int call = 0; call < 3; ++call)  // dealt by parties 2, 0, 1
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        INFO("width " << width << ", call " << call << ", element " << i << ", value " << static_cast<std::int64_t>(x(i)));
+        CHECK(dcf[call](i) == (static_cast<std::int64_t>(x(i)) < 0 ? 1u : 0u));
+        CHECK(dcf[call](i) == circuit[0](i));
+      }
+  }
+}
+
+TEST_CASE("rss3 dcf: the sign of values wider than the width is that of their low w bits") {
+  // msb_bits reads a mod 2^w, as the circuit does: +2^(w-1) is negative there.
+  const int width = 27;
+  RingTensor x = random_ring({300}, 12);
+  x(0) = Ring{1} << (width - 1);
+  x(1) = (Ring{1} << width) - 1;
+  x(2) = Ring{1} << width;
+  const auto dcf = signs(x, width, 1, dcf_options(9));
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(dcf[0](i) == sign_of(x(i), width));
+  CHECK(dcf[0](0) == 1);
+  CHECK(dcf[0](1) == 1);
+  CHECK(dcf[0](2) == 0);
+}
+
+TEST_CASE("rss3 dcf: a large batch is dealt by all three parties, a third each") {
+  constexpr std::size_t n = 5000;  // 79 words: split into thirds at word boundaries
+  const RingTensor x = random_ring({n}, 13);
+  for (const int width : {27, 64}) {
+    const auto dcf = signs(x, width, 1, dcf_options(5));
+    for (std::size_t i = 0; i < n; ++i) CHECK(dcf[0](i) == sign_of(x(i), width));
+    const DealtCost c = measure_dealt(
+        x, [width](Rss3& p, const Rss3Share& s) -> Task<Rss3Bits> { co_return co_await p.msb_bits(s, width); },
+        dcf_options(5));
+    const Rss3DcfCost model = rss3_dcf_cost(width, n);
+    CHECK(c.cost.rounds == 2);
+    CHECK(c.cost.bytes == model.bytes);
+    CHECK(c.dealt == model.dealt);
+    // Chunks of 26, 26 and 27 words: 1664, 1664 and 1672 elements.
+    for (std::size_t id = 0; id < 3; ++id) {
+      const std::size_t k = id == 2 ? 1672 : 1664;
+      CHECK(c.dealt[id] == 2 * dcf_correction_bytes(width - 1, 1, k) + k / 8);
+    }
+  }
+}
+
+TEST_CASE("rss3 dcf: msb_bits costs two rounds, the opening, the result bits and the dealer's keys") {
+  constexpr std::size_t n = 1000;
+  const RingTensor a = random_ring({n}, 1);
+  for (const int width : {2, 27, 40, 64}) {
+    INFO("width " << width);
+    const DealtCost c = measure_dealt(
+        a, [width](Rss3& p, const Rss3Share& s) -> Task<Rss3Bits> { co_return co_await p.msb_bits(s, width); },
+        dcf_options(3));
+    // A small batch: party 2 deals the first call; 0 and 1 open to each
+    // other (ceil(w/8) bytes an element) and exchange their result bits.
+    const std::uint64_t keys = dcf_correction_bytes(width - 1, 1, n);
+    const std::uint64_t pair = static_cast<std::uint64_t>((width + 7) / 8) * n + n / 8;
+    CHECK(c.cost.rounds == 2);
+    CHECK(c.cost.bytes[0] == pair);
+    CHECK(c.cost.bytes[1] == pair);
+    CHECK(c.cost.bytes[2] == 2 * keys + n / 8);
+    CHECK(c.dealt == std::array<std::uint64_t, 3>{0, 0, 2 * keys + n / 8});
+    const OpCost model = Rss3DcfCosts::msb_bits(width, n, 0);
+    CHECK(model.rounds == c.cost.rounds);
+    CHECK(model.bytes == c.cost.bytes);
+  }
+  // Pinned: w = 27 is 4125 bytes from each of the pair and 838,875 dealt
+  // (26 levels of 16 bytes and 27 bits an element, to each, and a bit of
+  // msb(r) to one); w = 64: 8125 and 2,032,125.
+  CHECK(Rss3DcfCosts::msb_bits(27, n, 0).bytes == std::array<std::uint64_t, 3>{4125, 4125, 838'875});
+  CHECK(Rss3DcfCosts::msb_bits(64, n, 0).bytes == std::array<std::uint64_t, 3>{8125, 8125, 2'032'125});
+  // The dealer rotates with the call, as the circuit's lead: call 1 is party 0's.
+  CHECK(Rss3DcfCosts::msb_bits(27, n, 1).bytes == std::array<std::uint64_t, 3>{838'875, 4125, 4125});
+  // Everything else costs what the circuit model says.
+  CHECK(Rss3DcfCosts::mul(n).bytes == Rss3Costs::mul(n).bytes);
+  CHECK(Rss3DcfCosts::bit_dot(n, 4).rounds == Rss3Costs::bit_dot(n, 4).rounds);
+}
+
+TEST_CASE("rss3 dcf: two calls in a row take four rounds, dealt by parties 2 then 0") {
+  constexpr std::size_t n = 100;
+  const RingTensor a = random_ring({n}, 2);
+  const DealtCost c = measure_dealt(
+      a,
+      [](Rss3& p, const Rss3Share& s) -> Task<void> {
+        (void)co_await p.msb_bits(s, 32);
+        (void)co_await p.msb_bits(s, 32);
+      },
+      dcf_options(4));
+  const OpCost model = Rss3DcfCosts::msb_bits(32, n, 0) + Rss3DcfCosts::msb_bits(32, n, 1);
+  CHECK(c.cost.rounds == model.rounds);
+  CHECK(c.cost.bytes == model.bytes);
+  const std::uint64_t dealt = 2 * dcf_correction_bytes(31, 1, n) + (n + 7) / 8;
+  CHECK(c.dealt == std::array<std::uint64_t, 3>{dealt, 0, dealt});
+}
+
+TEST_CASE("rss3 dcf: ops plan on the dcf costs, and argmax takes the rounds they model") {
+  // A level of pairs: msb 2 + bit_dot 2 rounds, against the circuit's 6 + 2.
+  CHECK(ops::tournament_level_rounds<Rss3DcfCosts>(2) == 4);
+  CHECK(ops::tournament_level_rounds<Rss3Costs>(2) == 8);
+  // One group of 16 (msb 2 + an AND of 15 bits 4 + bit_dot 2): 8 rounds
+  // modelled and measured, against 12 for the circuit.
+  CHECK(ops::tournament_plan<Rss3DcfCosts>(1, 16) == std::vector<std::size_t>{16});
+  CHECK(ops::tournament_level_rounds<Rss3DcfCosts>(16) == 8);
+  CHECK(ops::tournament_level_rounds<Rss3Costs>(16) == 12);
+  const RingTensor row = random_ring({1, 16}, 3);
+  const DealtCost c = measure_dealt(
+      row, [](Rss3& p, const Rss3Share& s) -> Task<void> { (void)co_await ops::argmax_last(p, s); }, dcf_options(6));
+  CHECK(c.cost.rounds == 8);
+  // Many long rows: the dealt keys make bytes dear, so the plan on DcfCosts
+  // differs from the circuit's, and argmax follows the option's plan
+  // (with_costs), not the type's.
+  const auto dcf_plan = ops::tournament_plan<Rss3DcfCosts>(64, 1024), circuit_plan = ops::tournament_plan<Rss3Costs>(64, 1024);
+  MESSAGE("rows of 1024 x 64: dcf plan of " << dcf_plan.size() << " levels, circuit plan of " << circuit_plan.size());
+  CHECK(dcf_plan != circuit_plan);
+  auto planned = run_rss3([](Rss3& p) -> Task<std::vector<std::size_t>> {
+    co_return with_costs(p, [&]<CostModel C>() { return ops::tournament_plan<C>(64, 1024); });
+  }, dcf_options(6));
+  CHECK(planned.results[0] == dcf_plan);
+}
+
+TEST_CASE("rss3 dcf: argmax, ReLU and GeLU give the circuit path's results") {
+  const RingTensor logits = mpcache::testing::tied_logits();
+  auto run = [&](Rss3Comparisons comparisons) {
+    return run_rss3(
+        [&](Rss3& p) {
+          return mpcache::testing::comparison_results(p, logits, [](Rss3&, const Rss3Share& x) { return x; });
+        },
+        {.exact_truncation = true, .comparisons = comparisons, .insecure_seed = 21});
+  };
+  mpcache::testing::check_comparison_results(logits, run(Rss3Comparisons::dcf).results[0],
+                                             run(Rss3Comparisons::circuit).results[0]);
+}
+
+TEST_CASE("rss3: parties whose comparisons differ are refused at setup") {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<std::string> {
+    try {
+      (void)co_await Rss3Party::setup(network.endpoint(id),
+                                      {.comparisons = id == 0 ? Rss3Comparisons::dcf : Rss3Comparisons::circuit});
+    } catch (const Error& e) {
+      co_return e.what();
+    }
+    co_return "";
+  });
+  // Party 1 hears party 0's settings (keys go to the next party).
+  CHECK(results[1].find("party 1: party 0 uses 18 fraction bits, probabilistic truncation, dcf comparisons, "
+                        "this party 18 fraction bits, probabilistic truncation, circuit comparisons") != std::string::npos);
+  CHECK(results[0].find("party 0: party 2 uses 18 fraction bits, probabilistic truncation, circuit comparisons, "
+                        "this party 18 fraction bits, probabilistic truncation, dcf comparisons") != std::string::npos);
+}
