@@ -11,6 +11,7 @@ import mpcache;
 #include "install_paths.hpp"
 #include "local_cluster.hpp"
 #include "party.hpp"
+#include "process_allocator.hpp"
 #include "serve.hpp"
 #include "serve_job.hpp"
 
@@ -208,6 +209,7 @@ CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const s
 }  // namespace
 
 int main(int argc, char** argv) {
+  mpcache::jobs::tune_allocator_for_party();
   CLI::App app{"mpcache: private LLM inference with MPC-friendly KV-cache eviction"};
   app.require_subcommand(1);
   const std::filesystem::path exe = mpcache::tools::executable_path(argv[0]);
