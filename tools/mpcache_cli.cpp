@@ -143,6 +143,7 @@ CLI::App* add_local(CLI::App& app, mpcache::jobs::LocalJob& local) {
   local_cmd->add_option("--timeout-ms", local.timeout_ms, "set-up and peer silence deadline")
       ->check(CLI::Range(100, 600000));
   local_cmd->add_option("--repeat", local.repeat, "runs per case (median reported)")->check(CLI::Range(1, 100));
+  mpcache::jobs::add_threads_option(*local_cmd, local.threads);
   local_cmd->add_option("--fault", local.fault, "tests: PARTY:exit or PARTY:silent")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
