@@ -86,8 +86,16 @@ class Decoder {
   Task<Share> prefill(P& p, Pol& policy, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
                       std::size_t count, std::function<void(std::size_t layer)> layer_done = {}) {
     check_prefill(count);
-    auto one_hot = co_await input_one_hot(p, owner, std::move(tokens), count);
-    co_return co_await prefill_one_hot(p, policy, one_hot, std::move(layer_done));
+    Share h;
+    {
+      // The one-hot prompt (count x vocab; 412 MB per party for 512 GPT-2
+      // tokens) is dropped once embedded, before the layers' working sets.
+      const Share one_hot = co_await input_one_hot(p, owner, std::move(tokens), count);
+      check_one_hot(one_hot);
+      start_sequence(policy);
+      h = co_await embed(p, one_hot, consecutive(0, count));
+    }
+    co_return co_await prefill_embedded(p, policy, std::move(h), count, std::move(layer_done));
   }
 
   // The same, for tokens given as a secret one-hot matrix (count, vocab) of
@@ -99,10 +107,24 @@ class Decoder {
     check_one_hot(one_hot);
     const std::size_t count = P::shape(one_hot)[0];
     check_prefill(count);
+    start_sequence(policy);
+    auto h = co_await embed(p, one_hot, consecutive(0, count));
+    co_return co_await prefill_embedded(p, policy, std::move(h), count, std::move(layer_done));
+  }
+
+ private:
+  // A new sequence: no cache, the policy reset.
+  template <class Pol>
+  void start_sequence(Pol& policy) {
     length_ = 0;
     cache_.assign(c_.num_layers, {});
     policy.reset(c_.num_layers, c_.num_kv_heads);
-    auto h = co_await embed(p, one_hot, consecutive(0, count));
+  }
+
+  // The prefill's layers and LM head over the embedded prompt h (count, d).
+  template <class Pol>
+  Task<Share> prefill_embedded(P& p, Pol& policy, Share h, std::size_t count,
+                               std::function<void(std::size_t layer)> layer_done) {
     // The policy's look at layer l's prefill attention (static eviction,
     // summaries) needs nothing from layer l + 1: it runs concurrently with
     // layer l + 1 (and the last one with the LM head). Layer l's policy work
@@ -130,6 +152,7 @@ class Decoder {
     co_return logits;
   }
 
+ public:
   // Cost benchmarks at long contexts: start a sequence after `count` prompt
   // tokens whose KV cache ([layer][kv head], keys and values (count,
   // head_dim)) is given, e.g. as random shares, instead of computed by a
