@@ -110,7 +110,9 @@ void run(const std::string& policy, const Settings& settings) {
   const auto prompt = prompt_bytes(prompt_len);
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
-  std::vector<std::array<CostCounters, 3>> marks(tokens + 2);
+  // marks[k]: where window k starts; ends[k]: where window k - 1 ends (before
+  // the stores are filled for window k, so that offline work is in neither).
+  std::vector<std::array<CostCounters, 3>> marks(tokens + 2), ends(tokens + 2);
   std::vector<std::array<std::uint64_t, 3>> dealt(tokens + 2, std::array<std::uint64_t, 3>{});
   // rss3 dcf counters at each mark, and before each step's prepare.
   std::vector<std::array<Rss3DcfStats, 3>> stats(tokens + 2), before_prepare(tokens + 2);
@@ -138,6 +140,7 @@ void run(const std::string& policy, const Settings& settings) {
       auto token = co_await p.reveal_to(0, co_await next_token(p, logits));
       std::optional<std::uint32_t> next;
       if (token) next = static_cast<std::uint32_t>((*token)(0, 0));
+      ends[step + 1][id] = network.endpoint(id).costs();
       if constexpr (!add2) {
         before_prepare[step + 1][id] = state->dcf_stats();
         // Fill the stores for the next step from the previous one's demand
@@ -152,7 +155,7 @@ void run(const std::string& policy, const Settings& settings) {
       if (step < tokens) logits = co_await decoder.decode(p, pol, 0, next);
     }
   });
-  const Costs pre = busiest(marks[0], marks[1], add2, dealt[0], dealt[1]);
+  const Costs pre = busiest(marks[0], ends[1], add2, dealt[0], dealt[1]);
   const std::string backend = std::string(add2 ? "add2, " : "rss3, ") +
                               (settings.offline ? "dcf+offline" : settings.dcf ? "dcf" : "circuit") + " comparisons, ";
   // Offline work before step s (window s + 1 -> s + 2) and what ran dry in it.
@@ -183,7 +186,7 @@ void run(const std::string& policy, const Settings& settings) {
   std::uint64_t filled_r = 0, filled_b = 0, filled_off = 0, filled_dry = 0, filled_steps = 0;
   double filled_s = 0;
   for (std::size_t s = 0; s < tokens; ++s) {
-    const Costs step = busiest(marks[s + 1], marks[s + 2], add2, dealt[s + 1], dealt[s + 2]);
+    const Costs step = busiest(marks[s + 1], ends[s + 2], add2, dealt[s + 1], dealt[s + 2]);
     std::printf("  step %2zu: %5llu rounds, %8.3f MB%s", s, static_cast<unsigned long long>(step.rounds),
                 double(step.bytes) / 1e6, offline(step).c_str());
     if (!add2 && settings.dcf) {
@@ -223,8 +226,8 @@ void run(const std::string& policy, const Settings& settings) {
   if (tokens > 0) {  // where the last step's rounds went, at the party with the longest chain
     std::size_t busiest_party = 0;
     for (std::size_t i = 1; i < 3; ++i)
-      if (marks[tokens + 1][i].rounds > marks[tokens + 1][busiest_party].rounds) busiest_party = i;
-    const CostCounters last = marks[tokens + 1][busiest_party] - marks[tokens][busiest_party];
+      if (ends[tokens + 1][i].rounds > ends[tokens + 1][busiest_party].rounds) busiest_party = i;
+    const CostCounters last = ends[tokens + 1][busiest_party] - marks[tokens][busiest_party];
     std::printf("  last step by operator (rounds, MB):");
     for (std::size_t t = 0; t < cost_tag_count; ++t)
       if (last.by_tag[t].rounds > 0 || last.by_tag[t].payload_bytes_sent > 0)
