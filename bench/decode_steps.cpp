@@ -1,5 +1,6 @@
 // mpcache-decode-steps [--tokens N] [--prompt-bytes B] [--budget K] [--policies full,mpcache,...]
-//                      [--late-ranking] [--protocol rss3|add2] [--comparisons circuit,dcf]
+//                      [--late-ranking] [--protocol rss3|add2] [--comparisons circuit,dcf,dcf+offline]
+//                      [--offline-budget MB]
 // Private decoding of our model under rss3 or add2 (three parties in one
 // process, in-process transport): rounds and payload bytes (busiest party)
 // of the prefill and of every decode step, for each policy and each way of
@@ -7,7 +8,12 @@
 // online parties' (0 and 1); the dealer's, sent offline, are printed apart.
 // Under rss3 with dcf comparisons every party deals some comparisons
 // during the online phase: its keys are in its bytes, and the busiest
-// dealer's share is printed too. Counts, not timings: deterministic, so
+// dealer's share is printed too. With dcf+offline (rss3) the parties fill
+// their stores before each decode step (Rss3Party::prepare_comparisons, per
+// width the previous step's demand + 5% + 64, within --offline-budget):
+// those bytes and seconds are printed as offline, apart from the online
+// step; step 0 has no previous step and runs dry (its ran-dry count says
+// so). Counts, not timings (but offline seconds): deterministic, so
 // before/after comparisons of a change are exact.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cstdio>
@@ -46,13 +52,34 @@ struct Settings {
   std::size_t tokens = 16, prompt = 1000, budget = 48;
   bool late_ranking = false, exact_truncation = false;
   bool dcf = false;  // comparisons from DCF keys instead of the circuit
+  bool offline = false;  // rss3 dcf: keys dealt ahead into a store before each step
+  std::uint64_t offline_budget = std::uint64_t{256} << 20;
 };
+
+// What the dcf stores did in one step, summed or maxed over the parties.
+struct OfflineStep {
+  std::uint64_t bytes = 0;  // the busiest dealer's offline bytes before the step
+  double seconds = 0;       // the slowest party's prepare_comparisons before the step
+  std::uint64_t ran_dry = 0, store_peak = 0;
+};
+
+// Per width, the most any dealer compared between two snapshots of the demand.
+std::map<int, std::uint64_t> step_demand(const Rss3DcfStats& before, const Rss3DcfStats& after) {
+  std::map<int, std::uint64_t> out;
+  for (const auto& [width, per_dealer] : after.demand) {
+    const auto old = before.demand.find(width);
+    for (std::size_t d = 0; d < 3; ++d)
+      out[width] = std::max(out[width], per_dealer[d] - (old == before.demand.end() ? 0 : old->second[d]));
+  }
+  return out;
+}
 
 // The backend's keys: rss3, or add2 with parties 0 and 1 online.
 Task<std::unique_ptr<Rss3Party>> setup(std::type_identity<Rss3Party>, Endpoint& endpoint, const Settings& s) {
   return Rss3Party::setup(endpoint, {.exact_truncation = s.exact_truncation,
                                      .comparisons = s.dcf ? Rss3Comparisons::dcf : Rss3Comparisons::circuit,
-                                     .insecure_seed = 1});
+                                     .insecure_seed = 1,
+                                     .offline_budget = s.offline ? s.offline_budget : 0});
 }
 Task<std::unique_ptr<Add2Party>> setup(std::type_identity<Add2Party>, Endpoint& endpoint, const Settings& s) {
   return Add2Party::setup(endpoint,
@@ -84,8 +111,12 @@ void run(const std::string& policy, const Settings& settings) {
   const auto prompt = prompt_bytes(prompt_len);
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
-  std::vector<std::array<CostCounters, 3>> marks(tokens + 2);
+  // marks[k]: where window k starts; ends[k]: where window k - 1 ends (before
+  // the stores are filled for window k, so that offline work is in neither).
+  std::vector<std::array<CostCounters, 3>> marks(tokens + 2), ends(tokens + 2);
   std::vector<std::array<std::uint64_t, 3>> dealt(tokens + 2, std::array<std::uint64_t, 3>{});
+  // rss3 dcf counters at each mark, and before each step's prepare.
+  std::vector<std::array<Rss3DcfStats, 3>> stats(tokens + 2), before_prepare(tokens + 2);
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
     auto state = co_await setup(std::type_identity<Party>{}, network.endpoint(id), settings);
     P p = state->session();
@@ -100,20 +131,45 @@ void run(const std::string& policy, const Settings& settings) {
     std::optional<std::vector<std::uint32_t>> mine;
     if (id == 0) mine = prompt;
     marks[0][id] = network.endpoint(id).costs();
-    if constexpr (!add2) dealt[0][id] = state->dealt_bytes();
+    if constexpr (!add2) {
+      dealt[0][id] = state->dealt_bytes();
+      stats[0][id] = before_prepare[0][id] = state->dcf_stats();
+    }
     auto logits = co_await decoder.prefill(p, pol, 0, std::move(mine), prompt.size());
     for (std::size_t step = 0; step <= tokens; ++step) {
       // token choice (argmax over the vocabulary, opened to the client) + one decode
       auto token = co_await p.reveal_to(0, co_await next_token(p, logits));
       std::optional<std::uint32_t> next;
       if (token) next = static_cast<std::uint32_t>((*token)(0, 0));
+      ends[step + 1][id] = network.endpoint(id).costs();
+      if constexpr (!add2) {
+        before_prepare[step + 1][id] = state->dcf_stats();
+        // Fill the stores for the next step from the previous one's demand
+        // (the same at every party, so all prepare alike).
+        if (settings.offline && step >= 1 && step < tokens)
+          for (const auto& [width, n] : step_demand(stats[step][id], before_prepare[step + 1][id]))
+            (void)co_await state->prepare_comparisons(width, n + n / 20 + 64);
+        stats[step + 1][id] = state->dcf_stats();
+        dealt[step + 1][id] = state->dealt_bytes();
+      }
       marks[step + 1][id] = network.endpoint(id).costs();
-      if constexpr (!add2) dealt[step + 1][id] = state->dealt_bytes();
       if (step < tokens) logits = co_await decoder.decode(p, pol, 0, next);
     }
   });
-  const Costs pre = busiest(marks[0], marks[1], add2, dealt[0], dealt[1]);
-  const std::string backend = std::string(add2 ? "add2, " : "rss3, ") + (settings.dcf ? "dcf" : "circuit") + " comparisons, ";
+  const Costs pre = busiest(marks[0], ends[1], add2, dealt[0], dealt[1]);
+  const std::string backend = std::string(add2 ? "add2, " : "rss3, ") +
+                              (settings.offline ? "dcf+offline" : settings.dcf ? "dcf" : "circuit") + " comparisons, ";
+  // Offline work before step s (window s + 1 -> s + 2) and what ran dry in it.
+  auto offline_step = [&](std::size_t s) {
+    OfflineStep o;
+    for (std::size_t i = 0; i < 3; ++i) {
+      o.bytes = std::max(o.bytes, stats[s + 1][i].offline_bytes - before_prepare[s + 1][i].offline_bytes);
+      o.seconds = std::max(o.seconds, stats[s + 1][i].offline_seconds - before_prepare[s + 1][i].offline_seconds);
+      o.ran_dry += stats[s + 2][i].ran_dry - stats[s + 1][i].ran_dry;
+      o.store_peak = std::max(o.store_peak, stats[s + 2][i].store_peak);
+    }
+    return o;
+  };
   auto offline = [&](const Costs& cost) {
     if (add2) return " (+ " + std::to_string(double(cost.offline_bytes) / 1e6) + " MB offline from the dealer)";
     if (settings.dcf) return " (of which " + std::to_string(double(cost.dealt_bytes) / 1e6) + " MB dealt keys)";
@@ -122,11 +178,32 @@ void run(const std::string& policy, const Settings& settings) {
   std::printf("%s (%s%s truncation): prefill %zu bytes (+ first token choice): %llu rounds, %.3f MB%s\n", policy.c_str(),
               backend.c_str(), exact_truncation ? "exact" : "probabilistic", prompt_len,
               static_cast<unsigned long long>(pre.rounds), double(pre.bytes) / 1e6, offline(pre).c_str());
+  if (!add2 && settings.offline) {
+    std::uint64_t dry = 0;
+    for (std::size_t i = 0; i < 3; ++i) dry += stats[1][i].ran_dry;
+    std::printf("  prefill: %llu dealt parts ran dry\n", static_cast<unsigned long long>(dry));
+  }
   std::uint64_t sum_r = 0, sum_b = 0, sum_off = 0, sum_dealt = 0, steady = 0;
+  std::uint64_t filled_r = 0, filled_b = 0, filled_off = 0, filled_dry = 0, filled_steps = 0;
+  double filled_s = 0;
   for (std::size_t s = 0; s < tokens; ++s) {
-    const Costs step = busiest(marks[s + 1], marks[s + 2], add2, dealt[s + 1], dealt[s + 2]);
-    std::printf("  step %2zu: %5llu rounds, %8.3f MB%s\n", s, static_cast<unsigned long long>(step.rounds),
+    const Costs step = busiest(marks[s + 1], ends[s + 2], add2, dealt[s + 1], dealt[s + 2]);
+    std::printf("  step %2zu: %5llu rounds, %8.3f MB%s", s, static_cast<unsigned long long>(step.rounds),
                 double(step.bytes) / 1e6, offline(step).c_str());
+    if (!add2 && settings.dcf) {
+      const OfflineStep o = offline_step(s);
+      std::printf("; offline before it %.3f MB, %.3f s; ran dry %llu; store peak %.1f MB", double(o.bytes) / 1e6,
+                  o.seconds, static_cast<unsigned long long>(o.ran_dry), double(o.store_peak) / 1e6);
+      if (settings.offline && s >= 1) {
+        filled_r += step.rounds;
+        filled_b += step.bytes;
+        filled_off += o.bytes;
+        filled_s += o.seconds;
+        filled_dry += o.ran_dry;
+        ++filled_steps;
+      }
+    }
+    std::printf("\n");
     sum_r += step.rounds;
     sum_b += step.bytes;
     sum_off += step.offline_bytes;
@@ -140,11 +217,18 @@ void run(const std::string& policy, const Settings& settings) {
   if (!add2 && settings.dcf)
     std::printf("  mean dealt per token (busiest dealer, online, in the MB above): %.3f MB\n",
                 double(sum_dealt) / double(tokens) / 1e6);
+  if (filled_steps > 0)
+    std::printf("  steps 1-%zu (stores filled before each): %.1f rounds (%.1f per layer), online %.3f MB, offline "
+                "%.3f MB and %.3f s per token, ran dry %llu\n",
+                tokens - 1, double(filled_r) / double(filled_steps),
+                double(filled_r) / double(filled_steps) / double(c.num_layers), double(filled_b) / double(filled_steps) / 1e6,
+                double(filled_off) / double(filled_steps) / 1e6, filled_s / double(filled_steps),
+                static_cast<unsigned long long>(filled_dry));
   if (tokens > 0) {  // where the last step's rounds went, at the party with the longest chain
     std::size_t busiest_party = 0;
     for (std::size_t i = 1; i < 3; ++i)
-      if (marks[tokens + 1][i].rounds > marks[tokens + 1][busiest_party].rounds) busiest_party = i;
-    const CostCounters last = marks[tokens + 1][busiest_party] - marks[tokens][busiest_party];
+      if (ends[tokens + 1][i].rounds > ends[tokens + 1][busiest_party].rounds) busiest_party = i;
+    const CostCounters last = ends[tokens + 1][busiest_party] - marks[tokens][busiest_party];
     std::printf("  last step by operator (rounds, MB):");
     for (std::size_t t = 0; t < cost_tag_count; ++t)
       if (last.by_tag[t].rounds > 0 || last.by_tag[t].payload_bytes_sent > 0)
@@ -174,9 +258,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"rss3", "add2"}));
   app.add_option("--comparisons", comparisons,
                  "circuit (default: packed bit planes), dcf (DCF keys: add2's dealer, or under rss3 the party "
-                 "outside each pair), or both, comma-separated, run side by side")
+                 "outside each pair), dcf+offline (rss3: keys dealt ahead into a store before each step), or "
+                 "several, comma-separated, run side by side")
       ->delimiter(',')
-      ->check(CLI::IsMember({"circuit", "dcf"}));
+      ->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
+  double offline_mb = double(settings.offline_budget >> 20);
+  app.add_option("--offline-budget", offline_mb,
+                 "dcf+offline: MiB of dealt correlations each party may hold (Rss3Options::offline_budget)");
   app.add_option("--truncation", truncation,
                  "probabilistic (default: the one-round truncation papers use) or exact (mpcache generate's default)")
       ->check(CLI::IsMember({"exact", "probabilistic"}));
@@ -186,7 +274,11 @@ int main(int argc, char** argv) {
     settings.exact_truncation = truncation == "exact";
     for (const auto& name : policy_names)
       for (const auto& way : comparisons) {
-        settings.dcf = way == "dcf";
+        settings.dcf = way != "circuit";
+        settings.offline = way == "dcf+offline";
+        settings.offline_budget = static_cast<std::uint64_t>(offline_mb * double(1 << 20));
+        if (settings.offline && protocol == "add2")
+          throw Error(ErrorCode::invalid_argument, "dcf+offline is rss3's store; add2's dealer has none yet");
         if (protocol == "add2") run<Add2Party>(name, settings);
         else run<Rss3Party>(name, settings);
       }

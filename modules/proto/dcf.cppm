@@ -48,6 +48,10 @@ std::vector<std::byte> dcf_serialize(const DcfCorrections& keys);
 // `what` names the sender in the error a message of the wrong size gets.
 DcfCorrections dcf_deserialize(std::span<const std::byte> bytes, int in_bits, int out_bits, std::size_t count,
                                const std::string& what);
+// Keys [begin, end) of a serialized batch of `count` keys (a store of dealt
+// keys hands them out piece by piece without parsing the whole batch).
+DcfCorrections dcf_deserialize_range(std::span<const std::byte> bytes, int in_bits, int out_bits, std::size_t count,
+                                     std::size_t begin, std::size_t end);
 
 // Keys for beta [x < alpha_k] for every k, from the two parties' root seeds
 // (the caller draws them: in add2 each from the PRG key the dealer shares

@@ -58,6 +58,7 @@ import mpcache.core;
 import mpcache.async;
 import mpcache.net;
 import :prg;
+export import :rss3_store;
 
 export namespace mpcache {
 
@@ -78,6 +79,8 @@ struct Rss3Bits {
 // comparison function dealt by the party outside the pair that opens the
 // masked input (2 rounds, about 32 (w-1) dealt bytes per element).
 enum class Rss3Comparisons : std::uint8_t { circuit, dcf };
+// Keys per inline slice of a dcf comparison (Rss3Options::dcf_slice_bytes).
+inline constexpr std::uint64_t rss3_default_dcf_slice_bytes = std::uint64_t{16} << 20;
 
 // A weight (Rss3::input_weight). Of the two components a party holds, one
 // came from a pairwise key stream at input (rss3's input draws s_o from
@@ -107,6 +110,13 @@ struct Rss3Options {
   // Derive the pairwise keys from this seed instead of the OS RNG. For tests
   // and reproducible benches only: anyone who knows the seed sees everything.
   std::optional<std::uint64_t> insecure_seed;
+  // comparisons = dcf: bytes of dealt correlations a party may hold in its
+  // offline store (Rss3Party::prepare_comparisons); 0: no store, every
+  // comparison is dealt inline. All three parties must agree.
+  std::uint64_t offline_budget = 0;
+  // comparisons = dcf: an inline deal of more keys than this (bytes a
+  // receiver parses) goes in slices, at most two in flight (rss3_dcf.cpp).
+  std::uint64_t dcf_slice_bytes = rss3_default_dcf_slice_bytes;
   // Big local work (matmuls, large element-wise operations) is split over
   // this pool, which the caller owns and keeps alive as long as the party;
   // nullptr: everything runs on the loop's thread. Results do not depend on it.
@@ -135,7 +145,18 @@ Rss3MsbCost rss3_msb_cost(int width, std::size_t n, int group = 0);
 struct Rss3DcfCost : OpCost {
   std::array<std::uint64_t, 3> dealt{};
 };
-Rss3DcfCost rss3_dcf_cost(int width, std::size_t n);
+// The offline store in a call: off (offline_budget 0), on but dry (every
+// element dealt inline, after a 16-byte header), or filled (every element
+// from the store: the header and offsets r - r* travel instead of keys).
+enum class Rss3DcfStoreUse : std::uint8_t { off, dry, filled };
+// slice_bytes: Rss3Options::dcf_slice_bytes (inline deals go in slices).
+Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes = rss3_default_dcf_slice_bytes,
+                          Rss3DcfStoreUse store = Rss3DcfStoreUse::off);
+// Elements per inline slice at `width` (at least 64).
+std::size_t rss3_dcf_slice_elements(int width, std::uint64_t slice_bytes);
+// Bytes a receiver's offline store accounts per stored correlation at
+// `width` (its root, the corrections, its mask bit); the dealer keeps 8.
+std::uint64_t rss3_dcf_stored_bytes(int width);
 
 // rss3's cost model (CostModel in :protocol): the table at the top of this
 // file, with probabilistic truncation. Tested against measured runs.
@@ -177,6 +198,20 @@ struct Rss3DcfCosts : Rss3Costs {
   static OpCost msb_bits(int width, std::size_t n, std::size_t fork) { return rotated(rss3_dcf_cost(width, n), fork); }
 };
 
+// What a party's dcf comparisons did (comparisons = dcf).
+struct Rss3DcfStats {
+  std::uint64_t offline_bytes = 0;  // sent as a dealer by prepare_comparisons
+  double offline_seconds = 0;       // wall time in prepare_comparisons
+  std::uint64_t prepared = 0;       // correlations this party dealt ahead
+  std::uint64_t from_store = 0;     // elements of its deals served from the store
+  std::uint64_t inline_elements = 0;  // elements it dealt inline (online)
+  std::uint64_t ran_dry = 0;        // its deals the store (when on) could not fully serve
+  std::uint64_t store_bytes = 0, store_peak = 0;  // accounted bytes held, now and at most
+  // Elements compared per width, per dealer: counted at every party, so the
+  // same everywhere once the same calls have run (a plan for what to prepare).
+  std::map<int, std::array<std::uint64_t, 3>> demand;
+};
+
 // Long-lived state of one party: its endpoint and its two pairwise keys.
 class Rss3Party {
  public:
@@ -189,6 +224,16 @@ class Rss3Party {
   // Payload bytes this party has sent as a dcf comparison's dealer (keys
   // and mask bits; already counted in the endpoint's bytes too).
   std::uint64_t dealt_bytes() const noexcept { return dealt_bytes_; }
+  const Rss3DcfStats& dcf_stats() const noexcept { return dcf_stats_; }
+
+  // comparisons = dcf, offline phase: tops up every dealer's store at
+  // `width` to `count` unused correlations, or as many as
+  // Rss3Options::offline_budget allows at every party. A collective call on
+  // a stream of its own: all three parties call it in the same order, at a
+  // point where none of their comparisons is in flight (between steps, or
+  // while a service is idle). Returns the count now held per dealer (the
+  // least over dealers).
+  Task<std::size_t> prepare_comparisons(int width, std::size_t count);
 
   // A protocol handle on a fresh root stream. Parties must open sessions in
   // the same order so that their stream ids agree.
@@ -211,6 +256,9 @@ class Rss3Party {
   Prg prg_prev_;  // k_{i-1}, shared with party i-1
   std::uint64_t sessions_ = 0;
   std::uint64_t dealt_bytes_ = 0;
+  std::uint64_t offline_calls_ = 0;
+  Rss3DcfStats dcf_stats_;
+  std::unique_ptr<Rss3DcfStore> store_;
 };
 
 class Rss3 {
@@ -348,6 +396,9 @@ class Rss3 {
   // The same from a DCF dealt by `dealer`: the next party holds A, the one
   // after it B (x = A + B); the dealer passes nothing.
   Task<Bits> msb_dcf(PartyId dealer, RingTensor a_or_b, std::size_t n, int width);
+  // prepare_comparisons' part for one dealer: `count` correlations at `width`.
+  Task<void> deal_ahead(PartyId dealer, int width, std::size_t count);
+  friend class Rss3Party;
 
   Rss3Party* party_;
   StreamId stream_;

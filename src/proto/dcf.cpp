@@ -145,6 +145,32 @@ DcfCorrections dcf_deserialize(std::span<const std::byte> bytes, int in_bits, in
   return keys;
 }
 
+DcfCorrections dcf_deserialize_range(std::span<const std::byte> bytes, int in_bits, int out_bits, std::size_t count,
+                                     std::size_t begin, std::size_t end) {
+  const std::size_t want = dcf_correction_bytes(in_bits, out_bits, count);
+  if (bytes.size() != want || begin > end || end > count)
+    throw Error(ErrorCode::invalid_argument, "dcf_deserialize_range: keys [" + std::to_string(begin) + ", " +
+                                                 std::to_string(end) + ") of a batch of " + std::to_string(count) +
+                                                 " keys in " + std::to_string(bytes.size()) + " bytes (expected " +
+                                                 std::to_string(want) + ")");
+  const std::size_t levels = static_cast<std::size_t>(in_bits), n = end - begin;
+  DcfCorrections keys{in_bits, out_bits, n, std::vector<DcfSeed>(levels * n), std::vector<Ring>((levels + 1) * n, 0)};
+  for (std::size_t level = 0; level < levels; ++level)
+    std::memcpy(keys.seeds.data() + level * n, bytes.data() + sizeof(DcfSeed) * (level * count + begin),
+                sizeof(DcfSeed) * n);
+  const std::size_t value_bits = 8 * sizeof(DcfSeed) * levels * count;
+  const auto width = static_cast<std::size_t>(out_bits);
+  for (std::size_t level = 0; level <= levels; ++level)
+    for (std::size_t k = 0; k < n; ++k) {
+      std::size_t bit = value_bits + (level * count + begin + k) * width;
+      Ring v = 0;
+      for (std::size_t j = 0; j < width; ++j, ++bit)
+        v |= static_cast<Ring>((std::to_integer<unsigned>(bytes[bit / 8]) >> (bit % 8)) & 1) << j;
+      keys.values[level * n + k] = v;
+    }
+  return keys;
+}
+
 DcfCorrections dcf_generate(int in_bits, int out_bits, std::span<const Ring> alpha, Ring beta,
                             std::span<const DcfSeed> root0, std::span<const DcfSeed> root1) {
   check_bits(in_bits, out_bits, "dcf_generate");

@@ -19,7 +19,7 @@ std::string who(PartyId self, StreamId stream) {
 Rss3Party::Rss3Party(Endpoint& endpoint, Rss3Options options, const PrgKey& next,
                      const PrgKey& prev)
     : endpoint_(&endpoint), id_(endpoint.id()), options_(options), prg_next_(next),
-      prg_prev_(prev) {}
+      prg_prev_(prev), store_(std::make_unique<Rss3DcfStore>(id_)) {}
 
 Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Options options) {
   if (endpoint.parties() != 3)

@@ -22,12 +22,29 @@
 // Two rounds is the least for this form: D's components cannot depend on
 // c, which it never sees, so b_{L+2} needs both e_A and e_B.
 //
+// Offline store (Rss3Options::offline_budget > 0): D may serve a call's
+// first k elements from correlations it dealt ahead (deal_ahead, below; masks
+// r* it keeps, keys A and B keep in their Rss3DcfStore). The openings still
+// use the call's masks r, so A and B need not know which correlations before
+// they open; D sends both, in the opening's round, a header (the number of
+// the first correlation and k: 16 bytes) and delta = r - r* mod 2^w
+// (ceil(w/8) bytes per element), and they evaluate the stored keys at
+// c* = c - delta = x + r*. D alone picks the correlations, so concurrent calls
+// need no agreed order. The rest, [k, n), is dealt inline as above, in slices
+// of rss3_dcf_slice_elements: D sends two at once and each further one after
+// A and B acknowledged (one byte each) the slice two before it, so a
+// receiver holds at most two slices of keys; S slices take 2 + 2
+// floor((S - 1) / 2) rounds.
+//
 // Who sees what: D receives nothing in the whole call, so it never sees c.
 // A sees c (uniform, masked by r_B, which only D and B know), its DCF key
 // (which hides r' and reveals nothing of the comparison's result), the bit
 // r_m ^ t_A goes to B, not A, and B's e_B ^ b_L, masked by b_L which A does
 // not hold; B likewise (r_A, its key, r_m ^ t_A masked by t_A, e_A ^
-// b_{L+1}). Semi-honest, honest majority, as the rest of rss3.
+// b_{L+1}). With the store A also sees delta = r - r*: with c it gives
+// x + r*, masked by r*, which its stored key hides as a fresh key's would; c
+// itself stays masked by r_B. D still receives nothing but one-byte
+// acknowledgements. Semi-honest, honest majority, as the rest of rss3.
 module mpcache.proto;
 import mpcache.std;
 import mpcache.core;
@@ -40,6 +57,7 @@ namespace {
 
 std::size_t words_for(std::size_t n) { return (n + 63) / 64; }
 std::size_t bytes_for(std::size_t n) { return (n + 7) / 8; }
+Ring bit_of(const Ring* words, std::size_t e) { return (words[e / 64] >> (e % 64)) & 1; }
 
 // Two PRG words per 128-bit tree root.
 std::vector<DcfSeed> tree_roots(const RingTensor& words) {
@@ -50,26 +68,73 @@ std::vector<DcfSeed> tree_roots(const RingTensor& words) {
 
 // Bits of n elements packed 64 to a word (element e: bit e % 64 of word
 // e / 64), as ceil(n/8) bytes and back.
-void put_bits(const RingTensor& words, std::size_t n, std::byte* out) {
-  for (std::size_t i = 0; i < bytes_for(n); ++i)
-    out[i] = static_cast<std::byte>((words.data()[i / 8] >> (8 * (i % 8))) & 0xFF);
+std::vector<std::byte> put_bits(const std::vector<Ring>& words, std::size_t n) {
+  std::vector<std::byte> out(bytes_for(n));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>((words[i / 8] >> (8 * (i % 8))) & 0xFF);
+  return out;
 }
-RingTensor get_bits(std::span<const std::byte> in, std::size_t n) {
-  RingTensor words = ring_zeros({words_for(n)});
-  for (std::size_t i = 0; i < bytes_for(n); ++i)
-    words.data()[i / 8] |= std::to_integer<Ring>(in[i]) << (8 * (i % 8));
-  if (n % 64 != 0) words.data()[n / 64] &= (Ring{1} << (n % 64)) - 1;
+std::vector<Ring> get_bits(std::span<const std::byte> in, std::size_t n, const std::string& from) {
+  if (in.size() != bytes_for(n))
+    throw Error(ErrorCode::protocol, from + " sent " + std::to_string(in.size()) + " bytes of bits, expected " +
+                                         std::to_string(bytes_for(n)) + " for " + std::to_string(n) + " elements");
+  std::vector<Ring> words(words_for(n), 0);
+  for (std::size_t i = 0; i < in.size(); ++i) words[i / 8] |= std::to_integer<Ring>(in[i]) << (8 * (i % 8));
+  if (n % 64 != 0) words[n / 64] &= (Ring{1} << (n % 64)) - 1;
   return words;
+}
+
+// The dealer's messages for masks r: the keys for [c' < r mod 2^(w-1)]
+// (both receivers') and B's bits r_{w-1} ^ t_A, t_A of element k being bit
+// t_offset + k of t_a.
+struct Deal {
+  std::vector<std::byte> keys, top;
+};
+Deal make_deal(int width, std::span<const Ring> r, std::span<const DcfSeed> roots_a, std::span<const DcfSeed> roots_b,
+               const Ring* t_a, std::size_t t_offset) {
+  const int m = width - 1;
+  const Ring low = (Ring{1} << m) - 1;
+  std::vector<Ring> alpha(r.size()), top(words_for(r.size()), 0);
+  for (std::size_t k = 0; k < r.size(); ++k) {
+    alpha[k] = r[k] & low;
+    top[k / 64] |= (((r[k] >> m) & 1) ^ bit_of(t_a, t_offset + k)) << (k % 64);
+  }
+  return {dcf_serialize(dcf_generate(m, 1, alpha, 1, roots_a, roots_b)), put_bits(top, r.size())};
+}
+
+// The store header: the number of the first stored correlation and how many.
+std::vector<std::byte> put_header(std::uint64_t start, std::uint64_t k) {
+  std::vector<std::byte> out(16);
+  std::memcpy(out.data(), &start, 8);
+  std::memcpy(out.data() + 8, &k, 8);
+  return out;
+}
+
+void note_store(Rss3DcfStats& stats, const Rss3DcfStore& store, PartyId id) {
+  stats.store_bytes = store.held_by(id);
+  stats.store_peak = std::max(stats.store_peak, stats.store_bytes);
 }
 
 }  // namespace
 
+std::size_t rss3_dcf_slice_elements(int width, std::uint64_t slice_bytes) {
+  const std::uint64_t per = dcf_correction_bytes(width - 1, 1, 64) / 64 + 1;
+  return std::max<std::size_t>(64, static_cast<std::size_t>(slice_bytes / per) / 64 * 64);
+}
+
+std::uint64_t rss3_dcf_stored_bytes(int width) {
+  return sizeof(DcfSeed) + 16 * static_cast<std::uint64_t>(width - 1) + static_cast<std::uint64_t>(width + 8) / 8;
+}
+
 Task<Rss3Bits> Rss3::msb_dcf(PartyId dealer, RingTensor values, std::size_t n, int width) {
-  const PartyId id = party_->id_;
+  Rss3Party& party = *party_;
+  const PartyId id = party.id_;
   const PartyId first = (dealer + 1) % 3, second = (dealer + 2) % 3;  // A and B
   const int m = width - 1;
   const Ring low = (Ring{1} << m) - 1;  // m <= 63
   const std::size_t words = words_for(n);
+  const bool store_on = party.options_.offline_budget > 0;
+  const std::size_t slice = rss3_dcf_slice_elements(width, party.options_.dcf_slice_bytes);
+  party.dcf_stats_.demand[width][dealer] += n;
   // Draw order, the same at both ends of each key: with A (D's next key,
   // A's previous) r_A, A's roots, t_A, b_{L+1}; with B (D's previous, B's
   // next) r_B, B's roots, b_L.
@@ -77,24 +142,44 @@ Task<Rss3Bits> Rss3::msb_dcf(PartyId dealer, RingTensor values, std::size_t n, i
     const RingTensor r_a = draw_next({n}), roots_a = draw_next({2 * n}), t_a = draw_next({words}),
                      b_next = draw_next({words});
     const RingTensor r_b = draw_prev({n}), roots_b = draw_prev({2 * n}), b_own = draw_prev({words});
-    std::vector<Ring> alpha(n);
-    RingTensor top = ring_zeros({words});  // r_m ^ t_A, packed
-    for (std::size_t e = 0; e < n; ++e) {
-      const Ring r = r_a.data()[e] + r_b.data()[e];
-      alpha[e] = r & low;
-      top.data()[e / 64] |= ((r >> m) & 1) << (e % 64);
+    const std::vector<DcfSeed> root_a = tree_roots(roots_a), root_b = tree_roots(roots_b);
+    std::vector<Ring> r(n);
+    for (std::size_t e = 0; e < n; ++e) r[e] = r_a.data()[e] + r_b.data()[e];
+    std::size_t k = 0;  // elements served from the store
+    if (store_on) {
+      auto [start, masks] = party.store_->take_masks(width, n);
+      k = masks.size();
+      party.endpoint_->send(first, stream_, put_header(start, k), tag_);
+      party.endpoint_->send(second, stream_, put_header(start, k), tag_);
+      if (k > 0) {
+        RingTensor delta = RingTensor::from_shape({k});
+        for (std::size_t e = 0; e < k; ++e) delta.data()[e] = r[e] - masks[e];
+        send(first, delta, width);
+        send(second, delta, width);
+      }
+      party.dcf_stats_.from_store += k;
+      if (k < n) ++party.dcf_stats_.ran_dry;
+      note_store(party.dcf_stats_, *party.store_, id);
     }
-    ring_xor_inplace(top, t_a);
-    std::vector<std::byte> keys =
-        dcf_serialize(dcf_generate(m, 1, alpha, 1, tree_roots(roots_a), tree_roots(roots_b)));
-    // B's bits go as a message of their own in the same round, so the keys
-    // (the bulk: a large batch's can be gigabytes) are copied once, not twice.
-    std::vector<std::byte> top_bytes(bytes_for(n));
-    put_bits(top, n, top_bytes.data());
-    party_->dealt_bytes_ += 2 * keys.size() + top_bytes.size();
-    party_->endpoint_->send(first, stream_, keys, tag_);
-    party_->endpoint_->send(second, stream_, std::move(keys), tag_);
-    party_->endpoint_->send(second, stream_, std::move(top_bytes), tag_);
+    // The rest inline, two slices in flight: slice j waits for the pair's
+    // acknowledgements of slice j - 2.
+    const std::size_t slices = (n - k + slice - 1) / slice;
+    for (std::size_t j = 0; j < slices; ++j) {
+      if (j >= 2) {
+        (void)co_await party.endpoint_->recv(first, stream_, tag_);
+        (void)co_await party.endpoint_->recv(second, stream_, tag_);
+      }
+      const std::size_t b = k + j * slice, e = std::min(n, b + slice);
+      Deal deal = make_deal(width, std::span<const Ring>(r).subspan(b, e - b),
+                            std::span<const DcfSeed>(root_a).subspan(b, e - b),
+                            std::span<const DcfSeed>(root_b).subspan(b, e - b), t_a.data(), b);
+      party.dealt_bytes_ += 2 * deal.keys.size() + deal.top.size();
+      // B's bits go as a message of their own, so the keys are copied once, not twice.
+      party.endpoint_->send(first, stream_, deal.keys, tag_);
+      party.endpoint_->send(second, stream_, std::move(deal.keys), tag_);
+      party.endpoint_->send(second, stream_, std::move(deal.top), tag_);
+    }
+    party.dcf_stats_.inline_elements += n - k;
     co_return Bits{std::move(b_own), std::move(b_next)};
   }
   const bool is_first = id == first;
@@ -109,39 +194,106 @@ Task<Rss3Bits> Rss3::msb_dcf(PartyId dealer, RingTensor values, std::size_t n, i
   send(other, c, width);
   const std::string from = "rss3 party " + std::to_string(id) + " msb_bits (dcf): the dealer (party " +
                            std::to_string(dealer) + ")";
-  // The keys' message is dropped once read: only the parsed keys stay.
-  const DcfCorrections keys = dcf_deserialize(co_await party_->endpoint_->recv(dealer, stream_, tag_), m, 1, n, from);
-  RingTensor top;  // B: r_m ^ t_A
-  if (!is_first) {
-    const auto bits = co_await party_->endpoint_->recv(dealer, stream_, tag_);
-    if (bits.size() != bytes_for(n))
-      throw Error(ErrorCode::protocol, from + " sent " + std::to_string(bits.size()) + " bytes of mask bits, expected " +
-                                           std::to_string(bytes_for(n)) + " for " + std::to_string(n) + " elements");
-    top = get_bits(bits, n);
+  std::uint64_t start = 0, k = 0;
+  if (store_on) {
+    const auto header = co_await party.endpoint_->recv(dealer, stream_, tag_);
+    if (header.size() != 16)
+      throw Error(ErrorCode::protocol, from + " sent a store header of " + std::to_string(header.size()) +
+                                           " bytes, expected 16");
+    std::memcpy(&start, header.data(), 8);
+    std::memcpy(&k, header.data() + 8, 8);
+    if (k > n)
+      throw Error(ErrorCode::protocol, from + " assigned " + std::to_string(k) + " stored correlations to a call of " +
+                                           std::to_string(n) + " elements");
   }
+  RingTensor delta = k > 0 ? co_await recv(dealer, {k}, width) : RingTensor{};
   ring_add_inplace(c, co_await recv(other, {n}, width));
-  std::vector<Ring> c_low(n);
-  for (std::size_t e = 0; e < n; ++e) c_low[e] = c.data()[e] & low;
-  const std::vector<Ring> below = dcf_evaluate(is_first ? 0 : 1, keys, root, c_low);
-  // e_A or e_B, packed.
-  RingTensor mine = is_first ? t_a : std::move(top);
-  for (std::size_t e = 0; e < n; ++e) {
-    Ring bit = below[e];
-    if (is_first) bit ^= (c.data()[e] >> m) & 1;
-    mine.data()[e / 64] ^= bit << (e % 64);
+  RingTensor mine = ring_zeros({words});  // e_A or e_B, packed
+  if (k > 0) {  // from the store, at c* = c - delta = x + r*
+    std::vector<Ring> x(k), mask_bits;
+    for (std::size_t e = 0; e < k; ++e) x[e] = (c.data()[e] - delta.data()[e]) & low;
+    const std::vector<Ring> below = party.store_->evaluate(width, is_first ? 1 : 2, start, x, mask_bits);
+    for (std::size_t e = 0; e < k; ++e) {
+      Ring bit = below[e] ^ bit_of(mask_bits.data(), e);
+      if (is_first) bit ^= ((c.data()[e] - delta.data()[e]) >> m) & 1;
+      mine.data()[e / 64] |= bit << (e % 64);
+    }
+    note_store(party.dcf_stats_, *party.store_, id);
+  }
+  const std::size_t slices = (n - k + slice - 1) / slice;
+  for (std::size_t j = 0; j < slices; ++j) {
+    const std::size_t b = k + j * slice, e = std::min(n, b + slice), count = e - b;
+    // The keys' message is dropped once read: only the parsed keys stay.
+    const DcfCorrections keys = dcf_deserialize(co_await party.endpoint_->recv(dealer, stream_, tag_), m, 1, count, from);
+    const std::vector<Ring> top =
+        is_first ? std::vector<Ring>{} : get_bits(co_await party.endpoint_->recv(dealer, stream_, tag_), count, from);
+    std::vector<Ring> c_low(count);
+    for (std::size_t q = 0; q < count; ++q) c_low[q] = c.data()[b + q] & low;
+    const std::vector<Ring> below =
+        dcf_evaluate(is_first ? 0 : 1, keys, std::span<const DcfSeed>(root).subspan(b, count), c_low);
+    for (std::size_t q = 0; q < count; ++q) {
+      const std::size_t at = b + q;
+      const Ring bit = below[q] ^ (is_first ? ((c.data()[at] >> m) & 1) ^ bit_of(t_a.data(), at) : bit_of(top.data(), q));
+      mine.data()[at / 64] |= bit << (at % 64);
+    }
+    if (j + 2 < slices) party.endpoint_->send(dealer, stream_, std::vector<std::byte>(1), tag_);
   }
   ring_xor_inplace(mine, with_dealer);
-  std::vector<std::byte> out(bytes_for(n));
-  put_bits(mine, n, out.data());
-  party_->endpoint_->send(other, stream_, std::move(out), tag_);
-  const auto theirs = co_await party_->endpoint_->recv(other, stream_, tag_);
-  if (theirs.size() != bytes_for(n))
-    throw Error(ErrorCode::protocol, "rss3 party " + std::to_string(id) + " msb_bits (dcf): party " +
-                                         std::to_string(other) + " sent " + std::to_string(theirs.size()) +
-                                         " bytes of result bits, expected " + std::to_string(bytes_for(n)));
-  ring_xor_inplace(mine, get_bits(theirs, n));  // b_{L+2}
+  party.endpoint_->send(other, stream_, put_bits(std::vector<Ring>(mine.begin(), mine.end()), n), tag_);
+  const auto theirs = co_await party.endpoint_->recv(other, stream_, tag_);
+  const std::string peer = "rss3 party " + std::to_string(id) + " msb_bits (dcf): party " + std::to_string(other);
+  const std::vector<Ring> their_bits = get_bits(theirs, n, peer);
+  for (std::size_t q = 0; q < words; ++q) mine.data()[q] ^= their_bits[q];  // b_{L+2}
   if (is_first) co_return Bits{std::move(with_dealer), std::move(mine)};
   co_return Bits{std::move(mine), std::move(with_dealer)};
+}
+
+// prepare_comparisons' part for one dealer, in batches of at most 4,096
+// (a receiver frees a batch's memory once all of it is used). Draw order
+// with A: masks u_A (A skips them), A's roots, t_A; with B: u_B, B's roots.
+// r* = u_A + u_B, which neither A nor B knows.
+Task<void> Rss3::deal_ahead(PartyId dealer, int width, std::size_t count) {
+  constexpr std::size_t batch_max = 4096;
+  Rss3Party& party = *party_;
+  const PartyId id = party.id_, first = (dealer + 1) % 3;
+  const std::string from = "rss3 party " + std::to_string(id) + " prepare_comparisons: the dealer (party " +
+                           std::to_string(dealer) + ")";
+  for (std::size_t done = 0; done < count;) {
+    const std::size_t b = std::min(batch_max, count - done), words = words_for(b);
+    done += b;
+    if (id == dealer) {
+      const RingTensor u_a = draw_next({b}), roots_a = draw_next({2 * b}), t_a = draw_next({words});
+      const RingTensor u_b = draw_prev({b}), roots_b = draw_prev({2 * b});
+      std::vector<Ring> r(b);
+      for (std::size_t e = 0; e < b; ++e) r[e] = u_a.data()[e] + u_b.data()[e];
+      Deal deal = make_deal(width, r, tree_roots(roots_a), tree_roots(roots_b), t_a.data(), 0);
+      party.dcf_stats_.offline_bytes += 2 * deal.keys.size() + deal.top.size();
+      party.dcf_stats_.prepared += b;
+      party.endpoint_->send(first, stream_, deal.keys, tag_);
+      party.endpoint_->send((dealer + 2) % 3, stream_, std::move(deal.keys), tag_);
+      party.endpoint_->send((dealer + 2) % 3, stream_, std::move(deal.top), tag_);
+      party.store_->push_masks(width, r);
+      continue;
+    }
+    const bool is_first = id == first;
+    (void)(is_first ? draw_prev({b}) : draw_next({b}));  // the dealer's mask part
+    Rss3DcfBatch batch;
+    batch.count = b;
+    batch.roots = tree_roots(is_first ? draw_prev({2 * b}) : draw_next({2 * b}));
+    if (is_first) {
+      const RingTensor t_a = draw_prev({words});
+      batch.bits.assign(t_a.begin(), t_a.end());
+    }
+    batch.corrections = co_await party.endpoint_->recv(dealer, stream_, tag_);
+    const std::size_t want = dcf_correction_bytes(width - 1, 1, b);
+    if (batch.corrections.size() != want)
+      throw Error(ErrorCode::protocol, from + " sent " + std::to_string(batch.corrections.size()) +
+                                           " bytes of keys, expected " + std::to_string(want) + " for " +
+                                           std::to_string(b) + " correlations at width " + std::to_string(width) +
+                                           " (did the parties call prepare_comparisons alike, with no comparison in flight?)");
+    if (!is_first) batch.bits = get_bits(co_await party.endpoint_->recv(dealer, stream_, tag_), b, from);
+    party.store_->push_batch(width, is_first ? 1 : 2, std::move(batch));
+  }
 }
 
 }  // namespace mpcache

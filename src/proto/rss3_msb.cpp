@@ -225,21 +225,38 @@ Task<Rss3Bits> carry_tree(Rss3& proto, Rss3Bits shared, std::size_t count, std::
 
 }  // namespace
 
-Rss3DcfCost rss3_dcf_cost(int width, std::size_t n) {
+Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes, Rss3DcfStoreUse store) {
   check_msb_args(width, 0);
   Rss3DcfCost cost;
+  const std::size_t slice = rss3_dcf_slice_elements(width, slice_bytes);
+  const std::uint64_t header = store == Rss3DcfStoreUse::off ? 0 : 16;
+  const std::uint64_t per_opening = static_cast<std::uint64_t>((width + 7) / 8);
   for (int j = 0; j < 3; ++j) {
     const auto [b, e] = chunk(n, j);
     if (b == e) continue;
     const std::size_t k = e - b;
-    const std::uint64_t keys = dcf_correction_bytes(width - 1, 1, k), bits = (k + 7) / 8;
-    const std::uint64_t opening = static_cast<std::uint64_t>((width + 7) / 8) * k;
     const std::size_t dealer = static_cast<std::size_t>(j), first = (dealer + 1) % 3, second = (dealer + 2) % 3;
-    cost.rounds = 2;  // the opening (beside the keys), then the resharing
-    cost.dealt[dealer] += 2 * keys + bits;
-    cost.bytes[dealer] += 2 * keys + bits;
-    cost.bytes[first] += opening + bits;
-    cost.bytes[second] += opening + bits;
+    const std::uint64_t result_bits = (k + 7) / 8;
+    cost.bytes[dealer] += 2 * header;
+    cost.bytes[first] += per_opening * k + result_bits;
+    cost.bytes[second] += per_opening * k + result_bits;
+    if (store == Rss3DcfStoreUse::filled) {  // offsets r - r* instead of keys
+      cost.bytes[dealer] += 2 * per_opening * k;
+      cost.rounds = std::max<std::uint64_t>(cost.rounds, 2);
+      continue;
+    }
+    const std::size_t slices = (k + slice - 1) / slice;
+    for (std::size_t s = 0; s < slices; ++s) {
+      const std::size_t part = std::min(slice, k - s * slice);
+      const std::uint64_t dealt = 2 * dcf_correction_bytes(width - 1, 1, part) + (part + 7) / 8;
+      cost.dealt[dealer] += dealt;
+      cost.bytes[dealer] += dealt;
+    }
+    const std::uint64_t acks = slices > 2 ? slices - 2 : 0;  // one byte each, from A and from B
+    cost.bytes[first] += acks;
+    cost.bytes[second] += acks;
+    // The opening beside the first two slices, then two rounds per further pair, then the resharing.
+    cost.rounds = std::max<std::uint64_t>(cost.rounds, 2 + 2 * ((slices - 1) / 2));
   }
   return cost;
 }
