@@ -286,6 +286,7 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
   job.unused_weights = unused_weights(o);
   job.protocol = parse_generation_protocol(o.protocol);
   job.rss3.exact_truncation = o.truncation == "exact";
+  job.rss3.compact_weights = o.compact_weights;
   job.add2.exact_truncation = o.truncation == "exact";
   job.rss3.pool = job.add2.pool = pool;
   return job;
@@ -553,6 +554,7 @@ int run_launcher(const GenerateOptions& o, const Prompt& prompt, const text::Tok
     const auto network_args = o.network.args();
     p.args.insert(p.args.end(), network_args.begin(), network_args.end());
     if (o.allow_unused_weights) p.args.push_back("--allow-unused-weights");
+    if (o.compact_weights) p.args.push_back("--compact-weights");
     if (o.threads > 1) p.args.insert(p.args.end(), {"--threads", std::to_string(o.threads)});
     p.args.insert(p.args.end(), {"--memory-budget", std::to_string(memory_budget_of(o))});
     // The client's alone: its prompt and its tokenizer.

@@ -66,6 +66,7 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
       ->check(CLI::IsMember({"rss3", "add2"}));
   gen_cmd->add_option("--truncation", gen.truncation, truncation_help)
       ->check(CLI::IsMember({"exact", "probabilistic"}));
+  gen_cmd->add_flag("--compact-weights", gen.compact_weights, mpcache::jobs::compact_weights_help);
   mpcache::jobs::add_network_options(*gen_cmd, gen.network);
   gen_cmd->add_option("--timeout-ms", gen.timeout_ms, "set-up and peer silence deadline (default: the config's; launcher 60000)")
       ->check(CLI::Range(100, 3600000));

@@ -293,18 +293,18 @@ class Decoder {
   Task<Share> embed(P& p, const Share& one_hot, const std::vector<std::size_t>& positions) {
     auto scope = cost_scope(p, CostTag::linear);
     auto h = co_await p.matmul(one_hot, w_.embed);
-    if (w_.positions) h = p.add(h, position_rows(positions));  // learned positions
+    if (w_.positions) h = p.add(h, position_rows(p, positions));  // learned positions
     co_return h;
   }
 
   // Rows of the learned position table: one slice when they run in order.
-  Share position_rows(const std::vector<std::size_t>& positions) const {
+  Share position_rows(const P& p, const std::vector<std::size_t>& positions) const {
     const std::size_t first = positions.front();
     if (positions == consecutive(first, positions.size()))
-      return ops::rows<P>(*w_.positions, first, first + positions.size());
-    Share rows = ops::rows<P>(*w_.positions, first, first + 1);
+      return weight_rows(p, *w_.positions, first, first + positions.size());
+    Share rows = weight_rows(p, *w_.positions, first, first + 1);
     for (std::size_t t = 1; t < positions.size(); ++t)
-      rows = ops::stack_rows<P>(rows, ops::rows<P>(*w_.positions, positions[t], positions[t] + 1));
+      rows = ops::stack_rows<P>(rows, weight_rows(p, *w_.positions, positions[t], positions[t] + 1));
     return rows;
   }
 
@@ -348,13 +348,16 @@ class Decoder {
   // norm(h) W_i (+ b_i) for each projection: the norm's last product scales
   // the projections' rows (ops::norm_project), one round fewer than the
   // norm followed by the matmuls. The matmuls count as linear, the rest as norm.
-  Task<std::vector<Share>> norm_affine(P& p, const Share& h, const Share& gamma, const std::optional<Share>& beta,
-                                       std::vector<std::pair<const Share*, const std::optional<Share>*>> projections) {
+  // Weights (Weight<P>) go to the products as they are kept; norms and
+  // biases are small and expanded here.
+  Task<std::vector<Share>> norm_affine(P& p, const Share& h, const Weight<P>& gamma, const std::optional<Weight<P>>& beta,
+                                       std::vector<std::pair<const Weight<P>*, const std::optional<Weight<P>>*>> projections) {
     auto scope = cost_scope(p, CostTag::norm);
-    std::vector<const Share*> weights;
+    std::vector<const Weight<P>*> weights;
     for (const auto& pr : projections) weights.push_back(pr.first);
-    auto out = co_await ops::norm_project(p, h, gamma, beta, c_.norm_eps, weights);
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = with_bias(p, std::move(out[i]), *projections[i].second);
+    auto out = co_await ops::norm_project(p, h, expand_weight(p, gamma), expand_weight(p, beta), c_.norm_eps, weights);
+    for (std::size_t i = 0; i < out.size(); ++i)
+      out[i] = with_bias(p, std::move(out[i]), expand_weight(p, *projections[i].second));
     co_return out;
   }
 
@@ -368,12 +371,12 @@ class Decoder {
   // x is carried at 2^(f-s): the product's sums stay 2^s further from
   // truncation's failure range, and scaling back up by the public 2^s is
   // exact and local.
-  Task<Share> affine(P& p, const Share& x, const Share& weight, const std::optional<Share>& bias,
+  Task<Share> affine(P& p, const Share& x, const Weight<P>& weight, const std::optional<Weight<P>>& bias,
                      int input_shift = 0) {
     auto scope = cost_scope(p, CostTag::linear);
     auto y = co_await p.matmul_trunc(x, weight);
     if (input_shift > 0) y = p.mul_public(y, ring_filled(P::shape(y), Ring{1} << input_shift));
-    co_return with_bias(p, std::move(y), bias);
+    co_return with_bias(p, std::move(y), expand_weight(p, bias));
   }
 
   // Columns [h*d, (h+1)*d) of a (count, heads*d) tensor.
@@ -808,7 +811,7 @@ class Decoder {
   const DecoderWeights<P>& w_;
   ModelConfig c_;
   DecoderOptions options_;
-  const std::optional<Share> no_bias_;  // for projections without one
+  const std::optional<Weight<P>> no_bias_;  // for projections without one
   std::size_t length_ = 0;
   std::vector<std::vector<kv::HeadCache<P>>> cache_;  // [layer][kv head]
   StepProbe<P> probe_;

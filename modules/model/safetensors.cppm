@@ -3,7 +3,8 @@
 // little-endian data. F64, F32, F16 and BF16 tensors load as float64.
 // Every inconsistency (short file, bad header, offsets outside the data,
 // unknown dtype, missing tensor, unexpected shape) is an Error naming the
-// file and the tensor.
+// file and the tensor. A tensor is decoded from a read-only mapping of its
+// own bytes (load), so the reader holds at most one tensor of the file.
 export module mpcache.model:safetensors;
 import mpcache.std;
 import mpcache.core;

@@ -78,25 +78,98 @@ WeightSource random_weights(std::uint64_t seed, double scale = 0.02);
 // For parties that do not own the weights.
 WeightSource no_weights();
 
+// How a protocol keeps a weight. rss3 keeps it at 8 bytes per element and
+// party (Rss3Weight: one component in memory, the other drawn from a
+// pairwise key when a product uses it, blockwise); its matmul and
+// matmul_trunc take the weight as it is. Other protocols keep shares.
+template <class P>
+concept CompactWeights = requires(P& p, const typename P::Weight& w, const typename P::Share& a) {
+  { p.input_weight(PartyId{}, std::optional<RingTensor>{}, Shape{}) } -> std::same_as<Task<typename P::Weight>>;
+  { p.expand(w) } -> std::same_as<typename P::Share>;
+  { p.expand_rows(w, std::size_t{}, std::size_t{}) } -> std::same_as<typename P::Share>;
+  p.matmul(a, w);
+  p.matmul_trunc(a, w);
+  { w.resident_bytes() } -> std::convertible_to<std::size_t>;
+};
+
+namespace detail {
+template <class P>
+struct WeightType {
+  using type = typename P::Share;
+};
+template <CompactWeights P>
+struct WeightType<P> {
+  using type = typename P::Weight;
+};
+}  // namespace detail
+
+template <Protocol P>
+using Weight = typename detail::WeightType<P>::type;
+
+// A weight's share (a copy drawn anew for compact weights, else the weight itself).
+template <Protocol P>
+decltype(auto) expand_weight(const P& p, const Weight<P>& w) {
+  if constexpr (CompactWeights<P>) return p.expand(w);
+  else return (w);
+}
+template <Protocol P>
+std::optional<typename P::Share> expand_weight(const P& p, const std::optional<Weight<P>>& w) {
+  if (!w) return std::nullopt;
+  return expand_weight(p, *w);
+}
+// Rows [begin, end) of a weight's share.
+template <Protocol P>
+typename P::Share weight_rows(const P& p, const Weight<P>& w, std::size_t begin, std::size_t end) {
+  if constexpr (CompactWeights<P>) return p.expand_rows(w, begin, end);
+  else return ops::rows<P>(w, begin, end);
+}
+// Bytes a weight holds in this process.
+template <Protocol P>
+std::size_t weight_bytes(const Weight<P>& w) {
+  if constexpr (CompactWeights<P>) return w.resident_bytes();
+  else return share_bytes<P>(w);
+}
+// The owner's real values as a weight: ops::secret_real, or the protocol's
+// compact input (the same messages).
+template <Protocol P>
+Task<Weight<P>> secret_weight(P& p, PartyId owner, std::optional<xt::xarray<double>> value, const Shape& shape) {
+  if constexpr (CompactWeights<P>) {
+    std::optional<RingTensor> encoded;
+    if (value) encoded = FixedPoint(p.frac_bits()).encode(*value);
+    value.reset();  // the owner streams: no float copy beside the encoded one
+    co_return co_await p.input_weight(owner, std::move(encoded), shape);
+  } else {
+    co_return co_await ops::secret_real(p, owner, std::move(value), shape);
+  }
+}
+
 // One block. LLaMA: RMSNorm weights, no biases, SiLU-gated MLP (gate, up,
 // down). GPT-2: LayerNorm weight + bias, biases everywhere, GeLU MLP (up =
 // c_fc, down = c_proj; no gate).
 template <Protocol P>
 struct LayerWeights {
-  using Share = typename P::Share;
-  Share input_norm, post_norm;                       // (hidden)
-  std::optional<Share> input_norm_bias, post_norm_bias;
-  Share wq, wk, wv, wo;                              // [in, out]; wq carries 1/sqrt(head_dim)
-  std::optional<Share> bq, bk, bv, bo;               // (out); bq carries 1/sqrt(head_dim)
-  std::optional<Share> gate;                         // LLaMA only
-  Share up, down;                                    // [in, out]
-  std::optional<Share> b_up, b_down;
+  using W = Weight<P>;
+  W input_norm, post_norm;                       // (hidden)
+  std::optional<W> input_norm_bias, post_norm_bias;
+  W wq, wk, wv, wo;                              // [in, out]; wq carries 1/sqrt(head_dim)
+  std::optional<W> bq, bk, bv, bo;               // (out); bq carries 1/sqrt(head_dim)
+  std::optional<W> gate;                         // LLaMA only
+  W up, down;                                    // [in, out]
+  std::optional<W> b_up, b_down;
   // LLaMA: diag(input_norm) wq / 2^ranking_query_shift, so that h wq_ranking
   // = q rms(h) / 16 for the pre-norm hidden state h: the step's queries up
   // to a positive factor, rounds before the norm gives q (see
   // kv::EarlyRanking). The 1/16 keeps the sums of hidden states with
   // outlier features far from truncation's failure range.
-  std::optional<Share> wq_ranking;
+  std::optional<W> wq_ranking;
+
+  std::size_t resident_bytes() const {
+    std::size_t bytes = 0;
+    for (const W* w : {&input_norm, &post_norm, &wq, &wk, &wv, &wo, &up, &down}) bytes += weight_bytes<P>(*w);
+    for (const std::optional<W>* w : {&input_norm_bias, &post_norm_bias, &bq, &bk, &bv, &bo, &gate, &b_up, &b_down, &wq_ranking})
+      if (*w) bytes += weight_bytes<P>(**w);
+    return bytes;
+  }
 };
 
 inline constexpr int ranking_query_shift = 4;
@@ -104,13 +177,22 @@ inline constexpr int ranking_query_shift = 4;
 template <Protocol P>
 struct DecoderWeights {
   ModelConfig config;
-  typename P::Share embed;                       // (vocab, hidden)
-  std::optional<typename P::Share> positions;    // GPT-2: (max_positions, hidden)
+  Weight<P> embed;                               // (vocab, hidden)
+  std::optional<Weight<P>> positions;            // GPT-2: (max_positions, hidden)
   std::vector<LayerWeights<P>> layers;           // one per layer, or one for all (tied_layers)
   bool tied_layers = false;                      // see tie_layers()
-  typename P::Share final_norm;                  // (hidden)
-  std::optional<typename P::Share> final_norm_bias;
-  typename P::Share lm_head;                     // (hidden, vocab)
+  Weight<P> final_norm;                          // (hidden)
+  std::optional<Weight<P>> final_norm_bias;
+  Weight<P> lm_head;                             // (hidden, vocab)
+
+  // Bytes of weights this party holds (rss3: 8 per weight, see CompactWeights).
+  std::size_t resident_bytes() const {
+    std::size_t bytes = weight_bytes<P>(embed) + weight_bytes<P>(final_norm) + weight_bytes<P>(lm_head);
+    for (const auto* w : {&positions, &final_norm_bias})
+      if (*w) bytes += weight_bytes<P>(**w);
+    for (const auto& l : layers) bytes += l.resident_bytes();
+    return bytes;
+  }
 };
 
 // Cost benchmarks at real model shapes: every one of `layers` layers runs
@@ -181,6 +263,32 @@ inline std::optional<xt::xarray<double>> rows_scaled(const std::optional<xt::xar
 }
 }  // namespace detail
 
+namespace detail {
+// The owner streams its checkpoint a layer at a time: with a protocol that
+// paces (rss3: Rss3::confirm_weights), the others confirm each layer, and
+// the owner, once it has sent layer l, waits for layer l-1's confirmation
+// before it reads on: at most two layers' messages are in flight, so its
+// outboxes never hold the model. The owner's last act stays a send (the
+// last layer's confirmation is never waited for), so every party's round
+// clock ends the load where it ended without pacing. Others do not pace.
+template <Protocol P>
+class OwnerPacing {
+ public:
+  OwnerPacing(P& p, PartyId owner) : p_(p), owner_(owner) {}
+  Task<void> layer_done() {
+    if constexpr (requires(P& q) { q.confirm_weights(PartyId{}); }) {
+      if (!p_.holds_input(owner_)) p_.confirm_weights(owner_);
+      else if (layers_++ > 0) co_await p_.weights_confirmed(owner_);
+    }
+  }
+
+ private:
+  P& p_;
+  PartyId owner_;
+  std::size_t layers_ = 0;
+};
+}  // namespace detail
+
 template <Protocol P>
 Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSource& source,
                                  PartyId owner = 0) {
@@ -198,41 +306,44 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
   const double qs = 1.0 / std::sqrt(double(hd));
   DecoderWeights<P> w;
   w.config = c;
-  const auto embed = get("model.embed_tokens.weight", {v, h});
-  w.embed = co_await ops::secret_real(p, owner, embed, {v, h});
+  detail::OwnerPacing<P> pacing(p, owner);
+  w.embed = co_await secret_weight(p, owner, get("model.embed_tokens.weight", {v, h}), {v, h});
   for (std::size_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
     LayerWeights<P> lw;
     auto input_norm = get(pre + "input_layernorm.weight", {h});
-    lw.input_norm = co_await ops::secret_real(p, owner, input_norm, {h});
+    lw.input_norm = co_await secret_weight(p, owner, input_norm, {h});
     lw.post_norm =
-        co_await ops::secret_real(p, owner, get(pre + "post_attention_layernorm.weight", {h}), {h});
+        co_await secret_weight(p, owner, get(pre + "post_attention_layernorm.weight", {h}), {h});
     auto wq = detail::transposed(get(pre + "self_attn.q_proj.weight", {q_out, h}), qs);
-    lw.wq = co_await ops::secret_real(p, owner, wq, {h, q_out});
-    lw.wq_ranking = co_await ops::secret_real(p, owner, detail::rows_scaled(wq, input_norm, std::ldexp(1.0, -ranking_query_shift)),
+    lw.wq = co_await secret_weight(p, owner, wq, {h, q_out});
+    lw.wq_ranking = co_await secret_weight(p, owner, detail::rows_scaled(wq, input_norm, std::ldexp(1.0, -ranking_query_shift)),
                                          {h, q_out});
-    lw.wk = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "self_attn.k_proj.weight", {kv_out, h})),
+    lw.wk = co_await secret_weight(p, owner, detail::transposed(get(pre + "self_attn.k_proj.weight", {kv_out, h})),
                                  {h, kv_out});
-    lw.wv = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "self_attn.v_proj.weight", {kv_out, h})),
+    lw.wv = co_await secret_weight(p, owner, detail::transposed(get(pre + "self_attn.v_proj.weight", {kv_out, h})),
                                  {h, kv_out});
-    lw.wo = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "self_attn.o_proj.weight", {h, q_out})),
+    lw.wo = co_await secret_weight(p, owner, detail::transposed(get(pre + "self_attn.o_proj.weight", {h, q_out})),
                                  {q_out, h});
     if (c.qkv_bias) {  // Qwen2, LLaMA's attention_bias; q's carries 1/sqrt(head_dim) like wq
-      lw.bq = co_await ops::secret_real(p, owner, detail::scaled(get(pre + "self_attn.q_proj.bias", {q_out}), qs), {q_out});
-      lw.bk = co_await ops::secret_real(p, owner, get(pre + "self_attn.k_proj.bias", {kv_out}), {kv_out});
-      lw.bv = co_await ops::secret_real(p, owner, get(pre + "self_attn.v_proj.bias", {kv_out}), {kv_out});
+      lw.bq = co_await secret_weight(p, owner, detail::scaled(get(pre + "self_attn.q_proj.bias", {q_out}), qs), {q_out});
+      lw.bk = co_await secret_weight(p, owner, get(pre + "self_attn.k_proj.bias", {kv_out}), {kv_out});
+      lw.bv = co_await secret_weight(p, owner, get(pre + "self_attn.v_proj.bias", {kv_out}), {kv_out});
     }
-    if (c.o_bias) lw.bo = co_await ops::secret_real(p, owner, get(pre + "self_attn.o_proj.bias", {h}), {h});
-    lw.gate = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "mlp.gate_proj.weight", {inter, h})),
+    if (c.o_bias) lw.bo = co_await secret_weight(p, owner, get(pre + "self_attn.o_proj.bias", {h}), {h});
+    lw.gate = co_await secret_weight(p, owner, detail::transposed(get(pre + "mlp.gate_proj.weight", {inter, h})),
                                    {h, inter});
-    lw.up = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "mlp.up_proj.weight", {inter, h})),
+    lw.up = co_await secret_weight(p, owner, detail::transposed(get(pre + "mlp.up_proj.weight", {inter, h})),
                                  {h, inter});
-    lw.down = co_await ops::secret_real(p, owner, detail::transposed(get(pre + "mlp.down_proj.weight", {h, inter})),
+    lw.down = co_await secret_weight(p, owner, detail::transposed(get(pre + "mlp.down_proj.weight", {h, inter})),
                                    {inter, h});
     w.layers.push_back(std::move(lw));
+    co_await pacing.layer_done();
   }
-  w.final_norm = co_await ops::secret_real(p, owner, get("model.norm.weight", {h}), {h});
-  w.lm_head = co_await ops::secret_real(
+  w.final_norm = co_await secret_weight(p, owner, get("model.norm.weight", {h}), {h});
+  // The embedding is read again rather than held through the layers.
+  const auto embed = get("model.embed_tokens.weight", {v, h});
+  w.lm_head = co_await secret_weight(
       p, owner, detail::transposed(detail::lm_head_rows(c, source, get, embed, "model.embed_tokens.weight")), {h, v});
   if (mine) source.finish();
   co_return w;
@@ -275,41 +386,44 @@ Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource
   const double qs = 1.0 / std::sqrt(double(c.head_dim));
   DecoderWeights<P> w;
   w.config = c;
-  auto wte = get("wte.weight", {v, h});
-  w.embed = co_await ops::secret_real(p, owner, wte, {v, h});
-  w.positions = co_await ops::secret_real(p, owner, get("wpe.weight", {c.max_positions, h}), {c.max_positions, h});
+  detail::OwnerPacing<P> pacing(p, owner);
+  w.embed = co_await secret_weight(p, owner, get("wte.weight", {v, h}), {v, h});
+  w.positions = co_await secret_weight(p, owner, get("wpe.weight", {c.max_positions, h}), {c.max_positions, h});
   for (std::size_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "h." + std::to_string(l) + ".";
     LayerWeights<P> lw;
-    lw.input_norm = co_await ops::secret_real(p, owner, get(pre + "ln_1.weight", {h}), {h});
-    lw.input_norm_bias = co_await ops::secret_real(p, owner, get(pre + "ln_1.bias", {h}), {h});
+    lw.input_norm = co_await secret_weight(p, owner, get(pre + "ln_1.weight", {h}), {h});
+    lw.input_norm_bias = co_await secret_weight(p, owner, get(pre + "ln_1.bias", {h}), {h});
     auto attn_w = get(pre + "attn.c_attn.weight", {h, 3 * h});
     auto attn_b = get(pre + "attn.c_attn.bias", {3 * h});
-    lw.wq = co_await ops::secret_real(p, owner, detail::columns(attn_w, 0, h, qs), {h, h});
-    lw.wk = co_await ops::secret_real(p, owner, detail::columns(attn_w, h, 2 * h), {h, h});
-    lw.wv = co_await ops::secret_real(p, owner, detail::columns(attn_w, 2 * h, 3 * h), {h, h});
-    lw.bq = co_await ops::secret_real(p, owner, detail::columns(attn_b, 0, h, qs), {h});
-    lw.bk = co_await ops::secret_real(p, owner, detail::columns(attn_b, h, 2 * h), {h});
-    lw.bv = co_await ops::secret_real(p, owner, detail::columns(attn_b, 2 * h, 3 * h), {h});
-    lw.wo = co_await ops::secret_real(p, owner, get(pre + "attn.c_proj.weight", {h, h}), {h, h});
-    lw.bo = co_await ops::secret_real(p, owner, get(pre + "attn.c_proj.bias", {h}), {h});
-    lw.post_norm = co_await ops::secret_real(p, owner, get(pre + "ln_2.weight", {h}), {h});
-    lw.post_norm_bias = co_await ops::secret_real(p, owner, get(pre + "ln_2.bias", {h}), {h});
-    lw.up = co_await ops::secret_real(p, owner, get(pre + "mlp.c_fc.weight", {h, inter}), {h, inter});
-    lw.b_up = co_await ops::secret_real(p, owner, get(pre + "mlp.c_fc.bias", {inter}), {inter});
-    lw.down = co_await ops::secret_real(p, owner, get(pre + "mlp.c_proj.weight", {inter, h}), {inter, h});
-    lw.b_down = co_await ops::secret_real(p, owner, get(pre + "mlp.c_proj.bias", {h}), {h});
+    lw.wq = co_await secret_weight(p, owner, detail::columns(attn_w, 0, h, qs), {h, h});
+    lw.wk = co_await secret_weight(p, owner, detail::columns(attn_w, h, 2 * h), {h, h});
+    lw.wv = co_await secret_weight(p, owner, detail::columns(attn_w, 2 * h, 3 * h), {h, h});
+    lw.bq = co_await secret_weight(p, owner, detail::columns(attn_b, 0, h, qs), {h});
+    lw.bk = co_await secret_weight(p, owner, detail::columns(attn_b, h, 2 * h), {h});
+    lw.bv = co_await secret_weight(p, owner, detail::columns(attn_b, 2 * h, 3 * h), {h});
+    lw.wo = co_await secret_weight(p, owner, get(pre + "attn.c_proj.weight", {h, h}), {h, h});
+    lw.bo = co_await secret_weight(p, owner, get(pre + "attn.c_proj.bias", {h}), {h});
+    lw.post_norm = co_await secret_weight(p, owner, get(pre + "ln_2.weight", {h}), {h});
+    lw.post_norm_bias = co_await secret_weight(p, owner, get(pre + "ln_2.bias", {h}), {h});
+    lw.up = co_await secret_weight(p, owner, get(pre + "mlp.c_fc.weight", {h, inter}), {h, inter});
+    lw.b_up = co_await secret_weight(p, owner, get(pre + "mlp.c_fc.bias", {inter}), {inter});
+    lw.down = co_await secret_weight(p, owner, get(pre + "mlp.c_proj.weight", {inter, h}), {inter, h});
+    lw.b_down = co_await secret_weight(p, owner, get(pre + "mlp.c_proj.bias", {h}), {h});
     w.layers.push_back(std::move(lw));
+    co_await pacing.layer_done();
   }
-  w.final_norm = co_await ops::secret_real(p, owner, get("ln_f.weight", {h}), {h});
-  w.final_norm_bias = co_await ops::secret_real(p, owner, get("ln_f.bias", {h}), {h});
+  w.final_norm = co_await secret_weight(p, owner, get("ln_f.weight", {h}), {h});
+  w.final_norm_bias = co_await secret_weight(p, owner, get("ln_f.bias", {h}), {h});
   auto unprefixed = [&](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
     if (!mine) return std::nullopt;
     auto t = source(name, shape);
     if (!t) throw Error(ErrorCode::invalid_argument, "weights: no tensor '" + name + "'");
     return t;
   };
-  w.lm_head = co_await ops::secret_real(
+  // The embedding is read again rather than held through the layers.
+  const auto wte = get("wte.weight", {v, h});
+  w.lm_head = co_await secret_weight(
       p, owner, detail::transposed(detail::lm_head_rows(c, source, unprefixed, wte, prefix + "wte.weight")), {h, v});
   if (mine) source.finish();
   co_return w;

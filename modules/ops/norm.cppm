@@ -180,12 +180,13 @@ Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typenam
 // when beta is given. The projections run while rsqrt's series does, and
 // the norm's last product scales their rows instead of x's (beta W_i is
 // added after): one round fewer than the norm followed by the matmuls,
-// the same values up to truncation. weights[i]: (d, out_i). The projection
+// the same values up to truncation. weights[i]: (d, out_i), shares or any
+// weight type P's matmul_trunc takes (rss3's compact Rss3Weight). The projection
 // matmuls are charged to CostTag::linear, the rest to the caller's tag.
-template <Protocol P>
+template <Protocol P, class W = typename P::Share>
 Task<std::vector<typename P::Share>> norm_project(P& p, const typename P::Share& h, const typename P::Share& gamma,
                                                   const std::optional<typename P::Share>& beta, double eps,
-                                                  const std::vector<const typename P::Share*>& weights) {
+                                                  const std::vector<const W*>& weights) {
   using Share = typename P::Share;
   const std::size_t d = P::shape(h).back();
   const Shape lead = detail::leading_shape<P>(h);

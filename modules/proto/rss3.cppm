@@ -79,6 +79,24 @@ struct Rss3Bits {
 // masked input (2 rounds, about 32 (w-1) dealt bytes per element).
 enum class Rss3Comparisons : std::uint8_t { circuit, dcf };
 
+// A weight (Rss3::input_weight). Of the two components a party holds, one
+// came from a pairwise key stream at input (rss3's input draws s_o from
+// k_{o-1} and s_{o+1} from k_o, the owner o sends s_{o-1}). With
+// Rss3Options::compact_weights that one is not kept but drawn again, from
+// the same key at the same counter, each time the weight is used (8 bytes
+// per element); by default it is kept too (16 bytes, no redraws). Which is
+// always kept: the received s_{o-1} at parties o+1 and o-1, s_{o+1} at the owner.
+struct Rss3Weight {
+  Shape shape;
+  RingTensor kept;           // the component this party holds in memory
+  bool kept_is_own = false;  // kept is s_i (then s_{i+1} is drawn from k_i), else s_{i+1} (s_i from k_{i-1})
+  StreamId stream = 0;       // where the drawn component's key stream starts
+  std::uint64_t block = 0;
+  std::optional<RingTensor> drawn;  // the drawn component, held unless weights are compact
+  // Bytes this weight holds in memory: 8 per element, 16 unless compact.
+  std::size_t resident_bytes() const noexcept { return (kept.size() + (drawn ? drawn->size() : 0)) * sizeof(Ring); }
+};
+
 struct Rss3Options {
   int frac_bits = default_frac_bits;
   // Correct the 2-out-of-2 wrap of every truncation (one more round per
@@ -93,6 +111,11 @@ struct Rss3Options {
   // this pool, which the caller owns and keeps alive as long as the party;
   // nullptr: everything runs on the loop's thread. Results do not depend on it.
   ComputePool* pool = nullptr;
+  // Keep weights (input_weight) at 8 bytes per element instead of 16: one
+  // component, the other drawn again with AES-128-CTR at every use, so a
+  // decode step is slower. Messages and results do not change; each party
+  // chooses for itself.
+  bool compact_weights = false;
 };
 
 class Rss3;
@@ -226,6 +249,27 @@ class Rss3 {
   }
 
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
+  // Weights (Rss3Weight; src/proto/rss3_weights.cpp), at 8 bytes per
+  // element with Rss3Options::compact_weights, else the full share.
+  // input_weight sends and draws exactly what input does. A product with a
+  // weight (m,k) x (k,n) draws the weight's second component a block of rows
+  // at a time and adds up the blocks' local products before the one
+  // reshare: the same messages, bytes, rounds and result as with the full
+  // share, and only one block of the weight is ever held twice.
+  using Weight = Rss3Weight;
+  Task<Weight> input_weight(PartyId owner, std::optional<RingTensor> value, Shape shape);
+  Share expand(const Weight& w) const;  // both components, for small weights
+  Share expand_rows(const Weight& w, std::size_t begin, std::size_t end) const;  // rows [begin, end) of dim 0
+  static Shape shape(const Weight& w) { return w.shape; }
+  Task<Share> matmul(const Share& a, const Weight& b);
+  Task<Share> matmul_trunc(const Share& a, const Weight& b);
+  // Pacing of a long run of input_weight (the owner streaming its
+  // checkpoint): each other party confirms what it has received (an empty
+  // message to the owner, on a stream of its own), and the owner waits for
+  // an earlier confirmation before it reads on, so that what it sends does
+  // not pile up in its outboxes.
+  void confirm_weights(PartyId owner);
+  Task<void> weights_confirmed(PartyId owner);
   Task<RingTensor> reveal(const Share& a);
   Task<std::optional<RingTensor>> reveal_to(PartyId receiver, const Share& a);
 
@@ -296,6 +340,9 @@ class Rss3 {
   // floor(x / 2^bits) (or one more) of x = a + b, from party 0's a or
   // parties 1 and 2's b (`part`): the 2-out-of-2 view every truncation ends in.
   Task<Share> truncate_view(RingTensor part, int bits);
+  StreamId confirmations_stream() const;  // confirm_weights's
+  // The local product a w of matmul with a weight, blockwise (rss3_weights.cpp).
+  RingTensor local_matmul_weight(const Share& a, const Weight& w) const;
   // msb_bits of flat values with party `lead` holding A; planes in, bit planes out.
   Task<Bits> msb_planes(PartyId lead, RingTensor a_or_b, std::size_t n, int width, int group);
   // The same from a DCF dealt by `dealer`: the next party holds A, the one

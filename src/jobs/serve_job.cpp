@@ -89,6 +89,7 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
   cmd.add_option("--truncation", o.truncation, "exact (default) or probabilistic")
       ->check(CLI::IsMember({"exact", "probabilistic"}));
   cmd.add_flag("--allow-unused-weights", o.allow_unused_weights, "run even if the config leaves tensors unused");
+  cmd.add_flag("--compact-weights", o.compact_weights, compact_weights_help);
   cmd.add_option("--steps", o.steps, "write one JSON line per chosen token (session, step, rounds, bytes): benches");
   cmd.add_option("--report", o.report, "write one JSON object at exit (set-up cost, sessions, peak RSS)");
   add_network_options(cmd, o.network);
@@ -129,6 +130,7 @@ int run_server(const ServeJob& o) {
   so.drain_within = std::chrono::milliseconds(o.drain_ms);
   so.unused_weights = o.allow_unused_weights ? UnusedTensors::allow : UnusedTensors::reject;
   so.rss3.exact_truncation = o.truncation == "exact";
+  so.rss3.compact_weights = o.compact_weights;
   so.client_tcp = o.network.tcp_options(std::chrono::milliseconds(o.client_timeout_ms));
   so.log = log_line;
   if (steps)

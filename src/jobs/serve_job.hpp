@@ -32,10 +32,17 @@ struct ServeJob {
   int timeout_ms = -1;            // mesh set-up and silence (-1: the config's)
   std::string truncation = "exact";
   bool allow_unused_weights = false;
+  bool compact_weights = false;  // rss3 weights at 8 bytes per weight (Rss3Options::compact_weights)
   NetworkChoice network;
   std::string steps;   // JSON lines, one per chosen token: session, step, round clock, bytes sent (benches)
   std::string report;  // one JSON object at exit: set-up cost, sessions, peak RSS
 };
+
+// --compact-weights' help (generate and serve).
+inline constexpr const char* compact_weights_help =
+    "keep the model's weights at 8 bytes per weight and party instead of 16 (rss3: one share component kept, "
+    "the other drawn again with AES at each use); less memory, slower decode (GPT-2-124M: about 1.5-2x per "
+    "token in process)";
 
 // The flags of `mpcache serve` (model_dir's default is the caller's).
 void add_serve_options(CLI::App& command, ServeJob& job);

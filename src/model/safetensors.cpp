@@ -3,6 +3,9 @@ module;
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "json_reader.hpp"
 module mpcache.model;
 import mpcache.core;
@@ -81,16 +84,51 @@ SafeTensorsFile SafeTensorsFile::open(const std::filesystem::path& path) {
   return f;
 }
 
+namespace {
+// A read-only mapping of bytes [offset, offset + size) of a file, unmapped
+// on destruction: a tensor is decoded straight from the page cache, and its
+// pages leave this process with the mapping (no copy of the file is held).
+class MappedRange {
+ public:
+  MappedRange(const std::filesystem::path& path, std::uint64_t offset, std::uint64_t size) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(ErrorCode::io, path, "cannot reopen");
+    const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    skip_ = offset % page;
+    length_ = skip_ + size;
+    if (size > 0) {
+      base_ = ::mmap(nullptr, length_, PROT_READ, MAP_PRIVATE, fd, static_cast<off_t>(offset - skip_));
+      if (base_ == MAP_FAILED) base_ = nullptr;
+    }
+    ::close(fd);
+    if (size > 0 && !base_) fail(ErrorCode::io, path, "cannot map " + std::to_string(size) + " bytes");
+    if (base_) ::madvise(base_, length_, MADV_SEQUENTIAL);
+  }
+  ~MappedRange() {
+    if (base_) ::munmap(base_, length_);
+  }
+  MappedRange(const MappedRange&) = delete;
+  MappedRange& operator=(const MappedRange&) = delete;
+  const unsigned char* data() const { return base_ ? static_cast<const unsigned char*>(base_) + skip_ : nullptr; }
+
+ private:
+  void* base_ = nullptr;
+  std::uint64_t skip_ = 0, length_ = 0;
+};
+}  // namespace
+
 xt::xarray<double> SafeTensorsFile::load(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) fail(ErrorCode::format, path_, "no tensor named '" + name + "'");
   const TensorEntry& e = it->second;
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) fail(ErrorCode::io, path_, "cannot reopen");
-  std::vector<unsigned char> raw(e.end - e.begin);
-  in.seekg(static_cast<std::streamoff>(data_offset_ + e.begin));
-  if (!in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size())))
-    fail(ErrorCode::format, path_, "tensor '" + name + "': truncated data");
+  // The file may have shrunk since open(): touching a mapped page past its
+  // end would be a SIGBUS, so the size is checked first.
+  std::error_code ec;
+  const std::uint64_t size = std::filesystem::file_size(path_, ec);
+  if (ec) fail(ErrorCode::io, path_, "cannot reopen");
+  if (size < data_offset_ + e.end) fail(ErrorCode::format, path_, "tensor '" + name + "': truncated data");
+  const MappedRange mapped(path_, data_offset_ + e.begin, e.end - e.begin);
+  const unsigned char* raw = mapped.data();
   xt::xarray<double> out = xt::xarray<double>::from_shape(e.shape);
   const std::size_t n = out.size();
   auto le = [&](std::size_t at, int bytes) {

@@ -75,6 +75,14 @@ Rss3 Rss3::fork() {
   return child;
 }
 
+// input_weight's confirmations (rss3_weights.cpp) travel on a stream of
+// their own (no fork number reaches ~0), so that one left unreceived never
+// meets the session's messages.
+StreamId Rss3::confirmations_stream() const {
+  const StreamId derived = derive_stream(stream_, ~std::uint64_t{0});
+  return scoped_ ? in_scope(derived, stream_scope(stream_)) : derived;
+}
+
 RingTensor Rss3::draw_next(const Shape& s) { return party_->prg_next_.draw(stream_, block_next_, s); }
 RingTensor Rss3::draw_prev(const Shape& s) { return party_->prg_prev_.draw(stream_, block_prev_, s); }
 

@@ -3,11 +3,13 @@
 import mpcache;
 
 #include "../support/run_task.hpp"
+#include "../support/tiny_gpt2.hpp"
 
 using namespace mpcache;
 
 namespace {
 using testing::run;
+using testing::tiny_gpt2;
 
 using Mat = std::vector<std::vector<double>>;
 
@@ -98,12 +100,6 @@ struct Reference {
   }
 };
 
-ModelConfig tiny_gpt2() {
-  return ModelConfig::from_json_text(
-      R"({"model_type": "gpt2", "vocab_size": 64, "n_embd": 24, "n_layer": 2, "n_head": 3,
-          "n_positions": 48, "layer_norm_epsilon": 1e-5})",
-      "tiny gpt2");
-}
 }  // namespace
 
 TEST_SUITE("gpt2") {

@@ -1,0 +1,167 @@
+// Weights under rss3 (Rss3Weight): 8 bytes per weight and party with compact_weights, 16 by default, and the
+// owner's streamed read of its checkpoint.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+#include <fstream>
+import mpcache;
+
+#include "../support/parties.hpp"
+#include "../support/tiny_gpt2.hpp"
+
+using namespace mpcache;
+using mpcache::testing::random_ring;
+using mpcache::testing::run_rss3;
+using mpcache::testing::tiny_gpt2;
+
+namespace {
+std::optional<RingTensor> owned(const Rss3& p, PartyId owner, const RingTensor& v) {
+  return p.holds_input(owner) ? std::optional<RingTensor>(v) : std::nullopt;
+}
+
+const Rss3Options seeded{.insecure_seed = 21, .compact_weights = true};
+const Rss3Options seeded_full{.insecure_seed = 21};
+
+void check_same_costs(const std::array<CostCounters, 3>& a, const std::array<CostCounters, 3>& b) {
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(a[i].payload_bytes_sent() == b[i].payload_bytes_sent());
+    CHECK(a[i].rounds == b[i].rounds);
+  }
+}
+
+// x a and x a truncated for x = a from party 0, with b from party 1 given
+// by input_b (a share or a weight).
+template <class InputB>
+auto products(const RingTensor& a, const RingTensor& b, InputB input_b, const Rss3Options& options = seeded) {
+  using Out = std::array<Rss3Share, 2>;
+  return run_rss3(
+      [&](Rss3& p) -> Task<Out> {
+        const Rss3Share x = co_await p.input(0, owned(p, 0, a), shape_of(a));
+        const auto w = co_await input_b(p, owned(p, 1, b), shape_of(b));
+        co_return Out{co_await p.matmul(x, w), co_await p.matmul_trunc(x, w)};
+      },
+      options);
+}
+}  // namespace
+
+TEST_SUITE("weights memory") {
+  TEST_CASE("rss3 input_weight: input's messages, 8 bytes per element kept, and expand gives input's shares") {
+    // {3, 400001}: input in two pieces of 2^20 elements and a short one.
+    for (const Shape& shape : {Shape{7}, Shape{3, 5}, Shape{4, 6}, Shape{3, 400001}}) {
+      for (PartyId owner = 0; owner < 3; ++owner) {
+        const RingTensor x = random_ring(shape, 40 + owner);
+        auto full = run_rss3([&](Rss3& p) -> Task<Rss3Share> { co_return co_await p.input(owner, owned(p, owner, x), shape); },
+                             seeded);
+        for (const bool compact_weights : {true, false}) {
+          auto weight = run_rss3(
+              [&](Rss3& p) -> Task<std::pair<Rss3Share, std::size_t>> {
+                const Rss3Weight w = co_await p.input_weight(owner, owned(p, owner, x), shape);
+                co_return std::pair{p.expand(w), w.resident_bytes()};
+              },
+              compact_weights ? seeded : seeded_full);
+          for (std::size_t i = 0; i < 3; ++i) {
+            CHECK(weight.results[i].first.own == full.results[i].own);
+            CHECK(weight.results[i].first.next == full.results[i].next);
+            CHECK(weight.results[i].second == (compact_weights ? 8 : 16) * x.size());
+          }
+          check_same_costs(full.costs, weight.costs);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("rss3 expand_rows at odd element offsets draws the key stream where expand does") {
+    const RingTensor x = random_ring({5, 3}, 3);
+    auto run = run_rss3(
+        [&](Rss3& p) -> Task<std::pair<Rss3Share, Rss3Share>> {
+          const Rss3Weight w = co_await p.input_weight(1, owned(p, 1, x), {5, 3});
+          co_return std::pair{p.expand(w), p.expand_rows(w, 1, 4)};
+        },
+        seeded);
+    for (const auto& [all, rows] : run.results) {
+      CHECK(rows.own == ring_reshape(ring_slice_last(ring_reshape(all.own, {15}), 3, 12), {3, 3}));
+      CHECK(rows.next == ring_reshape(ring_slice_last(ring_reshape(all.next, {15}), 3, 12), {3, 3}));
+    }
+    const auto err = run_rss3(
+        [&](Rss3& p) -> Task<std::string> {
+          const Rss3Weight w = co_await p.input_weight(1, owned(p, 1, x), {5, 3});
+          try {
+            (void)p.expand_rows(w, 2, 6);
+          } catch (const Error& e) {
+            co_return std::string(e.what());
+          }
+          co_return std::string();
+        },
+        seeded);
+    CHECK(err.results[0].find("rows [2, 6)") != std::string::npos);
+  }
+
+  TEST_CASE("rss3 products with a weight: the full share's result shares, bytes and rounds, blockwise") {
+    // n odd and large: two rows per block, four blocks for k = 7 (the last one short).
+    struct Case {
+      std::size_t m, k, n;
+    };
+    for (const Case c : {Case{3, 7, 65537}, Case{2, 5, 4}, Case{1, 1, 1}}) {
+      const RingTensor a = random_ring({c.m, c.k}, 5), b = random_ring({c.k, c.n}, 6);
+      auto full = products(a, b, [](Rss3& p, std::optional<RingTensor> v, Shape s) { return p.input(1, std::move(v), s); });
+      for (const Rss3Options& options : {seeded, seeded_full}) {
+        auto weight = products(
+            a, b, [](Rss3& p, std::optional<RingTensor> v, Shape s) { return p.input_weight(1, std::move(v), s); }, options);
+        for (std::size_t i = 0; i < 3; ++i)
+          for (std::size_t j = 0; j < 2; ++j) {
+            CHECK(weight.results[i][j].own == full.results[i][j].own);
+            CHECK(weight.results[i][j].next == full.results[i][j].next);
+          }
+        check_same_costs(full.costs, weight.costs);
+      }
+      // Not a vacuous comparison: the product is a b.
+      CHECK(ring_add(ring_add(full.results[0][0].own, full.results[1][0].own), full.results[2][0].own) ==
+            ring_matmul(a, b));
+    }
+  }
+
+  TEST_CASE("GPT-2 weights under rss3: 8 bytes per weight at every party with compact_weights, 16 by default") {
+    const ModelConfig c = tiny_gpt2();
+    const std::size_t h = c.hidden_size, f = c.intermediate_size, v = c.vocab_size;
+    // Every tensor of the checkpoint (c_attn split in three changes no count),
+    // plus the LM head, which the tied embedding gives transposed.
+    const std::size_t per_layer = 2 * h + h * 3 * h + 3 * h + h * h + h + 2 * h + h * f + f + f * h + h;
+    const std::size_t weights = v * h + c.max_positions * h + c.num_layers * per_layer + 2 * h + h * v;
+    auto resident = [&](const Rss3Options& options) {
+      return run_rss3(
+          [&](Rss3& p) -> Task<std::size_t> {
+            const auto w = co_await load_decoder(p, c, p.holds_input(1) ? random_weights(4) : no_weights(), 1);
+            co_return w.resident_bytes();
+          },
+          options);
+    };
+    const auto compact = resident(seeded), full = resident(seeded_full);  // the default keeps the full share
+    for (std::size_t i = 0; i < 3; ++i) {
+      CHECK(compact.results[i] == 8 * weights);
+      CHECK(full.results[i] == 16 * weights);
+    }
+    static_assert(CompactWeights<Rss3>);
+    static_assert(!CompactWeights<Plain> && !CompactWeights<Add2>);
+  }
+
+  TEST_CASE("a checkpoint that shrinks after open is refused when a tensor is read, naming it") {
+    const auto path = std::filesystem::temp_directory_path() / "mpcache_test_weights_memory.safetensors";
+    const std::string header = R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+    std::string blob;
+    for (int i = 0; i < 8; ++i) blob += static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+    blob += header;
+    const float values[4] = {1.5f, -2.0f, 0.25f, 8.0f};
+    blob.append(reinterpret_cast<const char*>(values), sizeof values);
+    std::ofstream(path, std::ios::binary) << blob;
+    const auto file = SafeTensorsFile::open(path);
+    CHECK(file.load("w")(3) == 8.0);  // read from its mapping
+    std::filesystem::resize_file(path, blob.size() - 4);
+    std::string what;
+    try {
+      (void)file.load("w");
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    CHECK(what.find("tensor 'w': truncated data") != std::string::npos);
+    std::filesystem::remove(path);
+  }
+}
