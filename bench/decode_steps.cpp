@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 import mpcache;
 #include "fidelity_common.hpp"
+#include "process_allocator.hpp"
 
 using namespace mpcache;
 
@@ -156,6 +157,7 @@ void run(const std::string& policy, const Settings& settings) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mpcache::jobs::tune_allocator_for_party();  // as the parties of `mpcache generate`
   Settings settings;
   std::vector<std::string> policy_names{"full", "mpcache"};
   std::string truncation = "probabilistic", protocol = "rss3";

@@ -10,6 +10,7 @@
 import mpcache;
 #include "bench_case.hpp"
 #include "cpu_load.hpp"
+#include "process_allocator.hpp"
 
 namespace mpcache::bench {
 std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& options);
@@ -62,6 +63,7 @@ void print_table(const std::vector<CaseResult>& rows, const mpcache::Link& link)
 }  // namespace
 
 int main(int argc, char** argv) {
+  mpcache::jobs::tune_allocator_for_party();  // as the parties of `mpcache generate`
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "fidelity")
       return mpcache::bench::fidelity_main(argc, argv);

@@ -85,6 +85,7 @@ struct Run {
   std::size_t evict_up_to = 0;  // prepared caches: MPCache runs static eviction up to this length
   std::size_t threads = 1;      // each party's ComputePool (one pool: the parties share this thread)
   std::size_t memory_budget = default_prefill_memory_budget;  // a real prefill's working set per party
+  bool compact_weights = false;  // rss3: 8 bytes per weight and party (Rss3Options::compact_weights)
 };
 
 std::size_t budget_tokens_of(const Run& r) {
@@ -333,6 +334,7 @@ json run_header(const Run& r) {
           {"parties", r.protocol == "add2" ? "in-process, 2 online + dealer" : "in-process"},
           {"model_s_is", "model: rounds x 0.3 ms + bytes / 377 MB/s + wall / 3"},
           {"threads", r.threads},
+          {"compact_weights", r.compact_weights},
           {"peak_rss_process_bytes", rss},
           {"peak_rss_per_party_bytes", rss / 3}};
 }
@@ -375,7 +377,8 @@ std::vector<json> measure(const Run& r) {
       Add2 p = state->session();
       co_await arm(p);
     } else {
-      auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 11, .pool = pool_ptr});
+      auto state = co_await Rss3Party::setup(
+          network.endpoint(id), {.insecure_seed = 11, .pool = pool_ptr, .compact_weights = r.compact_weights});
       Rss3 p = state->session();
       co_await arm(p);
     }
@@ -419,6 +422,7 @@ struct Settings {
   std::vector<std::string> policies;  // empty: every arm
   std::size_t threads = 1;
   std::string memory_budget;  // empty: default_prefill_memory_budget
+  bool compact_weights = false;
   bool json_stdout = false;
 };
 
@@ -510,6 +514,7 @@ std::vector<Run> plan(const Settings& s) {
   }
   for (Run& r : runs) {
     r.threads = s.threads;
+    r.compact_weights = s.compact_weights;
     r.memory_budget = s.memory_budget.empty() ? default_prefill_memory_budget : parse_memory_size(s.memory_budget);
   }
   return runs;
@@ -544,6 +549,8 @@ int paper_main(int argc, char** argv) {
                  "a real prefill's working set per party (BYTES, or e.g. 256MB, 1GB; default " +
                      std::to_string(default_prefill_memory_budget >> 20) +
                      " MiB): query rows and the MLP's activation run in waves that fit");
+  app.add_flag("--compact-weights", s.compact_weights,
+               "rss3: keep 8 bytes per weight and party, drawing the other component again when used");
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");

@@ -11,6 +11,7 @@ import mpcache;
 #include "install_paths.hpp"
 #include "local_cluster.hpp"
 #include "party.hpp"
+#include "process_allocator.hpp"
 #include "serve.hpp"
 #include "serve_job.hpp"
 
@@ -142,6 +143,7 @@ CLI::App* add_local(CLI::App& app, mpcache::jobs::LocalJob& local) {
   local_cmd->add_option("--timeout-ms", local.timeout_ms, "set-up and peer silence deadline")
       ->check(CLI::Range(100, 600000));
   local_cmd->add_option("--repeat", local.repeat, "runs per case (median reported)")->check(CLI::Range(1, 100));
+  mpcache::jobs::add_threads_option(*local_cmd, local.threads);
   local_cmd->add_option("--fault", local.fault, "tests: PARTY:exit or PARTY:silent")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
@@ -208,6 +210,7 @@ CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const s
 }  // namespace
 
 int main(int argc, char** argv) {
+  mpcache::jobs::tune_allocator_for_party();
   CLI::App app{"mpcache: private LLM inference with MPC-friendly KV-cache eviction"};
   app.require_subcommand(1);
   const std::filesystem::path exe = mpcache::tools::executable_path(argv[0]);

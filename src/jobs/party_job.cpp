@@ -94,6 +94,13 @@ void add_party_options(CLI::App& command, PartyJob& job) {
   command.add_option("--repeat", job.repeat, "runs per case (median reported)")->check(CLI::Range(1, 100));
   command.add_option("--fault", job.fault, "tests: exit or silent in the middle of the job")
       ->check(CLI::IsMember({"exit", "silent"}));
+  add_threads_option(command, job.threads);
+}
+
+void add_threads_option(CLI::App& command, std::size_t& threads) {
+  command.add_option("--threads", threads,
+                     "threads of this party's compute pool for big matmuls and element-wise work (1: none)")
+      ->check(CLI::Range(std::size_t{1}, ComputePool::max_threads));
 }
 
 std::vector<std::string> party_args(const PartyJob& job) {
@@ -103,6 +110,7 @@ std::vector<std::string> party_args(const PartyJob& job) {
   const auto network_args = job.network.args();
   args.insert(args.end(), network_args.begin(), network_args.end());
   if (!job.fault.empty()) args.insert(args.end(), {"--fault", job.fault});
+  if (job.threads > 1) args.insert(args.end(), {"--threads", std::to_string(job.threads)});
   return args;
 }
 
@@ -136,6 +144,9 @@ int run_party(const PartyJob& o) {
     ClusterConnection connection(scheduler, endpoint, config, o.config, o.id, o.network, config.timeout_ms);
     TcpTransport& transport = connection.transport();
     report["transport"] = endpoint.transport()->name();
+    report["threads"] = o.threads;
+    std::optional<ComputePool> pool;  // outlives the party below
+    if (o.threads > 1) pool.emplace(o.threads);
     report["backend"] = transport.backend();
     if (!transport.fallback_reason().empty()) report["fallback_reason"] = transport.fallback_reason();
     Recorder rec;
@@ -144,7 +155,7 @@ int run_party(const PartyJob& o) {
     bool ok = true;
     const auto t0 = Clock::now();
     auto job = [&]() -> Task<void> {
-      auto party = co_await Rss3Party::setup(endpoint);
+      auto party = co_await Rss3Party::setup(endpoint, {.pool = pool ? &*pool : nullptr});
       Rss3 p = party->session();
       for (int r = 0; r < o.repeat; ++r)
         for (const auto& c : cases) {
@@ -270,6 +281,7 @@ LocalJobResult run_local_job(const LocalJob& o, const std::vector<std::string>& 
     party.network = o.network;
     party.job = o.job;
     party.repeat = o.repeat;
+    party.threads = o.threads;
     party.report = dir + "/report-" + std::to_string(i) + ".json";
     if (i == fault_party) party.fault = fault_kind;
     PartyProcess p;

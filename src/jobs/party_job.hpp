@@ -30,6 +30,7 @@ struct PartyJob {
   std::string report;              // JSON report file ("" = stdout)
   std::string fault;               // tests: "exit" or "silent" mid-protocol
   int repeat = 1;                  // runs per case (median reported)
+  std::size_t threads = 1;         // this party's compute pool (1: none)
 };
 
 // --config, --id, --job, --report, --repeat, --fault and the network options
@@ -52,7 +53,11 @@ struct LocalJob {
   std::string fault;        // "PARTY:exit" or "PARTY:silent"
   int repeat = 1;
   bool stranger = false;    // tests: garbage + an idle connection at each listening port during set-up
+  std::size_t threads = 1;  // each party's compute pool (1: none)
 };
+
+// --threads N on `command`: a party's compute pool (mpcache party, local, serve).
+void add_threads_option(CLI::App& command, std::size_t& threads);
 
 struct LocalJobResult {
   // {"job", "link", "link_emulated", "encrypted", "transport", "parties":

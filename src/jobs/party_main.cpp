@@ -6,11 +6,13 @@
 import mpcache;
 #include <cstring>
 #include "party_job.hpp"
+#include "process_allocator.hpp"
 #include "serve_job.hpp"
 
 // `mpcache-party serve ...` and `mpcache-party client ...`: a service's
 // processes for the bench's preset serve (serve_job.hpp).
 int main(int argc, char** argv) {
+  mpcache::jobs::tune_allocator_for_party();
   if (argc > 1 && std::strcmp(argv[1], "serve") == 0) return mpcache::jobs::serve_main(argc - 1, argv + 1);
   if (argc > 1 && std::strcmp(argv[1], "client") == 0) return mpcache::jobs::client_main(argc - 1, argv + 1);
   return mpcache::jobs::party_main(argc, argv);

@@ -15,6 +15,7 @@
 import mpcache;
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"
+#include "party_job.hpp"
 #include "serve_job.hpp"
 #include "stop_on_signal.hpp"
 
@@ -90,6 +91,7 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
       ->check(CLI::IsMember({"exact", "probabilistic"}));
   cmd.add_flag("--allow-unused-weights", o.allow_unused_weights, "run even if the config leaves tensors unused");
   cmd.add_flag("--compact-weights", o.compact_weights, compact_weights_help);
+  add_threads_option(cmd, o.threads);
   cmd.add_option("--steps", o.steps, "write one JSON line per chosen token (session, step, rounds, bytes): benches");
   cmd.add_option("--report", o.report, "write one JSON object at exit (set-up cost, sessions, peak RSS)");
   add_network_options(cmd, o.network);
@@ -120,6 +122,8 @@ int run_server(const ServeJob& o) {
 
   std::FILE* steps = o.steps.empty() ? nullptr : std::fopen(o.steps.c_str(), "w");
   if (!o.steps.empty() && !steps) throw Error(ErrorCode::io, "cannot write '" + o.steps + "'");
+  std::optional<ComputePool> pool;  // outlives the service below
+  if (o.threads > 1) pool.emplace(o.threads);
   serve::ServeOptions so;
   so.model_dir = o.model_dir;
   so.max_sessions = o.max_sessions;
@@ -131,6 +135,7 @@ int run_server(const ServeJob& o) {
   so.unused_weights = o.allow_unused_weights ? UnusedTensors::allow : UnusedTensors::reject;
   so.rss3.exact_truncation = o.truncation == "exact";
   so.rss3.compact_weights = o.compact_weights;
+  so.rss3.pool = pool ? &*pool : nullptr;
   so.client_tcp = o.network.tcp_options(std::chrono::milliseconds(o.client_timeout_ms));
   so.log = log_line;
   if (steps)

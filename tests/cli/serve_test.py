@@ -89,7 +89,8 @@ def main():
         return servers, logs
 
     # A client that keeps its session waiting 4 s (its prompt never comes) is dropped.
-    servers, logs = start_servers("server", ["--drain-ms", "20000", "--client-timeout-ms", "4000"])
+    # Each server has a compute pool of 2 threads: the tokens must not change.
+    servers, logs = start_servers("server", ["--drain-ms", "20000", "--client-timeout-ms", "4000", "--threads", "2"])
     try:
 
         expected = {}
