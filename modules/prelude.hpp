@@ -1,4 +1,4 @@
-// The standard headers (and xtensor) that mpcache uses. Only two kinds of
+// The standard headers that mpcache uses. Only two kinds of
 // file include it: modules/std/std.cppm, the wrapper module that every
 // other module unit imports instead, and programs that are not module
 // units (tests, tools, bench), which include it first and then import.
@@ -19,6 +19,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
@@ -36,4 +37,3 @@
 #include <utility>
 #include <variant>
 #include <vector>
-#include <xtensor/xarray.hpp>

@@ -26,7 +26,7 @@ int run_demo(const jobs::DemoOptions& o) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const jobs::DemoCheck check = jobs::demo_check(data, *results[0]);
-  const xt::xarray<double>& y = check.y;
+  const RealTensor& y = check.y;
   std::printf("mpcache demo: y = (x W + b)^2 under rss3, 3 parties in one process\n");
   std::printf("  x: 1x%zu (client, party 0)   W: %zux%zu, b: 1x%zu (model owner, party 1)\n",
               o.in_features, o.in_features, o.out_features, o.out_features);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything mpcache needs on a fresh Debian 12 / Ubuntu 22.04+ host.
 # Idempotent: a second run only checks, and takes seconds.
-#   * Debian packages: clang-19 (named modules, reduced BMIs), Ninja, liburing, asio, xtensor,
+#   * Debian packages: clang-19 (named modules, reduced BMIs), Ninja, liburing, asio,
 #     doctest, OpenSSL (AES-CTR PRG), CLI11 and nlohmann-json (bench/CLI), SentencePiece
 #     (the client's tokenizer.model reader).
 #   * CMake >= 3.28 for FILE_SET CXX_MODULES: when the system CMake is older, the
@@ -11,7 +11,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 packages=(clang-19 clang-tools-19 libclang-rt-19-dev ninja-build liburing-dev
-          libasio-dev xtensor-dev doctest-dev libssl-dev libcli11-dev
+          libasio-dev doctest-dev libssl-dev libcli11-dev
           nlohmann-json3-dev pkg-config python3 libsentencepiece-dev)
 # npm only fetches CMake; a Node.js install from elsewhere is fine.
 command -v npm >/dev/null || packages+=(npm)

@@ -5,6 +5,7 @@ import mpcache.std;
 export import :ids;
 export import :error;
 export import :compute_pool;
+export import :tensor;
 export import :ring;
 export import :fixed_point;
 export import :cost;

@@ -7,7 +7,7 @@ export namespace mpcache {
 
 // Real numbers in float64: the clear-text side of encode/decode, and the
 // values of the exact-reals backend (ref).
-using RealTensor = xt::xarray<double>;
+using RealTensor = Tensor<double>;
 
 inline constexpr int default_frac_bits = 18;
 
@@ -21,8 +21,8 @@ class FixedPoint {
   // whose encoding does not fit in the signed 64-bit range.
   Ring encode(double x) const;
   double decode(Ring v) const noexcept;
-  RingTensor encode(const xt::xarray<double>& x) const;
-  xt::xarray<double> decode(const RingTensor& v) const;
+  RingTensor encode(const RealTensor& x) const;
+  RealTensor decode(const RingTensor& v) const;
 
  private:
   int frac_bits_;

@@ -1,4 +1,4 @@
-// The ring Z_2^64 on xtensor tensors. Every share and every clear-text
+// The ring Z_2^64 on our tensors (:tensor). Every share and every clear-text
 // fixed-point value is a RingTensor; arithmetic wraps modulo 2^64 by design
 // (unsigned overflow is defined), signed views are two's complement.
 //
@@ -8,13 +8,13 @@
 export module mpcache.core:ring;
 import mpcache.std;
 import :compute_pool;
+export import :tensor;
 
 export namespace mpcache {
 
 using Ring = std::uint64_t;
 inline constexpr int ring_bits = 64;
-using RingTensor = xt::xarray<Ring>;
-using Shape = std::vector<std::size_t>;
+using RingTensor = Tensor<Ring>;
 
 Shape shape_of(const RingTensor& t);
 std::string shape_string(const Shape& shape);

@@ -333,11 +333,10 @@ class Decoder {
 
   // Public cos/sin tables for rows at `positions`, tiled over `heads`
   // heads: (rows, heads * d); sin carries rotate_half's sign.
-  std::pair<xt::xarray<double>, xt::xarray<double>> rope_tables(const std::vector<std::size_t>& positions,
-                                                                std::size_t heads) const {
+  std::pair<RealTensor, RealTensor> rope_tables(const std::vector<std::size_t>& positions, std::size_t heads) const {
     const std::size_t d = c_.head_dim, half = d / 2, count = positions.size();
     const std::vector<double> inv = c_.rope_inv_freq();  // rope_theta and rope_scaling
-    xt::xarray<double> cs = xt::zeros<double>({count, heads * d}), sn = cs;
+    RealTensor cs = RealTensor::zeros({count, heads * d}), sn = cs;
     for (std::size_t t = 0; t < count; ++t)
       for (std::size_t i = 0; i < half; ++i) {
         const double ang = double(positions[t]) * inv[i];

@@ -26,9 +26,9 @@ class SafeTensorsFile {
   const std::map<std::string, TensorEntry>& entries() const noexcept { return entries_; }
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
 
-  xt::xarray<double> load(const std::string& name) const;
+  RealTensor load(const std::string& name) const;
   // Also checks the shape: a checkpoint that does not fit the config fails here.
-  xt::xarray<double> load(const std::string& name, const Shape& expected) const;
+  RealTensor load(const std::string& name, const Shape& expected) const;
 
  private:
   std::filesystem::path path_;

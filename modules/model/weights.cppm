@@ -27,18 +27,18 @@ enum class UnusedTensors {
 // converts to a source without a check.
 class WeightSource {
  public:
-  using Getter = std::function<std::optional<xt::xarray<double>>(const std::string& name, const Shape& shape)>;
+  using Getter = std::function<std::optional<RealTensor>(const std::string& name, const Shape& shape)>;
   using Finish = std::function<void(const std::set<std::string>& requested)>;
   using Holds = std::function<bool(const std::string& name)>;
 
   WeightSource() = default;
   template <class F>
-    requires std::is_invocable_r_v<std::optional<xt::xarray<double>>, F&, const std::string&, const Shape&>
+    requires std::is_invocable_r_v<std::optional<RealTensor>, F&, const std::string&, const Shape&>
   WeightSource(F get) : get_(std::move(get)) {}  // NOLINT: implicit on purpose
   WeightSource(Getter get, Finish finish, Holds holds = {})
       : get_(std::move(get)), finish_(std::move(finish)), holds_(std::move(holds)) {}
 
-  std::optional<xt::xarray<double>> operator()(const std::string& name, const Shape& shape) const {
+  std::optional<RealTensor> operator()(const std::string& name, const Shape& shape) const {
     requested_->insert(name);
     return get_(name, shape);
   }
@@ -132,7 +132,7 @@ std::size_t weight_bytes(const Weight<P>& w) {
 // The owner's real values as a weight: ops::secret_real, or the protocol's
 // compact input (the same messages).
 template <Protocol P>
-Task<Weight<P>> secret_weight(P& p, PartyId owner, std::optional<xt::xarray<double>> value, const Shape& shape) {
+Task<Weight<P>> secret_weight(P& p, PartyId owner, std::optional<RealTensor> value, const Shape& shape) {
   if constexpr (CompactWeights<P>) {
     std::optional<RingTensor> encoded;
     if (value) encoded = FixedPoint(p.frac_bits()).encode(*value);
@@ -211,17 +211,18 @@ DecoderWeights<P> tie_layers(DecoderWeights<P> w, std::size_t layers) {
 
 namespace detail {
 // Owner-side transform of an HF [out, in] matrix to [in, out], optionally scaled.
-inline std::optional<xt::xarray<double>> transposed(std::optional<xt::xarray<double>> w,
-                                                    double scale = 1.0) {
+inline std::optional<RealTensor> transposed(std::optional<RealTensor> w, double scale = 1.0) {
   if (!w) return w;
-  xt::xarray<double> t = xt::transpose(*w);
-  if (scale != 1.0) t *= scale;
+  RealTensor t = transpose(*w);
+  if (scale != 1.0)
+    for (double& x : t) x *= scale;
   return t;
 }
 
 // Owner-side v * scale (a bias folded like its weights).
-inline std::optional<xt::xarray<double>> scaled(std::optional<xt::xarray<double>> v, double scale) {
-  if (v && scale != 1.0) *v *= scale;
+inline std::optional<RealTensor> scaled(std::optional<RealTensor> v, double scale) {
+  if (v && scale != 1.0)
+    for (double& x : *v) x *= scale;
   return v;
 }
 
@@ -230,9 +231,8 @@ inline std::optional<xt::xarray<double>> scaled(std::optional<xt::xarray<double>
 // exporters write both): it must then equal the embedding, as transformers
 // would overwrite it with the embedding.
 template <class Get>
-std::optional<xt::xarray<double>> lm_head_rows(const ModelConfig& c, const WeightSource& source, Get& get,
-                                               const std::optional<xt::xarray<double>>& embed,
-                                               const std::string& embed_name) {
+std::optional<RealTensor> lm_head_rows(const ModelConfig& c, const WeightSource& source, Get& get,
+                                       const std::optional<RealTensor>& embed, const std::string& embed_name) {
   const Shape shape{c.vocab_size, c.hidden_size};
   if (!c.tie_word_embeddings) {
     if (embed && source.holds("lm_head.weight") == false)
@@ -252,10 +252,10 @@ std::optional<xt::xarray<double>> lm_head_rows(const ModelConfig& c, const Weigh
 }
 
 // Owner-side diag(v) w scale: row i of an [in, out] matrix times v_i and scale.
-inline std::optional<xt::xarray<double>> rows_scaled(const std::optional<xt::xarray<double>>& w,
-                                                     const std::optional<xt::xarray<double>>& v, double scale) {
+inline std::optional<RealTensor> rows_scaled(const std::optional<RealTensor>& w, const std::optional<RealTensor>& v,
+                                             double scale) {
   if (!w || !v) return std::nullopt;
-  xt::xarray<double> out = *w;
+  RealTensor out = *w;
   const std::size_t rows = out.shape()[0], cols = out.shape()[1];
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < cols; ++c) out(r, c) *= (*v)(r) * scale;
@@ -295,7 +295,7 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
   if (c.architecture != Architecture::llama)
     throw Error(ErrorCode::invalid_argument, "load_llama: config is not a LLaMA model");
   const bool mine = p.holds_input(owner);
-  auto get = [&](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+  auto get = [&](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {
     if (!mine) return std::nullopt;
     auto v = source(name, shape);
     if (!v) throw Error(ErrorCode::invalid_argument, "weights: no tensor '" + name + "'");
@@ -351,13 +351,12 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
 
 namespace detail {
 // Columns [begin, end) of an [in, out] matrix or elements of a bias, scaled.
-inline std::optional<xt::xarray<double>> columns(const std::optional<xt::xarray<double>>& w, std::size_t begin,
-                                                 std::size_t end, double scale = 1.0) {
+inline std::optional<RealTensor> columns(const std::optional<RealTensor>& w, std::size_t begin, std::size_t end,
+                                         double scale = 1.0) {
   if (!w) return std::nullopt;
   const bool matrix = w->dimension() == 2;
   const std::size_t rows = matrix ? w->shape()[0] : 1, cols = matrix ? w->shape()[1] : w->shape()[0];
-  xt::xarray<double> out = matrix ? xt::xarray<double>::from_shape({rows, end - begin})
-                                  : xt::xarray<double>::from_shape({end - begin});
+  RealTensor out = matrix ? RealTensor::from_shape({rows, end - begin}) : RealTensor::from_shape({end - begin});
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = begin; c < end; ++c) out.data()[r * (end - begin) + (c - begin)] = w->data()[r * cols + c] * scale;
   return out;
@@ -376,7 +375,7 @@ Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource
   // Random sources answer any name: they take the prefixed layout.
   const bool bare = mine && source.holds("wte.weight") == true && source.holds("transformer.wte.weight") != true;
   const std::string prefix = bare ? "" : "transformer.";
-  auto get = [&](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+  auto get = [&](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {
     if (!mine) return std::nullopt;
     auto v = source(prefix + name, shape);
     if (!v) throw Error(ErrorCode::invalid_argument, "weights: no tensor '" + prefix + name + "'");
@@ -415,7 +414,7 @@ Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource
   }
   w.final_norm = co_await secret_weight(p, owner, get("ln_f.weight", {h}), {h});
   w.final_norm_bias = co_await secret_weight(p, owner, get("ln_f.bias", {h}), {h});
-  auto unprefixed = [&](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+  auto unprefixed = [&](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {
     if (!mine) return std::nullopt;
     auto t = source(name, shape);
     if (!t) throw Error(ErrorCode::invalid_argument, "weights: no tensor '" + name + "'");

@@ -124,7 +124,7 @@ std::pair<S, S> split_pairs(const S& a) {
 
 template <Protocol P>
 typename P::Share transpose(const typename P::Share& a) {
-  return P::apply(a, [](const RingTensor& t) { return RingTensor(xt::transpose(t)); });
+  return P::apply(a, [](const RingTensor& t) { return transpose(t); });
 }
 
 // (m, d) over (n, d) -> (m + n, d).

@@ -1,4 +1,4 @@
-// mpcache.std: the one unit that includes the standard library and xtensor.
+// mpcache.std: the one unit that includes the standard library.
 //
 // Every other module unit imports this instead of including the headers in
 // its global module fragment. A unit that includes them writes its own copy
@@ -126,11 +126,6 @@ using std::ranges::sized_range; using std::ranges::sort; using std::ranges::stab
 using std::ranges::transform;
 }  // namespace std::ranges
 
-export namespace xt {
-using xt::all; using xt::empty; using xt::eval; using xt::layout_type; using xt::range; using xt::transpose;
-using xt::xarray; using xt::xexpression; using xt::zeros;
-}  // namespace xt
-
 // The operators that argument-dependent lookup would find in std (string
 // concatenation and comparison, chrono arithmetic, optional and pair
 // comparisons) and in __gnu_cxx (libstdc++'s container iterators). They are
@@ -151,7 +146,7 @@ using std::chrono::operator==; using std::chrono::operator>; using std::chrono::
 using std::filesystem::operator&; using std::filesystem::operator&=; using std::filesystem::operator^;
 using std::filesystem::operator^=; using std::filesystem::operator|; using std::filesystem::operator|=;
 using std::filesystem::operator~; using std::operator!=; using std::operator&; using std::operator&=;
-using std::operator*; using std::operator+; using std::operator-; using std::operator/; using std::operator<;
+using std::operator+; using std::operator-; using std::operator<;
 using std::operator<<; using std::operator<<=; using std::operator<=; using std::operator<=>;
 using std::operator==; using std::operator>; using std::operator>=; using std::operator>>;
 using std::operator>>=; using std::operator^; using std::operator^=; using std::operator|;

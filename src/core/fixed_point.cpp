@@ -23,15 +23,15 @@ double FixedPoint::decode(Ring v) const noexcept {
   return static_cast<double>(static_cast<std::int64_t>(v)) / scale_;
 }
 
-RingTensor FixedPoint::encode(const xt::xarray<double>& x) const {
+RingTensor FixedPoint::encode(const RealTensor& x) const {
   RingTensor out = RingTensor::from_shape(x.shape());
   auto src = x.begin();
   for (auto dst = out.begin(); dst != out.end(); ++dst, ++src) *dst = encode(*src);
   return out;
 }
 
-xt::xarray<double> FixedPoint::decode(const RingTensor& v) const {
-  xt::xarray<double> out = xt::xarray<double>::from_shape(v.shape());
+RealTensor FixedPoint::decode(const RingTensor& v) const {
+  RealTensor out = RealTensor::from_shape(v.shape());
   auto src = v.begin();
   for (auto dst = out.begin(); dst != out.end(); ++dst, ++src) *dst = decode(*src);
   return out;

@@ -1,5 +1,5 @@
 // Ring Z_2^64 kernels. Plain loops over contiguous data: the compiler
-// vectorises them, and they avoid xtensor expression overhead on hot paths.
+// vectorises them, with no per-element indexing or allocation on hot paths.
 // Matrix products and the element-wise add, sub, mul, xor and and go to
 // ring_kernels.cpp (AVX-512 / AVX2 chosen at run time), split over the
 // caller's ComputePool when one is given and the work is big.

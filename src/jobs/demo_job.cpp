@@ -12,9 +12,9 @@ namespace mpcache::jobs {
 DemoData demo_data(const DemoOptions& o) {
   std::mt19937_64 rng(o.seed);
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
-  DemoData d{xt::xarray<double>::from_shape({1, o.in_features}),
-             xt::xarray<double>::from_shape({o.in_features, o.out_features}),
-             xt::xarray<double>::from_shape({1, o.out_features})};
+  DemoData d{RealTensor::from_shape({1, o.in_features}),
+             RealTensor::from_shape({o.in_features, o.out_features}),
+             RealTensor::from_shape({1, o.out_features})};
   const double w_scale = 1.0 / std::sqrt(static_cast<double>(o.in_features));
   for (auto& v : d.x) v = unit(rng);
   for (auto& v : d.w) v = unit(rng) * w_scale;
@@ -24,7 +24,7 @@ DemoData demo_data(const DemoOptions& o) {
 
 Task<std::optional<RingTensor>> demo_party(Rss3& p, PartyId id, const DemoData& data) {
   const FixedPoint fp;
-  const std::size_t in = data.w.shape(0), out = data.w.shape(1);
+  const std::size_t in = data.w.shape()[0], out = data.w.shape()[1];
   // The three inputs are independent: forks run them concurrently, so they
   // share one round. The bias is the model owner's secret too.
   Rss3 fx = p.fork(), fw = p.fork(), fb = p.fork();
@@ -39,7 +39,7 @@ Task<std::optional<RingTensor>> demo_party(Rss3& p, PartyId id, const DemoData& 
 
 DemoCheck demo_check(const DemoData& data, const RingTensor& y_encoded) {
   const FixedPoint fp;
-  const std::size_t in = data.w.shape(0), out = data.w.shape(1);
+  const std::size_t in = data.w.shape()[0], out = data.w.shape()[1];
   DemoCheck check{fp.decode(y_encoded)};
   for (std::size_t j = 0; j < out; ++j) {
     double h = data.b(0, j), h_abs = std::fabs(data.b(0, j));

@@ -16,7 +16,7 @@ struct DemoOptions {
 // The client's x (1 x in) and the model owner's W (in x out, scaled by
 // 1/sqrt(in)) and b (1 x out), drawn from `seed`.
 struct DemoData {
-  xt::xarray<double> x, w, b;
+  RealTensor x, w, b;
 };
 DemoData demo_data(const DemoOptions& options);
 
@@ -27,7 +27,7 @@ Task<std::optional<RingTensor>> demo_party(Rss3& p, PartyId id, const DemoData& 
 // y against float64, and the bound the error must stay within: inputs rounded
 // to 2^-19, each truncation off by at most 2^-18, |h| <= sum|x||w| + |b|.
 struct DemoCheck {
-  xt::xarray<double> y;
+  RealTensor y;
   double max_error = 0;
   double bound = 0;
   bool ok() const { return max_error <= bound; }

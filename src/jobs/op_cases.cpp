@@ -34,8 +34,6 @@ std::optional<RingTensor> owned(PartyId owner, PartyId id, const RingTensor& v) 
   return owner == id ? std::optional<RingTensor>(v) : std::nullopt;
 }
 
-Shape shape_of(const RingTensor& t) { return Shape(t.shape().begin(), t.shape().end()); }
-
 double decode(Ring v) { return FixedPoint{}.decode(v); }
 
 // Party 0 learns the first `n` elements of `a` (row-major); others get nullopt.

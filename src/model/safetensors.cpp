@@ -117,7 +117,7 @@ class MappedRange {
 };
 }  // namespace
 
-xt::xarray<double> SafeTensorsFile::load(const std::string& name) const {
+RealTensor SafeTensorsFile::load(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) fail(ErrorCode::format, path_, "no tensor named '" + name + "'");
   const TensorEntry& e = it->second;
@@ -129,7 +129,7 @@ xt::xarray<double> SafeTensorsFile::load(const std::string& name) const {
   if (size < data_offset_ + e.end) fail(ErrorCode::format, path_, "tensor '" + name + "': truncated data");
   const MappedRange mapped(path_, data_offset_ + e.begin, e.end - e.begin);
   const unsigned char* raw = mapped.data();
-  xt::xarray<double> out = xt::xarray<double>::from_shape(e.shape);
+  RealTensor out = RealTensor::from_shape(e.shape);
   const std::size_t n = out.size();
   auto le = [&](std::size_t at, int bytes) {
     std::uint64_t v = 0;
@@ -159,7 +159,7 @@ xt::xarray<double> SafeTensorsFile::load(const std::string& name) const {
   return out;
 }
 
-xt::xarray<double> SafeTensorsFile::load(const std::string& name, const Shape& expected) const {
+RealTensor SafeTensorsFile::load(const std::string& name, const Shape& expected) const {
   auto it = entries_.find(name);
   if (it != entries_.end() && it->second.shape != expected)
     fail(ErrorCode::format, path_, "tensor '" + name + "' has shape " +

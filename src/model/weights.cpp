@@ -88,7 +88,7 @@ Checkpoint open_checkpoint(const std::filesystem::path& path) {
 
 WeightSource weights_from_file(const std::filesystem::path& path, UnusedTensors unused) {
   auto ck = std::make_shared<Checkpoint>(open_checkpoint(path));
-  auto get = [ck](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+  auto get = [ck](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {
     const auto it = ck->where.find(name);
     if (it == ck->where.end()) throw Error(ErrorCode::format, ck->origin + ": missing tensor '" + name + "'");
     return it->second->load(name, shape);
@@ -117,11 +117,11 @@ WeightSource weights_from_file(const std::filesystem::path& path, UnusedTensors 
   return WeightSource(std::move(get), std::move(finish), std::move(holds));
 }
 WeightSource random_weights(std::uint64_t seed, double scale) {
-  return [seed, scale](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+  return [seed, scale](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {
     std::uint64_t h = seed ^ 0x9E3779B97F4A7C15ull;
     for (char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001B3ull;
     RingTensor bits = ring_sample(shape, h);
-    xt::xarray<double> out = xt::xarray<double>::from_shape(shape);
+    RealTensor out = RealTensor::from_shape(shape);
     const bool norm_name = name.find("norm") != std::string::npos || name.find("ln_") != std::string::npos;
     const bool norm = norm_name && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0;
     const double half_width = scale * std::sqrt(3.0);  // uniform with std `scale`
@@ -135,7 +135,7 @@ WeightSource random_weights(std::uint64_t seed, double scale) {
 }
 
 WeightSource no_weights() {
-  return [](const std::string&, const Shape&) -> std::optional<xt::xarray<double>> { return std::nullopt; };
+  return [](const std::string&, const Shape&) -> std::optional<RealTensor> { return std::nullopt; };
 }
 
 }  // namespace mpcache

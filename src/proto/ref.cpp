@@ -1,6 +1,5 @@
-module;
-#include "prelude.hpp"  // textual, not mpcache.std: the float64 maths uses xtensor's operators
 module mpcache.proto;
+import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 
@@ -14,6 +13,26 @@ void require_same(const RealTensor& a, const RealTensor& b, const char* what) {
                     shape_string(Shape(a.shape().begin(), a.shape().end())) + " and " +
                     shape_string(Shape(b.shape().begin(), b.shape().end())) + " differ");
 }
+
+// f over every element (of a, or of a and b: same shape, checked by the caller).
+template <class F>
+RealTensor map(const RealTensor& a, F f) {
+  RealTensor out = RealTensor::from_shape(a.shape());
+  std::transform(a.begin(), a.end(), out.begin(), f);
+  return out;
+}
+template <class F>
+RealTensor zip(const RealTensor& a, const RealTensor& b, F f) {
+  RealTensor out = RealTensor::from_shape(a.shape());
+  std::transform(a.begin(), a.end(), b.begin(), out.begin(), f);
+  return out;
+}
+RealTensor times(const RealTensor& a, double s) {
+  return map(a, [s](double x) { return x * s; });
+}
+const auto plus = [](double x, double y) { return x + y; };
+const auto minus = [](double x, double y) { return x - y; };
+const auto product = [](double x, double y) { return x * y; };
 }  // namespace
 
 RealTensor real_matmul(const RealTensor& a, const RealTensor& b) {
@@ -23,7 +42,7 @@ RealTensor real_matmul(const RealTensor& a, const RealTensor& b) {
                     " x " + shape_string(Shape(b.shape().begin(), b.shape().end())) +
                     " do not chain");
   const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-  RealTensor out = xt::zeros<double>({m, n});
+  RealTensor out = RealTensor::zeros({m, n});
   const double* pa = a.data();
   const double* pb = b.data();
   double* po = out.data();
@@ -40,14 +59,14 @@ RealTensor real_matmul(const RealTensor& a, const RealTensor& b) {
 }
 
 RealTensor ring_to_real(const RingTensor& t) {
-  RealTensor out = xt::empty<double>(t.shape());
+  RealTensor out = RealTensor::from_shape(t.shape());
   auto o = out.begin();
   for (Ring v : t) *o++ = static_cast<double>(static_cast<std::int64_t>(v));
   return out;
 }
 
 RingTensor real_to_ring(const RealTensor& t) {
-  RingTensor out = xt::empty<Ring>(t.shape());
+  RingTensor out = RingTensor::from_shape(t.shape());
   auto o = out.begin();
   for (double v : t) *o++ = static_cast<Ring>(static_cast<std::int64_t>(std::llround(v)));
   return out;
@@ -70,14 +89,14 @@ int Ref::apply_scale(double m) {
 }
 
 RingTensor Ref::to_scaled(const RealTensor& t, int k) {
-  RingTensor out = xt::empty<Ring>(t.shape());
+  RingTensor out = RingTensor::from_shape(t.shape());
   auto o = out.begin();
   for (double v : t) *o++ = static_cast<Ring>(static_cast<std::int64_t>(std::llround(std::ldexp(v, k))));
   return out;
 }
 
 RealTensor Ref::from_scaled(const RingTensor& t, int k) {
-  RealTensor out = xt::empty<double>(t.shape());
+  RealTensor out = RealTensor::from_shape(t.shape());
   auto o = out.begin();
   for (Ring v : t) *o++ = std::ldexp(static_cast<double>(static_cast<std::int64_t>(v)), -k);
   return out;
@@ -102,22 +121,22 @@ Task<std::optional<RingTensor>> Ref::reveal_to(PartyId, const Share& a) {
 
 RefShare Ref::add(const Share& a, const Share& b) const {
   require_same(a.value, b.value, "ref add");
-  return {a.value + b.value};
+  return {zip(a.value, b.value, plus)};
 }
 RefShare Ref::sub(const Share& a, const Share& b) const {
   require_same(a.value, b.value, "ref sub");
-  return {a.value - b.value};
+  return {zip(a.value, b.value, minus)};
 }
-RefShare Ref::neg(const Share& a) const { return {-a.value}; }
+RefShare Ref::neg(const Share& a) const { return {map(a.value, [](double x) { return -x; })}; }
 RefShare Ref::add_public(const Share& a, const RingTensor& c) const {
   RealTensor r = ring_to_real(c);
   require_same(a.value, r, "ref add_public");
-  return {a.value + r};
+  return {zip(a.value, r, plus)};
 }
 RefShare Ref::mul_public(const Share& a, const RingTensor& c) const {
   RealTensor r = ring_to_real(c);
   require_same(a.value, r, "ref mul_public");
-  return {a.value * r};
+  return {zip(a.value, r, product)};
 }
 RefShare Ref::matmul_public(const Share& a, const RingTensor& c) const {
   return {real_matmul(a.value, ring_to_real(c))};
@@ -125,23 +144,22 @@ RefShare Ref::matmul_public(const Share& a, const RingTensor& c) const {
 
 Task<RefShare> Ref::mul(const Share& a, const Share& b) {
   require_same(a.value, b.value, "ref mul");
-  co_return RefShare{a.value * b.value};
+  co_return RefShare{zip(a.value, b.value, product)};
 }
 Task<RefShare> Ref::matmul(const Share& a, const Share& b) {
   co_return RefShare{real_matmul(a.value, b.value)};
 }
 Task<RefShare> Ref::truncate(const Share& a, int bits) {
-  co_return RefShare{a.value * std::ldexp(1.0, -bits)};
+  co_return RefShare{times(a.value, std::ldexp(1.0, -bits))};
 }
 Task<RefShare> Ref::mul_trunc(const Share& a, const Share& b, int bits) {
   require_same(a.value, b.value, "ref mul_trunc");
   const int d = bits < 0 ? frac_bits_ : bits;
-  co_return RefShare{a.value * b.value * std::ldexp(1.0, -d)};
+  const double s = std::ldexp(1.0, -d);
+  co_return RefShare{zip(a.value, b.value, [s](double x, double y) { return x * y * s; })};
 }
 Task<RefShare> Ref::matmul_trunc(const Share& a, const Share& b) {
-  RealTensor out = real_matmul(a.value, b.value);
-  out *= std::ldexp(1.0, -frac_bits_);
-  co_return RefShare{std::move(out)};
+  co_return RefShare{times(real_matmul(a.value, b.value), std::ldexp(1.0, -frac_bits_))};
 }
 
 Task<RefBits> Ref::to_bits(const Share& a, int width) {
@@ -162,7 +180,7 @@ RefBits Ref::bits_shift_right(const Bits& x, int n) const {
   return {ring_shift_right_logical(x.value, n)};
 }
 Task<RefShare> Ref::bit_to_arith(const Bits& x) {
-  RealTensor out = xt::empty<double>(x.value.shape());
+  RealTensor out = RealTensor::from_shape(x.value.shape());
   auto o = out.begin();
   for (Ring v : x.value) *o++ = static_cast<double>(v & 1);
   co_return RefShare{std::move(out)};
@@ -177,19 +195,19 @@ Task<RefShare> Ref::bit_dot(const Bits& b, const Share& x, int bits) {
     throw Error(ErrorCode::invalid_argument, "ref bit_dot over an empty last axis, shape " + shape_string(s));
   const std::size_t k = s.back(), rows = x.value.size() / k;
   s.back() = 1;
-  RealTensor out = xt::zeros<double>(s);
+  RealTensor out = RealTensor::zeros(s);
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t i = 0; i < k; ++i)
       if (b.value.data()[r * k + i] & 1) out.data()[r] += x.value.data()[r * k + i];
-  co_return RefShare{out * std::ldexp(1.0, -bits)};
+  co_return RefShare{times(out, std::ldexp(1.0, -bits))};
 }
 
-RefShare Ref::from_real(const RealTensor& x) const { return {x * std::ldexp(1.0, frac_bits_)}; }
-RealTensor Ref::to_real(const Share& a) const { return a.value * std::ldexp(1.0, -frac_bits_); }
+RefShare Ref::from_real(const RealTensor& x) const { return {times(x, std::ldexp(1.0, frac_bits_))}; }
+RealTensor Ref::to_real(const Share& a) const { return times(a.value, std::ldexp(1.0, -frac_bits_)); }
 
 RefShare Ref::mul_real(const Share& a, const RealTensor& r) const {
   require_same(a.value, r, "ref mul_real");
-  return {a.value * r};
+  return {zip(a.value, r, product)};
 }
 
 RefShare Ref::exact_sign(const Share& a) const {
@@ -201,7 +219,7 @@ RefShare Ref::exact_sign(const Share& a) const {
 RefShare Ref::exact_one_hot(const Share& index, std::size_t classes) const {
   Shape s = shape(index);
   s.push_back(classes);
-  RealTensor out = xt::zeros<double>(s);
+  RealTensor out = RealTensor::zeros(s);
   std::size_t row = 0;
   for (double v : index.value) {
     const auto c = static_cast<long long>(std::llround(v));
@@ -217,7 +235,7 @@ std::pair<RefShare, RefShare> Ref::exact_argmax_last(const Share& a) const {
     throw Error(ErrorCode::invalid_argument, "ref argmax over an empty last axis, shape " + shape_string(out_shape));
   const std::size_t n = out_shape.back();
   out_shape.back() = 1;
-  RealTensor value = xt::empty<double>(out_shape), index = xt::empty<double>(out_shape);
+  RealTensor value = RealTensor::from_shape(out_shape), index = RealTensor::from_shape(out_shape);
   for (std::size_t r = 0; r < value.size(); ++r) {
     const double* row = a.value.data() + r * n;
     const std::size_t best = static_cast<std::size_t>(std::max_element(row, row + n) - row);
@@ -233,7 +251,7 @@ std::pair<RefShare, RefShare> Ref::exact_topk_last(const Share& a, std::size_t k
   if (k == 0 || k > n)
     throw Error(ErrorCode::invalid_argument, "ref top-" + std::to_string(k) + " of " + std::to_string(n) + " elements");
   out_shape.back() = k;
-  RealTensor values = xt::empty<double>(out_shape), indices = xt::empty<double>(out_shape);
+  RealTensor values = RealTensor::from_shape(out_shape), indices = RealTensor::from_shape(out_shape);
   std::vector<std::size_t> order(n);
   for (std::size_t r = 0; r < values.size() / k; ++r) {
     const double* row = a.value.data() + r * n;

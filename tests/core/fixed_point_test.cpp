@@ -11,8 +11,8 @@ using namespace mpcache;
 TEST_CASE("fixed-point encode/decode is within half a unit in the last place") {
   for (int f : {0, 8, 18, 30}) {
     FixedPoint fp(f);
-    xt::xarray<double> x = mpcache::testing::random_real({1000}, -1000.0, 1000.0, 7);
-    xt::xarray<double> back = fp.decode(fp.encode(x));
+    RealTensor x = mpcache::testing::random_real({1000}, -1000.0, 1000.0, 7);
+    RealTensor back = fp.decode(fp.encode(x));
     const double ulp = std::ldexp(1.0, -f);
     for (std::size_t i = 0; i < x.size(); ++i) CHECK(std::fabs(back(i) - x(i)) <= ulp / 2);
   }

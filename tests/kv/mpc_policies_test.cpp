@@ -19,10 +19,10 @@ using testing::random_real;
 // decode steps.
 struct Scene {
   std::size_t heads = 2, d = 4, g = 2, prompt = 40, steps = 4;
-  std::vector<xt::xarray<double>> keys, values;            // per head (prompt + steps, d)
-  std::vector<xt::xarray<double>> prefill_probs;           // per head (g * prompt, prompt), causal
-  std::vector<std::vector<xt::xarray<double>>> queries;    // [step][head] (g, d)
-  std::vector<std::vector<xt::xarray<double>>> attention;  // [step][head] (prompt + steps): weight by position
+  std::vector<RealTensor> keys, values;            // per head (prompt + steps, d)
+  std::vector<RealTensor> prefill_probs;           // per head (g * prompt, prompt), causal
+  std::vector<std::vector<RealTensor>> queries;    // [step][head] (g, d)
+  std::vector<std::vector<RealTensor>> attention;  // [step][head] (prompt + steps): weight by position
 };
 
 Scene make_scene(std::uint64_t seed) {
@@ -31,7 +31,7 @@ Scene make_scene(std::uint64_t seed) {
   for (std::size_t h = 0; h < s.heads; ++h, seed += 10) {
     s.keys.push_back(random_real({total, s.d}, -1, 1, seed));
     s.values.push_back(random_real({total, s.d}, -1, 1, seed + 1));
-    xt::xarray<double> probs = random_real({s.g * s.prompt, s.prompt}, 0, 0.05, seed + 2);
+    RealTensor probs = random_real({s.g * s.prompt, s.prompt}, 0, 0.05, seed + 2);
     for (std::size_t r = 0; r < s.g * s.prompt; ++r)
       for (std::size_t c = r % s.prompt + 1; c < s.prompt; ++c) probs(r, c) = 0;
     s.prefill_probs.push_back(std::move(probs));
@@ -55,7 +55,7 @@ struct Trace {
 };
 
 template <class P>
-Task<typename P::Share> secret(P& p, const xt::xarray<double>& x) {
+Task<typename P::Share> secret(P& p, const RealTensor& x) {
   if constexpr (ExactReals<P>) co_return p.from_real(x);
   else co_return co_await testing::share_of(p, 0, FixedPoint(p.frac_bits()).encode(x));
 }
@@ -91,7 +91,7 @@ Task<Trace> drive(P& p, Pol& policy, const Scene& s) {
     for (std::size_t h = 0; h < s.heads; ++h) {
       cache.push_back({ops::rows<P>(full[h].keys, 0, t), ops::rows<P>(full[h].values, 0, t)});
       queries.push_back(co_await secret(p, s.queries[step][h]));
-      xt::xarray<double> w = xt::xarray<double>::from_shape({t});
+      RealTensor w = RealTensor::from_shape({t});
       std::copy(s.attention[step][h].data(), s.attention[step][h].data() + t, w.data());
       weights.push_back(co_await secret(p, w));
     }

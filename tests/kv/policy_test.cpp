@@ -10,9 +10,9 @@ using namespace mpcache;
 namespace {
 using testing::run;
 
-xt::xarray<double> uniform(const Shape& shape, std::uint64_t seed, double lo = -1, double hi = 1) {
+RealTensor uniform(const Shape& shape, std::uint64_t seed, double lo = -1, double hi = 1) {
   RingTensor bits = ring_sample(shape, seed);
-  xt::xarray<double> out = xt::xarray<double>::from_shape(shape);
+  RealTensor out = RealTensor::from_shape(shape);
   auto b = bits.begin();
   for (auto& v : out) v = lo + (hi - lo) * (static_cast<double>(*b++ >> 11) * 0x1p-53);
   return out;
@@ -21,7 +21,7 @@ xt::xarray<double> uniform(const Shape& shape, std::uint64_t seed, double lo = -
 // A hand-made single-layer, single-KV-head cache and query group.
 struct Scene {
   std::size_t t, d, g;
-  xt::xarray<double> keys, values, queries;
+  RealTensor keys, values, queries;
 };
 
 Scene scene(std::size_t t, std::size_t d, std::size_t g, std::uint64_t seed) {
@@ -29,7 +29,7 @@ Scene scene(std::size_t t, std::size_t d, std::size_t g, std::uint64_t seed) {
 }
 
 template <class P>
-typename P::Share secret(P& p, const xt::xarray<double>& x) {
+typename P::Share secret(P& p, const RealTensor& x) {
   if constexpr (ExactReals<P>) return p.from_real(x);
   else return typename P::Share{FixedPoint(p.frac_bits()).encode(x)};
 }
@@ -43,9 +43,9 @@ std::vector<long> revealed_positions(P& p, const typename P::Share& s) {
 }
 
 // Rows [first, last) of a (n, d) array.
-xt::xarray<double> row_block(const xt::xarray<double>& x, std::size_t first, std::size_t last) {
+RealTensor row_block(const RealTensor& x, std::size_t first, std::size_t last) {
   const std::size_t d = x.shape()[1];
-  xt::xarray<double> out = xt::xarray<double>::from_shape({last - first, d});
+  RealTensor out = RealTensor::from_shape({last - first, d});
   std::copy(x.data() + first * d, x.data() + last * d, out.data());
   return out;
 }
@@ -63,7 +63,7 @@ std::vector<long> range(long a, long b) {
 
 // Runs one decode-step selection (and optionally a prefill view first).
 template <class P, class Pol>
-std::vector<long> select_once(P& p, Pol& policy, const Scene& s, std::optional<xt::xarray<double>> probs = {},
+std::vector<long> select_once(P& p, Pol& policy, const Scene& s, std::optional<RealTensor> probs = {},
                               std::size_t layer = 0, std::size_t layers = 1) {
   std::vector<kv::HeadCache<P>> cache{{secret(p, s.keys), secret(p, s.values)}};
   std::vector<typename P::Share> queries{secret(p, s.queries)};
@@ -91,8 +91,8 @@ std::vector<long> select_once(P& p, Pol& policy, const Scene& s, std::optional<x
 }
 
 // Causal prefill attention (g*T', T') putting `mass` on the given columns.
-xt::xarray<double> attention_on(std::size_t g, std::size_t t, const std::vector<std::size_t>& hot) {
-  xt::xarray<double> a = xt::zeros<double>({g * t, t});
+RealTensor attention_on(std::size_t g, std::size_t t, const std::vector<std::size_t>& hot) {
+  RealTensor a = RealTensor::zeros({g * t, t});
   for (std::size_t h = 0; h < g; ++h)
     for (std::size_t r = 0; r < t; ++r) {
       std::vector<std::size_t> cols;
@@ -199,7 +199,7 @@ TEST_SUITE("kv policies") {
   TEST_CASE("LongCache picks the keys most aligned with the query") {
     Ref p;
     Scene s = scene(40, 4, 1, 9);
-    s.queries = xt::xarray<double>{{1.0, 0.0, 0.0, 0.0}};
+    s.queries = RealTensor{{1.0, 0.0, 0.0, 0.0}};
     for (std::size_t r = 0; r < 40; ++r) s.keys(r, 0) = -std::abs(s.keys(r, 0));  // nothing aligned...
     s.keys(17, 0) = 5.0;  // ...but 17 and 23
     s.keys(23, 0) = 0.5;
@@ -213,7 +213,7 @@ TEST_SUITE("kv policies") {
   TEST_CASE("InfLLM picks the block whose representative keys match the query") {
     Ref p;
     Scene s = scene(100, 4, 1, 13);
-    s.queries = xt::xarray<double>{{0.0, 1.0, 0.0, 0.0}};
+    s.queries = RealTensor{{0.0, 1.0, 0.0, 0.0}};
     for (std::size_t r = 0; r < 100; ++r) s.keys(r, 1) = -std::abs(s.keys(r, 1));
     s.keys(25, 1) = 4.0;  // block 1 = positions 20..35 (sinks 0..3, blocks of 16)
     kv::InfLlm<Ref> inf(64);  // sinks 4 + local 16 + loose <= 15 + one block
@@ -227,7 +227,7 @@ TEST_SUITE("kv policies") {
   TEST_CASE("Quest picks the page whose bound is highest") {
     Ref p;
     Scene s = scene(80, 4, 1, 11);
-    s.queries = xt::xarray<double>{{0.0, 0.0, 1.0, 0.0}};
+    s.queries = RealTensor{{0.0, 0.0, 1.0, 0.0}};
     s.keys(37, 2) = 9.0;  // page 2 (32..47)
     kv::Quest<Ref> quest(32, 16);  // one page + the tail
     auto pos = sorted(select_once(p, quest, s));
@@ -248,7 +248,7 @@ TEST_SUITE("kv policies") {
         CAPTURE(kv::page_estimate_name(estimate));
         CAPTURE(seed);
         const Scene s = scene(16 * 8 + 5, 8, 2, seed);
-        const xt::xarray<double> keys = s.keys;
+        const RealTensor keys = s.keys;
         const bench::KeyRows rows{keys.data(), s.t, s.d};
         std::vector<double> score(8, 0.0);
         for (std::size_t page = 1; page < 8; ++page) {
@@ -329,7 +329,7 @@ TEST_SUITE("kv policies") {
     kv::PageStore<Ref> file({.tier = kv::PageTier::file, .chunk_pages = 4});
     // Multiples of 2^-10 below 2^10: exact through ref's fixed-point layout
     // transforms (the memory tier's), so every tier must give them back.
-    xt::xarray<double> pages = uniform({11, 6}, 91, -1024, 1024);
+    RealTensor pages = uniform({11, 6}, 91, -1024, 1024);
     for (auto& v : pages) v = std::round(v * 1024.0) / 1024.0;
     for (auto [first, last] : {std::pair<std::size_t, std::size_t>{0, 3}, {3, 9}, {9, 11}}) {
       const auto part = secret(r, row_block(pages, first, last));
@@ -345,12 +345,12 @@ TEST_SUITE("kv policies") {
     for (std::size_t c = 0; c < 3; ++c) {
       CAPTURE(c);
       const auto [first, last] = file.chunk_pages(c);
-      const xt::xarray<double> expect = row_block(pages, first, last);
+      const RealTensor expect = row_block(pages, first, last);
       CHECK(r.to_real(file.load(c)) == expect);  // bit for bit
       CHECK(r.to_real(memory.load(c)) == expect);
       if (c < 2) CHECK(r.to_real(copy.load(c)) == expect);
     }
-    xt::xarray<double> copy_tail = xt::xarray<double>::from_shape({4, 6});  // pages 8-10, then page 0 again
+    RealTensor copy_tail = RealTensor::from_shape({4, 6});  // pages 8-10, then page 0 again
     std::copy(pages.data() + 8 * 6, pages.data() + 11 * 6, copy_tail.data());
     std::copy(pages.data(), pages.data() + 6, copy_tail.data() + 3 * 6);
     CHECK(r.to_real(copy.load(2)) == copy_tail);
@@ -398,7 +398,7 @@ TEST_SUITE("kv policies") {
     // uniformly mild (1.5). Linear: 0.6*9 + 0.4*(-12) = 0.6 < 1.5, so it picks
     // cluster 4; the bound scores cluster 2 by its best key, 9.
     Scene s = scene(16 * 6 + 1, 4, 1, 31);
-    s.queries = xt::xarray<double>{{0.0, 0.0, 1.0, 0.0}};
+    s.queries = RealTensor{{0.0, 0.0, 1.0, 0.0}};
     s.keys(37, 2) = 9.0;
     s.keys(40, 2) = -12.0;
     for (std::size_t r = 64; r < 80; ++r) s.keys(r, 2) = 1.5;
@@ -436,7 +436,7 @@ TEST_SUITE("kv policies") {
     std::vector<Ref::Share> pr{p.from_real(probs)}, queries{p.from_real(s.queries)};
     mc.reset(4, 1);
     for (std::size_t l = 2; l < 4; ++l) {
-      std::vector<Ref::Share> layer_probs = l == 2 ? pr : std::vector<Ref::Share>{p.from_real(xt::zeros<double>({199, 199}))};
+      std::vector<Ref::Share> layer_probs = l == 2 ? pr : std::vector<Ref::Share>{p.from_real(RealTensor::zeros({199, 199}))};
       kv::PrefillView<Ref> pre{l, 199, 1, &layer_probs, &prompt};
       run(mc.after_prefill(p, pre));
     }

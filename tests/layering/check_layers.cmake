@@ -25,14 +25,14 @@ set(layers core async net proto ops kv model serve)
 # `base` below core (may use nothing of ours), a layer's name, or `top` (the
 # umbrella, which may import every layer). First match wins.
 set(places
-  "modules/prelude.hpp=base"    # std + xtensor, for every unit
+  "modules/prelude.hpp=base"    # the std headers, for every unit
   "modules/std/=base"           # mpcache.std: the one unit that parses prelude.hpp
   "modules/backends.hpp=proto"  # names proto's backend types (Rss3, Add2, ...)
   "modules/mpcache.cppm=top"    # export module mpcache: re-exports all layers
   "src/tokenizer/=base"         # plain C++ text tokenizer: uses nothing of ours
   "src/jobs/=top")              # mpcache-jobs: jobs bench and tools share; imports the umbrella
 # Modules of ours that every layer may import: mpcache.std wraps the standard
-# library and xtensor (modules/std/std.cppm).
+# library (modules/std/std.cppm).
 set(foundation_modules std)
 
 if(NOT DEFINED ROOT OR ROOT STREQUAL "")
@@ -220,7 +220,7 @@ foreach(rel IN LISTS files)
         endif()
       endforeach()
       if(resolved STREQUAL "")
-        continue()  # std, xtensor, system headers
+        continue()  # std and system headers
       endif()
       math(EXPR edges "${edges} + 1")
       cmake_path(RELATIVE_PATH resolved BASE_DIRECTORY "${ROOT}" OUTPUT_VARIABLE target_rel)

@@ -17,7 +17,7 @@ const std::filesystem::path fixture = testing::fixture_dir();
 // MPCache over the fixture: prefill 64 tokens, decode the rest; the last
 // logits, revealed (float64 on Ref).
 template <class P>
-Task<xt::xarray<double>> last_logits(P& p, PartyId owner) {
+Task<RealTensor> last_logits(P& p, PartyId owner) {
   const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
   const auto tokens = fixture_prompt();
   const std::size_t prefix = 64;
@@ -51,8 +51,8 @@ TEST_SUITE("add2 decoder") {
     const auto reference = testing::run(last_logits(r, 0));
     auto add2 = testing::run_add2([](Add2& p) { return last_logits(p, 1); }, {.exact_truncation = true, .insecure_seed = 4});
     auto rss3 = testing::run_rss3([](Rss3& p) { return last_logits(p, 1); }, {.exact_truncation = true, .insecure_seed = 4});
-    const double vs_ref = xt::amax(xt::abs(add2.results[0] - reference))();
-    const double vs_rss3 = xt::amax(xt::abs(add2.results[0] - rss3.results[0]))();
+    const double vs_ref = testing::max_abs_diff(add2.results[0], reference);
+    const double vs_rss3 = testing::max_abs_diff(add2.results[0], rss3.results[0]);
     MESSAGE("add2 MPCache decode: max |logit error| " << vs_ref << " against float64, " << vs_rss3 << " against rss3");
     CHECK(vs_ref < 5e-2);
     CHECK(vs_rss3 < 5e-2);

@@ -16,6 +16,7 @@
 import mpcache;
 
 #include "../support/run_task.hpp"
+#include "../support/real_tensors.hpp"
 
 using namespace mpcache;
 namespace fs = std::filesystem;
@@ -159,7 +160,7 @@ std::vector<std::uint32_t> private_tokens(const fs::path& dir, const std::vector
 // A source over `inner` that also holds lm_head.weight = embedding + delta.
 WeightSource with_lm_head(WeightSource inner, const std::string& embedding, double delta) {
   return WeightSource(
-      [inner, embedding, delta](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+      [inner, embedding, delta](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {
         if (name != "lm_head.weight") return inner(name, shape);
         auto e = inner(embedding, shape);
         e->data()[0] += delta;
@@ -316,8 +317,8 @@ TEST_SUITE("checkpoints") {
     // Through the index directly, or model.safetensors's fallback to it.
     const auto direct = run(load_decoder(p, c, weights_from_file(dir / "model.safetensors.index.json")));
     const auto fallback = run(load_decoder(p, c, weights_from_file(dir / "model.safetensors")));
-    CHECK(xt::amax(xt::abs(p.to_real(direct.lm_head) - p.to_real(fallback.lm_head)))() == 0.0);
-    CHECK(xt::amax(xt::abs(p.to_real(direct.lm_head)))() > 0.1);
+    CHECK(testing::max_abs_diff(p.to_real(direct.lm_head), p.to_real(fallback.lm_head)) == 0.0);
+    CHECK(testing::max_abs(p.to_real(direct.lm_head)) > 0.1);
 
     const std::string index = read_text(dir / "model.safetensors.index.json");
     auto replaced = [&](const std::string& from, const std::string& to) {
@@ -384,7 +385,7 @@ TEST_SUITE("checkpoints") {
     const fs::path qwen_file = fixtures / "qwen2-bias/model.safetensors";
     REQUIRE(weights_from_file(qwen_file).holds("lm_head.weight") == false);
     const auto tied = run(load_decoder(p, qwen, weights_from_file(qwen_file)));
-    CHECK(xt::amax(xt::abs(p.to_real(tied.lm_head) - xt::transpose(p.to_real(tied.embed))))() == 0.0);
+    CHECK(testing::max_abs_diff(p.to_real(tied.lm_head), transpose(p.to_real(tied.embed))) == 0.0);
     // Stored and equal to the embedding (exporters that write both): accepted.
     CHECK_NOTHROW(run(load_decoder(p, qwen, with_lm_head(weights_from_file(qwen_file), "model.embed_tokens.weight", 0))));
     // Stored but different: which one is meant is unclear; refused.
@@ -429,7 +430,7 @@ TEST_SUITE("checkpoints") {
     const ModelConfig c = config_of("gpt2-bare");
     auto inner = weights_from_file(file);
     auto prefixed = WeightSource(
-        [inner](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+        [inner](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {
           REQUIRE(name.starts_with("transformer."));
           return inner(name.substr(12), shape);
         },
@@ -437,7 +438,7 @@ TEST_SUITE("checkpoints") {
     Ref p;
     const auto bare = run(load_decoder(p, c, weights_from_file(file)));
     const auto with_prefix = run(load_decoder(p, c, prefixed));
-    CHECK(xt::amax(xt::abs(p.to_real(bare.layers[1].down) - p.to_real(with_prefix.layers[1].down)))() == 0.0);
-    CHECK(xt::amax(xt::abs(p.to_real(bare.layers[1].down)))() > 0.1);
+    CHECK(testing::max_abs_diff(p.to_real(bare.layers[1].down), p.to_real(with_prefix.layers[1].down)) == 0.0);
+    CHECK(testing::max_abs(p.to_real(bare.layers[1].down)) > 0.1);
   }
 }

@@ -92,8 +92,8 @@ TEST_SUITE("cost tags") {
     const FixedPoint fp;
     const auto one = testing::measure_op(fp.encode(testing::random_real({1, c.hidden_size}, -1, 1, 9)),
                                          [&](Rss3& p, const Rss3::Share& x) -> Task<Rss3::Share> {
-                                           auto gamma = ops::public_share(p, x, fp.encode(xt::xarray<double>(
-                                                                                    xt::ones<double>({c.hidden_size}))));
+                                           const RealTensor ones = RealTensor::filled({c.hidden_size}, 1.0);
+                                           auto gamma = ops::public_share(p, x, fp.encode(ones));
                                            co_return co_await ops::rms_norm(p, x, gamma, c.norm_eps);
                                          });
     // The decoder folds each norm's last product (d elements) into the rows

@@ -111,7 +111,7 @@ void check_logits(const std::array<PartyResult, 3>& r, const std::vector<Sequenc
     const RingTensor& alone = r[0].alone[i];
     double worst = 0;
     std::size_t best_alone = 0, best_batched = 0;
-    for (std::size_t j = 0; j < alone.shape(1); ++j) {
+    for (std::size_t j = 0; j < alone.shape()[1]; ++j) {
       worst = std::max(worst, std::fabs(fp.decode(r[0].batched(i, j)) - fp.decode(alone(0, j))));
       if (fp.decode(alone(0, j)) > fp.decode(alone(0, best_alone))) best_alone = j;
       if (fp.decode(r[0].batched(i, j)) > fp.decode(r[0].batched(i, best_batched))) best_batched = j;

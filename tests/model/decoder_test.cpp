@@ -38,7 +38,7 @@ Expected read_expected() {
 using testing::run;
 
 template <class P>
-xt::xarray<double> to_real(P& p, const typename P::Share& s) {
+RealTensor to_real(P& p, const typename P::Share& s) {
   if constexpr (ExactReals<P>) {
     return p.to_real(s);
   } else {
@@ -49,7 +49,7 @@ xt::xarray<double> to_real(P& p, const typename P::Share& s) {
 // Prefill all tokens but the last, then decode the last: the decode path
 // (KV cache, RoPE at the right position) must give the same logits.
 template <class P>
-std::pair<xt::xarray<double>, xt::xarray<double>> forward(P& p, const Expected& e) {
+std::pair<RealTensor, RealTensor> forward(P& p, const Expected& e) {
   const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
   auto weights = run(load_llama(p, c, weights_from_file(fixture / "model.safetensors")));
   Decoder<P> decoder(weights);
@@ -61,7 +61,7 @@ std::pair<xt::xarray<double>, xt::xarray<double>> forward(P& p, const Expected& 
   return {prefill, last};
 }
 // Largest |logit - expected| over the prefilled positions and the decoded one.
-double max_error(const std::pair<xt::xarray<double>, xt::xarray<double>>& got, const Expected& e) {
+double max_error(const std::pair<RealTensor, RealTensor>& got, const Expected& e) {
   const auto& [prefill, last] = got;
   double worst = 0;
   for (std::size_t t = 0; t + 1 < e.tokens.size(); ++t)
@@ -99,9 +99,9 @@ TEST_SUITE("decoder") {
                          doctest::Contains("outside the vocabulary"), Error);
     CHECK_THROWS_WITH_AS(run(decoder.prefill(p, full, 0, std::vector<std::uint32_t>(200, 1), 200)),
                          doctest::Contains("max_position_embeddings"), Error);
-    auto bad = [](const std::string& name, const Shape& shape) -> std::optional<xt::xarray<double>> {
+    auto bad = [](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {
       if (name == "model.norm.weight") return std::nullopt;
-      return xt::xarray<double>(xt::zeros<double>(shape));
+      return RealTensor::zeros(shape);
     };
     CHECK_THROWS_WITH_AS(run(load_llama(p, c, bad)), doctest::Contains("model.norm.weight"), Error);
   }
@@ -133,7 +133,7 @@ TEST_SUITE("decoder with policies") {
       Decoder<Ref> decoder(weights);
       std::vector<std::uint32_t> head(tokens.begin(), tokens.begin() + prefix);
       run(decoder.prefill(p, policy, 0, head, prefix));
-      xt::xarray<double> out = xt::zeros<double>({tokens.size() - prefix, std::size_t{256}});
+      RealTensor out = RealTensor::zeros({tokens.size() - prefix, std::size_t{256}});
       for (std::size_t t = prefix; t < tokens.size(); ++t) {
         auto l = p.to_real(run(decoder.decode(p, policy, 0, tokens[t])));
         for (std::size_t v = 0; v < 256; ++v) out(t - prefix, v) = l(0, v);
@@ -142,14 +142,14 @@ TEST_SUITE("decoder with policies") {
     };
     const auto full = decode_all(kv::FullCache<Ref>{});
     const std::size_t budget = 64;  // > 57 tokens
-    CHECK(xt::amax(xt::abs(decode_all(kv::StreamingLlm<Ref>(budget)) - full))() < 1e-12);
-    CHECK(xt::amax(xt::abs(decode_all(kv::H2O<Ref>(budget)) - full))() < 1e-12);
-    CHECK(xt::amax(xt::abs(decode_all(kv::SnapKv<Ref>(budget)) - full))() < 1e-12);
-    CHECK(xt::amax(xt::abs(decode_all(kv::LongCache<Ref>(budget)) - full))() < 1e-12);
-    CHECK(xt::amax(xt::abs(decode_all(kv::Quest<Ref>(budget)) - full))() < 1e-12);
-    CHECK(xt::amax(xt::abs(decode_all(kv::MpCache<Ref>(budget)) - full))() < 1e-12);
+    CHECK(testing::max_abs_diff(decode_all(kv::StreamingLlm<Ref>(budget)), full) < 1e-12);
+    CHECK(testing::max_abs_diff(decode_all(kv::H2O<Ref>(budget)), full) < 1e-12);
+    CHECK(testing::max_abs_diff(decode_all(kv::SnapKv<Ref>(budget)), full) < 1e-12);
+    CHECK(testing::max_abs_diff(decode_all(kv::LongCache<Ref>(budget)), full) < 1e-12);
+    CHECK(testing::max_abs_diff(decode_all(kv::Quest<Ref>(budget)), full) < 1e-12);
+    CHECK(testing::max_abs_diff(decode_all(kv::MpCache<Ref>(budget)), full) < 1e-12);
     // A small budget really changes the attention (and so the logits).
-    CHECK(xt::amax(xt::abs(decode_all(kv::StreamingLlm<Ref>(12)) - full))() > 1e-6);
+    CHECK(testing::max_abs_diff(decode_all(kv::StreamingLlm<Ref>(12)), full) > 1e-6);
   }
 
   TEST_CASE("MPCache decodes on plain like on ref, within fixed-point error") {
@@ -174,8 +174,8 @@ TEST_SUITE("decoder with policies") {
     Ref r;
     Plain pl;
     const auto a = last_logits(r), b = last_logits(pl);
-    MESSAGE("MPCache decode, plain vs ref: max |logit error| = " << xt::amax(xt::abs(a - b))());
-    CHECK(xt::amax(xt::abs(a - b))() < 5e-2);
+    MESSAGE("MPCache decode, plain vs ref: max |logit error| = " << testing::max_abs_diff(a, b));
+    CHECK(testing::max_abs_diff(a, b) < 5e-2);
   }
 }
 

@@ -73,7 +73,7 @@ PlainPrefill plain_prefill(std::size_t budget, PrefillLogits logits = PrefillLog
 struct Rss3Prefill {
   std::uint64_t rounds = 0;  // critical path of the prefill
   std::uint64_t bytes = 0;   // party 0's
-  xt::xarray<double> logits;
+  RealTensor logits;
 };
 
 Rss3Prefill rss3_prefill(std::size_t budget) {
@@ -100,7 +100,7 @@ Rss3Prefill rss3_prefill(std::size_t budget) {
           FixedPoint(18).decode(opened[0])};
 }
 
-std::size_t argmax_row(const xt::xarray<double>& x, std::size_t row) {
+std::size_t argmax_row(const RealTensor& x, std::size_t row) {
   std::size_t best = 0;
   for (std::size_t v = 1; v < x.shape()[1]; ++v)
     if (x(row, v) > x(row, best)) best = v;
@@ -229,6 +229,6 @@ TEST_SUITE("prefill memory") {
     // The later waves attend only to earlier keys: fewer bytes.
     CHECK(waves.bytes < whole.bytes);
     for (std::size_t t = 0; t < prompt_tokens; ++t) CHECK(argmax_row(whole.logits, t) == argmax_row(waves.logits, t));
-    CHECK(xt::amax(xt::abs(whole.logits - waves.logits))() < 1e-2);
+    CHECK(testing::max_abs_diff(whole.logits, waves.logits) < 1e-2);
   }
 }

@@ -79,7 +79,7 @@ TEST_CASE("free_tcp_ports: the ports of one call are distinct, even many at once
 
 TEST_CASE("three parties over loopback TCP, plain and encrypted, every backend") {
   const std::size_t n = 4096;
-  const RingTensor expect = testing::random_ring({n}, 1) * testing::random_ring({n}, 2);
+  const RingTensor expect = ring_mul(testing::random_ring({n}, 1), testing::random_ring({n}, 2));
   for (bool encrypted : {false, true})
     for (std::string backend : {"io_uring", "poll", "asio"}) {
       CAPTURE(encrypted);

@@ -64,8 +64,8 @@ TEST_CASE("a narrowed msb is the sign of every value within its range, edges inc
 
 TEST_CASE("less_than and select on fixed-point values, ties included") {
   FixedPoint fp;
-  xt::xarray<double> xr = mpcache::testing::random_real({200}, -1000, 1000, 82);
-  xt::xarray<double> yr = mpcache::testing::random_real({200}, -1000, 1000, 83);
+  RealTensor xr = mpcache::testing::random_real({200}, -1000, 1000, 82);
+  RealTensor yr = mpcache::testing::random_real({200}, -1000, 1000, 83);
   for (std::size_t i = 0; i < 20; ++i) yr(i) = xr(i);  // ties
   const RingTensor x = fp.encode(xr), y = fp.encode(yr);
   auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {

@@ -12,8 +12,8 @@ using mpcache::testing::share_of;
 using mpcache::testing::run_both;
 
 namespace {
-xt::xarray<double> linspace(double lo, double hi, std::size_t n) {
-  xt::xarray<double> x = xt::xarray<double>::from_shape({n});
+RealTensor linspace(double lo, double hi, std::size_t n) {
+  RealTensor x = RealTensor::from_shape({n});
   for (std::size_t i = 0; i < n; ++i) x(i) = lo + (hi - lo) * static_cast<double>(i) / (n - 1);
   return x;
 }
@@ -21,21 +21,21 @@ xt::xarray<double> linspace(double lo, double hi, std::size_t n) {
 // Runs f on rss3 and plain; returns the decoded rss3 result and checks that
 // plain agrees within `backend_tolerance`.
 template <class F>
-xt::xarray<double> evaluate(const xt::xarray<double>& x, F f, double backend_tolerance) {
+RealTensor evaluate(const RealTensor& x, F f, double backend_tolerance) {
   FixedPoint fp;
   const RingTensor encoded = fp.encode(x);
   auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
     auto a = co_await share_of(p, 0, encoded);
     co_return co_await p.reveal(co_await f(p, a));
   });
-  const xt::xarray<double> s = fp.decode(secure.results[0]), c = fp.decode(clear);
+  const RealTensor s = fp.decode(secure.results[0]), c = fp.decode(clear);
   for (std::size_t i = 0; i < s.size(); ++i) CHECK(std::fabs(s.data()[i] - c.data()[i]) <= backend_tolerance);
   return s;
 }
 }  // namespace
 
 TEST_CASE("exp_neg: within 2.5e-3 of exp on [-14, 0] and within 1e-6 below") {
-  const xt::xarray<double> x = linspace(-20.0, 0.0, 4001);
+  const RealTensor x = linspace(-20.0, 0.0, 4001);
   auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::exp_neg(p, a); },
                     2.5e-3);
   double worst = 0;
@@ -52,7 +52,7 @@ TEST_CASE("exp_neg: within 2.5e-3 of exp on [-14, 0] and within 1e-6 below") {
 }
 
 TEST_CASE("reciprocal: relative error within 2e-4 + 2^-18/x on [1/8, 2^22]") {
-  xt::xarray<double> x = xt::xarray<double>::from_shape({2000});
+  RealTensor x = RealTensor::from_shape({2000});
   for (std::size_t i = 0; i < x.size(); ++i)  // log-uniform over the range, edges included
     x(i) = std::exp2(-3.0 + 25.0 * static_cast<double>(i) / (x.size() - 1));
   auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::reciprocal(p, a); },
@@ -69,7 +69,7 @@ TEST_CASE("reciprocal: relative error within 2e-4 + 2^-18/x on [1/8, 2^22]") {
 }
 
 TEST_CASE("reciprocal narrowed to x < 2^11 (a softmax sum): the same bound on [1/8, 2^11)") {
-  xt::xarray<double> x = xt::xarray<double>::from_shape({800});
+  RealTensor x = RealTensor::from_shape({800});
   for (std::size_t i = 0; i < x.size(); ++i)
     x(i) = std::min(std::exp2(-3.0 + 14.0 * static_cast<double>(i) / (x.size() - 1)), 0x1p11 - 0x1p-18);
   auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::reciprocal(p, a, 11); }, 1e-3);
@@ -81,7 +81,7 @@ TEST_CASE("reciprocal narrowed to x < 2^11 (a softmax sum): the same bound on [1
 
 TEST_CASE("softmax with scores up to +-4095, close maxima, one row of equal scores") {
   const std::size_t rows = 3, n = 70;
-  xt::xarray<double> x = mpcache::testing::random_real({rows, n}, -4000, 4000, 402);
+  RealTensor x = mpcache::testing::random_real({rows, n}, -4000, 4000, 402);
   x(0, 5) = 4095.0, x(0, 6) = 4094.0, x(0, 7) = -4095.0;  // two close maxima at the top
   for (std::size_t j = 0; j < n; ++j) x(2, j) = -4095.0;  // uniform at the bottom
   FixedPoint fp;
@@ -90,7 +90,7 @@ TEST_CASE("softmax with scores up to +-4095, close maxima, one row of equal scor
     auto a = co_await share_of(p, 0, encoded);
     co_return co_await p.reveal(co_await ops::softmax_last(p, a));
   });
-  const xt::xarray<double> y = fp.decode(secure.results[0]);
+  const RealTensor y = fp.decode(secure.results[0]);
   for (std::size_t r = 0; r < rows; ++r) {
     double mx = -1e300, sum = 0;
     for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, x(r, j));
@@ -99,13 +99,13 @@ TEST_CASE("softmax with scores up to +-4095, close maxima, one row of equal scor
   }
   CHECK(std::fabs(y(0, 5) - 1 / (1 + std::exp(-1.0))) <= 4e-3);
   CHECK(std::fabs(y(2, 0) - 1.0 / n) <= 4e-3);
-  const xt::xarray<double> c = fp.decode(clear);
+  const RealTensor c = fp.decode(clear);
   for (std::size_t i = 0; i < c.size(); ++i) CHECK(std::fabs(c.data()[i] - y.data()[i]) <= 4e-3);
 }
 
 TEST_CASE("softmax with and without a mask, against float64") {
   const std::size_t rows = 4, n = 100;
-  xt::xarray<double> x = mpcache::testing::random_real({rows, n}, -8, 8, 401);
+  RealTensor x = mpcache::testing::random_real({rows, n}, -8, 8, 401);
   RingTensor mask = ring_filled({rows, n}, 1);
   for (std::size_t j = 50; j < n; ++j) mask(3, j) = 0;  // last row: half masked
   FixedPoint fp;
@@ -117,7 +117,7 @@ TEST_CASE("softmax with and without a mask, against float64") {
     co_return std::array<RingTensor, 2>{co_await p.reveal(plain_softmax), co_await p.reveal(masked)};
   });
   for (int which = 0; which < 2; ++which) {
-    const xt::xarray<double> y = fp.decode(secure.results[0][which]);
+    const RealTensor y = fp.decode(secure.results[0][which]);
     for (std::size_t r = 0; r < rows; ++r) {
       double mx = -1e300, sum = 0;
       for (std::size_t j = 0; j < n; ++j)
@@ -129,7 +129,7 @@ TEST_CASE("softmax with and without a mask, against float64") {
         CHECK(std::fabs(y(r, j) - want) <= 4e-3);
       }
     }
-    const xt::xarray<double> c = fp.decode(clear[which]);
+    const RealTensor c = fp.decode(clear[which]);
     for (std::size_t i = 0; i < c.size(); ++i) CHECK(std::fabs(c.data()[i] - y.data()[i]) <= 4e-3);
   }
 }
@@ -143,7 +143,7 @@ TEST_CASE("exp_neg costs 10 rounds: the clipping comparison overlaps the squarin
 }
 
 TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12]") {
-  const xt::xarray<double> x = linspace(-12.0, 12.0, 2401);
+  const RealTensor x = linspace(-12.0, 12.0, 2401);
   auto g = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::gelu(p, a); },
                     1e-4);
   auto s = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::silu(p, a); },
@@ -163,8 +163,8 @@ TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12]") {
 
 TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds, large inputs included") {
   const std::size_t n = 1201;
-  xt::xarray<double> x = linspace(-12.0, 12.0, n);
-  const xt::xarray<double> y = mpcache::testing::random_real({n}, -5, 5, 404);
+  RealTensor x = linspace(-12.0, 12.0, n);
+  const RealTensor y = mpcache::testing::random_real({n}, -5, 5, 404);
   x(0) = -4095.0, x(n - 1) = 4095.0;  // outliers, as a trained MLP has
   FixedPoint fp;
   const RingTensor xe = fp.encode(x), ye = fp.encode(y);
@@ -175,8 +175,8 @@ TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds, larg
     auto whole = co_await p.reveal(co_await ops::silu_times(p, a, b));
     co_return std::array<RingTensor, 2>{whole, co_await p.reveal(co_await ops::silu_times(p, a, b, 4))};
   });
-  const xt::xarray<double> got = fp.decode(secure.results[0][0]), plain = fp.decode(clear[0]);
-  const xt::xarray<double> got_shifted = fp.decode(secure.results[0][1]) * 16.0;
+  const RealTensor got = fp.decode(secure.results[0][0]), plain = fp.decode(clear[0]);
+  const RealTensor got_shifted = mpcache::testing::scaled(fp.decode(secure.results[0][1]), 16.0);
   for (std::size_t i = 0; i < n; ++i) {
     const double want = x(i) / (1 + std::exp(-x(i))) * y(i);
     CHECK(std::fabs(got(i) - want) <= 1e-3 * std::fabs(y(i)) + 0x1p-17 + 1e-6 * std::fabs(want));
@@ -190,7 +190,7 @@ TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds, larg
 }
 
 TEST_CASE("rsqrt: relative error within 1e-3 on [2^-10, 2^23)") {
-  xt::xarray<double> x = xt::xarray<double>::from_shape({2000});
+  RealTensor x = RealTensor::from_shape({2000});
   for (std::size_t i = 0; i < x.size(); ++i)  // the last sample is the largest code below 2^23
     x(i) = std::min(std::exp2(-10.0 + 33.0 * static_cast<double>(i) / (x.size() - 1)), 0x1p23 - 0x1p-18);
   auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::rsqrt(p, a); },
@@ -206,10 +206,10 @@ TEST_CASE("rsqrt: relative error within 1e-3 on [2^-10, 2^23)") {
 
 TEST_CASE("LayerNorm and RMSNorm against float64") {
   const std::size_t rows = 6, d = 64;
-  xt::xarray<double> x = mpcache::testing::random_real({rows, d}, -3, 3, 501);
+  RealTensor x = mpcache::testing::random_real({rows, d}, -3, 3, 501);
   for (std::size_t j = 0; j < d; ++j) x(5, j) = 0.01 * x(5, j) + 2.0;  // tiny variance row
-  const xt::xarray<double> gamma = mpcache::testing::random_real({d}, 0.5, 1.5, 502);
-  const xt::xarray<double> beta = mpcache::testing::random_real({d}, -0.5, 0.5, 503);
+  const RealTensor gamma = mpcache::testing::random_real({d}, 0.5, 1.5, 502);
+  const RealTensor beta = mpcache::testing::random_real({d}, -0.5, 0.5, 503);
   FixedPoint fp;
   const RingTensor xe = fp.encode(x), ge = fp.encode(gamma), be = fp.encode(beta);
   auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
@@ -223,7 +223,7 @@ TEST_CASE("LayerNorm and RMSNorm against float64") {
   // Both backends against float64; the tiny-variance row (5) keeps only about
   // 7 significant bits of variance in fixed point, hence its looser bound.
   for (const auto* result : {&secure.results[0], &clear}) {
-    const xt::xarray<double> ln = fp.decode((*result)[0]), rms = fp.decode((*result)[1]);
+    const RealTensor ln = fp.decode((*result)[0]), rms = fp.decode((*result)[1]);
     for (std::size_t r = 0; r < rows; ++r) {
       double mean = 0, ms = 0;
       for (std::size_t j = 0; j < d; ++j) mean += x(r, j) / d;
@@ -244,11 +244,11 @@ TEST_CASE("LayerNorm and RMSNorm against float64") {
 
 TEST_CASE("norm_project: norm(h) W for RMSNorm and LayerNorm, the projections in the norm's rounds") {
   const std::size_t rows = 3, d = 32, out = 5;
-  const xt::xarray<double> h = mpcache::testing::random_real({rows, d}, -3, 3, 511);
-  const xt::xarray<double> gamma = mpcache::testing::random_real({d}, 0.5, 1.5, 512);
-  const xt::xarray<double> beta = mpcache::testing::random_real({d}, -0.5, 0.5, 513);
-  const xt::xarray<double> w1 = mpcache::testing::random_real({d, out}, -0.3, 0.3, 514);
-  const xt::xarray<double> w2 = mpcache::testing::random_real({d, 2 * out}, -0.3, 0.3, 515);
+  const RealTensor h = mpcache::testing::random_real({rows, d}, -3, 3, 511);
+  const RealTensor gamma = mpcache::testing::random_real({d}, 0.5, 1.5, 512);
+  const RealTensor beta = mpcache::testing::random_real({d}, -0.5, 0.5, 513);
+  const RealTensor w1 = mpcache::testing::random_real({d, out}, -0.3, 0.3, 514);
+  const RealTensor w2 = mpcache::testing::random_real({d, 2 * out}, -0.3, 0.3, 515);
   FixedPoint fp;
   const RingTensor he = fp.encode(h), ge = fp.encode(gamma), be = fp.encode(beta), w1e = fp.encode(w1),
                    w2e = fp.encode(w2);
@@ -267,7 +267,7 @@ TEST_CASE("norm_project: norm(h) W for RMSNorm and LayerNorm, the projections in
     for (int which = 0; which < 4; ++which) {
       const bool layer = which >= 2;
       const auto& w = which % 2 == 0 ? w1 : w2;
-      const xt::xarray<double> got = fp.decode((*result)[which]);
+      const RealTensor got = fp.decode((*result)[which]);
       for (std::size_t r = 0; r < rows; ++r) {
         double mean = 0, ms = 0;
         for (std::size_t j = 0; j < d; ++j) mean += h(r, j) / d;
@@ -275,7 +275,7 @@ TEST_CASE("norm_project: norm(h) W for RMSNorm and LayerNorm, the projections in
           const double u = layer ? h(r, j) - mean : h(r, j);
           ms += u * u / d;
         }
-        for (std::size_t c = 0; c < w.shape(1); ++c) {
+        for (std::size_t c = 0; c < w.shape()[1]; ++c) {
           double want = 0, scale = 0;
           for (std::size_t j = 0; j < d; ++j) {
             const double u = layer ? h(r, j) - mean : h(r, j);
@@ -309,9 +309,9 @@ TEST_CASE("norms truncate nothing above 2^47 on rows with outlier features of 30
   // rss3's truncation of x fails with probability ~|x|/2^64: 2^-17 per
   // element at 2^47. Plain's audit sees every truncated value exactly.
   const std::size_t rows = 4, d = 64;
-  xt::xarray<double> x = mpcache::testing::random_real({rows, d}, -2, 2, 611);
+  RealTensor x = mpcache::testing::random_real({rows, d}, -2, 2, 611);
   for (std::size_t r = 0; r < rows; ++r) x(r, 3) = r % 2 ? 300.0 : -300.0;  // a massive-activation feature
-  const xt::xarray<double> gamma = mpcache::testing::random_real({d}, 0.5, 1.5, 612);
+  const RealTensor gamma = mpcache::testing::random_real({d}, 0.5, 1.5, 612);
   FixedPoint fp;
   Scheduler scheduler;
   Plain p;

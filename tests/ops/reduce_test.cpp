@@ -15,15 +15,15 @@ namespace {
 // Shared argmax (values, indices) of every row of x (encoded from xr)
 // against the first of the row's largest values, on rss3 and plain.
 template <class Run>
-void run_and_check_argmax(const xt::xarray<double>& xr, const RingTensor& x, Run argmax) {
+void run_and_check_argmax(const RealTensor& xr, const RingTensor& x, Run argmax) {
   auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
     auto a = co_await share_of(p, 1, x);
     auto r = co_await argmax(p, a);
     co_return std::array<RingTensor, 2>{co_await p.reveal(r.value), co_await p.reveal(r.index)};
   });
-  for (std::size_t i = 0; i < xr.shape(0); ++i) {
+  for (std::size_t i = 0; i < xr.shape()[0]; ++i) {
     std::size_t best = 0;
-    for (std::size_t j = 1; j < xr.shape(1); ++j)
+    for (std::size_t j = 1; j < xr.shape()[1]; ++j)
       if (xr(i, j) > xr(i, best)) best = j;
     CHECK(secure.results[0][1](i, 0) == best);
     CHECK(secure.results[0][0](i, 0) == x(i, best));
@@ -38,7 +38,7 @@ TEST_CASE("argmax along the last axis: values, lowest index on ties, every lengt
   for (std::size_t n : {1u, 2u, 3u, 5u, 8u, 13u}) {
     CAPTURE(arity);
     CAPTURE(n);
-    xt::xarray<double> xr = mpcache::testing::random_real({4, n}, -50, 50, 90 + n);
+    RealTensor xr = mpcache::testing::random_real({4, n}, -50, 50, 90 + n);
     // Row 1: all equal; row 2: two equal maxima.
     for (std::size_t j = 0; j < n; ++j) xr(1, j) = 3.5;
     if (n >= 3) xr(2, 0) = xr(2, n - 1) = 99.0;
@@ -110,7 +110,7 @@ TEST_CASE("argmax rounds follow the tournament depth and the group size") {
 TEST_CASE("argmax with narrowed comparisons: same values and indices within range, fewer rounds") {
   FixedPoint fp;
   const std::size_t n = 300;
-  xt::xarray<double> xr = mpcache::testing::random_real({3, n}, -4000, 4000, 95);
+  RealTensor xr = mpcache::testing::random_real({3, n}, -4000, 4000, 95);
   for (std::size_t j = 0; j < n; ++j) xr(1, j) = -4095.0;  // all equal, at the bottom of the range
   xr(2, 17) = xr(2, 250) = 4095.0;                          // tie at the top
   const RingTensor x = fp.encode(xr);
@@ -133,7 +133,7 @@ TEST_CASE("argmax as a one-hot row: 1 at the first largest value, its index loca
   FixedPoint fp;
   for (std::size_t n : {1u, 2u, 3u, 5u, 8u, 13u, 256u}) {
     CAPTURE(n);
-    xt::xarray<double> xr = mpcache::testing::random_real({3, n}, -50, 50, 70 + n);
+    RealTensor xr = mpcache::testing::random_real({3, n}, -50, 50, 70 + n);
     for (std::size_t j = 0; j < n; ++j) xr(1, j) = 3.5;  // all equal: the first
     if (n >= 3) xr(2, 1) = xr(2, n - 1) = 99.0;           // two maxima: the lower index
     const RingTensor x = fp.encode(xr);

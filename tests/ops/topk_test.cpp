@@ -14,7 +14,7 @@ using mpcache::testing::run_both;
 
 namespace {
 // Reference: indices ordered by value descending, then index ascending.
-std::vector<std::size_t> reference_order(const xt::xarray<double>& x, std::size_t row) {
+std::vector<std::size_t> reference_order(const RealTensor& x, std::size_t row) {
   const std::size_t n = x.shape()[1];
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -28,7 +28,7 @@ std::vector<std::size_t> reference_order(const xt::xarray<double>& x, std::size_
 
 void check_topk(ops::TopKMethod method, std::size_t n, std::size_t k) {
   FixedPoint fp;
-  xt::xarray<double> xr = mpcache::testing::random_real({3, n}, -100, 100, 300 + n);
+  RealTensor xr = mpcache::testing::random_real({3, n}, -100, 100, 300 + n);
   for (std::size_t j = 0; j < n; j += 3) xr(1, j) = 7.25;  // many ties in row 1
   const RingTensor x = fp.encode(xr);
   auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
@@ -67,7 +67,7 @@ TEST_CASE("top-k by blocks (stops at k): ordered, ties by index, any n") {
 TEST_CASE("top-k with a bound on the values: same result on fewer bits") {
   FixedPoint fp;
   const std::size_t n = 40, k = 7;
-  xt::xarray<double> xr = mpcache::testing::random_real({2, n}, -100, 100, 77);
+  RealTensor xr = mpcache::testing::random_real({2, n}, -100, 100, 77);
   xr(0, 5) = xr(0, 9) = 99.5;  // a tie at the top
   xr(1, 3) = 127.99;           // the edges of the range
   xr(1, 4) = -127.99;
@@ -170,7 +170,7 @@ TEST_CASE("top-1 one-hot of long rows by the tournament: exact, ties by index, t
   FixedPoint fp;
   for (std::size_t n : {65u, 124u, 300u}) {
     CAPTURE(n);
-    xt::xarray<double> xr = mpcache::testing::random_real({3, n}, -100, 100, 600 + n);
+    RealTensor xr = mpcache::testing::random_real({3, n}, -100, 100, 600 + n);
     for (std::size_t j = 0; j < n; ++j) xr(1, j) = 7.25;  // all tied in row 1: index 0 wins
     xr(2, n - 1) = 150;                                    // the last element, across every level's padding
     const RingTensor x = fp.encode(xr);

@@ -151,7 +151,7 @@ TEST_CASE("add2: probabilistic truncation and fixed-point products on small valu
   check_within_one(run.results[0], ring_shift_floor(x, 18));
 
   const FixedPoint fp(default_frac_bits);
-  const xt::xarray<double> u = {1.5, -2.25, 3.0, -0.125}, v = {2.0, 4.0, -1.5, 8.0};
+  const RealTensor u = {1.5, -2.25, 3.0, -0.125}, v = {2.0, 4.0, -1.5, 8.0};
   for (bool exact : {false, true}) {
     auto product = run_add2([&](Add2& p) -> Task<RingTensor> {
       auto su = co_await share_of(p, 0, fp.encode(u));

@@ -43,7 +43,7 @@ TEST_CASE("plain computes exact floor-truncated fixed-point results") {
 
 TEST_CASE("rss3 and plain agree up to truncation's last-bit error, and match float64") {
   FixedPoint fp;
-  const xt::xarray<double> xr = random_real({1, 32}, -2, 2, 4), wr = random_real({32, 8}, -1, 1, 5),
+  const RealTensor xr = random_real({1, 32}, -2, 2, 4), wr = random_real({32, 8}, -1, 1, 5),
                            br = random_real({1, 8}, -1, 1, 6);
   const RingTensor x = fp.encode(xr), w = fp.encode(wr), b = fp.encode(br);
   RingTensor plain = run_plain([&](Plain& p) { return affine_then_square(p, x, w, b); });

@@ -143,7 +143,7 @@ TEST_CASE("truncation is floor(x / 2^d) or one more, for positive and negative x
 
 TEST_CASE("fused mul_trunc and matmul_trunc compute fixed-point products") {
   FixedPoint fp;
-  const xt::xarray<double> xr = random_real({256}, -30.0, 30.0, 51),
+  const RealTensor xr = random_real({256}, -30.0, 30.0, 51),
                            yr = random_real({256}, -30.0, 30.0, 52);
   const RingTensor x = fp.encode(xr), y = fp.encode(yr);
   auto run = run_rss3([&](Rss3& p) -> Task<RingTensor> {
@@ -152,13 +152,13 @@ TEST_CASE("fused mul_trunc and matmul_trunc compute fixed-point products") {
     co_return co_await p.reveal(co_await p.mul_trunc(a, b));
   });
   check_within_one(run.results[0], ring_shift_floor(ring_mul(x, y), 18));
-  xt::xarray<double> got = fp.decode(run.results[0]);
+  RealTensor got = fp.decode(run.results[0]);
   for (std::size_t i = 0; i < 256; ++i) {
     // input rounding (2 x 2^-19 x 30) + truncation (2^-18)
     CHECK(std::fabs(got(i) - xr(i) * yr(i)) <= 30 * 0x1p-18 + 0x1p-18 + 1e-12);
   }
 
-  const xt::xarray<double> mr = random_real({2, 64}, -1.0, 1.0, 53),
+  const RealTensor mr = random_real({2, 64}, -1.0, 1.0, 53),
                            wr = random_real({64, 8}, -1.0, 1.0, 54);
   const RingTensor m = fp.encode(mr), w = fp.encode(wr);
   auto run2 = run_rss3([&](Rss3& p) -> Task<RingTensor> {
@@ -167,7 +167,7 @@ TEST_CASE("fused mul_trunc and matmul_trunc compute fixed-point products") {
     co_return co_await p.reveal(co_await p.matmul_trunc(a, b));
   });
   check_within_one(run2.results[2], ring_shift_floor(ring_matmul(m, w), 18));
-  xt::xarray<double> prod = fp.decode(run2.results[2]);
+  RealTensor prod = fp.decode(run2.results[2]);
   for (std::size_t i = 0; i < 2; ++i)
     for (std::size_t j = 0; j < 8; ++j) {
       double want = 0;

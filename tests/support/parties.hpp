@@ -1,6 +1,7 @@
 // Test support: run one coroutine per party, all in one process, on the
 // in-process transport. Include after the `import` lines.
 #pragma once
+#include "real_tensors.hpp"
 
 namespace mpcache::testing {
 
@@ -177,10 +178,9 @@ inline RingTensor random_ring(const Shape& shape, std::uint64_t seed) {
 }
 
 // Uniform reals in [lo, hi), deterministic.
-inline xt::xarray<double> random_real(const Shape& shape, double lo, double hi,
-                                      std::uint64_t seed) {
+inline RealTensor random_real(const Shape& shape, double lo, double hi, std::uint64_t seed) {
   RingTensor bits = random_ring(shape, seed);
-  xt::xarray<double> out = xt::xarray<double>::from_shape(shape);
+  RealTensor out = RealTensor::from_shape(shape);
   auto b = bits.begin();
   for (auto& v : out) v = lo + (hi - lo) * (static_cast<double>(*b++ >> 11) * 0x1p-53);
   return out;

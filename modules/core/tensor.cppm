@@ -1,0 +1,135 @@
+// Tensor<T>: a shape and its elements, row-major, in one contiguous buffer.
+//
+// The library's own tensor, so that no public interface names xtensor:
+// shares and clear-text values are Tensor<Ring> (RingTensor) and
+// Tensor<double> (RealTensor). It holds only what the code base uses:
+// construction, shape, element access, raw data for the ring kernels, and
+// equality. No expression templates, views or broadcasting; arithmetic is
+// ring_* (mpcache.core:ring) or a loop over data().
+export module mpcache.core:tensor;
+import mpcache.std;
+import :error;
+
+export namespace mpcache {
+
+using Shape = std::vector<std::size_t>;
+
+template <class T>
+class Tensor {
+ public:
+  using value_type = T;
+  using size_type = std::size_t;
+  using iterator = T*;
+  using const_iterator = const T*;
+
+  // A zero-dimensional tensor of one element (as xtensor's default).
+  Tensor() : Tensor(zeros(Shape{})) {}
+  // Elements left uninitialised: the caller writes every one (as
+  // xt::xarray::from_shape, which this replaces without a memset).
+  static Tensor from_shape(Shape shape) { return Tensor(std::move(shape), Uninitialised{}); }
+  static Tensor zeros(Shape shape) { return filled(std::move(shape), T{}); }
+  static Tensor filled(Shape shape, T value) {
+    Tensor t = from_shape(std::move(shape));
+    std::fill(t.begin(), t.end(), value);
+    return t;
+  }
+  // {a, b, c}: a vector; {{a, b}, {c, d}}: a matrix (rows of equal length).
+  Tensor(std::initializer_list<T> values) : Tensor(Shape{values.size()}, Uninitialised{}) {
+    std::copy(values.begin(), values.end(), begin());
+  }
+  Tensor(std::initializer_list<std::initializer_list<T>> rows)
+      : Tensor(Shape{rows.size(), rows.size() == 0 ? 0 : rows.begin()->size()}, Uninitialised{}) {
+    T* out = data();
+    for (const auto& row : rows) {
+      if (row.size() != shape_[1])
+        throw Error(ErrorCode::invalid_argument, "Tensor: rows of different lengths (" +
+                                                     std::to_string(row.size()) + " and " +
+                                                     std::to_string(shape_[1]) + ")");
+      out = std::copy(row.begin(), row.end(), out);
+    }
+  }
+
+  Tensor(const Tensor& o) : Tensor(o.shape_, Uninitialised{}) { std::copy(o.begin(), o.end(), begin()); }
+  Tensor(Tensor&& o) noexcept
+      : shape_(std::move(o.shape_)), size_(std::exchange(o.size_, 0)), data_(std::move(o.data_)) {}
+  Tensor& operator=(const Tensor& o) {
+    if (this != &o) {
+      if (size_ != o.size_) data_ = std::make_unique_for_overwrite<T[]>(o.size_);
+      shape_ = o.shape_;
+      size_ = o.size_;
+      std::copy(o.begin(), o.end(), begin());
+    }
+    return *this;
+  }
+  Tensor& operator=(Tensor&& o) noexcept {
+    shape_ = std::move(o.shape_);
+    size_ = std::exchange(o.size_, 0);
+    data_ = std::move(o.data_);
+    return *this;
+  }
+
+  const Shape& shape() const noexcept { return shape_; }
+  size_type size() const noexcept { return size_; }
+  size_type dimension() const noexcept { return shape_.size(); }
+
+  T* data() noexcept { return data_.get(); }
+  const T* data() const noexcept { return data_.get(); }
+  T* begin() noexcept { return data(); }
+  T* end() noexcept { return data() + size_; }
+  const T* begin() const noexcept { return data(); }
+  const T* end() const noexcept { return data() + size_; }
+
+  // Element at a row-major index, xtensor's rule for the count: extra
+  // leading indices are dropped, missing ones are the leading axes (t(i)
+  // of a matrix is row 0, column i). Unchecked, as xtensor's.
+  template <std::integral... I>
+  T& operator()(I... index) noexcept {
+    return data_[offset({static_cast<size_type>(index)...})];
+  }
+  template <std::integral... I>
+  const T& operator()(I... index) const noexcept {
+    return data_[offset({static_cast<size_type>(index)...})];
+  }
+
+  // Same shape and the same elements.
+  friend bool operator==(const Tensor& a, const Tensor& b) noexcept {
+    return a.shape_ == b.shape_ && std::equal(a.begin(), a.end(), b.begin());
+  }
+
+ private:
+  struct Uninitialised {};
+  Tensor(Shape shape, Uninitialised)
+      : shape_(std::move(shape)),
+        size_(std::accumulate(shape_.begin(), shape_.end(), size_type{1}, std::multiplies<>{})),
+        data_(std::make_unique_for_overwrite<T[]>(size_)) {}
+
+  size_type offset(std::initializer_list<size_type> index) const noexcept {
+    const size_type n = index.size(), dims = shape_.size();
+    const size_type* i = index.begin() + (n > dims ? n - dims : 0);  // extra leading ones dropped
+    const size_type first_axis = n < dims ? dims - n : 0;            // missing ones: leading axes at 0
+    size_type at = 0;
+    for (size_type axis = first_axis; axis < dims; ++axis, ++i) at = at * shape_[axis] + *i;
+    return at;
+  }
+
+  Shape shape_;
+  size_type size_ = 0;
+  std::unique_ptr<T[]> data_;
+};
+
+// (m, n) -> (n, m); throws Error(invalid_argument) for other ranks.
+template <class T>
+Tensor<T> transpose(const Tensor<T>& a) {
+  if (a.dimension() != 2)
+    throw Error(ErrorCode::invalid_argument,
+                "transpose needs a matrix, not " + std::to_string(a.dimension()) + " dimensions");
+  const std::size_t m = a.shape()[0], n = a.shape()[1];
+  Tensor<T> out = Tensor<T>::from_shape({n, m});
+  const T* in = a.data();
+  T* o = out.data();
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j) o[j * m + i] = in[i * n + j];
+  return out;
+}
+
+}  // namespace mpcache
