@@ -25,29 +25,28 @@ ClientDoor::~ClientDoor() {
   if (listen_fd_ >= 0) sys::close_fd(listen_fd_);
 }
 
-std::optional<ClientChannel> ClientDoor::accept(std::chrono::steady_clock::time_point deadline,
-                                                const std::function<void(const std::string&)>& refused,
-                                                std::chrono::milliseconds handshake_within) {
+std::optional<PendingClient> ClientDoor::next_connection(std::chrono::steady_clock::time_point deadline) {
+  PendingClient connection;
+  connection.fd = sys::accept_before(listen_fd_, deadline, connection.remote);
+  if (connection.fd < 0) return std::nullopt;
+  return connection;
+}
+
+ClientChannel ClientDoor::authenticate(PendingClient connection, std::chrono::steady_clock::time_point deadline) const {
   std::vector<sys::ClientKey> keys;
   for (const auto& k : allowed_) keys.push_back({k.name, k.public_pem});
-  for (;;) {
-    std::string remote;
-    const int fd = sys::accept_before(listen_fd_, deadline, remote);
-    if (fd < 0) return std::nullopt;
-    try {
-      auto accepted = sys::authenticate_client(fd, server_, secret_key_pem_, keys,
-                                               std::chrono::steady_clock::now() + handshake_within);
-      ClientChannel channel;
-      channel.fd = fd;
-      channel.keys.send = accepted.keys.send;
-      channel.keys.recv = accepted.keys.recv;
-      channel.peer = allowed_[accepted.client].name;
-      channel.remote = remote;
-      return channel;
-    } catch (const std::exception& e) {
-      sys::close_fd(fd);
-      if (refused) refused("refused a client connection from " + remote + ": " + e.what());
-    }
+  try {
+    auto accepted = sys::authenticate_client(connection.fd, server_, secret_key_pem_, keys, deadline);
+    ClientChannel channel;
+    channel.fd = connection.fd;
+    channel.keys.send = accepted.keys.send;
+    channel.keys.recv = accepted.keys.recv;
+    channel.peer = allowed_[accepted.client].name;
+    channel.remote = std::move(connection.remote);
+    return channel;
+  } catch (const std::exception& e) {
+    sys::close_fd(connection.fd);
+    throw Error(ErrorCode::network, "refused a client connection from " + connection.remote + ": " + e.what());
   }
 }
 

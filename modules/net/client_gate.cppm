@@ -5,9 +5,10 @@
 // the key exchange is the mesh's, net/sys/handshake.cpp), which becomes a
 // two-party TcpTransport of its own on the server's loop.
 //
-// accept() blocks: a server runs it on a thread it owns and hands what it
-// returns to its loop (LoopInbox), so a slow or hostile stranger never stalls
-// the sessions in flight.
+// next_connection() and authenticate() block: a server runs them on threads
+// it owns (one handshake per connection, so a silent stranger delays no
+// other client) and hands each channel to its loop (LoopInbox), so a slow or
+// hostile stranger never stalls the sessions in flight either.
 export module mpcache.net:client_gate;
 import mpcache.std;
 import mpcache.core;
@@ -22,6 +23,12 @@ struct ClientKeyPem {
 
 // An authenticated connection: the descriptor (blocking mode; the
 // transport takes it over) and its channel keys.
+// A connection the door took but has not authenticated yet.
+struct PendingClient {
+  int fd = -1;
+  std::string remote;  // host:port of the other end
+};
+
 struct ClientChannel {
   int fd = -1;
   ChannelKeys keys;
@@ -40,13 +47,13 @@ class ClientDoor {
   ClientDoor& operator=(const ClientDoor&) = delete;
 
   std::uint16_t port() const noexcept { return port_; }
-  // The next client that proves its key, or nullopt once `deadline` passed.
-  // A connection that fails (unknown key, bad hello, silent for
-  // `handshake_within`) is closed and reported through `refused` with the
-  // remote address and the reason; accept() then waits for the next one.
-  std::optional<ClientChannel> accept(std::chrono::steady_clock::time_point deadline,
-                                      const std::function<void(const std::string&)>& refused,
-                                      std::chrono::milliseconds handshake_within = std::chrono::milliseconds(2000));
+  // The next connection, or nullopt once `deadline` passed.
+  std::optional<PendingClient> next_connection(std::chrono::steady_clock::time_point deadline);
+  // The client's hello and key exchange, by `deadline`; safe on several
+  // threads at once. A client that fails (unknown key, bad hello, silence)
+  // gets Error(network) naming its address and the reason, and its
+  // connection is closed.
+  ClientChannel authenticate(PendingClient connection, std::chrono::steady_clock::time_point deadline) const;
 
  private:
   int listen_fd_ = -1;

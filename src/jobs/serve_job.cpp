@@ -15,6 +15,7 @@
 import mpcache;
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"
+#include "door_keeper.hpp"
 #include "party_job.hpp"
 #include "serve_job.hpp"
 #include "stop_on_signal.hpp"
@@ -85,6 +86,13 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
       ->check(CLI::Range(0, 3600000));
   cmd.add_option("--client-timeout-ms", o.client_timeout_ms, "a client that keeps its session waiting this long is dropped")
       ->capture_default_str()->check(CLI::Range(100, 3600000));
+  cmd.add_option("--handshake-ms", o.handshake_ms, "a client connection must prove its key within this long")
+      ->capture_default_str()->check(CLI::Range(100, 600000));
+  cmd.add_option("--max-handshakes", o.max_handshakes, "client handshakes in progress at once; more connections are closed")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd.add_option("--max-handshakes-per-host", o.max_handshakes_per_host,
+                 "client handshakes in progress at once from one remote address")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
   cmd.add_option("--timeout-ms", o.timeout_ms, "mesh set-up and silence deadline (default: the config's)")
       ->check(CLI::Range(100, 3600000));
   cmd.add_option("--truncation", o.truncation, "exact (default) or probabilistic")
@@ -146,19 +154,16 @@ int run_server(const ServeJob& o) {
     };
   serve::Server server(scheduler, mesh, connection.transport().timers(), so);
 
-  // The door's thread (ours, not the library's): it blocks in accept and
-  // the key exchange, so a slow or hostile stranger never stalls the loop;
-  // each client that proves its key is handed to the loop.
-  std::jthread door_thread([&](std::stop_token done) {
-    while (!done.stop_requested()) {
-      try {
-        auto channel = door.accept(std::chrono::steady_clock::now() + std::chrono::milliseconds(200), log_line);
-        if (channel) inbox.post([&server, c = *channel] { server.admit(c); });
-      } catch (const std::exception& e) {
-        log_line(std::string("client door: ") + e.what());
-      }
-    }
-  });
+  // The door's threads (ours, not the library's): they block in accept and
+  // in each client's key exchange, so a slow or hostile stranger never
+  // stalls the loop or another client; each client that proves its key is
+  // handed to the loop.
+  DoorLimits limits;
+  limits.max_handshakes = o.max_handshakes;
+  limits.per_host = o.max_handshakes_per_host;
+  limits.handshake_within = std::chrono::milliseconds(o.handshake_ms);
+  std::optional<DoorKeeper> door_keeper;
+  door_keeper.emplace(door, limits, [&](ClientChannel c) { inbox.post([&server, c] { server.admit(c); }); }, log_line);
   log_line("server " + std::to_string(id) + ": clients on " + me.host + ":" + std::to_string(door.port()) + ", " +
            std::to_string(allowed.size()) + " client keys");
   int status = 0;
@@ -177,8 +182,7 @@ int run_server(const ServeJob& o) {
     report["error"] = e.what();
     status = stop.signal() != 0 ? 0 : 1;
   }
-  door_thread.request_stop();
-  door_thread.join();
+  door_keeper.reset();
   if (steps) std::fclose(steps);
   report["peak_rss_kb"] = peak_rss_kb();
   if (!o.report.empty()) write_text_file(o.report, report.dump() + "\n", false);

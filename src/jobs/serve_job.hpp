@@ -30,6 +30,9 @@ struct ServeJob {
   int drain_ms = 30000;
   int client_timeout_ms = 60000;  // a client that keeps its session waiting this long is dropped
   int timeout_ms = -1;            // mesh set-up and silence (-1: the config's)
+  int handshake_ms = 2000;        // a client connection proves its key within this long
+  std::size_t max_handshakes = 64;           // client handshakes in progress at once
+  std::size_t max_handshakes_per_host = 16;  // the same, from one remote address
   std::string truncation = "exact";
   bool allow_unused_weights = false;
   bool compact_weights = false;  // rss3 weights at 8 bytes per weight (Rss3Options::compact_weights)

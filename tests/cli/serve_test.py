@@ -90,7 +90,9 @@ def main():
 
     # A client that keeps its session waiting 4 s (its prompt never comes) is dropped.
     # Each server has a compute pool of 2 threads: the tokens must not change.
-    servers, logs = start_servers("server", ["--drain-ms", "20000", "--client-timeout-ms", "4000", "--threads", "2"])
+    # A stranger's connection has 60 s to prove its key, at most 4 at once from one host.
+    servers, logs = start_servers("server", ["--drain-ms", "20000", "--client-timeout-ms", "4000", "--threads", "2",
+                                             "--handshake-ms", "60000", "--max-handshakes-per-host", "4"])
     try:
 
         expected = {}
@@ -118,6 +120,36 @@ def main():
             if "first token after" not in err:
                 fail("client for %r printed no latency line: %s" % (p, err))
         print("4 concurrent clients: tokens equal generate --in-process")
+
+        # Silent strangers (they connect and never say hello) hold two
+        # handshakes at every server. A good client meanwhile gets its tokens:
+        # each handshake runs on its own, so the strangers delay no one. (Were
+        # they taken one at a time, this client would wait out their 60 s and
+        # give up after its 10 s.)
+        silent = [socket.create_connection(("127.0.0.1", ports[3 + i])) for i in range(3) for _ in range(2)]
+        r = run([exe, "client", "--servers", config, "--key", os.path.join(clients, "alice.key"), "--model", a.model,
+                 "--tokenizer", "none", "--prompt", PROMPTS[0], "--tokens", str(TOKENS), "--ids", "--timeout-ms", "10000"])
+        if r.returncode != 0 or [int(x) for x in r.stdout.split()] != expected[PROMPTS[0]]:
+            fail("a client beside silent strangers: status %d\n%s" % (r.returncode, r.stderr), logs)
+        for sock in silent:  # still waiting for their hello: the client did not outlast them
+            sock.setblocking(False)
+            try:
+                if sock.recv(1) == b"":
+                    fail("a silent stranger's connection was closed before its 60 s", logs)
+            except BlockingIOError:
+                pass
+        # Three more at server 0, from the same host: the third is over the
+        # limit of 4 per host and is closed at once.
+        flood = [socket.create_connection(("127.0.0.1", ports[3])) for _ in range(3)]
+        flood[2].settimeout(20)
+        if flood[2].recv(1) != b"":
+            fail("a connection over the per-host limit was not closed", logs)
+        time.sleep(0.3)
+        if "handshakes in progress from 127.0.0.1 (at most 4 per host)" not in open(logs[0]).read():
+            fail("server 0 did not log the per-host limit", logs)
+        for sock in silent + flood:
+            sock.close()
+        print("silent strangers delay no client; past 4 handshakes per host a connection is closed, logged")
 
         # Two bad clients among two good ones: each bad one ends only its own
         # session, at all three servers, with the reason logged.
@@ -187,8 +219,8 @@ def main():
         if status != 0:
             fail("server %d stopped with status %d" % (i, status), logs)
     for l in logs:
-        if "stopped: 7 sessions done, 3 failed" not in open(l).read():
-            fail("a server did not report its 7 sessions done and 3 failed", logs)
+        if "stopped: 8 sessions done, 3 failed" not in open(l).read():
+            fail("a server did not report its 8 sessions done and 3 failed", logs)
     print("SIGTERM: every server drained and stopped with status 0")
 
     # A server that dies mid-session: the client gets an error naming it
