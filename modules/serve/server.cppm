@@ -61,6 +61,11 @@ struct ServeOptions {
   // After a stop: sessions in flight may finish within this; then they are cancelled.
   std::chrono::milliseconds drain_within{30000};
   std::chrono::milliseconds heartbeat_every{1000};
+  // A session's client must send its prompt shares within this; otherwise
+  // the session fails and the client is told why before its channel closes.
+  // Keep client_tcp.silence_timeout longer: it is the transport's backstop,
+  // and a client it cuts off learns only that its channel closed.
+  std::chrono::milliseconds prompt_within{8000};
   TcpOptions client_tcp;  // the client channels' transport (silence deadline, driver)
   std::function<void(const std::string&)> log;  // one line per event; nothing by default
   // After each chosen token: this server, the session, the step (0: the

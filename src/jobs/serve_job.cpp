@@ -144,7 +144,9 @@ int run_server(const ServeJob& o) {
   so.rss3.exact_truncation = o.truncation == "exact";
   so.rss3.compact_weights = o.compact_weights;
   so.rss3.pool = pool ? &*pool : nullptr;
-  so.client_tcp = o.network.tcp_options(std::chrono::milliseconds(o.client_timeout_ms));
+  // The session's deadline tells the client why; the transport's, 2 s later, is the backstop.
+  so.prompt_within = std::chrono::milliseconds(o.client_timeout_ms);
+  so.client_tcp = o.network.tcp_options(std::chrono::milliseconds(o.client_timeout_ms + 2000));
   so.log = log_line;
   if (steps)
     so.on_step = [steps](PartyId, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t bytes) {

@@ -35,13 +35,13 @@ struct ClientLink {
     if (!closed) endpoint->send(client_peer, reply_stream, r.encode());
   }
   // Hands what is queued to the socket, closes, and wakes whatever waits on
-  // the client (its watcher) with a network error.
-  void close() {
+  // the client (its watcher) with a network error naming `why`.
+  void close(const std::string& why = "closed by the server") {
     if (closed) return;
     closed = true;
     endpoint->on_tick_end();
     if (transport) transport->shutdown();
-    endpoint->fail(client_peer, "closed by the server");
+    endpoint->fail(client_peer, why);
   }
 };
 
@@ -282,6 +282,23 @@ struct Server::Impl {
     tasks.spawn(watch_client(session, r->link));
   }
 
+  // Unless `done` is set within `limit`, tells the client "<what> within N
+  // ms" as its session's failure and closes its channel: the wait on it then
+  // fails with that reason. (The transport's own silence deadline, longer,
+  // would close the channel without a word.)
+  void fail_unless_by(const std::shared_ptr<ClientLink>& link, std::shared_ptr<bool> done,
+                      std::chrono::milliseconds limit, const std::string& what) {
+    std::weak_ptr<bool> guard = alive;
+    std::weak_ptr<ClientLink> weak = link;
+    timers.at(SteadyClock::now() + limit, [guard, weak, done, limit, what] {
+      auto l = weak.lock();
+      if (guard.expired() || *done || !l || l->closed) return;
+      const std::string why = "client " + l->name + " " + what + " within " + std::to_string(limit.count()) + " ms";
+      l->reply(Reply::text(ReplyKind::failed, why));
+      l->close(why);
+    });
+  }
+
   // Ends the session's scope when its client goes away first.
   Task<void> watch_client(std::uint64_t session, std::shared_ptr<ClientLink> link) {
     std::string why;
@@ -356,7 +373,10 @@ struct Server::Impl {
     const ServeRequest& q = r->request;
     Rss3 p = party->scoped_session(session);
     const std::size_t vocab = config.vocab_size;
+    auto prompt_came = make_shared<bool>(false);
+    fail_unless_by(r->link, prompt_came, options.prompt_within, "sent no prompt shares");
     const auto prompt = co_await link.endpoint->recv(link.client_peer, prompt_stream);
+    *prompt_came = true;
     const Rss3Share hot = client_shares::assemble(id(), prompt, {q.prompt_length, vocab});
     auto seq = make_shared<Sequence>();
     seq->session = session;

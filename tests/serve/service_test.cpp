@@ -130,6 +130,43 @@ TEST_CASE("a client whose prompt share is garbage ends only its own session, at 
   CHECK(service.logged("server 1: session"));
 }
 
+TEST_CASE("a client that never sends its prompt is told why at every server, and only its session ends") {
+  serve::ServeOptions options;
+  options.prompt_within = std::chrono::milliseconds(300);
+  Service service(options);
+  Outcome good;
+  std::string staller_error;
+  std::vector<Task<void>> clients;
+  clients.push_back(ask(service.connect("good"), request_for(emma, 3), good));
+  Endpoint& stalling = service.connect("staller");
+  auto staller = [&]() -> Task<void> {
+    serve::ServeRequest q;
+    q.nonce = {5, 5};
+    q.prompt_length = 4;
+    q.new_tokens = 3;
+    q.policy = "mpcache";
+    for (PartyId s = 0; s < 3; ++s) stalling.send(s, serve::request_stream, q.encode());
+    for (PartyId s = 0; s < 3; ++s) {
+      auto r = serve::Reply::decode(co_await stalling.recv(s, serve::reply_stream), "server");
+      REQUIRE(r.kind == serve::ReplyKind::accepted);
+    }
+    // No prompt shares: each server's deadline fails the session and says why.
+    for (PartyId s = 0; s < 3; ++s) {
+      auto r = serve::Reply::decode(co_await stalling.recv(s, serve::reply_stream), "server");
+      if (r.kind == serve::ReplyKind::failed) staller_error += "server " + std::to_string(s) + ": " + r.text() + "\n";
+    }
+  };
+  clients.push_back(staller());
+  service.run(std::move(clients));
+  CHECK(good.error.empty());
+  CHECK(good.tokens == generated(bytes_of(emma), 3));
+  INFO(staller_error);
+  // The first server to time out tells the client; the others may learn it
+  // first from that server's cancellation of the session.
+  CHECK(staller_error.find("sent no prompt shares within 300 ms") != std::string::npos);
+  CHECK(service.logged("sent no prompt shares within 300 ms"));
+}
+
 TEST_CASE("a client that vanishes mid-session ends only its own session") {
   Service service;
   Outcome good;
