@@ -6,7 +6,8 @@
 // they were before). With --threads N > 1 every fast case also runs on a
 // ComputePool of N threads (`-threadsN`). Local compute of one party only:
 // no messages, no rounds; `elements` is the multiply-adds of one call (of
-// the elements, element-wise).
+// the elements, element-wise). The PRG's AES keystream beside OpenSSL's
+// (`-openssl`).
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <chrono>
 import mpcache;
@@ -159,11 +160,32 @@ std::vector<CaseResult> kernels_preset(const Options& options) {
       }
     }
   }
+  // The PRG (every random share and zero-sharing): our AES keystream beside
+  // OpenSSL's EVP AES-128-CTR, which it replaced, on a prefill-sized draw.
+  for (const std::size_t n : {std::size_t{1} << 21}) {
+    const std::string name = "prg-draw-" + std::to_string(n);
+    if (!wanted(name, {"-openssl"})) continue;
+    const PrgKey key = insecure_prg_key(1, 2);
+    const Prg best(key), openssl(key, PrgEngine::openssl);
+    RingTensor fast = RingTensor::from_shape({n}), reference = RingTensor::from_shape({n});
+    const double t_fast = median_seconds(options.repeat, [&] {
+      std::uint64_t block = 0;
+      best.fill(5, block, std::span<Ring>(fast.data(), n));
+    });
+    const double t_ref = median_seconds(options.repeat, [&] {
+      std::uint64_t block = 0;
+      openssl.fill(5, block, std::span<Ring>(reference.data(), n));
+    });
+    if (fast != reference) throw std::logic_error(name + ": the " + std::string(best.engine_name()) + " keystream disagrees with OpenSSL's");
+    out.push_back(row(name, n, t_fast, options.repeat, 1, std::string("AES-128-CTR, ") + best.engine_name() + " kernel", "elements"));
+    out.push_back(row(name + "-openssl", n, t_ref, options.repeat, 1, "AES-128-CTR, OpenSSL EVP (memset, then encrypt in place)", "elements"));
+  }
   if (out.empty())
     throw Error(ErrorCode::invalid_argument,
                 "preset 'kernels' has no case '" + options.case_name +
                     "' (ring-matmul-1x768x3072, ring-matmul-512x768x768, each with -scalar; ring-matmul-rss3-<same>; "
-                    "ring-add-N, ring-mul-N for N = 50257, 2097152, each with -loop; -threadsN with --threads N)");
+                    "ring-add-N, ring-mul-N for N = 50257, 2097152, each with -loop; prg-draw-2097152 with -openssl; -threadsN "
+                    "with --threads N)");
   return out;
 }
 

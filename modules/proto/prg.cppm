@@ -1,5 +1,6 @@
 // Pseudo-random generator for correlated randomness: AES-128 in counter mode
-// (OpenSSL EVP, AES-NI where the CPU has it). The 128-bit counter block is
+// (our AES-NI/VAES keystream, src/core/aes_ctr.cpp, where the CPU has
+// AES-NI; OpenSSL EVP otherwise: the same values either way). The 128-bit counter block is
 // (stream id, block index), so every stream has its own key stream and
 // concurrent sub-protocols draw the same values at every party whatever
 // order their messages arrive in.
@@ -22,9 +23,14 @@ inline constexpr StreamId protocol_setup_stream = ~StreamId{0};
 // same at every party, so that forks' messages and randomness line up.
 StreamId derive_stream(StreamId parent, std::uint64_t child);
 
+// Who computes the keystream: `best`, our kernels where the CPU has AES-NI
+// (OpenSSL otherwise), or `openssl` always (the reference, for tests and
+// the kernels bench). Both give the same values.
+enum class PrgEngine : std::uint8_t { best, openssl };
+
 class Prg {
  public:
-  explicit Prg(const PrgKey& key);
+  explicit Prg(const PrgKey& key, PrgEngine engine = PrgEngine::best);
   ~Prg();
   Prg(Prg&&) noexcept;
   Prg& operator=(Prg&&) noexcept;
@@ -33,6 +39,8 @@ class Prg {
   // advances `block` past the blocks used (two ring elements per block).
   void fill(StreamId stream, std::uint64_t& block, std::span<Ring> out) const;
   RingTensor draw(StreamId stream, std::uint64_t& block, const Shape& shape) const;
+  // "vaes", "aesni" or "openssl": what computes this PRG's keystream.
+  const char* engine_name() const noexcept;
 
  private:
   struct Impl;

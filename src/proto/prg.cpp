@@ -2,6 +2,7 @@ module;
 #include "prelude.hpp"
 #include <sys/random.h>
 #include <openssl/evp.h>
+#include "../core/aes_ctr.hpp"
 module mpcache.proto;
 import mpcache.core;
 
@@ -43,6 +44,11 @@ StreamId derive_stream(StreamId parent, std::uint64_t child) {
 }
 
 struct Prg::Impl {
+  // Our AES-NI/VAES keystream where the CPU has AES-NI (the same values as
+  // OpenSSL's, written straight into the draw: no zeroing, no XOR, no
+  // context to reposition); OpenSSL's EVP AES-128-CTR otherwise (none).
+  kernels::AesLevel level = kernels::detected_aes_level();
+  kernels::Aes128RoundKeys round_keys{};
   EVP_CIPHER_CTX* ctx = nullptr;
   // Where the keystream stands after the last fill: a fill that continues
   // it (same stream, next block) skips re-initialising the context, which
@@ -54,7 +60,12 @@ struct Prg::Impl {
   ~Impl() { EVP_CIPHER_CTX_free(ctx); }
 };
 
-Prg::Prg(const PrgKey& key) : impl_(std::make_unique<Impl>()) {
+Prg::Prg(const PrgKey& key, PrgEngine engine) : impl_(std::make_unique<Impl>()) {
+  if (engine == PrgEngine::openssl) impl_->level = kernels::AesLevel::none;
+  if (impl_->level != kernels::AesLevel::none) {
+    impl_->round_keys = kernels::aes128_expand_key(key.data());
+    return;
+  }
   impl_->ctx = EVP_CIPHER_CTX_new();
   if (!impl_->ctx || EVP_EncryptInit_ex(impl_->ctx, EVP_aes_128_ctr(), nullptr, key.data(),
                                         nullptr) != 1)
@@ -68,6 +79,18 @@ Prg& Prg::operator=(Prg&&) noexcept = default;
 void Prg::fill(StreamId stream, std::uint64_t& block, std::span<Ring> out) const {
   const std::size_t blocks = (out.size() + 1) / 2;
   if (blocks == 0) return;
+  auto* bytes = reinterpret_cast<unsigned char*>(out.data());
+  if (impl_->level != kernels::AesLevel::none) {
+    const std::size_t whole_blocks = out.size() / 2;
+    kernels::aes128_ctr_keystream(impl_->level, impl_->round_keys, stream, block, bytes, whole_blocks);
+    if (out.size() % 2) {  // last half block
+      alignas(16) unsigned char tail[16];
+      kernels::aes128_ctr_keystream(impl_->level, impl_->round_keys, stream, block + whole_blocks, tail, 1);
+      std::memcpy(bytes + 16 * whole_blocks, tail, sizeof(Ring));
+    }
+    block += blocks;
+    return;
+  }
   if (!impl_->positioned || impl_->stream != stream || impl_->next_block != block) {
     // Counter block: stream id (high 64 bits), block index (low 64 bits), big endian.
     std::array<unsigned char, 16> iv{};
@@ -77,7 +100,6 @@ void Prg::fill(StreamId stream, std::uint64_t& block, std::span<Ring> out) const
       throw Error(ErrorCode::invalid_argument, "AES-CTR re-initialisation failed");
   }
   impl_->positioned = false;  // until this fill has run to its end
-  auto* bytes = reinterpret_cast<unsigned char*>(out.data());
   const std::size_t whole = out.size() / 2 * 16;
   std::memset(bytes, 0, out.size() * sizeof(Ring));
   int written = 0;
@@ -99,6 +121,10 @@ void Prg::fill(StreamId stream, std::uint64_t& block, std::span<Ring> out) const
   impl_->stream = stream;
   impl_->next_block = block + blocks;
   block += blocks;
+}
+
+const char* Prg::engine_name() const noexcept {
+  return impl_->level == kernels::AesLevel::none ? "openssl" : kernels::aes_level_name(impl_->level);
 }
 
 RingTensor Prg::draw(StreamId stream, std::uint64_t& block, const Shape& shape) const {
