@@ -2,7 +2,7 @@ module;
 #include "prelude.hpp"
 #include <sys/random.h>
 #include <openssl/evp.h>
-#include "../core/aes_ctr.hpp"
+#include "aes_ctr.hpp"
 module mpcache.proto;
 import mpcache.core;
 

@@ -2,7 +2,7 @@
 // on 512-bit registers (four blocks per instruction) where the CPU has it,
 // AES-NI otherwise. The PRG (src/proto/prg.cpp) draws every random share
 // from it; OpenSSL's EVP AES-128-CTR, which it replaces on the hot path,
-// stays the reference (tests/core/aes_ctr_test.cpp) and the fallback on a
+// stays the reference (tests/proto/aes_ctr_test.cpp) and the fallback on a
 // CPU without AES-NI. Nothing here allocates or keeps state.
 #pragma once
 #include <cstddef>
