@@ -1,5 +1,5 @@
 // Pseudo-random generator for correlated randomness: AES-128 in counter mode
-// (our AES-NI/VAES keystream, src/core/aes_ctr.cpp, where the CPU has
+// (our AES-NI/VAES keystream, src/proto/aes_ctr.cpp, where the CPU has
 // AES-NI; OpenSSL EVP otherwise: the same values either way). The 128-bit counter block is
 // (stream id, block index), so every stream has its own key stream and
 // concurrent sub-protocols draw the same values at every party whatever
