@@ -45,6 +45,22 @@ struct WholeCache {
   std::size_t resident_bytes() const { return inner.resident_bytes(); }
 };
 
+// fn(id, p, decoder, endpoint) -> Task<void> at each party: rss3, 2 random
+// LLaMA layers of the fixture's shape.
+template <class Fn>
+void with_decoder(Fn fn) {
+  const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 5});
+    Rss3 p = state->session();
+    auto weights = co_await load_llama(p, c, id == 0 ? random_weights(6, 0.3) : no_weights());
+    Decoder<Rss3> decoder(weights);
+    co_await fn(id, p, decoder, network.endpoint(id));
+  });
+}
+
 struct Run {
   std::array<std::vector<CostCounters>, 3> costs;  // per party: prefill, then each step
   std::array<std::vector<RingTensor>, 3> logits;   // per party: the prefill's last row, then each step's
@@ -56,28 +72,21 @@ constexpr std::size_t prompt_tokens = 40, steps = 3;
 // 2 random LLaMA layers of the fixture's shape: a 40-token prefill, 3 steps.
 template <class Pol>
 Run generate(bool probed = false) {
-  const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
   Run run;
-  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 5});
-    Rss3 p = state->session();
-    auto weights = co_await load_llama(p, c, id == 0 ? random_weights(6, 0.3) : no_weights());
-    Decoder<Rss3> decoder(weights);
+  with_decoder([&](PartyId id, Rss3& p, Decoder<Rss3>& decoder, Endpoint& endpoint) -> Task<void> {
     if (probed) decoder.set_probe([](std::size_t, std::size_t, const Rss3::Share&, const Rss3::Share&, const Rss3::Share&) {});
     Pol policy;
     std::vector<std::uint32_t> prompt;
     for (std::size_t i = 0; i < prompt_tokens; ++i) prompt.push_back(static_cast<std::uint32_t>((i * 37) % 251));
     auto mine = [id](auto v) { return id == 0 ? std::optional(v) : std::nullopt; };
-    CostCounters before = network.endpoint(id).costs();
+    CostCounters before = endpoint.costs();
     auto out = co_await decoder.prefill(p, policy, 0, mine(prompt), prompt.size());
-    run.costs[id].push_back(network.endpoint(id).costs() - before);
+    run.costs[id].push_back(endpoint.costs() - before);
     run.logits[id].push_back(co_await p.reveal(ops::rows<Rss3>(out, prompt_tokens - 1, prompt_tokens)));
     for (std::size_t s = 0; s < steps; ++s) {
-      before = network.endpoint(id).costs();
+      before = endpoint.costs();
       out = co_await decoder.decode(p, policy, 0, mine(std::uint32_t(7 + s)));
-      run.costs[id].push_back(network.endpoint(id).costs() - before);
+      run.costs[id].push_back(endpoint.costs() - before);
       run.logits[id].push_back(co_await p.reveal(out));
     }
     run.decoder_bytes[id] = decoder.cache_bytes();
@@ -103,14 +112,8 @@ struct Prepared {
 Prepared prepared(bool last_row) {
   const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
   const std::size_t t = prepared_tokens, kvh = c.num_kv_heads, d = c.head_dim, g = c.num_heads / kvh;
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
   Prepared out;
-  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 2});
-    Rss3 p = state->session();
-    auto weights = co_await load_llama(p, c, id == 0 ? random_weights(4, 0.3) : no_weights());
-    Decoder<Rss3> decoder(weights);
+  with_decoder([&](PartyId id, Rss3& p, Decoder<Rss3>& decoder, Endpoint& endpoint) -> Task<void> {
     const FixedPoint fp(p.frac_bits());
     auto secret = [&](const Shape& s, std::uint64_t seed) {
       return testing::share_of(p, 0, fp.encode(testing::random_real(s, -1, 1, seed)));
@@ -128,9 +131,9 @@ Prepared prepared(bool last_row) {
     decoder.start_from_cache(policy, Cache(c.num_layers, {kvh, last_row ? last : whole}), t);
     out.started_bytes[id] = decoder.cache_bytes();
     for (std::size_t l = 0; l < c.num_layers; ++l) co_await policy.start_evicted(p, l, t, kept, positions);
-    const CostCounters before = network.endpoint(id).costs();
+    const CostCounters before = endpoint.costs();
     auto logits = co_await decoder.decode(p, policy, 0, id == 0 ? std::optional<std::uint32_t>(5) : std::nullopt);
-    out.step[id] = network.endpoint(id).costs() - before;
+    out.step[id] = endpoint.costs() - before;
     out.logits[id] = co_await p.reveal(logits);
     out.stepped_bytes[id] = decoder.cache_bytes();
     if (last_row) co_return;
