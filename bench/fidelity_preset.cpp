@@ -236,9 +236,10 @@ class Study {
       const bool full = arm.policy == "full";
       std::vector<std::vector<std::vector<std::size_t>>> topk(ks.size(), std::vector<std::vector<std::size_t>>(layers * 64));
       // The probe attends over the decoder's whole cache, which a policy
-      // that keeps its own (arkvale-recall) leaves behind: no recall or
-      // mass rows for it (its selections are arkvale's).
-      if (!policies[ai].owns_cache())
+      // that keeps its own (MPCache, arkvale-recall) would let the decoder
+      // drop: probed, the decoder keeps it. arkvale-recall's selections are
+      // arkvale's: no recall or mass rows of its own.
+      if (arm.policy != "arkvale-recall")
         install_probe(decoder, p, arm, full ? &topk : nullptr, &ks, full ? &estimators : nullptr);
       auto after_step = [&] {
         if (!full) return;

@@ -259,24 +259,32 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
     auto secret = [&](const Shape& shape) -> Task<typename P::Share> {
       co_return jobs::computed<P>(co_await ops::secret_real(p, 0, values("prepared-cache", shape), shape));
     };
-    kv::HeadCache<P> head{co_await secret({r.length, d}), co_await secret({r.length, d})};
-    decoder.start_from_cache(policy, std::vector<std::vector<kv::HeadCache<P>>>(r.config.num_layers, {kvh, head}),
-                             r.length);
+    // The decoder's cache is built in place: every layer's heads are
+    // copies of one head's shares, made straight into the decoder's
+    // storage (no second cache of the prompt beside it).
+    auto whole_prompt = [&](const kv::HeadCache<P>& head) {
+      std::vector<std::vector<kv::HeadCache<P>>> cache;
+      cache.reserve(r.config.num_layers);
+      for (std::size_t l = 0; l < r.config.num_layers; ++l) cache.emplace_back(kvh, head);
+      return cache;
+    };
     constexpr bool is_mpcache = std::is_same_v<Pol, kv::MpCache<P>>;
     bool state_prepared = false;
     if constexpr (is_mpcache) {
       if (r.length > r.evict_up_to) {
         // The state static eviction leaves, prepared: kept rows of random
         // shares at positions 0..keep-1; summaries computed and counted.
+        // MPCache keeps its own cache (owns_cache): the decoder holds only
+        // the prompt's last row, as after a prefill.
+        kv::HeadCache<P> last{co_await secret({1, d}), co_await secret({1, d}), r.length - 1};
+        decoder.start_from_cache(policy, whole_prompt(last), r.length);
         const std::size_t keep = policy.kept_tokens(r.length);
-        kv::HeadCache<P> kept{co_await secret({keep, d}), co_await secret({keep, d})};
+        const std::vector<kv::HeadCache<P>> kept(kvh, {co_await secret({keep, d}), co_await secret({keep, d})});
         RingTensor iota = RingTensor::from_shape({keep});
         for (std::size_t i = 0; i < keep; ++i) iota(i) = i;
-        const auto positions = ops::public_share(p, kept.keys, iota);
+        const std::vector<typename P::Share> positions(kvh, ops::public_share(p, kept[0].keys, iota));
         mark(start);
-        for (std::size_t l = 0; l < r.config.num_layers; ++l)
-          co_await policy.start_evicted(p, l, r.length, std::vector<kv::HeadCache<P>>(kvh, kept),
-                                        std::vector<typename P::Share>(kvh, positions));
+        for (std::size_t l = 0; l < r.config.num_layers; ++l) co_await policy.start_evicted(p, l, r.length, kept, positions);
         mark(prefilled);
         state_prepared = true;
       }
@@ -286,6 +294,8 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
     } else if constexpr (is_mpcache || std::is_same_v<Pol, kv::AnyPolicy<P>>) {
       // The policy's look at the prompt for real, over zero attention
       // weights: MPCache's static eviction, or any policy named in --policies.
+      const kv::HeadCache<P> head{co_await secret({r.length, d}), co_await secret({r.length, d})};
+      decoder.start_from_cache(policy, whole_prompt(head), r.length);
       const std::vector<typename P::Share> probs(
           kvh, ops::public_share(p, head.keys, ring_zeros({group * r.length, r.length})));
       mark(start);
@@ -294,8 +304,11 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
         auto scope = cost_scope(p, CostTag::eviction);
         co_await policy.after_prefill(p, view);
       }
+      decoder.release_taken_prompt(policy);  // a policy that keeps its own cache took the rows
       mark(prefilled);
     } else {
+      const kv::HeadCache<P> head{co_await secret({r.length, d}), co_await secret({r.length, d})};
+      decoder.start_from_cache(policy, whole_prompt(head), r.length);
       mark(start);  // full cache, LongCache: nothing to look at
       mark(prefilled);
     }

@@ -28,11 +28,13 @@ import :policy;
 //   ranks_early, rank: a policy whose ranking is invariant under a positive
 //     scaling of the query ranks from RankView's scaled queries while the
 //     norm runs (kv::EarlyRanking, policy.cppm).
-//   owns_cache: the policy keeps the tokens it needs itself (ArkVale with a
-//     backing tier); the decoder then keeps only the rows the policy has not
-//     yet taken (HeadCache::first): the newest token's after a step, the
-//     prompt's until after_prefill has taken them. Such a policy reads the
-//     cache only through rows [first, T).
+//   owns_cache: the policy keeps the tokens it needs itself (MPCache's
+//     cluster lists, ArkVale with a backing tier); the decoder then keeps
+//     only the rows the policy has not yet taken (HeadCache::first): the
+//     newest token's after a step, the prompt's until after_prefill has
+//     taken them (unless a probe is installed: then it keeps them all).
+//     Such a policy reads the cache only through rows [first, T), by
+//     position, so it works over a whole cache too.
 //   resident_bytes: the bytes the policy holds in memory besides the
 //     decoder's cache; nullopt: not counted.
 //   backing_bytes: the bytes it keeps elsewhere (a file).

@@ -111,6 +111,10 @@ class MpCache {
     const std::size_t window = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(o_.window_ratio * double(t))));
     const bool shared = shares_previous(view.layer);
     auto& layer = state_[view.layer];
+    for (const auto& hc : *view.cache)
+      if (hc.first != 0)
+        throw Error(ErrorCode::invalid_argument, "MPCache: the prompt's look needs all its tokens; the cache starts at token " +
+                                                     std::to_string(hc.first));
     if (keep == t) {
       for (std::size_t j = 0; j < heads; ++j) layer[j].list.append_rows(p, (*view.cache)[j], 0, t);
     } else {
@@ -232,9 +236,15 @@ class MpCache {
 
   Task<void> observe(P&, const StepView<P>&, const std::vector<Share>&) { co_return; }
 
+  // The cluster lists hold every token a step can attend (the kept prompt,
+  // then each new token as it arrives), and select() reads the decoder's
+  // cache only at the new token: the decoder need not keep the prompt a
+  // second time (OwnsCache).
+  bool owns_cache() const noexcept { return true; }
+
   // Bytes this policy holds besides the decoder's cache (the summary's
-  // "policy" bytes): per layer and KV head, its cluster list (a copy of the
-  // kept tokens: keys, values, positions, and their clusters' max and min),
+  // "policy" bytes): per layer and KV head, its cluster list (the kept
+  // tokens: keys, values, positions, and their clusters' max and min),
   // the summaries, and what a step picked or gathered ahead.
   std::size_t resident_bytes() const {
     std::size_t bytes = 0;

@@ -70,6 +70,8 @@ class Decoder {
       for (const auto& hc : layer) bytes += share_bytes<P>(hc.keys) + share_bytes<P>(hc.values);
     return bytes;
   }
+  // With a probe installed the decoder keeps the whole cache (the probe
+  // attends over it), also under a policy that keeps its own.
   void set_probe(StepProbe<P> probe) { probe_ = std::move(probe); }
   // Let policies that can (kv::EarlyRanking) rank while the norm runs: on
   // by default; off gives the same selections (up to rounding near ties),
@@ -157,7 +159,11 @@ class Decoder {
   // tokens whose KV cache ([layer][kv head], keys and values (count,
   // head_dim)) is given, e.g. as random shares, instead of computed by a
   // prefill. The policy is reset; the caller then gives it its look at the
-  // prompt (after_prefill over cache(), or a policy's own prepared state).
+  // prompt (after_prefill over cache(), then release_taken_prompt; or a
+  // policy's own prepared state). A policy that keeps its own cache
+  // (owns_cache) may be given only the rows [first, count) it has not taken,
+  // as a prefill leaves them (first = count - 1): its prepared state then
+  // holds the prompt once, not twice.
   template <class Pol>
     requires kv::Policy<Pol, P>
   void start_from_cache(Pol& policy, std::vector<std::vector<kv::HeadCache<P>>> cache, std::size_t count) {
@@ -171,16 +177,37 @@ class Decoder {
       if (layer.size() != c_.num_kv_heads)
         throw Error(ErrorCode::invalid_argument, "start_from_cache: a layer of " + std::to_string(layer.size()) +
                                                      " KV heads for " + std::to_string(c_.num_kv_heads));
-      for (const auto& hc : layer)
-        if (P::shape(hc.keys) != Shape{count, c_.head_dim} || P::shape(hc.values) != Shape{count, c_.head_dim})
+      for (const auto& hc : layer) {
+        if (hc.first != 0 && !drops_taken_rows(policy))
+          throw Error(ErrorCode::invalid_argument,
+                      "start_from_cache: a cache from token " + std::to_string(hc.first) + ", but policy " +
+                          std::string(policy.name()) +
+                          (probe_ ? " is probed (the probe attends over the whole cache)"
+                                  : " does not keep the prompt itself (owns_cache)") +
+                          ": give it every token from 0");
+        if (hc.first >= count)
+          throw Error(ErrorCode::invalid_argument, "start_from_cache: a cache from token " + std::to_string(hc.first) +
+                                                       " of " + std::to_string(count) + " holds no token");
+        const Shape rows{count - hc.first, c_.head_dim};
+        if (P::shape(hc.keys) != rows || P::shape(hc.values) != rows)
           throw Error(ErrorCode::invalid_argument, "start_from_cache: keys " + shape_string(P::shape(hc.keys)) +
                                                        " and values " + shape_string(P::shape(hc.values)) +
-                                                       ", expected (" + std::to_string(count) + ", " +
-                                                       std::to_string(c_.head_dim) + ") each");
+                                                       ", expected " + shape_string(rows) + " each");
+      }
     }
     cache_ = std::move(cache);
     length_ = count;
     policy.reset(c_.num_layers, c_.num_kv_heads);
+  }
+
+  // After the caller gave the policy its look at a cache from
+  // start_from_cache: a policy that keeps its own cache has taken the
+  // prompt's rows, so the decoder keeps the last only, as after a prefill.
+  template <class Pol>
+    requires kv::Policy<Pol, P>
+  void release_taken_prompt(const Pol& policy) {
+    if (!drops_taken_rows(policy)) return;
+    for (std::size_t l = 0; l < cache_.size(); ++l) keep_last_row(l);
   }
 
   // One token at position length(); returns logits (1, vocab).
@@ -420,13 +447,23 @@ class Decoder {
     auto scope = cost_scope(p, CostTag::eviction);
     co_await policy.after_prefill(p, view);
     probs.clear();
-    if (kv::OptionalMembers<P>::owns_cache(policy))  // the policy took the prompt's rows: keep the last only
-      for (auto& hc : cache_[layer]) {
-        const std::size_t held = P::shape(hc.keys).at(0);
-        hc = kv::HeadCache<P>{ops::rows<P>(hc.keys, held - 1, held), ops::rows<P>(hc.values, held - 1, held),
-                              hc.first + held - 1};
-      }
+    if (drops_taken_rows(policy)) keep_last_row(layer);  // the policy took the prompt's rows
     if (layer_done) layer_done(layer);
+  }
+
+  // A policy that keeps its own cache (owns_cache) reads only rows it has
+  // not taken, so the decoder drops the rest, unless a probe needs them.
+  template <class Pol>
+  bool drops_taken_rows(const Pol& policy) const {
+    return kv::OptionalMembers<P>::owns_cache(policy) && !probe_;
+  }
+
+  void keep_last_row(std::size_t layer) {
+    for (auto& hc : cache_[layer]) {
+      const std::size_t held = P::shape(hc.keys).at(0);
+      hc = kv::HeadCache<P>{ops::rows<P>(hc.keys, held - 1, held), ops::rows<P>(hc.values, held - 1, held),
+                            hc.first + held - 1};
+    }
   }
 
   // One decode row of queries (1, heads * d) as each KV head's query group (g, d).
@@ -516,10 +553,11 @@ class Decoder {
     const std::size_t kvh = c_.num_kv_heads, first = length_;
     auto& layer_cache = cache_[layer];
     if (layer_cache.empty()) layer_cache.resize(kvh);
-    const bool policy_keeps_cache = kv::OptionalMembers<P>::owns_cache(policy);
-    if (decode && policy_keeps_cache && probe_)
+    const bool policy_keeps_cache = drops_taken_rows(policy);
+    if (decode && probe_ && layer_cache[0].first != 0)
       throw Error(ErrorCode::invalid_argument, "decoder: the step probe attends over the whole cache, but policy " +
-                                                   std::string(policy.name()) + " keeps the cache itself");
+                                                   std::string(policy.name()) +
+                                                   " took its rows before the probe was installed");
     for (std::size_t j = 0; j < kvh; ++j) {
       auto kj = head_columns(kr, j), vj = head_columns(v, j);
       if (decode && policy_keeps_cache) {

@@ -183,8 +183,10 @@ again: compare files by their git dates, and read the notes.
   `paper-fig10`'s arms under add2. `paper-table8` runs GPT-2 with and without
   a KV cache; `gpt2-512` a full cache against MPCache after a real 512-token prefill.
 * `paper-fig10`, `paper-fig11` and `paper-fig13` start from a prepared cache of
-  random shares; MPCache runs its static eviction over it up to `--evict-up-to`
-  tokens (1024) and takes a prepared eviction state above.
+  random shares, made in the decoder's storage; MPCache runs its static
+  eviction over it up to `--evict-up-to` tokens (1024) and takes a prepared
+  eviction state above (the decoder then holds the prompt's last row only, as
+  after a prefill: MPCache keeps its own cache).
 
 ## How result files are made
 
