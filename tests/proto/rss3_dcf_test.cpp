@@ -30,13 +30,17 @@ constexpr Rss3Options dcf_options(std::uint64_t seed = 7) {
 // 1 where x < 0 as a w-bit signed value.
 Ring sign_of(Ring x, int width) { return (x >> (width - 1)) & 1; }
 
-// `calls` msb_bits of the same share in a row (the dealer rotates), each revealed.
-std::vector<RingTensor> signs(const RingTensor& x, int width, int calls, Rss3Options options) {
+// `calls` msb_bits (or msb_arith) of the same share in a row (the dealer
+// rotates), each revealed.
+std::vector<RingTensor> signs(const RingTensor& x, int width, int calls, Rss3Options options,
+                              Rss3DcfOutput output = Rss3DcfOutput::bit) {
   return run_rss3(
              [&](Rss3& p) -> Task<std::vector<RingTensor>> {
                auto s = co_await share_of(p, 1, x);
                std::vector<RingTensor> out;
-               for (int c = 0; c < calls; ++c) out.push_back(co_await p.reveal_bits(co_await p.msb_bits(s, width)));
+               for (int c = 0; c < calls; ++c)
+                 out.push_back(output == Rss3DcfOutput::arith ? co_await p.reveal(co_await p.msb_arith(s, width))
+                                                              : co_await p.reveal_bits(co_await p.msb_bits(s, width)));
                co_return out;
              },
              options)
@@ -236,20 +240,6 @@ TEST_CASE("rss3: parties whose comparisons differ are refused at setup") {
                         "this party 18 fraction bits, probabilistic truncation, dcf comparisons") != std::string::npos);
 }
 
-namespace {
-// `calls` msb_arith of the same share in a row (the dealer rotates), each revealed.
-std::vector<RingTensor> arith_signs(const RingTensor& x, int width, int calls, Rss3Options options) {
-  return run_rss3(
-             [&](Rss3& p) -> Task<std::vector<RingTensor>> {
-               auto s = co_await share_of(p, 1, x);
-               std::vector<RingTensor> out;
-               for (int c = 0; c < calls; ++c) out.push_back(co_await p.reveal(co_await p.msb_arith(s, width)));
-               co_return out;
-             },
-             options)
-      .results[0];
-}
-}  // namespace
 
 TEST_CASE("rss3 dcf: msb_arith is the sign as a ring 0/1 on edge and random values at every width, every dealer") {
   static_assert(ArithmeticSign<Rss3>);
@@ -257,7 +247,8 @@ TEST_CASE("rss3 dcf: msb_arith is the sign as a ring 0/1 on edge and random valu
   static_assert(!ArithmeticSignCosts<Rss3Costs>);  // the circuit plans as before
   for (const int width : {2, 3, 8, 17, 27, 63, 64}) {
     const RingTensor x = signed_edges(width, 60 + static_cast<std::uint64_t>(width));
-    const auto dcf = arith_signs(x, width, 3, dcf_options(8)), circuit = arith_signs(x, width, 1, {.insecure_seed = 8});
+    const auto dcf = signs(x, width, 3, dcf_options(8), Rss3DcfOutput::arith),
+               circuit = signs(x, width, 1, {.insecure_seed = 8}, Rss3DcfOutput::arith);
     for (int call = 0; call < 3; ++call)
       for (std::size_t i = 0; i < x.size(); ++i) {
         INFO("width " << width << ", call " << call << ", element " << i << ", value " << static_cast<std::int64_t>(x(i)));
@@ -314,7 +305,7 @@ TEST_CASE("rss3 dcf: msb_arith deals in slices, a third to each dealer, from a d
   options.dcf_slice_bytes = 64 * 1024;  // slices of 64 keys at 39 levels
   options.offline_budget = 1 << 20;     // on, but never filled: dry
   CHECK(rss3_dcf_slice_elements(width, options.dcf_slice_bytes, Rss3DcfOutput::arith) == 64);
-  const auto signs_out = arith_signs(x, width, 1, options);
+  const auto signs_out = signs(x, width, 1, options, Rss3DcfOutput::arith);
   for (std::size_t i = 0; i < n; ++i) CHECK(signs_out[0](i) == sign_of(x(i), width));
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
