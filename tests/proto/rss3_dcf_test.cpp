@@ -349,7 +349,10 @@ std::size_t planned_rounds(const std::vector<ops::TournamentLevel>& levels) {
 TEST_CASE("rss3 dcf: the vocabulary argmax of GPT-2 (50,257 logits) plans 25 rounds with a store, 43 without") {
   // With the keys dealt ahead, the plan weighs the online bytes only.
   const auto stored = ops::tournament_levels<Rss3DcfStoreCosts>(1, 50257);
-  MESSAGE("dcf with a store: " << stored.size() << " levels, " << planned_rounds<Rss3DcfStoreCosts>(stored) << " rounds");
+  std::string sizes;
+  for (const auto& level : stored) sizes += " " + std::to_string(level.m);
+  MESSAGE("dcf with a store: " << stored.size() << " levels, " << planned_rounds<Rss3DcfStoreCosts>(stored)
+                               << " rounds, groups of" << sizes);
   CHECK(planned_rounds<Rss3DcfStoreCosts>(stored) == 25);  // 5 levels of 5 (the LAN plan; bytes decide the 5th)
   for (const auto& level : stored) CHECK(level.by_counts);
   // Inline, the keys are online bytes too (about 3 KB a comparison): the
@@ -366,4 +369,48 @@ TEST_CASE("rss3 dcf: the vocabulary argmax of GPT-2 (50,257 logits) plans 25 rou
   CHECK(planned.results[0] == stored);
   // The circuit's plan does not change.
   CHECK(ops::tournament_levels<Rss3Costs>(1, 50257).size() == ops::tournament_plan<Rss3Costs>(1, 50257).size());
+}
+
+// Slow (about 90,000 comparisons dealt twice): run with --no-skip. The
+// measured rounds of GPT-2's token choice with a filled store.
+TEST_CASE("rss3 dcf+store: GPT-2's vocabulary argmax over 50,257 logits takes its planned 25 rounds" * doctest::skip()) {
+  constexpr std::size_t vocab = 50257;
+  RingTensor logits = random_ring({1, vocab}, 77);
+  for (std::size_t i = 0; i < vocab; ++i) logits(0, i) = static_cast<Ring>(static_cast<std::int64_t>(logits(0, i)) >> 40);
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < vocab; ++i)
+    if (static_cast<std::int64_t>(logits(0, i)) > static_cast<std::int64_t>(logits(0, best))) best = i;
+  Rss3Options options = dcf_options(9);
+  options.offline_budget = std::uint64_t{2} << 30;
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<CostCounters, 3> before, after;
+  std::array<RingTensor, 3> index;
+  std::array<std::uint64_t, 3> ran_dry{};
+  std::array<std::uint64_t, 3> offline{};
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto party = co_await Rss3Party::setup(network.endpoint(id), options);
+    Rss3 p = party->session();
+    auto s = co_await share_of(p, 0, logits);
+    (void)co_await ops::argmax_last(p, s);  // a dry run: its demand says what to deal
+    for (const auto& [slot, per_dealer] : party->dcf_stats().demand)
+      (void)co_await party->prepare_comparisons(slot, *std::max_element(per_dealer.begin(), per_dealer.end()));
+    co_await mpcache::testing::align_clocks(network.endpoint(id));
+    before[id] = network.endpoint(id).costs();
+    const std::uint64_t dry_before = party->dcf_stats().ran_dry;
+    auto r = co_await ops::argmax_last(p, s);
+    after[id] = network.endpoint(id).costs();
+    ran_dry[id] = party->dcf_stats().ran_dry - dry_before;
+    offline[id] = party->dcf_stats().offline_bytes;
+    index[id] = co_await p.reveal(r.index);
+  });
+  const std::uint64_t rounds = mpcache::testing::critical_rounds(before, after);
+  std::uint64_t busiest = 0;
+  for (std::size_t i = 0; i < 3; ++i) busiest = std::max(busiest, (after[i] - before[i]).payload_bytes_sent());
+  MESSAGE("argmax over " << vocab << ": " << rounds << " rounds, busiest party " << busiest
+                         << " bytes online, offline bytes dealt per party " << offline[0] << ", " << offline[1] << ", "
+                         << offline[2]);
+  CHECK(ran_dry == std::array<std::uint64_t, 3>{});  // every key came from the store
+  CHECK(index[0](0, 0) == best);
+  CHECK(rounds == 25);
 }
