@@ -52,6 +52,7 @@ std::vector<RingTensor> signs(const RingTensor& x, int width, int calls, Rss3Opt
 struct DealtCost {
   OpCost cost;
   std::array<std::uint64_t, 3> dealt{};
+  std::array<Rss3DcfStats, 3> stats;  // each party's dcf counters afterwards
 };
 template <class Op>
 DealtCost measure_dealt(const RingTensor& x, Op op, Rss3Options options) {
@@ -68,6 +69,7 @@ DealtCost measure_dealt(const RingTensor& x, Op op, Rss3Options options) {
     (void)co_await op(p, s);
     after[id] = network.endpoint(id).costs();
     out.dealt[id] = party->dealt_bytes();
+    out.stats[id] = party->dcf_stats();
   });
   for (std::size_t i = 0; i < 3; ++i) out.cost.bytes[i] = (after[i] - before[i]).payload_bytes_sent();
   out.cost.rounds = mpcache::testing::critical_rounds(before, after);
@@ -307,32 +309,21 @@ TEST_CASE("rss3 dcf: msb_arith deals in slices, a third to each dealer, from a d
   CHECK(rss3_dcf_slice_elements(width, options.dcf_slice_bytes, Rss3DcfOutput::arith) == 64);
   const auto signs_out = signs(x, width, 1, options, Rss3DcfOutput::arith);
   for (std::size_t i = 0; i < n; ++i) CHECK(signs_out[0](i) == sign_of(x(i), width));
-  Scheduler scheduler;
-  InProcessNetwork network(scheduler, 3);
-  std::array<CostCounters, 3> before, after;
-  std::array<Rss3DcfStats, 3> stats;
-  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto party = co_await Rss3Party::setup(network.endpoint(id), options);
-    Rss3 p = party->session();
-    auto s = co_await share_of(p, 0, x);
-    co_await mpcache::testing::align_clocks(network.endpoint(id));
-    before[id] = network.endpoint(id).costs();
-    (void)co_await p.msb_arith(s, width);
-    after[id] = network.endpoint(id).costs();
-    stats[id] = party->dcf_stats();
-  });
+  const DealtCost c = measure_dealt(
+      x, [](Rss3& p, const Rss3Share& s) -> Task<Rss3Share> { co_return co_await p.msb_arith(s, width); },
+      options);
   const Rss3DcfCost model =
       rss3_dcf_cost(width, n, options.dcf_slice_bytes, Rss3DcfStoreUse::dry, Rss3DcfOutput::arith);
+  CHECK(c.cost.bytes == model.bytes);
   for (std::size_t i = 0; i < 3; ++i) {
-    CHECK((after[i] - before[i]).payload_bytes_sent() == model.bytes[i]);
-    CHECK(stats[i].from_store == 0);
+    CHECK(c.stats[i].from_store == 0);
     // The demand is filed under the arithmetic slot, for prepare_comparisons.
-    REQUIRE(stats[i].demand.contains(rss3_dcf_slot(width, Rss3DcfOutput::arith)));
-    const auto per_dealer = stats[i].demand.at(width + 64);
+    REQUIRE(c.stats[i].demand.contains(rss3_dcf_slot(width, Rss3DcfOutput::arith)));
+    const auto per_dealer = c.stats[i].demand.at(width + 64);
     CHECK(per_dealer[0] + per_dealer[1] + per_dealer[2] == n);
   }
   // 26 or 27 slices per dealer, two in flight: 2 + 2 * 13 rounds.
-  CHECK(mpcache::testing::critical_rounds(before, after) == model.rounds);
+  CHECK(c.cost.rounds == model.rounds);
   CHECK(model.rounds == 28);
 }
 
