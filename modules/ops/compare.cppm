@@ -1,8 +1,10 @@
 // Comparisons and selection, generic over the backend.
-//   msb(a, w)         the sign bit of a mod 2^w, then B2A; requires
-//                     |a| < 2^(w-1): modulo 2^w the sign is then bit w - 1.
-//                     On rss3 msb_bits (below) + 2 rounds: 8 at w = 64,
-//                     7 at w = 27, about 8 + 17 bytes per element at w = 64
+//   msb(a, w)         the sign bit of a mod 2^w as an arithmetic 0/1;
+//                     requires |a| < 2^(w-1): modulo 2^w the sign is then
+//                     bit w - 1. The backend's msb_arith where it has one
+//                     (rss3 dcf: 2 rounds), else msb_bits (below) then B2A:
+//                     on rss3 circuit 8 rounds at w = 64, 7 at w = 27,
+//                     about 8 + 17 bytes per element at w = 64
 //   msb_bits(a, w)    the same bit before B2A (boolean), for bit_dot. A
 //                     backend may provide its own (rss3: packed bit planes,
 //                     2 + ceil(log2((w-1)/g)) rounds, see rss3.cppm; add2:
@@ -67,10 +69,19 @@ Task<typename P::Bits> msb_bits(P& p, const typename P::Share& a, int width = ri
   }
 }
 
+// The backend's own arithmetic sign (ArithmeticSign: rss3 dcf, 2 rounds)
+// where it has one, else msb_bits then B2A.
 template <Protocol P>
 Task<typename P::Share> msb(P& p, const typename P::Share& a, int width = ring_bits) {
-  if constexpr (ExactReals<P>) co_return p.exact_sign(a);
-  co_return co_await p.bit_to_arith(co_await msb_bits(p, a, width));
+  if constexpr (ExactReals<P>) {
+    co_return p.exact_sign(a);
+  } else if constexpr (ArithmeticSign<P>) {
+    if (width < 2 || width > ring_bits)
+      throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
+    co_return co_await p.msb_arith(a, width);
+  } else {
+    co_return co_await p.bit_to_arith(co_await msb_bits(p, a, width));
+  }
 }
 
 // b x elementwise (bit 0 of each word of b), truncated by `bits` (0: exact,

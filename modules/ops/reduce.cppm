@@ -11,6 +11,14 @@
 // Comparisons may be narrowed to `width` bits when the caller bounds the
 // values: |x| < 2^(width-2) (fixed point, as ring integers).
 // Ties keep the lower index, so every backend returns the same index.
+//
+// Where the backend's comparisons yield arithmetic 0/1 in as few rounds
+// as bits (ArithmeticSignCosts: rss3 dcf), a level may instead count wins:
+// all pairs' signs as ring values (2 rounds), each candidate's wins minus
+// m - 1 summed locally (0 for the winner alone, negative for the others),
+// its sign on ceil(log2 m) + 1 bits (2 rounds), then one product of the
+// winner's 0/1 with values and indices, summed per group (1 round): 5
+// rounds for any m. The planner picks, per level, m and the way by cost.
 export module mpcache.ops:reduce;
 import mpcache.std;
 import mpcache.core;
@@ -51,34 +59,100 @@ double tournament_group_words(std::size_t m, int width = ring_bits) {
          double(C::bit_dot(2 * m, m).max_bytes()) / 8;
 }
 
-// The group size of every level, first to last, that minimises
-// rounds x RTT + bytes / bandwidth on `link` (by default the paper's LAN)
-// for `rows` rows of length n on backend costs C: a shortest path over the
-// remaining lengths.
+// A level that counts wins (above): the width of its second comparison,
+// whose inputs lie in [-(m-1), 0].
+inline int tournament_count_width(std::size_t m) { return std::max(2, ceil_log2(m) + 1); }
+
+// Words (of 8 bytes) per element of an arithmetic sign at `width` for the
+// busiest party, as msb_bits_words.
+template <CostModel C>
+double msb_arith_words(int width) {
+  constexpr std::size_t n = 3 * 64 * 1024;
+  return double(msb_arith_cost<C>(width, n, 0).max_bytes()) / double(n) / 8.0;
+}
+
+// The same two numbers for a level that counts wins: the pairs' signs, the
+// count's sign, one product of values and indices.
+template <CostModel C>
+std::size_t tournament_count_level_rounds(std::size_t m, int width = ring_bits) {
+  return msb_arith_cost<C>(width, 1, 0).rounds + msb_arith_cost<C>(tournament_count_width(m), 1, 0).rounds +
+         C::mul(1).rounds;
+}
+template <CostModel C>
+double tournament_count_group_words(std::size_t m, int width = ring_bits) {
+  const double pairs = double(m) * double(m - 1) / 2;
+  return msb_arith_words<C>(width) * pairs + msb_arith_words<C>(tournament_count_width(m)) * double(m) +
+         double(C::mul(2 * m).max_bytes()) / 8;
+}
+
+// One level of a tournament: its group size, and whether it counts wins.
+struct TournamentLevel {
+  std::size_t m = 2;
+  bool by_counts = false;
+  bool operator==(const TournamentLevel&) const = default;
+};
+
+// The levels, first to last, that minimise rounds x RTT + bytes / bandwidth
+// on `link` (by default the paper's LAN) for `rows` rows of length n on
+// backend costs C: a shortest path over the remaining lengths. Levels count
+// wins only where C prices arithmetic signs (and `counts` allows it), and
+// then only where cheaper. The bytes include the keys a dcf dealer sends
+// inline: with an offline store most of them move offline, but the plan
+// stays the one the store-less run makes (the store may run dry, and its
+// keys cost bandwidth too, only earlier).
+template <CostModel C>
+std::vector<TournamentLevel> tournament_levels(std::size_t rows, std::size_t n, int width = ring_bits,
+                                               const Link& link = lan_link(), bool counts = ArithmeticSignCosts<C>) {
+  // A level's rounds and words per group, by group size and way (computed once).
+  const int ways = counts ? 2 : 1;
+  std::vector<std::array<double, 2>> level_rounds(tournament_max_group + 1), group_words(tournament_max_group + 1);
+  for (std::size_t m = 2; m <= std::min(n, tournament_max_group); ++m) {
+    level_rounds[m][0] = double(tournament_level_rounds<C>(m, width));
+    group_words[m][0] = tournament_group_words<C>(m, width);
+    if (counts) {
+      level_rounds[m][1] = double(tournament_count_level_rounds<C>(m, width));
+      group_words[m][1] = tournament_count_group_words<C>(m, width);
+    }
+  }
+  // best[len] = (cost to reduce len candidates to one, its first level).
+  std::vector<std::pair<double, TournamentLevel>> best(n + 1, {0.0, {}});
+  for (std::size_t len = 2; len <= n; ++len) {
+    best[len].first = std::numeric_limits<double>::infinity();
+    for (std::size_t m = 2; m <= std::min(len, tournament_max_group); ++m)
+      for (int way = 0; way < ways; ++way) {
+        const std::size_t groups = (len + m - 1) / m;
+        const double cost = link.seconds(level_rounds[m][way], double(rows * groups) * group_words[m][way] * 8) +
+                            best[groups].first;
+        if (cost < best[len].first) best[len] = {cost, {m, way == 1}};
+      }
+  }
+  std::vector<TournamentLevel> plan;
+  for (std::size_t len = n; len > 1; len = (len + best[len].second.m - 1) / best[len].second.m)
+    plan.push_back(best[len].second);
+  return plan;
+}
+
+// The group sizes of the levels that select by bits (argmax_onehot_last's).
 template <CostModel C>
 std::vector<std::size_t> tournament_plan(std::size_t rows, std::size_t n, int width = ring_bits,
                                          const Link& link = lan_link()) {
-  // A level's rounds and words per group, by group size (computed once).
-  std::vector<double> level_rounds(tournament_max_group + 1), group_words(tournament_max_group + 1);
-  for (std::size_t m = 2; m <= std::min(n, tournament_max_group); ++m) {
-    level_rounds[m] = double(tournament_level_rounds<C>(m, width));
-    group_words[m] = tournament_group_words<C>(m, width);
-  }
-  // best[len] = (cost to reduce len candidates to one, first group size).
-  std::vector<std::pair<double, std::size_t>> best(n + 1, {0.0, 0});
-  for (std::size_t len = 2; len <= n; ++len) {
-    best[len].first = std::numeric_limits<double>::infinity();
-    for (std::size_t m = 2; m <= std::min(len, tournament_max_group); ++m) {
-      const std::size_t groups = (len + m - 1) / m;
-      const double cost = link.seconds(level_rounds[m], double(rows * groups) * group_words[m] * 8) +
-                          best[groups].first;
-      if (cost < best[len].first) best[len] = {cost, m};
-    }
-  }
   std::vector<std::size_t> plan;
-  for (std::size_t len = n; len > 1; len = (len + best[len].second - 1) / best[len].second)
-    plan.push_back(best[len].second);
+  for (const TournamentLevel& level : tournament_levels<C>(rows, n, width, link, false)) plan.push_back(level.m);
   return plan;
+}
+
+// With a fixed group size: count wins where C prices arithmetic signs and
+// that is cheaper for `groups` groups (all rows) on the LAN.
+template <CostModel C>
+bool tournament_counts_at(std::size_t m, std::size_t groups, int width) {
+  if constexpr (!ArithmeticSignCosts<C>) {
+    return false;
+  } else {
+    const Link link = lan_link();
+    return link.seconds(double(tournament_count_level_rounds<C>(m, width)),
+                        double(groups) * tournament_count_group_words<C>(m, width) * 8) <
+           link.seconds(double(tournament_level_rounds<C>(m, width)), double(groups) * tournament_group_words<C>(m, width) * 8);
+  }
 }
 
 inline std::size_t x_rows(const Shape& shape) {
@@ -90,11 +164,12 @@ inline std::size_t x_rows(const Shape& shape) {
 // Boolean bit 0 per element of xs (..., groups * m): 1 for the winner of
 // its group of m adjacent elements (the largest, the lowest index on ties).
 // msb_bits (6 rounds at 64 bits) + AND ceil(log2(m - 1)) rounds on rss3.
+namespace detail {
+// x_a - x_b for the pairs a < b of every group of m adjacent elements of
+// xs (..., groups * m), on the last axis in the order (group, a, b).
 template <Protocol P>
-Task<typename P::Bits> group_win_bits(P& p, const typename P::Share& xs, std::size_t m, int width = ring_bits) {
-  using Share = typename P::Share;
-  const std::size_t padded = P::shape(xs).back(), groups = padded / m;
-  // Pairs (a, b), a < b, of every group.
+typename P::Share pair_differences(const P& p, const typename P::Share& xs, std::size_t m) {
+  const std::size_t groups = P::shape(xs).back() / m;
   std::vector<std::size_t> first, second;
   for (std::size_t q = 0; q < groups; ++q)
     for (std::size_t a = 0; a < m; ++a)
@@ -102,12 +177,18 @@ Task<typename P::Bits> group_win_bits(P& p, const typename P::Share& xs, std::si
         first.push_back(q * m + a);
         second.push_back(q * m + b);
       }
-  auto take = [](const Share& t, const std::vector<std::size_t>& at) {
+  auto take = [](const typename P::Share& t, const std::vector<std::size_t>& at) {
     return P::apply(t, [&](const RingTensor& r) { return ring_take_last(r, at); });
   };
-  const std::size_t pairs = first.size();
+  return p.sub(take(xs, first), take(xs, second));
+}
+}  // namespace detail
+
+template <Protocol P>
+Task<typename P::Bits> group_win_bits(P& p, const typename P::Share& xs, std::size_t m, int width = ring_bits) {
+  const std::size_t padded = P::shape(xs).back(), groups = padded / m, pairs = groups * m * (m - 1) / 2;
   // Bit 0: x_a < x_b, i.e. b beats a (a beats b on ties: lower index).
-  const Share difference = p.sub(take(xs, first), take(xs, second));
+  const auto difference = detail::pair_differences(p, xs, m);
   auto sign = co_await msb_bits(p, difference, width);
   // Candidate a's word: bit t says whether a beats its t-th opponent.
   const std::size_t per = m * (m - 1) / 2;
@@ -178,15 +259,62 @@ Task<typename P::Share> group_select(P& p, const typename P::Bits& wins, const t
   co_return reshape<P>(v, out_shape);
 }
 
+// Arithmetic 0/1 per element of xs (..., groups * m): 1 for the winner of
+// its group, by counting wins (the top of this file): two arithmetic signs.
+template <Protocol P>
+Task<typename P::Share> group_wins_by_counts(P& p, const typename P::Share& xs, std::size_t m, int width) {
+  const std::size_t padded = P::shape(xs).back(), groups = padded / m, pairs = groups * m * (m - 1) / 2;
+  const auto difference = detail::pair_differences(p, xs, m);
+  const auto below = co_await msb(p, difference, width);  // [x_a < x_b]: b beats a
+  // t_a = (wins of a) - (m - 1) = sum_{b<a} [x_b < x_a] - sum_{b>a} [x_a < x_b] - a.
+  auto signed_wins = P::apply(below, [&](const RingTensor& s) {
+    Shape out_shape = shape_of(s);
+    out_shape.back() = padded;
+    RingTensor out = ring_zeros(out_shape);
+    const std::size_t rows = s.size() / std::max<std::size_t>(pairs, 1);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t q = 0, k = 0; q < groups; ++q)
+        for (std::size_t a = 0; a < m; ++a)
+          for (std::size_t b = a + 1; b < m; ++b, ++k) {
+            const Ring d = s.data()[r * pairs + k];
+            out.data()[r * padded + q * m + a] -= d;
+            out.data()[r * padded + q * m + b] += d;
+          }
+    return out;
+  });
+  RingTensor minus_slot = RingTensor::from_shape(P::shape(xs));
+  for (std::size_t i = 0; i < minus_slot.size(); ++i) minus_slot.data()[i] = Ring{0} - (i % padded) % m;
+  const auto t = p.add_public(signed_wins, minus_slot);
+  const auto lost = co_await msb(p, t, tournament_count_width(m));  // 0 for the winner alone
+  co_return p.add_public(p.neg(lost), ring_filled(P::shape(xs), 1));
+}
+
 // One level: groups of m adjacent elements (the last group padded with
 // public minimal values that never win) -> their maxima and indices.
 template <Protocol P>
 Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const typename P::Share& x,
                                                                  const typename P::Share& idx,
-                                                                 std::size_t m, bool with_index, int width) {
+                                                                 TournamentLevel level, bool with_index, int width) {
+  const std::size_t m = level.m;
   const Shape shape = P::shape(x);
   const std::size_t groups = (shape.back() + m - 1) / m;
   const auto xs = pad_to_groups(p, x, m, tournament_floor(width)), is = pad_to_groups(p, idx, m, Ring{0});
+  if (level.by_counts) {
+    // The winner's 0/1 times values (and indices), summed per group: one product.
+    const std::size_t total = x_rows(shape) * groups;
+    Shape out_shape = shape;
+    out_shape.back() = groups;
+    const Shape flat{1, total * m};
+    const auto win = reshape<P>(co_await group_wins_by_counts(p, xs, m, width), flat);
+    const auto weights = with_index ? concat_last<P>(win, win) : win;
+    const auto values = with_index ? concat_last<P>(reshape<P>(xs, flat), reshape<P>(is, flat)) : reshape<P>(xs, flat);
+    const std::size_t parts = with_index ? 2 : 1;
+    const auto picked = reshape<P>(co_await p.mul(weights, values), {parts * total, m});
+    const auto row = reshape<P>(sum_last<P>(picked), {1, parts * total});
+    const auto v = reshape<P>(slice_last<P>(row, 0, total), out_shape);
+    if (!with_index) co_return std::pair{v, v};  // indices unused
+    co_return std::pair{v, reshape<P>(slice_last<P>(row, total, 2 * total), out_shape)};
+  }
   auto wins = co_await group_win_bits(p, xs, m, width);
   if (!with_index) {
     auto v = co_await group_select(p, wins, xs, m);
@@ -227,11 +355,16 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, s
   RingTensor iota = RingTensor::from_shape(shape);
   for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
   typename P::Share idx = public_share(p, x, iota);
-  std::vector<std::size_t> plan;
-  if (arity == 0) plan = with_costs(p, [&]<CostModel C>() { return tournament_plan<C>(x_rows(shape), n, width); });
+  std::vector<TournamentLevel> plan;
+  if (arity == 0) plan = with_costs(p, [&]<CostModel C>() { return tournament_levels<C>(x_rows(shape), n, width); });
   for (std::size_t level = 0; P::shape(x).back() > 1; ++level) {
-    const std::size_t m = arity != 0 ? arity : plan.at(level);
-    auto [v, i] = co_await group_level(p, x, idx, std::min(m, P::shape(x).back()), with_index, width);
+    TournamentLevel step = arity != 0 ? TournamentLevel{arity} : plan.at(level);
+    step.m = std::min(step.m, P::shape(x).back());
+    if (arity != 0) {
+      const std::size_t groups = x_rows(shape) * ((P::shape(x).back() + step.m - 1) / step.m);
+      step.by_counts = with_costs(p, [&]<CostModel C>() { return tournament_counts_at<C>(step.m, groups, width); });
+    }
+    auto [v, i] = co_await group_level(p, x, idx, step, with_index, width);
     x = std::move(v);
     idx = std::move(i);
   }

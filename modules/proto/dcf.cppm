@@ -59,6 +59,10 @@ DcfCorrections dcf_deserialize_range(std::span<const std::byte> bytes, int in_bi
 // out_bits <= 64.
 DcfCorrections dcf_generate(int in_bits, int out_bits, std::span<const Ring> alpha, Ring beta,
                             std::span<const DcfSeed> root0, std::span<const DcfSeed> root1);
+// The same with a payload per key: betas[k] [x < alpha_k] (betas.size() is
+// 1 or alpha.size()); rss3's arithmetic comparisons deal beta = +-1.
+DcfCorrections dcf_generate(int in_bits, int out_bits, std::span<const Ring> alpha, std::span<const Ring> betas,
+                            std::span<const DcfSeed> root0, std::span<const DcfSeed> root1);
 
 // Party b's (0 or 1) shares of beta [x_k < alpha_k], each in [0, 2^out_bits):
 // party 0's plus party 1's is the value mod 2^out_bits.

@@ -215,6 +215,30 @@ template <Protocol P>
   requires CostModel<typename P::Costs>
 using CostsOf = typename P::Costs;
 
+// Optional: the sign of a mod 2^w (1 where a < 0 as a w-bit value) as an
+// arithmetic 0/1 in one protocol, where msb_bits then bit_to_arith would
+// take B2A's 2 rounds more (rss3 with comparisons = dcf: a DCF with a ring
+// payload). ops::msb_arith falls back to that pair on other backends.
+template <class P>
+concept ArithmeticSign = Protocol<P> && requires(P& p, const typename P::Share& a, int w) {
+  { p.msb_arith(a, w) } -> std::same_as<Task<typename P::Share>>;
+};
+
+// A cost model may price that hook: msb_arith(w, n, i) like msb_bits. Only
+// the cost models of modes where it saves rounds have it (rss3's DcfCosts),
+// so ops choose algorithms built on it only there.
+template <class C>
+concept ArithmeticSignCosts = CostModel<C> && requires(int w, std::size_t n) {
+  { C::msb_arith(w, n, n) } -> std::same_as<OpCost>;
+};
+
+// What an arithmetic sign costs on C: the hook's price, or msb_bits + B2A.
+template <CostModel C>
+OpCost msb_arith_cost(int width, std::size_t n, std::size_t fork) {
+  if constexpr (ArithmeticSignCosts<C>) return C::msb_arith(width, n, fork);
+  else return C::msb_bits(width, n, fork) + C::bit_to_arith(n);
+}
+
 // Optional: a backend whose comparisons run one of two ways, chosen by an
 // option (rss3 and add2: circuit or dcf), names the second way's cost model
 // P::DcfCosts and says which way it runs.
@@ -224,11 +248,22 @@ concept DcfCostsOption = Protocol<P> && CostModel<typename P::Costs> && CostMode
                            { p.dcf_comparisons() } -> std::convertible_to<bool>;
                          };
 
+// Optional beside it: an offline store of dealt keys (rss3), whose online
+// costs P::DcfStoreCosts prices, on when p.dcf_store().
+template <class P>
+concept DcfStoreCostsOption = DcfCostsOption<P> && CostModel<typename P::DcfStoreCosts> &&
+                              requires(const P& p) {
+                                { p.dcf_store() } -> std::convertible_to<bool>;
+                              };
+
 // f.template operator()<C>() with C the cost model p runs with, so that ops
-// plan on the comparisons the backend will really run:
+// plan on the comparisons the backend will really run (with a store, on
+// their online part):
 //   with_costs(p, [&]<CostModel C>() { return tournament_plan<C>(rows, n); })
 template <Protocol P, class F>
 decltype(auto) with_costs(const P& p, F&& f) {
+  if constexpr (DcfStoreCostsOption<P>)
+    if (p.dcf_store()) return std::forward<F>(f).template operator()<typename P::DcfStoreCosts>();
   if constexpr (DcfCostsOption<P>)
     if (p.dcf_comparisons()) return std::forward<F>(f).template operator()<typename P::DcfCosts>();
   return std::forward<F>(f).template operator()<CostsOf<P>>();

@@ -149,14 +149,29 @@ struct Rss3DcfCost : OpCost {
 // element dealt inline, after a 16-byte header), or filled (every element
 // from the store: the header and offsets r - r* travel instead of keys).
 enum class Rss3DcfStoreUse : std::uint8_t { off, dry, filled };
+// What a dcf comparison yields: the sign as a boolean bit (msb_bits) or as
+// an arithmetic 0/1 (msb_arith: 64-bit DCF payloads, no B2A afterwards).
+enum class Rss3DcfOutput : std::uint8_t { bit, arith };
+// The offline store, Rss3DcfStats::demand and prepare_comparisons name a
+// kind of correlation by its slot: the width for bit output, the width +
+// 64 for arithmetic output (keys with 64-bit payloads).
+constexpr int rss3_dcf_slot(int width, Rss3DcfOutput output) {
+  return output == Rss3DcfOutput::arith ? width + 64 : width;
+}
+constexpr int rss3_dcf_slot_width(int slot) { return slot > 64 ? slot - 64 : slot; }
+constexpr Rss3DcfOutput rss3_dcf_slot_output(int slot) { return slot > 64 ? Rss3DcfOutput::arith : Rss3DcfOutput::bit; }
 // slice_bytes: Rss3Options::dcf_slice_bytes (inline deals go in slices).
+// Arithmetic output: each key carries a 64-bit value per level
+// (dcf_correction_bytes(w - 1, 64, n)), B gets 8 bytes of offset, and the
+// pair reshares 8 bytes an element.
 Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes = rss3_default_dcf_slice_bytes,
-                          Rss3DcfStoreUse store = Rss3DcfStoreUse::off);
+                          Rss3DcfStoreUse store = Rss3DcfStoreUse::off, Rss3DcfOutput output = Rss3DcfOutput::bit);
 // Elements per inline slice at `width` (at least 64).
-std::size_t rss3_dcf_slice_elements(int width, std::uint64_t slice_bytes);
-// Bytes a receiver's offline store accounts per stored correlation at
-// `width` (its root, the corrections, its mask bit); the dealer keeps 8.
-std::uint64_t rss3_dcf_stored_bytes(int width);
+std::size_t rss3_dcf_slice_elements(int width, std::uint64_t slice_bytes, Rss3DcfOutput output = Rss3DcfOutput::bit);
+// Bytes a receiver's offline store accounts per stored correlation of
+// `slot` (its root, the corrections, its mask bit or 8-byte part of the
+// mask's top bit); the dealer keeps 8.
+std::uint64_t rss3_dcf_stored_bytes(int slot);
 
 // rss3's cost model (CostModel in :protocol): the table at the top of this
 // file, with probabilistic truncation. Tested against measured runs.
@@ -194,8 +209,27 @@ struct Rss3Costs {
 
 // rss3's costs with comparisons = dcf (Rss3::DcfCosts): msb_bits is
 // rss3_dcf_cost, its dealer rotating like the circuit's lead.
+// msb_arith (the optional hook of CostModel): the sign as an arithmetic 0/1
+// straight from the DCF, in msb_bits' 2 rounds.
 struct Rss3DcfCosts : Rss3Costs {
   static OpCost msb_bits(int width, std::size_t n, std::size_t fork) { return rotated(rss3_dcf_cost(width, n), fork); }
+  static OpCost msb_arith(int width, std::size_t n, std::size_t fork) {
+    return rotated(rss3_dcf_cost(width, n, rss3_default_dcf_slice_bytes, Rss3DcfStoreUse::off, Rss3DcfOutput::arith),
+                   fork);
+  }
+};
+
+// The same with an offline store on (Rss3Options::offline_budget > 0):
+// the online cost of a filled store, so that ops plan on the online phase
+// (the keys were dealt ahead; a dry store deals them inline after all).
+struct Rss3DcfStoreCosts : Rss3Costs {
+  static OpCost msb_bits(int width, std::size_t n, std::size_t fork) {
+    return rotated(rss3_dcf_cost(width, n, rss3_default_dcf_slice_bytes, Rss3DcfStoreUse::filled), fork);
+  }
+  static OpCost msb_arith(int width, std::size_t n, std::size_t fork) {
+    return rotated(
+        rss3_dcf_cost(width, n, rss3_default_dcf_slice_bytes, Rss3DcfStoreUse::filled, Rss3DcfOutput::arith), fork);
+  }
 };
 
 // What a party's dcf comparisons did (comparisons = dcf).
@@ -207,8 +241,9 @@ struct Rss3DcfStats {
   std::uint64_t inline_elements = 0;  // elements it dealt inline (online)
   std::uint64_t ran_dry = 0;        // its deals the store (when on) could not fully serve
   std::uint64_t store_bytes = 0, store_peak = 0;  // accounted bytes held, now and at most
-  // Elements compared per width, per dealer: counted at every party, so the
-  // same everywhere once the same calls have run (a plan for what to prepare).
+  // Elements compared per slot (rss3_dcf_slot), per dealer: counted at every
+  // party, so the same everywhere once the same calls have run (a plan for
+  // what to prepare).
   std::map<int, std::array<std::uint64_t, 3>> demand;
 };
 
@@ -227,7 +262,7 @@ class Rss3Party {
   const Rss3DcfStats& dcf_stats() const noexcept { return dcf_stats_; }
 
   // comparisons = dcf, offline phase: tops up every dealer's store at
-  // `width` to `count` unused correlations, or as many as
+  // `width` (a slot, rss3_dcf_slot: + 64 for arithmetic output) to `count` unused correlations, or as many as
   // Rss3Options::offline_budget allows at every party. A collective call on
   // a stream of its own: all three parties call it in the same order, at a
   // point where none of their comparisons is in flight (between steps, or
@@ -267,6 +302,7 @@ class Rss3 {
   using Bits = Rss3Bits;
   using Costs = Rss3Costs;
   using DcfCosts = Rss3DcfCosts;  // the cost model under comparisons = dcf
+  using DcfStoreCosts = Rss3DcfStoreCosts;  // ... with an offline store
 
   Rss3(Rss3Party& party, StreamId stream, bool scoped = false) : party_(&party), stream_(stream), scoped_(scoped) {}
   Rss3(Rss3&&) noexcept = default;
@@ -277,6 +313,7 @@ class Rss3 {
 
   PartyId party_id() const noexcept { return party_->id_; }
   bool dcf_comparisons() const noexcept { return party_->options_.comparisons == Rss3Comparisons::dcf; }
+  bool dcf_store() const noexcept { return dcf_comparisons() && party_->options_.offline_budget > 0; }
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }
   StreamId stream() const noexcept { return stream_; }
@@ -364,6 +401,11 @@ class Rss3 {
   // group 0: chosen by rss3_msb_cost. With comparisons = dcf the lead
   // deals instead (rss3_dcf.cpp) and `group` is unused.
   Task<Bits> msb_bits(const Share& a, int width = ring_bits, int group = 0);
+  // The same sign as an arithmetic 0/1 (the ArithmeticSign hook). With
+  // comparisons = dcf the DCF's payload is a ring element, so the pair ends
+  // with additive shares of the sign and reshares them: msb_bits' 2 rounds,
+  // no B2A (rss3_dcf.cpp). Circuit: msb_bits then bit_to_arith.
+  Task<Share> msb_arith(const Share& a, int width = ring_bits);
   // sum_last (bit 0 of b) * x, truncated by `bits` (0: exact); see rss3.cpp.
   Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);
   Task<RingTensor> reveal_bits(const Bits& x);
@@ -394,8 +436,13 @@ class Rss3 {
   // msb_bits of flat values with party `lead` holding A; planes in, bit planes out.
   Task<Bits> msb_planes(PartyId lead, RingTensor a_or_b, std::size_t n, int width, int group);
   // The same from a DCF dealt by `dealer`: the next party holds A, the one
-  // after it B (x = A + B); the dealer passes nothing.
-  Task<Bits> msb_dcf(PartyId dealer, RingTensor a_or_b, std::size_t n, int width);
+  // after it B (x = A + B); the dealer passes nothing. Both components of
+  // the result: bit planes (output bit) or ring words (output arith).
+  Task<std::pair<RingTensor, RingTensor>> dcf_compare(PartyId dealer, RingTensor a_or_b, std::size_t n, int width,
+                                                      Rss3DcfOutput output);
+  // msb_bits and msb_arith: a third of the elements to each dealer or lead;
+  // both components, one bit or ring word per element.
+  Task<std::pair<RingTensor, RingTensor>> compare_thirds(const Share& a, int width, int group, Rss3DcfOutput output);
   // prepare_comparisons' part for one dealer: `count` correlations at `width`.
   Task<void> deal_ahead(PartyId dealer, int width, std::size_t count);
   friend class Rss3Party;

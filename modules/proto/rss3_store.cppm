@@ -2,7 +2,7 @@
 // ahead of time (Rss3Party::prepare_comparisons, src/proto/rss3_offline.cpp)
 // and kept until an online msb_bits uses them (src/proto/rss3_dcf.cpp).
 //
-// Per width, each dealer D numbers its correlations 0, 1, 2, ... in the
+// Per slot (the width, + 64 for arithmetic output: rss3_dcf_slot), each dealer D numbers its correlations 0, 1, 2, ... in the
 // order it deals them; its pair (A = D+1, B = D+2) files them under the same
 // numbers. D alone decides which ones a call uses and tells A and B the first
 // number with the call's other messages, so the pair never needs to agree on
@@ -24,7 +24,9 @@ struct Rss3DcfBatch {
   std::size_t count = 0, used = 0;
   std::vector<std::byte> corrections;  // dcf_serialize of `count` keys on width - 1 bits
   std::vector<DcfSeed> roots;          // this receiver's tree roots
-  std::vector<Ring> bits;  // one mask bit per element, 64 to a word: A's t_A, B's r_m ^ t_A
+  // One mask bit per element, 64 to a word: A's t_A, B's r_m ^ t_A; or
+  // with arithmetic output (a slot above 64) a word per element: A's rho, B's r_m - rho.
+  std::vector<Ring> bits;
 };
 
 class Rss3DcfStore {

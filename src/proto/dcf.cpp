@@ -173,15 +173,22 @@ DcfCorrections dcf_deserialize_range(std::span<const std::byte> bytes, int in_bi
 
 DcfCorrections dcf_generate(int in_bits, int out_bits, std::span<const Ring> alpha, Ring beta,
                             std::span<const DcfSeed> root0, std::span<const DcfSeed> root1) {
+  return dcf_generate(in_bits, out_bits, alpha, std::span<const Ring>(&beta, 1), root0, root1);
+}
+
+DcfCorrections dcf_generate(int in_bits, int out_bits, std::span<const Ring> alpha, std::span<const Ring> betas,
+                            std::span<const DcfSeed> root0, std::span<const DcfSeed> root1) {
   check_bits(in_bits, out_bits, "dcf_generate");
   const std::size_t n = alpha.size(), levels = static_cast<std::size_t>(in_bits);
   if (root0.size() != n || root1.size() != n)
     throw Error(ErrorCode::invalid_argument, "dcf_generate: " + std::to_string(n) + " thresholds but " +
                                                  std::to_string(root0.size()) + " and " + std::to_string(root1.size()) +
                                                  " root seeds");
+  if (betas.size() != 1 && betas.size() != n)
+    throw Error(ErrorCode::invalid_argument, "dcf_generate: " + std::to_string(betas.size()) + " payloads for " +
+                                                 std::to_string(n) + " thresholds (give 1 or one per threshold)");
   check_inputs(alpha, in_bits, "dcf_generate", "alpha");
   const Ring mask = group_mask(out_bits);
-  beta &= mask;
   DcfCorrections keys{in_bits, out_bits, n, std::vector<DcfSeed>(levels * n), std::vector<Ring>((levels + 1) * n)};
   std::array<std::vector<DcfSeed>, 2> seed{std::vector<DcfSeed>(root0.begin(), root0.end()),
                                            std::vector<DcfSeed>(root1.begin(), root1.end())};
@@ -209,6 +216,7 @@ DcfCorrections dcf_generate(int in_bits, int out_bits, std::span<const Ring> alp
       const std::array<std::uint8_t, 2> t_cw{static_cast<std::uint8_t>(c[0][0].t ^ c[1][0].t ^ a ^ 1),
                                              static_cast<std::uint8_t>(c[0][1].t ^ c[1][1].t ^ a)};
       const std::uint8_t t1 = t[1][k];
+      const Ring beta = betas[betas.size() == 1 ? 0 : k] & mask;
       Ring v_cw = signed_by(t1, c[1][lose].v - c[0][lose].v - v_alpha[k]);
       if (lose == 0) v_cw += signed_by(t1, beta);  // x goes left of alpha here: x < alpha
       v_cw &= mask;

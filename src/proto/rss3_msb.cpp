@@ -225,10 +225,12 @@ Task<Rss3Bits> carry_tree(Rss3& proto, Rss3Bits shared, std::size_t count, std::
 
 }  // namespace
 
-Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes, Rss3DcfStoreUse store) {
+Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes, Rss3DcfStoreUse store,
+                          Rss3DcfOutput output) {
   check_msb_args(width, 0);
+  const bool arith = output == Rss3DcfOutput::arith;
   Rss3DcfCost cost;
-  const std::size_t slice = rss3_dcf_slice_elements(width, slice_bytes);
+  const std::size_t slice = rss3_dcf_slice_elements(width, slice_bytes, output);
   const std::uint64_t header = store == Rss3DcfStoreUse::off ? 0 : 16;
   const std::uint64_t per_opening = static_cast<std::uint64_t>((width + 7) / 8);
   for (int j = 0; j < 3; ++j) {
@@ -236,10 +238,10 @@ Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes, R
     if (b == e) continue;
     const std::size_t k = e - b;
     const std::size_t dealer = static_cast<std::size_t>(j), first = (dealer + 1) % 3, second = (dealer + 2) % 3;
-    const std::uint64_t result_bits = (k + 7) / 8;
+    const std::uint64_t result_bytes = arith ? 8 * k : (k + 7) / 8;
     cost.bytes[dealer] += 2 * header;
-    cost.bytes[first] += per_opening * k + result_bits;
-    cost.bytes[second] += per_opening * k + result_bits;
+    cost.bytes[first] += per_opening * k + result_bytes;
+    cost.bytes[second] += per_opening * k + result_bytes;
     if (store == Rss3DcfStoreUse::filled) {  // offsets r - r* instead of keys
       cost.bytes[dealer] += 2 * per_opening * k;
       cost.rounds = std::max<std::uint64_t>(cost.rounds, 2);
@@ -248,7 +250,8 @@ Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes, R
     const std::size_t slices = (k + slice - 1) / slice;
     for (std::size_t s = 0; s < slices; ++s) {
       const std::size_t part = std::min(slice, k - s * slice);
-      const std::uint64_t dealt = 2 * dcf_correction_bytes(width - 1, 1, part) + (part + 7) / 8;
+      const std::uint64_t dealt = arith ? 2 * dcf_correction_bytes(width - 1, ring_bits, part) + 8 * part
+                                        : 2 * dcf_correction_bytes(width - 1, 1, part) + (part + 7) / 8;
       cost.dealt[dealer] += dealt;
       cost.bytes[dealer] += dealt;
     }
@@ -354,19 +357,17 @@ Task<Rss3Bits> Rss3::msb_planes(PartyId lead, RingTensor values, std::size_t n, 
   co_return co_await carry_tree(*this, std::move(shared), count, reshared, words);
 }
 
-Task<Rss3Bits> Rss3::msb_bits(const Share& a, int width, int group) {
-  check_msb_args(width, group);
-  if (group == 0) group = choose_group(width);
-  group = std::min(group, std::max(1, width - 1));
+Task<std::pair<RingTensor, RingTensor>> Rss3::compare_thirds(const Share& a, int width, int group,
+                                                             Rss3DcfOutput output) {
   const Shape s = shape(a);
   const std::size_t n = a.own.size();
   const PartyId id = party_->id_;
   // Chunk j's lead: j + rotation, the same at every party (they fork alike).
   const int rotation = static_cast<int>((forks_ / 3) % 3);
   const bool dcf = dcf_comparisons();
-  auto run = [&](int j, Rss3 q) -> Task<Bits> {
+  auto run = [&](int j, Rss3 q) -> Task<std::pair<RingTensor, RingTensor>> {
     const auto [b, e] = chunk(n, j);
-    if (b == e) co_return Bits{};
+    if (b == e) co_return std::pair<RingTensor, RingTensor>{};
     const int lead = (j + rotation) % 3;
     RingTensor values = RingTensor::from_shape({e - b});
     const auto role = (id + 3 - static_cast<PartyId>(lead)) % 3;
@@ -374,27 +375,49 @@ Task<Rss3Bits> Rss3::msb_bits(const Share& a, int width, int group) {
       if (role != 0)
         for (std::size_t i = b; i < e; ++i)
           values.data()[i - b] = role == 1 ? a.own.data()[i] + a.next.data()[i] : a.next.data()[i];
-      co_return co_await q.msb_dcf(static_cast<PartyId>(lead), std::move(values), e - b, width);
+      co_return co_await q.dcf_compare(static_cast<PartyId>(lead), std::move(values), e - b, width, output);
     }
     for (std::size_t i = b; i < e; ++i)
       values.data()[i - b] = role == 0 ? a.own.data()[i] + a.next.data()[i]
                              : role == 1 ? a.next.data()[i]
                                          : a.own.data()[i];
-    co_return co_await q.msb_planes(static_cast<PartyId>(lead), std::move(values), e - b, width, group);
+    Bits bits = co_await q.msb_planes(static_cast<PartyId>(lead), std::move(values), e - b, width, group);
+    co_return std::pair{std::move(bits.own), std::move(bits.next)};
   };
   Rss3 q0 = fork(), q1 = fork(), q2 = fork();  // in this order at every party
   auto [c0, c1, c2] = co_await when_all(run(0, std::move(q0)), run(1, std::move(q1)), run(2, std::move(q2)));
-  Bits out{RingTensor::from_shape(s), RingTensor::from_shape(s)};
-  const Bits* chunks[3] = {&c0, &c1, &c2};
+  std::pair<RingTensor, RingTensor> out{RingTensor::from_shape(s), RingTensor::from_shape(s)};
+  const std::pair<RingTensor, RingTensor>* chunks[3] = {&c0, &c1, &c2};
+  const bool arith = output == Rss3DcfOutput::arith;
   for (int j = 0; j < 3; ++j) {
     const auto [b, e] = chunk(n, j);
     for (std::size_t i = b; i < e; ++i) {
       const std::size_t local = i - b;
-      out.own.data()[i] = (chunks[j]->own.data()[local / 64] >> (local % 64)) & 1;
-      out.next.data()[i] = (chunks[j]->next.data()[local / 64] >> (local % 64)) & 1;
+      if (arith) {
+        out.first.data()[i] = chunks[j]->first.data()[local];
+        out.second.data()[i] = chunks[j]->second.data()[local];
+      } else {
+        out.first.data()[i] = (chunks[j]->first.data()[local / 64] >> (local % 64)) & 1;
+        out.second.data()[i] = (chunks[j]->second.data()[local / 64] >> (local % 64)) & 1;
+      }
     }
   }
   co_return out;
+}
+
+Task<Rss3Bits> Rss3::msb_bits(const Share& a, int width, int group) {
+  check_msb_args(width, group);
+  if (group == 0) group = choose_group(width);
+  group = std::min(group, std::max(1, width - 1));
+  auto [own, next] = co_await compare_thirds(a, width, group, Rss3DcfOutput::bit);
+  co_return Bits{std::move(own), std::move(next)};
+}
+
+Task<Rss3Share> Rss3::msb_arith(const Share& a, int width) {
+  check_msb_args(width, 0);
+  if (!dcf_comparisons()) co_return co_await bit_to_arith(co_await msb_bits(a, width));
+  auto [own, next] = co_await compare_thirds(a, width, 0, Rss3DcfOutput::arith);
+  co_return Share{std::move(own), std::move(next)};
 }
 
 }  // namespace mpcache

@@ -39,7 +39,9 @@ std::vector<Ring> Rss3DcfStore::evaluate(int width, int role, std::uint64_t star
   auto& filed = batches_[{width, role}];
   const std::size_t n = x.size();
   std::vector<Ring> out(n);
-  mask_bits.assign((n + 63) / 64, 0);
+  const bool arith = rss3_dcf_slot_output(width) == Rss3DcfOutput::arith;
+  const int out_bits = arith ? ring_bits : 1;
+  mask_bits.assign(arith ? n : (n + 63) / 64, 0);
   for (std::size_t done = 0; done < n;) {
     const std::uint64_t at = start + done;
     auto it = filed.upper_bound(at);
@@ -49,12 +51,17 @@ std::vector<Ring> Rss3DcfStore::evaluate(int width, int role, std::uint64_t star
                                            " is not held (used twice, or never dealt)");
     Rss3DcfBatch& batch = std::prev(it)->second;
     const std::size_t begin = static_cast<std::size_t>(at - batch.first), take = std::min(n - done, batch.count - begin);
-    const DcfCorrections keys = dcf_deserialize_range(batch.corrections, width - 1, 1, batch.count, begin, begin + take);
+    const DcfCorrections keys = dcf_deserialize_range(batch.corrections, rss3_dcf_slot_width(width) - 1, out_bits,
+                                                      batch.count, begin, begin + take);
     const std::vector<Ring> y = dcf_evaluate(role == 1 ? 0 : 1, keys,
                                              std::span<const DcfSeed>(batch.roots).subspan(begin, take),
                                              x.subspan(done, take));
     for (std::size_t q = 0; q < take; ++q) {
       out[done + q] = y[q];
+      if (arith) {
+        mask_bits[done + q] = batch.bits[begin + q];
+        continue;
+      }
       mask_bits[(done + q) / 64] |= ((batch.bits[(begin + q) / 64] >> ((begin + q) % 64)) & 1) << ((done + q) % 64);
     }
     batch.used += take;
@@ -83,8 +90,9 @@ Task<std::size_t> Rss3Party::prepare_comparisons(int width, std::size_t count) {
     throw Error(ErrorCode::invalid_argument, what + ": comparisons are not dcf (Rss3Options::comparisons)");
   if (options_.offline_budget == 0)
     throw Error(ErrorCode::invalid_argument, what + ": Rss3Options::offline_budget is 0, so there is no store to fill");
-  if (width < 2 || width > ring_bits)
-    throw Error(ErrorCode::invalid_argument, what + ": width " + std::to_string(width) + " is outside [2, 64]");
+  if (width < 2 || width > 2 * ring_bits || width == ring_bits + 1)
+    throw Error(ErrorCode::invalid_argument, what + ": width " + std::to_string(width) +
+                                                 " is outside [2, 64] (bit output) or [66, 128] (arithmetic, width + 64)");
   const auto started = std::chrono::steady_clock::now();
   // Top-ups for a target t, the same at every party at a quiet point; the
   // largest t <= count within every party's budget.

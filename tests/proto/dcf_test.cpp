@@ -110,3 +110,28 @@ TEST_CASE("dcf: bad input is refused with a clear error") {
                        doctest::Contains("the dealer sent 258 bytes of DCF keys, expected 259 for 2 keys of 8 input and 1 output bits"),
                        Error);
 }
+
+TEST_CASE("dcf: a payload per key (+1 or -1 in Z_2^64, as rss3's arithmetic comparisons deal)") {
+  for (const int w : {1, 3, 26, 63}) {
+    const Ring top = mask_of(w);
+    const RingTensor random = ring_sample({64}, 400 + static_cast<std::uint64_t>(w));
+    std::vector<Ring> alpha, x, beta;
+    for (std::size_t k = 0; k < 64; ++k) {
+      alpha.push_back(k < 4 ? (k % 2 ? top : 0) : random.data()[k] & top);
+      x.push_back(k < 8 ? alpha.back() - (k % 2) * (alpha.back() > 0) : (random.data()[k] >> 7) & top);
+      beta.push_back((random.data()[k] >> 3) & 1 ? Ring{1} : ~Ring{0});
+    }
+    const auto root0 = random_roots(64, 11), root1 = random_roots(64, 12);
+    const DcfCorrections keys = dcf_generate(w, 64, alpha, beta, root0, root1);
+    CHECK(dcf_serialize(keys).size() == dcf_correction_bytes(w, 64, 64));
+    const auto y0 = dcf_evaluate(0, keys, root0, x), y1 = dcf_evaluate(1, keys, root1, x);
+    for (std::size_t k = 0; k < 64; ++k) {
+      INFO("w " << w << ", alpha " << alpha[k] << ", x " << x[k] << ", beta " << static_cast<std::int64_t>(beta[k]));
+      CHECK(y0[k] + y1[k] == (x[k] < alpha[k] ? beta[k] : 0));
+    }
+  }
+  const auto roots = random_roots(3, 2);
+  const std::vector<Ring> alpha{1, 2, 3}, two{1, 1};
+  CHECK_THROWS_WITH_AS(dcf_generate(4, 64, alpha, two, roots, roots),
+                       doctest::Contains("dcf_generate: 2 payloads for 3 thresholds (give 1 or one per threshold)"), Error);
+}

@@ -32,8 +32,9 @@ struct Measured {
 };
 
 // Prepares `prepare` correlations at `width` (when > 0), then measures
-// msb_bits of x at `width`.
-Measured measure(const RingTensor& x, int width, std::size_t prepare, Rss3Options options) {
+// msb_bits of x at `width` (or msb_arith, with correlations of its slot).
+Measured measure(const RingTensor& x, int width, std::size_t prepare, Rss3Options options,
+                 Rss3DcfOutput output = Rss3DcfOutput::bit) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   std::array<CostCounters, 3> before, after;
@@ -43,12 +44,18 @@ Measured measure(const RingTensor& x, int width, std::size_t prepare, Rss3Option
     auto party = co_await Rss3Party::setup(network.endpoint(id), options);
     Rss3 p = party->session();
     auto s = co_await share_of(p, 0, x);
-    if (prepare > 0) out.prepared[id] = co_await party->prepare_comparisons(width, prepare);
+    if (prepare > 0) out.prepared[id] = co_await party->prepare_comparisons(rss3_dcf_slot(width, output), prepare);
     co_await mpcache::testing::align_clocks(network.endpoint(id));
     before[id] = network.endpoint(id).costs();
-    const Rss3Bits bits = co_await p.msb_bits(s, width);
-    after[id] = network.endpoint(id).costs();
-    signs[id] = co_await p.reveal_bits(bits);
+    if (output == Rss3DcfOutput::arith) {
+      const Rss3Share sign = co_await p.msb_arith(s, width);
+      after[id] = network.endpoint(id).costs();
+      signs[id] = co_await p.reveal(sign);
+    } else {
+      const Rss3Bits bits = co_await p.msb_bits(s, width);
+      after[id] = network.endpoint(id).costs();
+      signs[id] = co_await p.reveal_bits(bits);
+    }
     out.stats[id] = party->dcf_stats();
     out.dealt[id] = party->dealt_bytes();
   });
@@ -239,4 +246,48 @@ TEST_CASE("rss3 offline: prepare_comparisons names what is wrong") {
   CHECK(message(offline_options(0), 27).find("offline_budget is 0") != std::string::npos);
   CHECK(message({.insecure_seed = 1, .offline_budget = megabyte}, 27).find("comparisons are not dcf") != std::string::npos);
   CHECK(message(offline_options(megabyte), 1).find("width 1 is outside [2, 64]") != std::string::npos);
+}
+
+TEST_CASE("rss3 offline: arithmetic-output correlations are stored under their own slot, filled, partial or dry") {
+  CHECK(rss3_dcf_slot(27, Rss3DcfOutput::arith) == 91);
+  CHECK(rss3_dcf_slot(27, Rss3DcfOutput::bit) == 27);
+  // Root 16, 26 levels of 16 + 8 bytes, the final 8, and rho or the offset 8.
+  CHECK(rss3_dcf_stored_bytes(91) == 16 + 26 * 24 + 8 + 8);
+  for (const int width : {2, 27, 64}) {
+    const RingTensor x = signed_edges(width, 90 + static_cast<std::uint64_t>(width));  // one dealer
+    for (const std::size_t prepared : {std::size_t{0}, std::size_t{100}, x.size(), std::size_t{500}}) {
+      INFO("width " << width << ", prepared " << prepared);
+      const Measured stored = measure(x, width, prepared, offline_options(64 * megabyte), Rss3DcfOutput::arith);
+      check_signs(x, width, stored.signs);
+      CHECK(stored.stats[2].from_store == std::min(prepared, x.size()));
+      CHECK(stored.stats[2].inline_elements == x.size() - std::min(prepared, x.size()));
+    }
+  }
+  // Filled: no keys online, the header and offsets from the dealer, the
+  // opening and 8 bytes of resharing from each of the pair; 2 rounds.
+  constexpr std::size_t n = 1000;
+  const RingTensor x = random_ring({n}, 6);
+  const Measured filled = measure(x, 27, n, offline_options(64 * megabyte), Rss3DcfOutput::arith);
+  check_signs(x, 27, filled.signs);
+  const Rss3DcfCost model =
+      rss3_dcf_cost(27, n, rss3_default_dcf_slice_bytes, Rss3DcfStoreUse::filled, Rss3DcfOutput::arith);
+  CHECK(filled.cost.rounds == 2);
+  CHECK(filled.cost.bytes == model.bytes);
+  CHECK(model.bytes == std::array<std::uint64_t, 3>{12'000, 12'000, 32 + 2 * 4 * n});
+  // Offline, party 2 dealt both keys and B's offsets.
+  CHECK(filled.stats[2].offline_bytes == 2 * dcf_correction_bytes(26, 64, n) + 8 * n);
+  // A mixed slot is refused with the accepted ranges.
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  auto errors = run_parties(scheduler, network, [&](PartyId id) -> Task<std::string> {
+    auto party = co_await Rss3Party::setup(network.endpoint(id), offline_options(megabyte));
+    try {
+      (void)co_await party->prepare_comparisons(65, 10);
+    } catch (const Error& e) {
+      co_return e.what();
+    }
+    co_return "";
+  });
+  CHECK(errors[0].find("width 65 is outside [2, 64] (bit output) or [66, 128] (arithmetic, width + 64)") !=
+        std::string::npos);
 }
