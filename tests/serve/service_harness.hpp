@@ -90,4 +90,29 @@ inline serve::ClientRequest request_for(const std::string& text, std::size_t tok
   return r;
 }
 
+// A hand-made client's request for 4 prompt tokens and 3 new ones, sent to
+// every server, and each server's "accepted".
+inline Task<void> send_request_and_accept(Endpoint& client, serve::Nonce nonce) {
+  serve::ServeRequest q;
+  q.nonce = nonce;
+  q.prompt_length = 4;
+  q.new_tokens = 3;
+  q.policy = "mpcache";
+  for (PartyId s = 0; s < 3; ++s) client.send(s, serve::request_stream, q.encode());
+  for (PartyId s = 0; s < 3; ++s) {
+    auto r = serve::Reply::decode(co_await client.recv(s, serve::reply_stream), "server");
+    REQUIRE(r.kind == serve::ReplyKind::accepted);
+  }
+}
+
+// Each server's next reply; the failures, one line each ("server N: why").
+inline Task<std::string> failures_from_servers(Endpoint& client) {
+  std::string failures;
+  for (PartyId s = 0; s < 3; ++s) {
+    auto r = serve::Reply::decode(co_await client.recv(s, serve::reply_stream), "server");
+    if (r.kind == serve::ReplyKind::failed) failures += "server " + std::to_string(s) + ": " + r.text() + "\n";
+  }
+  co_return failures;
+}
+
 }  // namespace mpcache::serve_test

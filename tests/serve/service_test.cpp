@@ -100,24 +100,12 @@ TEST_CASE("a client whose prompt share is garbage ends only its own session, at 
   clients.push_back(ask(service.connect("good"), request_for(emma, 3), good));
   Endpoint& bad = service.connect("mallory");
   auto mallory = [&]() -> Task<void> {
-    serve::ServeRequest q;
-    q.nonce = {7, 7};
-    q.prompt_length = 4;
-    q.new_tokens = 3;
-    q.policy = "mpcache";
-    for (PartyId s = 0; s < 3; ++s) bad.send(s, serve::request_stream, q.encode());
-    for (PartyId s = 0; s < 3; ++s) {
-      auto r = serve::Reply::decode(co_await bad.recv(s, serve::reply_stream), "server");
-      REQUIRE(r.kind == serve::ReplyKind::accepted);
-    }
+    co_await send_request_and_accept(bad, {7, 7});
     // Server 1 gets 5 bytes where 4 x vocab values belong.
     auto parts = client_shares::split(ring_zeros({4, 256}));
     parts[1].resize(5);
     for (PartyId s = 0; s < 3; ++s) bad.send(s, serve::prompt_stream, parts[s]);
-    for (PartyId s = 0; s < 3; ++s) {
-      auto r = serve::Reply::decode(co_await bad.recv(s, serve::reply_stream), "server");
-      if (r.kind == serve::ReplyKind::failed) bad_error += "server " + std::to_string(s) + ": " + r.text() + "\n";
-    }
+    bad_error = co_await failures_from_servers(bad);
   };
   clients.push_back(mallory());
   service.run(std::move(clients));
@@ -140,21 +128,9 @@ TEST_CASE("a client that never sends its prompt is told why at every server, and
   clients.push_back(ask(service.connect("good"), request_for(emma, 3), good));
   Endpoint& stalling = service.connect("staller");
   auto staller = [&]() -> Task<void> {
-    serve::ServeRequest q;
-    q.nonce = {5, 5};
-    q.prompt_length = 4;
-    q.new_tokens = 3;
-    q.policy = "mpcache";
-    for (PartyId s = 0; s < 3; ++s) stalling.send(s, serve::request_stream, q.encode());
-    for (PartyId s = 0; s < 3; ++s) {
-      auto r = serve::Reply::decode(co_await stalling.recv(s, serve::reply_stream), "server");
-      REQUIRE(r.kind == serve::ReplyKind::accepted);
-    }
+    co_await send_request_and_accept(stalling, {5, 5});
     // No prompt shares: each server's deadline fails the session and says why.
-    for (PartyId s = 0; s < 3; ++s) {
-      auto r = serve::Reply::decode(co_await stalling.recv(s, serve::reply_stream), "server");
-      if (r.kind == serve::ReplyKind::failed) staller_error += "server " + std::to_string(s) + ": " + r.text() + "\n";
-    }
+    staller_error = co_await failures_from_servers(stalling);
   };
   clients.push_back(staller());
   service.run(std::move(clients));
