@@ -38,7 +38,8 @@ Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Option
     // truncates differently would desynchronise every later message.
     k_next = random_prg_key();
     const wire::Settings settings{options.frac_bits, options.exact_truncation,
-                                  options.comparisons == Rss3Comparisons::dcf};
+                                  options.comparisons == Rss3Comparisons::dcf, options.offline_budget,
+                                  options.dcf_slice_bytes};
     std::vector<std::byte> message(k_next.size() + wire::Settings::bytes);
     std::memcpy(message.data(), k_next.data(), k_next.size());
     wire::put_settings(settings, message.data() + k_next.size());
