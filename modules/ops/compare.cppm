@@ -70,15 +70,18 @@ Task<typename P::Bits> msb_bits(P& p, const typename P::Share& a, int width = ri
 }
 
 // The backend's own arithmetic sign (ArithmeticSign: rss3 dcf, 2 rounds)
-// where it has one, else msb_bits then B2A.
+// where it has one, else msb_bits then B2A. result_bits < 64: the caller
+// needs the sign only mod 2^result_bits (a backend may then send fewer
+// bytes and leave the higher bits wrong; exact backends ignore it).
 template <Protocol P>
-Task<typename P::Share> msb(P& p, const typename P::Share& a, int width = ring_bits) {
+Task<typename P::Share> msb(P& p, const typename P::Share& a, int width = ring_bits, int result_bits = ring_bits) {
   if constexpr (ExactReals<P>) {
     co_return p.exact_sign(a);
   } else if constexpr (ArithmeticSign<P>) {
     if (width < 2 || width > ring_bits)
       throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
-    co_return co_await p.msb_arith(a, width);
+    if constexpr (requires { p.msb_arith(a, width, result_bits); }) co_return co_await p.msb_arith(a, width, result_bits);
+    else co_return co_await p.msb_arith(a, width);
   } else {
     co_return co_await p.bit_to_arith(co_await msb_bits(p, a, width));
   }

@@ -17,6 +17,9 @@
 //   error: relative <= 2e-4 + 2^-f/x (tested on dense samples of the range)
 //   cost (rss3): comparisons (msb_bits of w + 1 bits: 5 at w = 41 and at
 //     w <= 31, 4 at w = 22) + x' (bit_dot, 2) + 3 = 10 rounds (tested)
+//   where the backend has an arithmetic sign and dot_trunc and its cost
+//     model says so (rss3 dcf): the one-hot comes from msb_arith as a ring
+//     0/1, s is local and x' one dot_trunc (1 round), so 2 + 1 + 3 = 6
 export module mpcache.ops:reciprocal;
 import mpcache.std;
 import mpcache.core;
@@ -85,6 +88,74 @@ typename P::Share weighted_bits(const typename P::Share& one_hot, const std::vec
   return P::apply(one_hot, [&](const RingTensor& t) { return ring_weighted_sum_last(t, weights); });
 }
 
+// A backend that can select with an arithmetic one-hot: msb_arith for the
+// comparisons and dot_trunc (a sum of products in one round) for x g(p).
+template <class P>
+concept ArithmeticOneHot = ArithmeticSign<P> && requires(P& p, const typename P::Share& a, int bits) {
+  { p.dot_trunc(a, a, bits) } -> std::same_as<Task<typename P::Share>>;
+};
+
+// Whether the highest-bit search of `values` values over `width` bits should
+// end in an arithmetic one-hot (msb_arith, then dot_trunc: a product's
+// round) rather than bits (msb_bits, then bit_dot: B2A fused with the
+// product, 2 rounds) on costs C: fewer rounds, then fewer bytes. Only cost
+// models that price msb_arith (rss3 dcf) can say yes.
+template <CostModel C>
+bool arithmetic_one_hot_pays(int width, std::size_t values) {
+  if constexpr (!ArithmeticSignCosts<C>) {
+    return false;
+  } else {
+    const std::size_t n = values * static_cast<std::size_t>(width);
+    const OpCost arith = msb_arith_cost<C>(width + 1, n, 0) + C::mul(values);
+    const OpCost bits = C::msb_bits(width + 1, n, 0) + C::bit_dot(n, static_cast<std::size_t>(width));
+    return arith.rounds < bits.rounds || (arith.rounds == bits.rounds && arith.max_bytes() < bits.max_bytes());
+  }
+}
+
+template <ArithmeticOneHot P>
+bool arithmetic_one_hot_pays(const P& p, int width, const typename P::Share& x) {
+  std::size_t values = 1;
+  for (std::size_t d : P::shape(x)) values *= d;
+  return with_costs(p, [&]<CostModel C>() { return arithmetic_one_hot_pays<C>(width, values); });
+}
+
+// highest_bit_bits' one-hot as an arithmetic 0/1 (..., w): below_t by
+// msb_arith, one_hot_t = below_{t+1} - below_t (below_w = 1), locally.
+template <ArithmeticOneHot P>
+Task<typename P::Share> highest_bit_arith(P& p, const typename P::Share& x, int width) {
+  if (width < 2 || width > reciprocal_scale_bits + 1)
+    throw Error(ErrorCode::invalid_argument, "highest set bit over " + std::to_string(width) +
+                                                 " bits, outside [2, " +
+                                                 std::to_string(reciprocal_scale_bits + 1) + "]");
+  const auto w = static_cast<std::size_t>(width);
+  std::vector<Ring> powers(w);
+  for (std::size_t t = 0; t < w; ++t) powers[t] = Ring{1} << t;
+  const auto below = co_await below_each(p, x, powers, width + 1);
+  auto hot = P::apply(below, [w](const RingTensor& t) {
+    RingTensor out = RingTensor::from_shape(shape_of(t));
+    for (std::size_t i = 0; i < t.size(); ++i)
+      out.data()[i] = (i % w + 1 < w ? t.data()[i + 1] : 0) - t.data()[i];
+    return out;
+  });
+  RingTensor top_is_one = ring_zeros(P::shape(below));
+  for (std::size_t i = w - 1; i < top_is_one.size(); i += w) top_is_one.data()[i] = 1;
+  co_return p.add_public(hot, top_is_one);
+}
+
+// times_weight_of for an arithmetic one-hot: one dot_trunc (1 round).
+template <ArithmeticOneHot P>
+Task<typename P::Share> times_weight_of_arith(P& p, const typename P::Share& one_hot, const typename P::Share& x,
+                                              const std::vector<Ring>& weights, int bits) {
+  const Shape s = P::shape(x);
+  const std::size_t w = weights.size();
+  Shape spread = s;
+  spread.push_back(w);
+  RingTensor scale = RingTensor::from_shape(spread);
+  for (std::size_t i = 0; i < scale.size(); ++i) scale.data()[i] = weights[i % w];
+  auto terms = p.mul_public(P::apply(x, [w](const RingTensor& t) { return ring_repeat_last(t, w); }), scale);
+  co_return reshape<P>(co_await p.dot_trunc(one_hot, terms, bits), s);
+}
+
 // Bits of a fixed-point value below 2^max_log2 (real).
 inline int value_width(int frac_bits, int max_log2) { return frac_bits + max_log2; }
 
@@ -105,13 +176,25 @@ Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log
   const FixedPoint fp(f);
   const int width = detail::value_width(f, max_log2);
   const auto weights = detail::normaliser_weights(width);
-  const auto hot = co_await detail::highest_bit_bits(p, x, width);
-  // s (B2A, for z0 below) while x' = x s / 2^(K-f+1), in [0.5, 1), is formed.
-  auto normaliser = [&](P& q) -> Task<typename P::Share> {
-    co_return detail::weighted_bits<P>(co_await q.bit_to_arith(hot), weights);
+  // s = 2^(K-p) and x' = x s / 2^(K-f+1), in [0.5, 1).
+  auto normalised = [&]() -> Task<std::pair<typename P::Share, typename P::Share>> {
+    if constexpr (detail::ArithmeticOneHot<P>) {
+      if (detail::arithmetic_one_hot_pays(p, width, x)) {
+        const auto hot = co_await detail::highest_bit_arith(p, x, width);
+        co_return std::pair{detail::weighted_bits<P>(hot, weights),
+                            co_await detail::times_weight_of_arith(p, hot, x, weights, K - f + 1)};
+      }
+    }
+    const auto hot = co_await detail::highest_bit_bits(p, x, width);
+    // s (B2A, for z0 below) while x' is formed.
+    auto normaliser = [&](P& q) -> Task<typename P::Share> {
+      co_return detail::weighted_bits<P>(co_await q.bit_to_arith(hot), weights);
+    };
+    P pn = p.fork(), px = p.fork();
+    auto [s, xn] = co_await when_all(normaliser(pn), detail::times_weight_of(px, hot, x, weights, K - f + 1));
+    co_return std::pair{std::move(s), std::move(xn)};
   };
-  P pn = p.fork(), px = p.fork();
-  auto [s, xn] = co_await when_all(normaliser(pn), detail::times_weight_of(px, hot, x, weights, K - f + 1));
+  auto [s, xn] = co_await normalised();
   auto y0 = p.add_public(p.neg(p.add(xn, xn)), ring_filled(shape, fp.encode(2.9142)));
   const RingTensor one = ring_filled(shape, fp.encode(1.0));
   // e = 1 - x' y0 and z0 = y0 s (the unrefined 1/x at scale 2^(f+G)).
