@@ -21,6 +21,7 @@
 import mpcache;
 #include "fidelity_common.hpp"
 #include "process_allocator.hpp"
+#include "dcf_store.hpp"
 
 using namespace mpcache;
 
@@ -62,17 +63,6 @@ struct OfflineStep {
   double seconds = 0;       // the slowest party's prepare_comparisons before the step
   std::uint64_t ran_dry = 0, store_peak = 0;
 };
-
-// Per width, the most any dealer compared between two snapshots of the demand.
-std::map<int, std::uint64_t> step_demand(const Rss3DcfStats& before, const Rss3DcfStats& after) {
-  std::map<int, std::uint64_t> out;
-  for (const auto& [width, per_dealer] : after.demand) {
-    const auto old = before.demand.find(width);
-    for (std::size_t d = 0; d < 3; ++d)
-      out[width] = std::max(out[width], per_dealer[d] - (old == before.demand.end() ? 0 : old->second[d]));
-  }
-  return out;
-}
 
 // The backend's keys: rss3, or add2 with parties 0 and 1 online.
 Task<std::unique_ptr<Rss3Party>> setup(std::type_identity<Rss3Party>, Endpoint& endpoint, const Settings& s) {
@@ -147,8 +137,7 @@ void run(const std::string& policy, const Settings& settings) {
         // Fill the stores for the next step from the previous one's demand
         // (the same at every party, so all prepare alike).
         if (settings.offline && step >= 1 && step < tokens)
-          for (const auto& [width, n] : step_demand(stats[step][id], before_prepare[step + 1][id]))
-            (void)co_await state->prepare_comparisons(width, n + n / 20 + 64);
+          co_await bench::fill_for_next_step(*state, stats[step][id], before_prepare[step + 1][id]);
         stats[step + 1][id] = state->dcf_stats();
         dealt[step + 1][id] = state->dealt_bytes();
       }

@@ -35,6 +35,14 @@
 //    round ended the wait. Its model_s shares sum to the row's.
 //  * Peak RSS: this process's peak (all three parties) over the run, reset
 //    before each run; per party = a third of it.
+//  * "comparisons" (--comparisons, a list run side by side): circuit (the
+//    default), dcf (keys dealt inline: add2's dealer, or under rss3 the
+//    party outside each pair) or dcf+offline (rss3: before each decode step
+//    the parties fill their stores from the previous step's demand, within
+//    --offline-budget, outside the step's window; the first step has no
+//    previous one and runs dry). Store rows add the offline bytes (busiest
+//    dealer) and seconds (slowest party) per token and the parts that ran
+//    dry.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <fstream>
 #include <iostream>
@@ -44,6 +52,7 @@
 import mpcache;
 #include "breakdown_svg.hpp"
 #include "computed.hpp"
+#include "dcf_store.hpp"
 
 namespace mpcache::bench {
 namespace {
@@ -88,6 +97,9 @@ struct Run {
   std::size_t threads = 1;      // each party's ComputePool (one pool: the parties share this thread)
   std::size_t memory_budget = default_prefill_memory_budget;  // a real prefill's working set per party
   bool compact_weights = false;  // rss3: 8 bytes per weight and party (Rss3Options::compact_weights)
+  std::string comparisons = "circuit";  // circuit | dcf | dcf+offline
+  std::uint64_t offline_budget = 0;     // dcf+offline: Rss3Options::offline_budget
+  bool store() const { return comparisons == "dcf+offline"; }
 };
 
 std::size_t budget_tokens_of(const Run& r) {
@@ -98,11 +110,14 @@ std::size_t budget_tokens_of(const Run& r) {
 struct Mark {
   std::array<CostCounters, 3> costs;
   std::array<Clock::time_point, 3> time;
+  std::array<Rss3DcfStats, 3> dcf;  // rss3
 };
 
 struct Phase {
   std::uint64_t rounds = 0, bytes = 0;  // critical path; busiest online party's payload bytes
-  std::uint64_t offline_bytes = 0;      // add2: what the dealer sent
+  std::uint64_t offline_bytes = 0;      // add2: what the dealer sent; rss3 store: the busiest dealer's before it
+  double offline_s = 0;                 // rss3 store: the slowest party's prepare_comparisons before it
+  std::uint64_t ran_dry = 0;            // rss3 store: deals it could not fully serve
   double wall_s = 0;                    // first party in to last party out
   std::array<TaggedCost, cost_tag_count> tags{};
 
@@ -158,11 +173,11 @@ Phase mean(const std::vector<Phase>& phases) {
   Phase m;
   if (phases.empty()) return m;
   const double n = double(phases.size());
-  double rounds = 0, bytes = 0, offline = 0;
+  double rounds = 0, bytes = 0, offline = 0, dry = 0;
   std::array<double, cost_tag_count> tr{}, tb{};
   for (const auto& p : phases) {
     rounds += double(p.rounds), bytes += double(p.bytes), m.wall_s += p.wall_s / n;
-    offline += double(p.offline_bytes);
+    offline += double(p.offline_bytes), dry += double(p.ran_dry), m.offline_s += p.offline_s / n;
     for (std::size_t t = 0; t < cost_tag_count; ++t) {
       tr[t] += double(p.tags[t].rounds), tb[t] += double(p.tags[t].payload_bytes_sent);
       m.tags[t].seconds += p.tags[t].seconds / n;
@@ -171,6 +186,7 @@ Phase mean(const std::vector<Phase>& phases) {
   m.rounds = std::uint64_t(std::llround(rounds / n));
   m.bytes = std::uint64_t(std::llround(bytes / n));
   m.offline_bytes = std::uint64_t(std::llround(offline / n));
+  m.ran_dry = std::uint64_t(std::llround(dry / n));
   for (std::size_t t = 0; t < cost_tag_count; ++t) {
     m.tags[t].rounds = std::uint64_t(std::llround(tr[t] / n));
     m.tags[t].payload_bytes_sent = std::uint64_t(std::llround(tb[t] / n));
@@ -198,14 +214,26 @@ json breakdown(const Phase& ph) {
   return out;
 }
 
-json phase_json(const Phase& ph) {
+// store: rss3's offline store was on (its seconds and dry parts are fields).
+json phase_json(const Phase& ph, bool store) {
   std::int64_t attributed = 0;
   for (const auto& t : ph.tags) attributed += std::int64_t(t.rounds);
-  return {{"latency_s", ph.wall_s}, {"model_s", ph.model_s()}, {"model_wan_s", ph.model_wan_s()},
-          {"bytes_per_party", ph.bytes},
-          {"offline_bytes", ph.offline_bytes},
-          {"rounds", ph.rounds}, {"rounds_unattributed", std::int64_t(ph.rounds) - attributed},
-          {"breakdown", breakdown(ph)}};
+  json out = {{"latency_s", ph.wall_s}, {"model_s", ph.model_s()}, {"model_wan_s", ph.model_wan_s()},
+              {"bytes_per_party", ph.bytes}, {"offline_bytes", ph.offline_bytes},
+              {"rounds", ph.rounds}, {"rounds_unattributed", std::int64_t(ph.rounds) - attributed},
+              {"breakdown", breakdown(ph)}};
+  if (store) out.update({{"offline_s", ph.offline_s}, {"ran_dry", ph.ran_dry}});
+  return out;
+}
+
+// What rss3's stores did in a phase: dealt ahead between `filled_from` and
+// `a` (before the phase), ran dry between `a` and `b`.
+void add_store(Phase& ph, const Mark& filled_from, const Mark& a, const Mark& b) {
+  for (std::size_t i = 0; i < 3; ++i) {
+    ph.offline_bytes = std::max(ph.offline_bytes, a.dcf[i].offline_bytes - filled_from.dcf[i].offline_bytes);
+    ph.offline_s = std::max(ph.offline_s, a.dcf[i].offline_seconds - filled_from.dcf[i].offline_seconds);
+    ph.ran_dry += b.dcf[i].ran_dry - a.dcf[i].ran_dry;
+  }
 }
 
 // Peak RSS of this process: VmHWM, reset by writing 5 to clear_refs. The
@@ -240,9 +268,12 @@ KvBytes kv_bytes(const Decoder<P>& decoder, const Pol& policy) {
 
 // Party `id`'s side of one run: weights, the prompt (a real prefill, or a
 // prepared cache and the policy's look at it), then the decode steps.
+// Decode step s runs from starts[s] to ends[s]; between_steps(s), for s >= 1,
+// runs between ends[s - 1] and starts[s] (offline work, in neither).
 template <Protocol P, class Pol>
 Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void(Mark&)> mark, Mark& start,
-                 Mark& prefilled, std::vector<Mark>& steps, KvBytes& kv) {
+                 Mark& prefilled, std::vector<Mark>& starts, std::vector<Mark>& ends,
+                 const std::function<Task<void>(std::size_t)>& between_steps, KvBytes& kv) {
   const std::size_t kvh = r.config.num_kv_heads, d = r.config.head_dim, group = r.config.num_heads / kvh;
   ModelConfig one = r.config;
   one.num_layers = 1;
@@ -324,12 +355,13 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
   }
   if (!r.decode) co_return;
   std::uint32_t token = 1;
-  mark(steps[0]);
   for (std::size_t s = 0; s < r.steps; ++s) {
+    if (s > 0) co_await between_steps(s);
+    mark(starts[s]);
     auto out = co_await decoder.decode(p, policy, 0, id == 0 ? std::optional(token) : std::nullopt);
     auto chosen = co_await p.reveal_to(0, co_await next_token(p, out));
     if (chosen) token = static_cast<std::uint32_t>((*chosen)(0, 0));
-    mark(steps[s + 1]);
+    mark(ends[s]);
   }
   if (id == 0) kv = kv_bytes(decoder, policy);
 }
@@ -357,6 +389,7 @@ json run_header(const Run& r) {
           {"model_s_is", "model: rounds x 0.3 ms + bytes / 377 MB/s + wall / 3"},
           {"threads", r.threads},
           {"compact_weights", r.compact_weights},
+          {"comparisons", r.comparisons},
           {"peak_rss_process_bytes", rss},
           {"peak_rss_per_party_bytes", rss / 3}};
 }
@@ -371,38 +404,53 @@ std::vector<json> measure(const Run& r) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   Mark start, prefilled;
-  std::vector<Mark> steps(r.steps + 1);
+  std::vector<Mark> starts(r.steps), ends(r.steps);
   KvBytes kv;
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto mark = [&network, id](Mark& m) {
+    Rss3Party* rss3 = nullptr;
+    auto mark = [&network, id, &rss3](Mark& m) {
       m.costs[id] = network.endpoint(id).costs();
       m.time[id] = Clock::now();
+      if (rss3) m.dcf[id] = rss3->dcf_stats();
+    };
+    // Fill the stores for step s from step s - 1's demand.
+    const std::function<Task<void>(std::size_t)> between_steps = [&, id](std::size_t s) -> Task<void> {
+      if (rss3 && r.store()) co_await fill_for_next_step(*rss3, starts[s - 1].dcf[id], ends[s - 1].dcf[id]);
     };
     auto arm = [&]<Protocol P>(P& p) -> Task<void> {
       const std::size_t budget = budget_tokens_of(r);
       if (r.arm.policy == "full") {
         kv::FullCache<P> policy;
-        co_await party(r, p, id, policy, mark, start, prefilled, steps, kv);
+        co_await party(r, p, id, policy, mark, start, prefilled, starts, ends, between_steps, kv);
       } else if (r.arm.policy == "longcache") {
         kv::LongCache<P> policy(budget);
-        co_await party(r, p, id, policy, mark, start, prefilled, steps, kv);
+        co_await party(r, p, id, policy, mark, start, prefilled, starts, ends, between_steps, kv);
       } else if (r.arm.policy == "mpcache") {
         kv::MpCache<P> policy(budget, r.arm.options);
-        co_await party(r, p, id, policy, mark, start, prefilled, steps, kv);
+        co_await party(r, p, id, policy, mark, start, prefilled, starts, ends, between_steps, kv);
       } else {
         auto policy = kv::make_policy<P>(r.arm.policy, budget);
-        co_await party(r, p, id, policy, mark, start, prefilled, steps, kv);
+        co_await party(r, p, id, policy, mark, start, prefilled, starts, ends, between_steps, kv);
       }
     };
+    const bool dcf = r.comparisons != "circuit";
     if (r.protocol == "add2") {
-      auto state = co_await Add2Party::setup(network.endpoint(id), {.insecure_seed = 11, .pool = pool_ptr});
+      auto state = co_await Add2Party::setup(
+          network.endpoint(id),
+          {.comparisons = dcf ? Add2Comparisons::dcf : Add2Comparisons::circuit, .insecure_seed = 11, .pool = pool_ptr});
       Add2 p = state->session();
       co_await arm(p);
     } else {
-      auto state = co_await Rss3Party::setup(
-          network.endpoint(id), {.insecure_seed = 11, .pool = pool_ptr, .compact_weights = r.compact_weights});
+      auto state = co_await Rss3Party::setup(network.endpoint(id),
+                                             {.comparisons = dcf ? Rss3Comparisons::dcf : Rss3Comparisons::circuit,
+                                              .insecure_seed = 11,
+                                              .offline_budget = r.store() ? r.offline_budget : 0,
+                                              .pool = pool_ptr,
+                                              .compact_weights = r.compact_weights});
+      rss3 = state.get();
       Rss3 p = state->session();
       co_await arm(p);
+      rss3 = nullptr;
     }
   });
   const std::size_t online = r.protocol == "add2" ? 2 : 3;
@@ -410,16 +458,21 @@ std::vector<json> measure(const Run& r) {
   std::vector<json> rows;
   json pre = base;
   pre["phase"] = r.real_prefill ? "prefill" : "policy-prefill";  // prepared: the policy's look at the prompt
-  pre.update(phase_json(phase_between(start, prefilled, online)));
+  Phase prefill = phase_between(start, prefilled, online);
+  if (r.store()) add_store(prefill, start, start, prefilled);
+  pre.update(phase_json(prefill, r.store()));
   rows.push_back(pre);
   if (r.decode) {
     std::vector<Phase> each;
-    for (std::size_t s = 0; s < r.steps; ++s) each.push_back(phase_between(steps[s], steps[s + 1], online));
+    for (std::size_t s = 0; s < r.steps; ++s) {
+      each.push_back(phase_between(starts[s], ends[s], online));
+      if (r.store()) add_store(each.back(), s > 0 ? ends[s - 1] : starts[s], starts[s], ends[s]);
+    }
     json dec = base;
     dec["phase"] = "decode";
     dec["steps"] = r.steps;
     const std::vector<Phase> steady(each.begin() + (each.size() > 1 ? 1 : 0), each.end());
-    dec.update(phase_json(mean(steady)));
+    dec.update(phase_json(mean(steady), r.store()));
     dec["first_step"] = {{"rounds", each[0].rounds},
                          {"bytes_per_party", each[0].bytes},
                          {"model_s", each[0].model_s()},
@@ -448,6 +501,8 @@ struct Settings {
   std::size_t threads = 1;
   std::string memory_budget;  // empty: default_prefill_memory_budget
   bool compact_weights = false;
+  std::vector<std::string> comparisons{"circuit"};  // run side by side
+  double offline_mib = 256;                         // dcf+offline: each party's store
   bool json_stdout = false;
 };
 
@@ -542,7 +597,18 @@ std::vector<Run> plan(const Settings& s) {
     r.compact_weights = s.compact_weights;
     r.memory_budget = s.memory_budget.empty() ? default_prefill_memory_budget : parse_memory_size(s.memory_budget);
   }
-  return runs;
+  // Each run once per way of comparing, side by side.
+  std::vector<Run> out;
+  for (const Run& r : runs)
+    for (const auto& way : s.comparisons) {
+      if (way == "dcf+offline" && r.protocol == "add2")
+        throw Error(ErrorCode::invalid_argument, "--comparisons dcf+offline is rss3's store; add2's dealer has none");
+      Run x = r;
+      x.comparisons = way;
+      x.offline_budget = static_cast<std::uint64_t>(s.offline_mib * double(1 << 20));
+      out.push_back(std::move(x));
+    }
+  return out;
 }
 
 }  // namespace
@@ -576,6 +642,14 @@ int paper_main(int argc, char** argv) {
                      " MiB): query rows and the MLP's activation run in waves that fit");
   app.add_flag("--compact-weights", s.compact_weights,
                "rss3: keep 8 bytes per weight and party, drawing the other component again when used");
+  app.add_option("--comparisons", s.comparisons,
+                 "circuit (default), dcf (keys dealt inline), dcf+offline (rss3: stores filled before each decode "
+                 "step from the previous step's demand), or several, comma-separated, run side by side")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
+  app.add_option("--offline-budget", s.offline_mib,
+                 "dcf+offline: MiB of dealt correlations each party may hold (Rss3Options::offline_budget)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");
@@ -609,7 +683,8 @@ int paper_main(int argc, char** argv) {
           std::cout << row.dump() << std::endl;
         } else {
           std::printf("%-5s %-14s %6zu %-26s %-14s %10.3f %10.3f %10.3f %14llu %8llu %14llu %8.2f GB\n",
-                      r.protocol.c_str(), r.model.c_str(), r.length, r.arm.label.c_str(),
+                      r.protocol.c_str(), r.model.c_str(), r.length,
+                      (r.comparisons == "circuit" ? r.arm.label : r.arm.label + ", " + r.comparisons).c_str(),
                       row["phase"].get<std::string>().c_str(), row["latency_s"].get<double>(),
                       row["model_s"].get<double>(), row["model_wan_s"].get<double>(),
                       static_cast<unsigned long long>(row["bytes_per_party"].get<std::uint64_t>()),

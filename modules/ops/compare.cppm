@@ -70,15 +70,18 @@ Task<typename P::Bits> msb_bits(P& p, const typename P::Share& a, int width = ri
 }
 
 // The backend's own arithmetic sign (ArithmeticSign: rss3 dcf, 2 rounds)
-// where it has one, else msb_bits then B2A.
+// where it has one, else msb_bits then B2A. result_bits < 64: the caller
+// needs the sign only mod 2^result_bits (a backend may then send fewer
+// bytes and leave the higher bits wrong; exact backends ignore it).
 template <Protocol P>
-Task<typename P::Share> msb(P& p, const typename P::Share& a, int width = ring_bits) {
+Task<typename P::Share> msb(P& p, const typename P::Share& a, int width = ring_bits, int result_bits = ring_bits) {
   if constexpr (ExactReals<P>) {
     co_return p.exact_sign(a);
   } else if constexpr (ArithmeticSign<P>) {
     if (width < 2 || width > ring_bits)
       throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
-    co_return co_await p.msb_arith(a, width);
+    if constexpr (requires { p.msb_arith(a, width, result_bits); }) co_return co_await p.msb_arith(a, width, result_bits);
+    else co_return co_await p.msb_arith(a, width);
   } else {
     co_return co_await p.bit_to_arith(co_await msb_bits(p, a, width));
   }
@@ -117,15 +120,27 @@ Task<typename P::Share> absolute(P& p, const typename P::Share& x) {
 // axis: (...) -> (..., k), all in one batched msb of x - c_j over `width`
 // bits (|x - c_j| < 2^(width-1) required).
 namespace detail {
+// (shape..., k) holding values[t] at position t of the new last axis.
+inline RingTensor tiled_last(Shape shape, const std::vector<Ring>& values) {
+  const std::size_t k = values.size();
+  shape.push_back(k);
+  RingTensor out = RingTensor::from_shape(shape);
+  for (std::size_t i = 0; i < out.size(); ++i) out.data()[i] = values[i % k];
+  return out;
+}
+
+// x (...) repeated k times on a new last axis (..., k).
+template <Protocol P>
+typename P::Share repeat_last(const typename P::Share& x, std::size_t k) {
+  return P::apply(x, [k](const RingTensor& t) { return ring_repeat_last(t, k); });
+}
+
 // x - c_j on a new last axis (..., k).
 template <Protocol P>
 typename P::Share minus_each(const P& p, const typename P::Share& x, const std::vector<Ring>& thresholds) {
-  const std::size_t k = thresholds.size();
-  Shape spread_shape = P::shape(x);
-  spread_shape.push_back(k);
-  RingTensor minus = RingTensor::from_shape(spread_shape);
-  for (std::size_t i = 0; i < minus.size(); ++i) minus.data()[i] = Ring{0} - thresholds[i % k];
-  return p.add_public(P::apply(x, [k](const RingTensor& t) { return ring_repeat_last(t, k); }), minus);
+  std::vector<Ring> minus(thresholds.size());
+  for (std::size_t j = 0; j < minus.size(); ++j) minus[j] = Ring{0} - thresholds[j];
+  return p.add_public(repeat_last<P>(x, minus.size()), tiled_last(P::shape(x), minus));
 }
 }  // namespace detail
 

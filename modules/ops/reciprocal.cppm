@@ -17,6 +17,9 @@
 //   error: relative <= 2e-4 + 2^-f/x (tested on dense samples of the range)
 //   cost (rss3): comparisons (msb_bits of w + 1 bits: 5 at w = 41 and at
 //     w <= 31, 4 at w = 22) + x' (bit_dot, 2) + 3 = 10 rounds (tested)
+//   where the backend has an arithmetic sign and dot_trunc and its cost
+//     model says so (rss3 dcf): the one-hot comes from msb_arith as a ring
+//     0/1, s is local and x' one dot_trunc (1 round), so 2 + 1 + 3 = 6
 export module mpcache.ops:reciprocal;
 import mpcache.std;
 import mpcache.core;
@@ -32,6 +35,35 @@ inline constexpr int reciprocal_max_log2 = 23;      // default range: x < 2^23
 inline constexpr int reciprocal_guard_bits = 4;     // z carried at 2^(f+4)
 
 namespace detail {
+// The thresholds 2^t (t < w) of a highest-bit search over `width` bits.
+inline std::vector<Ring> highest_bit_thresholds(int width) {
+  if (width < 2 || width > reciprocal_scale_bits + 1)
+    throw Error(ErrorCode::invalid_argument, "highest set bit over " + std::to_string(width) +
+                                                 " bits, outside [2, " +
+                                                 std::to_string(reciprocal_scale_bits + 1) + "]");
+  std::vector<Ring> powers(static_cast<std::size_t>(width));
+  for (std::size_t t = 0; t < powers.size(); ++t) powers[t] = Ring{1} << t;
+  return powers;
+}
+
+// one_hot_t = combine(below_{t+1}, below_t) on the last axis of w, with
+// below_w taken as 0 here: combine is linear (XOR for bits, a difference
+// for ring 0/1), component-wise, so the public 1 of below_w goes in once,
+// after (top_is_one).
+template <class P, class S, class Combine>
+S adjacent_combined(const S& below, std::size_t w, Combine combine) {
+  return P::apply(below, [w, combine](const RingTensor& t) {
+    RingTensor out = RingTensor::from_shape(shape_of(t));
+    for (std::size_t i = 0; i < t.size(); ++i) out.data()[i] = combine(i % w + 1 < w ? t.data()[i + 1] : 0, t.data()[i]);
+    return out;
+  });
+}
+inline RingTensor top_is_one(const Shape& shape, std::size_t w) {
+  RingTensor top = ring_zeros(shape);
+  for (std::size_t i = w - 1; i < top.size(); i += w) top.data()[i] = 1;
+  return top;
+}
+
 // One-hot (boolean bits, shape (..., w)) of the highest set bit p of
 // 0 < x < 2^w (as a ring integer): below_t = [x < 2^t] for every t in one
 // batched A2B of x - 2^t (w + 1 bits, since |x - 2^t| < 2^w), then
@@ -44,24 +76,16 @@ namespace detail {
 // value per row (norms, softmax sums).
 template <Protocol P>
 Task<typename P::Bits> highest_bit_bits(P& p, const typename P::Share& x, int width) {
-  if (width < 2 || width > reciprocal_scale_bits + 1)
-    throw Error(ErrorCode::invalid_argument, "highest set bit over " + std::to_string(width) +
-                                                 " bits, outside [2, " +
-                                                 std::to_string(reciprocal_scale_bits + 1) + "]");
-  const auto w = static_cast<std::size_t>(width);
-  std::vector<Ring> powers(w);
-  for (std::size_t t = 0; t < w; ++t) powers[t] = Ring{1} << t;
+  const auto powers = highest_bit_thresholds(width);
   const auto below = co_await below_each_bits(p, x, powers, width + 1);
-  // XOR is component-wise; the public 1 of below_w goes in once, below.
-  auto hot = P::apply(below, [w](const RingTensor& t) {
-    RingTensor out = RingTensor::from_shape(shape_of(t));
-    for (std::size_t i = 0; i < t.size(); ++i)
-      out.data()[i] = (i % w + 1 < w ? t.data()[i + 1] : 0) ^ t.data()[i];
-    return out;
-  });
-  RingTensor top_is_one = ring_zeros(P::shape(below));
-  for (std::size_t i = w - 1; i < top_is_one.size(); i += w) top_is_one.data()[i] = 1;
-  co_return p.bits_xor_public(hot, top_is_one);
+  const auto hot = adjacent_combined<P>(below, powers.size(), [](Ring above, Ring at) { return above ^ at; });
+  co_return p.bits_xor_public(hot, top_is_one(P::shape(below), powers.size()));
+}
+
+// x (...) repeated on a new last axis (..., w), times weights[t].
+template <Protocol P>
+typename P::Share weighted_copies(const P& p, const typename P::Share& x, const std::vector<Ring>& weights) {
+  return p.mul_public(repeat_last<P>(x, weights.size()), tiled_last(P::shape(x), weights));
 }
 
 // x (...) times weights[p] for the highest bit p marked in one_hot (..., w),
@@ -70,19 +94,60 @@ Task<typename P::Bits> highest_bit_bits(P& p, const typename P::Share& x, int wi
 template <Protocol P>
 Task<typename P::Share> times_weight_of(P& p, const typename P::Bits& one_hot, const typename P::Share& x,
                                         const std::vector<Ring>& weights, int bits) {
-  const Shape s = P::shape(x);
-  const std::size_t w = weights.size();
-  Shape spread = s;
-  spread.push_back(w);
-  RingTensor scale = RingTensor::from_shape(spread);
-  for (std::size_t i = 0; i < scale.size(); ++i) scale.data()[i] = weights[i % w];
-  auto terms = p.mul_public(P::apply(x, [w](const RingTensor& t) { return ring_repeat_last(t, w); }), scale);
-  co_return reshape<P>(co_await p.bit_dot(one_hot, terms, bits), s);
+  co_return reshape<P>(co_await p.bit_dot(one_hot, weighted_copies(p, x, weights), bits), P::shape(x));
 }
 
 template <Protocol P>
 typename P::Share weighted_bits(const typename P::Share& one_hot, const std::vector<Ring>& weights) {
   return P::apply(one_hot, [&](const RingTensor& t) { return ring_weighted_sum_last(t, weights); });
+}
+
+// A backend that can select with an arithmetic one-hot: msb_arith for the
+// comparisons and dot_trunc (a sum of products in one round) for x g(p).
+template <class P>
+concept ArithmeticOneHot = ArithmeticSign<P> && requires(P& p, const typename P::Share& a, int bits) {
+  { p.dot_trunc(a, a, bits) } -> std::same_as<Task<typename P::Share>>;
+};
+
+// Whether the highest-bit search of `values` values over `width` bits should
+// end in an arithmetic one-hot (msb_arith, then dot_trunc: a product's
+// round) rather than bits (msb_bits, then bit_dot: B2A fused with the
+// product, 2 rounds) on costs C: fewer rounds, then fewer bytes. Only cost
+// models that price msb_arith (rss3 dcf) can say yes.
+template <CostModel C>
+bool arithmetic_one_hot_pays(int width, std::size_t values) {
+  if constexpr (!ArithmeticSignCosts<C>) {
+    return false;
+  } else {
+    const std::size_t n = values * static_cast<std::size_t>(width);
+    const OpCost arith = msb_arith_cost<C>(width + 1, n, 0) + C::mul(values);
+    const OpCost bits = C::msb_bits(width + 1, n, 0) + C::bit_dot(n, static_cast<std::size_t>(width));
+    return arith.rounds < bits.rounds || (arith.rounds == bits.rounds && arith.max_bytes() < bits.max_bytes());
+  }
+}
+
+template <ArithmeticOneHot P>
+bool arithmetic_one_hot_pays(const P& p, int width, const typename P::Share& x) {
+  std::size_t values = 1;
+  for (std::size_t d : P::shape(x)) values *= d;
+  return with_costs(p, [&]<CostModel C>() { return arithmetic_one_hot_pays<C>(width, values); });
+}
+
+// highest_bit_bits' one-hot as an arithmetic 0/1 (..., w): below_t by
+// msb_arith, one_hot_t = below_{t+1} - below_t (below_w = 1), locally.
+template <ArithmeticOneHot P>
+Task<typename P::Share> highest_bit_arith(P& p, const typename P::Share& x, int width) {
+  const auto powers = highest_bit_thresholds(width);
+  const auto below = co_await below_each(p, x, powers, width + 1);
+  const auto hot = adjacent_combined<P>(below, powers.size(), [](Ring above, Ring at) { return above - at; });
+  co_return p.add_public(hot, top_is_one(P::shape(below), powers.size()));
+}
+
+// times_weight_of for an arithmetic one-hot: one dot_trunc (1 round).
+template <ArithmeticOneHot P>
+Task<typename P::Share> times_weight_of_arith(P& p, const typename P::Share& one_hot, const typename P::Share& x,
+                                              const std::vector<Ring>& weights, int bits) {
+  co_return reshape<P>(co_await p.dot_trunc(one_hot, weighted_copies(p, x, weights), bits), P::shape(x));
 }
 
 // Bits of a fixed-point value below 2^max_log2 (real).
@@ -105,13 +170,25 @@ Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log
   const FixedPoint fp(f);
   const int width = detail::value_width(f, max_log2);
   const auto weights = detail::normaliser_weights(width);
-  const auto hot = co_await detail::highest_bit_bits(p, x, width);
-  // s (B2A, for z0 below) while x' = x s / 2^(K-f+1), in [0.5, 1), is formed.
-  auto normaliser = [&](P& q) -> Task<typename P::Share> {
-    co_return detail::weighted_bits<P>(co_await q.bit_to_arith(hot), weights);
+  // s = 2^(K-p) and x' = x s / 2^(K-f+1), in [0.5, 1).
+  auto normalised = [&]() -> Task<std::pair<typename P::Share, typename P::Share>> {
+    if constexpr (detail::ArithmeticOneHot<P>) {
+      if (detail::arithmetic_one_hot_pays(p, width, x)) {
+        const auto hot = co_await detail::highest_bit_arith(p, x, width);
+        co_return std::pair{detail::weighted_bits<P>(hot, weights),
+                            co_await detail::times_weight_of_arith(p, hot, x, weights, K - f + 1)};
+      }
+    }
+    const auto hot = co_await detail::highest_bit_bits(p, x, width);
+    // s (B2A, for z0 below) while x' is formed.
+    auto normaliser = [&](P& q) -> Task<typename P::Share> {
+      co_return detail::weighted_bits<P>(co_await q.bit_to_arith(hot), weights);
+    };
+    P pn = p.fork(), px = p.fork();
+    auto [s, xn] = co_await when_all(normaliser(pn), detail::times_weight_of(px, hot, x, weights, K - f + 1));
+    co_return std::pair{std::move(s), std::move(xn)};
   };
-  P pn = p.fork(), px = p.fork();
-  auto [s, xn] = co_await when_all(normaliser(pn), detail::times_weight_of(px, hot, x, weights, K - f + 1));
+  auto [s, xn] = co_await normalised();
   auto y0 = p.add_public(p.neg(p.add(xn, xn)), ring_filled(shape, fp.encode(2.9142)));
   const RingTensor one = ring_filled(shape, fp.encode(1.0));
   // e = 1 - x' y0 and z0 = y0 s (the unrefined 1/x at scale 2^(f+G)).

@@ -63,16 +63,17 @@ double tournament_group_words(std::size_t m, int width = ring_bits) {
 // whose inputs lie in [-(m-1), 0].
 inline int tournament_count_width(std::size_t m) { return std::max(2, ceil_log2(m) + 1); }
 
-// Words (of 8 bytes) per element of an arithmetic sign at `width` for the
-// busiest party, as msb_bits_words.
+// Words (of 8 bytes) per element of an arithmetic sign at `width` (needed
+// mod 2^result_bits) for the busiest party, as msb_bits_words.
 template <CostModel C>
-double msb_arith_words(int width) {
+double msb_arith_words(int width, int result_bits = ring_bits) {
   constexpr std::size_t n = 3 * 64 * 1024;
-  return double(msb_arith_cost<C>(width, n, 0).max_bytes()) / double(n) / 8.0;
+  return double(msb_arith_cost<C>(width, n, 0, result_bits).max_bytes()) / double(n) / 8.0;
 }
 
-// The same two numbers for a level that counts wins: the pairs' signs, the
-// count's sign, one product of values and indices.
+// The same two numbers for a level that counts wins: the pairs' signs
+// (needed mod 2^tournament_count_width(m) only: their sum is compared on
+// that many bits), the count's sign, one product of values and indices.
 template <CostModel C>
 std::size_t tournament_count_level_rounds(std::size_t m, int width = ring_bits) {
   return msb_arith_cost<C>(width, 1, 0).rounds + msb_arith_cost<C>(tournament_count_width(m), 1, 0).rounds +
@@ -81,7 +82,8 @@ std::size_t tournament_count_level_rounds(std::size_t m, int width = ring_bits) 
 template <CostModel C>
 double tournament_count_group_words(std::size_t m, int width = ring_bits) {
   const double pairs = double(m) * double(m - 1) / 2;
-  return msb_arith_words<C>(width) * pairs + msb_arith_words<C>(tournament_count_width(m)) * double(m) +
+  return msb_arith_words<C>(width, tournament_count_width(m)) * pairs +
+         msb_arith_words<C>(tournament_count_width(m)) * double(m) +
          double(C::mul(2 * m).max_bytes()) / 8;
 }
 
@@ -265,7 +267,9 @@ template <Protocol P>
 Task<typename P::Share> group_wins_by_counts(P& p, const typename P::Share& xs, std::size_t m, int width) {
   const std::size_t padded = P::shape(xs).back(), groups = padded / m, pairs = groups * m * (m - 1) / 2;
   const auto difference = detail::pair_differences(p, xs, m);
-  const auto below = co_await msb(p, difference, width);  // [x_a < x_b]: b beats a
+  // [x_a < x_b]: b beats a. Only their sums' low bits are compared (below),
+  // so the signs are needed mod 2^tournament_count_width(m) only.
+  const auto below = co_await msb(p, difference, width, tournament_count_width(m));
   // t_a = (wins of a) - (m - 1) = sum_{b<a} [x_b < x_a] - sum_{b>a} [x_a < x_b] - a.
   auto signed_wins = P::apply(below, [&](const RingTensor& s) {
     Shape out_shape = shape_of(s);

@@ -15,7 +15,8 @@
 //   error: relative <= 1e-3 + 2^-17 absolute (tested on dense samples)
 //   cost (rss3): 11 rounds: 5 for the highest bit (42-bit comparisons,
 //   msb_bits), x' and -b x' by bit_dot (2: B2A fused with the products), then 4
-//   (tested)
+//   (tested); with an arithmetic one-hot (rss3 dcf, detail::ArithmeticOneHot,
+//   where the cost model says so) 2 (msb_arith) + 1 (dot_trunc) + 4 = 7
 export module mpcache.ops:rsqrt;
 import mpcache.std;
 import mpcache.core;
@@ -55,23 +56,40 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
   const Shape shape = P::shape(x);
   const FixedPoint fp(f);
   const int width = detail::value_width(f, rsqrt_max_log2);
-  const auto one_hot = co_await detail::highest_bit_bits(p, x, width);
   std::vector<Ring> scale(width), slope(width), correction(width);
   for (int t = 0; t < width; ++t) {
     scale[t] = Ring{1} << (K - t);
     slope[t] = static_cast<Ring>(std::llround(-rsqrt_guess_b * std::exp2(K - t + rsqrt_slope_guard_bits)));
     correction[t] = static_cast<Ring>(std::llround(std::exp2(-(t - f + 1) / 2.0) * std::exp2(f + E)));
   }
-  // x' and -b x' straight from the bits (bit_dot: B2A fused with the
-  // products), g by B2A meanwhile; y0 = a - b x'.
-  auto correction_of = [&](P& q) -> Task<Share> {
-    co_return detail::weighted_bits<P>(co_await q.bit_to_arith(one_hot), correction);
+  // x', -b x' and g from the highest bit's one-hot.
+  auto normalised = [&]() -> Task<std::tuple<Share, Share, Share>> {
+    if constexpr (detail::ArithmeticOneHot<P>) {
+      // A ring 0/1 one-hot: g is local, x' and -b x' one dot_trunc each.
+      if (detail::arithmetic_one_hot_pays(p, width, x)) {
+        const auto one_hot = co_await detail::highest_bit_arith(p, x, width);
+        P px = p.fork(), pb = p.fork();
+        auto [xn, minus_bx] = co_await when_all(
+            detail::times_weight_of_arith(px, one_hot, x, scale, K - f + 1),
+            detail::times_weight_of_arith(pb, one_hot, x, slope, K - f + 1 + rsqrt_slope_guard_bits));
+        co_return std::tuple{std::move(xn), std::move(minus_bx), detail::weighted_bits<P>(one_hot, correction)};
+      }
+    }
+    // Bits: x' and -b x' straight from them (bit_dot: B2A fused with the
+    // products), g by B2A meanwhile.
+    const auto one_hot = co_await detail::highest_bit_bits(p, x, width);
+    P px = p.fork(), pb = p.fork(), pc = p.fork();
+    auto correction_of = [&](P& q) -> Task<Share> {
+      co_return detail::weighted_bits<P>(co_await q.bit_to_arith(one_hot), correction);
+    };
+    auto [xn, minus_bx, g] =
+        co_await when_all(detail::times_weight_of(px, one_hot, x, scale, K - f + 1),
+                          detail::times_weight_of(pb, one_hot, x, slope, K - f + 1 + rsqrt_slope_guard_bits),
+                          correction_of(pc));
+    co_return std::tuple{std::move(xn), std::move(minus_bx), std::move(g)};
   };
-  P px = p.fork(), pb = p.fork(), pc = p.fork();
-  auto [xn, minus_bx, g] =
-      co_await when_all(detail::times_weight_of(px, one_hot, x, scale, K - f + 1),
-                        detail::times_weight_of(pb, one_hot, x, slope, K - f + 1 + rsqrt_slope_guard_bits),
-                        correction_of(pc));
+  auto [xn, minus_bx, g] = co_await normalised();
+  // y0 = a - b x'.
   const Share y0 = p.add_public(minus_bx, ring_filled(shape, fp.encode(rsqrt_guess_a)));
   P py = p.fork(), pg = p.fork();
   auto [y0_sq, y0g] = co_await when_all(py.mul_trunc(y0, y0), pg.mul_trunc(y0, g));  // y0 g at 2^(f+E)

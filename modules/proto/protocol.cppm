@@ -233,9 +233,12 @@ concept ArithmeticSignCosts = CostModel<C> && requires(int w, std::size_t n) {
 };
 
 // What an arithmetic sign costs on C: the hook's price, or msb_bits + B2A.
+// result_bits: the sign is needed only mod 2^result_bits (a model may price
+// a narrower result: rss3's msb_arith reshares fewer bytes).
 template <CostModel C>
-OpCost msb_arith_cost(int width, std::size_t n, std::size_t fork) {
-  if constexpr (ArithmeticSignCosts<C>) return C::msb_arith(width, n, fork);
+OpCost msb_arith_cost(int width, std::size_t n, std::size_t fork, int result_bits = ring_bits) {
+  if constexpr (requires { C::msb_arith(width, n, fork, result_bits); }) return C::msb_arith(width, n, fork, result_bits);
+  else if constexpr (ArithmeticSignCosts<C>) return C::msb_arith(width, n, fork);
   else return C::msb_bits(width, n, fork) + C::bit_to_arith(n);
 }
 

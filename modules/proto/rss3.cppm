@@ -163,9 +163,11 @@ constexpr Rss3DcfOutput rss3_dcf_slot_output(int slot) { return slot > 64 ? Rss3
 // slice_bytes: Rss3Options::dcf_slice_bytes (inline deals go in slices).
 // Arithmetic output: each key carries a 64-bit value per level
 // (dcf_correction_bytes(w - 1, 64, n)), B gets 8 bytes of offset, and the
-// pair reshares 8 bytes an element.
+// pair reshares ceil(result_bits / 8) bytes an element (8 unless the
+// caller needs the result only mod 2^result_bits: Rss3::msb_arith).
 Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes = rss3_default_dcf_slice_bytes,
-                          Rss3DcfStoreUse store = Rss3DcfStoreUse::off, Rss3DcfOutput output = Rss3DcfOutput::bit);
+                          Rss3DcfStoreUse store = Rss3DcfStoreUse::off, Rss3DcfOutput output = Rss3DcfOutput::bit,
+                          int result_bits = ring_bits);
 // Elements per inline slice at `width` (at least 64).
 std::size_t rss3_dcf_slice_elements(int width, std::uint64_t slice_bytes, Rss3DcfOutput output = Rss3DcfOutput::bit);
 // Bytes a receiver's offline store accounts per stored correlation of
@@ -213,8 +215,9 @@ struct Rss3Costs {
 // straight from the DCF, in msb_bits' 2 rounds.
 struct Rss3DcfCosts : Rss3Costs {
   static OpCost msb_bits(int width, std::size_t n, std::size_t fork) { return rotated(rss3_dcf_cost(width, n), fork); }
-  static OpCost msb_arith(int width, std::size_t n, std::size_t fork) {
-    return rotated(rss3_dcf_cost(width, n, rss3_default_dcf_slice_bytes, Rss3DcfStoreUse::off, Rss3DcfOutput::arith),
+  static OpCost msb_arith(int width, std::size_t n, std::size_t fork, int result_bits = ring_bits) {
+    return rotated(rss3_dcf_cost(width, n, rss3_default_dcf_slice_bytes, Rss3DcfStoreUse::off, Rss3DcfOutput::arith,
+                                 result_bits),
                    fork);
   }
 };
@@ -226,9 +229,10 @@ struct Rss3DcfStoreCosts : Rss3Costs {
   static OpCost msb_bits(int width, std::size_t n, std::size_t fork) {
     return rotated(rss3_dcf_cost(width, n, rss3_default_dcf_slice_bytes, Rss3DcfStoreUse::filled), fork);
   }
-  static OpCost msb_arith(int width, std::size_t n, std::size_t fork) {
-    return rotated(
-        rss3_dcf_cost(width, n, rss3_default_dcf_slice_bytes, Rss3DcfStoreUse::filled, Rss3DcfOutput::arith), fork);
+  static OpCost msb_arith(int width, std::size_t n, std::size_t fork, int result_bits = ring_bits) {
+    return rotated(rss3_dcf_cost(width, n, rss3_default_dcf_slice_bytes, Rss3DcfStoreUse::filled,
+                                 Rss3DcfOutput::arith, result_bits),
+                   fork);
   }
 };
 
@@ -405,9 +409,18 @@ class Rss3 {
   // comparisons = dcf the DCF's payload is a ring element, so the pair ends
   // with additive shares of the sign and reshares them: msb_bits' 2 rounds,
   // no B2A (rss3_dcf.cpp). Circuit: msb_bits then bit_to_arith.
-  Task<Share> msb_arith(const Share& a, int width = ring_bits);
+  // result_bits < 64: the caller needs the sign only mod 2^result_bits
+  // (it sums signs and compares the sum on that many bits), so the pair
+  // reshares ceil(result_bits / 8) bytes an element instead of 8; the
+  // result's higher bits are then not the sign's. The circuit ignores it.
+  Task<Share> msb_arith(const Share& a, int width = ring_bits, int result_bits = ring_bits);
   // sum_last (bit 0 of b) * x, truncated by `bits` (0: exact); see rss3.cpp.
   Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);
+  // sum over the last axis of a b, truncated by `bits` (0: exact), (..., k)
+  // -> (...): the local products summed before one reshare, so a product's
+  // round (rss3_dot.cpp). With an arithmetic 0/1 from msb_arith it selects
+  // in the round bit_dot's B2A half would take.
+  Task<Share> dot_trunc(const Share& a, const Share& b, int bits = 0);
   Task<RingTensor> reveal_bits(const Bits& x);
 
  private:
@@ -442,10 +455,11 @@ class Rss3 {
   // after it B (x = A + B); the dealer passes nothing. Both components of
   // the result: bit planes (output bit) or ring words (output arith).
   Task<std::pair<RingTensor, RingTensor>> dcf_compare(PartyId dealer, RingTensor a_or_b, std::size_t n, int width,
-                                                      Rss3DcfOutput output);
+                                                      Rss3DcfOutput output, int result_bits = ring_bits);
   // msb_bits and msb_arith: a third of the elements to each dealer or lead;
   // both components, one bit or ring word per element.
-  Task<std::pair<RingTensor, RingTensor>> compare_thirds(const Share& a, int width, int group, Rss3DcfOutput output);
+  Task<std::pair<RingTensor, RingTensor>> compare_thirds(const Share& a, int width, int group, Rss3DcfOutput output,
+                                                         int result_bits = ring_bits);
   // prepare_comparisons' part for one dealer: `count` correlations at `width`.
   Task<void> deal_ahead(PartyId dealer, int width, std::size_t count);
   friend class Rss3Party;

@@ -153,7 +153,7 @@ std::uint64_t rss3_dcf_stored_bytes(int slot) {
 }
 
 Task<std::pair<RingTensor, RingTensor>> Rss3::dcf_compare(PartyId dealer, RingTensor values, std::size_t n, int width,
-                                                          Rss3DcfOutput output) {
+                                                          Rss3DcfOutput output, int result_bits) {
   Rss3Party& party = *party_;
   const PartyId id = party.id_;
   const PartyId first = (dealer + 1) % 3, second = (dealer + 2) % 3;  // A and B
@@ -291,10 +291,10 @@ Task<std::pair<RingTensor, RingTensor>> Rss3::dcf_compare(PartyId dealer, RingTe
   // Round 2: b_{L+2} = msb - b_L - b_{L+1} (or msb ^ b_L ^ b_{L+1}) from
   // the pair's parts, each masked by the component it shares with D.
   const std::string peer = "rss3 party " + std::to_string(id) + " msb_bits (dcf): party " + std::to_string(other);
-  if (arith) {
+  if (arith) {  // only the low result_bits travel: the result is needed mod 2^result_bits
     ring_sub_inplace(mine, with_dealer);
-    send(other, mine);
-    ring_add_inplace(mine, co_await recv(other, {n}));
+    send(other, mine, result_bits);
+    ring_add_inplace(mine, co_await recv(other, {n}, result_bits));
   } else {
     ring_xor_inplace(mine, with_dealer);
     party.endpoint_->send(other, stream_, put_bits(std::vector<Ring>(mine.begin(), mine.end()), n), tag_);

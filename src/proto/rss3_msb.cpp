@@ -226,7 +226,7 @@ Task<Rss3Bits> carry_tree(Rss3& proto, Rss3Bits shared, std::size_t count, std::
 }  // namespace
 
 Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes, Rss3DcfStoreUse store,
-                          Rss3DcfOutput output) {
+                          Rss3DcfOutput output, int result_bits) {
   check_msb_args(width, 0);
   const bool arith = output == Rss3DcfOutput::arith;
   Rss3DcfCost cost;
@@ -238,7 +238,7 @@ Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes, R
     if (b == e) continue;
     const std::size_t k = e - b;
     const std::size_t dealer = static_cast<std::size_t>(j), first = (dealer + 1) % 3, second = (dealer + 2) % 3;
-    const std::uint64_t result_bytes = arith ? 8 * k : (k + 7) / 8;
+    const std::uint64_t result_bytes = arith ? static_cast<std::uint64_t>((result_bits + 7) / 8) * k : (k + 7) / 8;
     cost.bytes[dealer] += 2 * header;
     cost.bytes[first] += per_opening * k + result_bytes;
     cost.bytes[second] += per_opening * k + result_bytes;
@@ -358,7 +358,7 @@ Task<Rss3Bits> Rss3::msb_planes(PartyId lead, RingTensor values, std::size_t n, 
 }
 
 Task<std::pair<RingTensor, RingTensor>> Rss3::compare_thirds(const Share& a, int width, int group,
-                                                             Rss3DcfOutput output) {
+                                                             Rss3DcfOutput output, int result_bits) {
   const Shape s = shape(a);
   const std::size_t n = a.own.size();
   const PartyId id = party_->id_;
@@ -375,7 +375,8 @@ Task<std::pair<RingTensor, RingTensor>> Rss3::compare_thirds(const Share& a, int
       if (role != 0)
         for (std::size_t i = b; i < e; ++i)
           values.data()[i - b] = role == 1 ? a.own.data()[i] + a.next.data()[i] : a.next.data()[i];
-      co_return co_await q.dcf_compare(static_cast<PartyId>(lead), std::move(values), e - b, width, output);
+      co_return co_await q.dcf_compare(static_cast<PartyId>(lead), std::move(values), e - b, width, output,
+                                       result_bits);
     }
     for (std::size_t i = b; i < e; ++i)
       values.data()[i - b] = role == 0 ? a.own.data()[i] + a.next.data()[i]
@@ -413,10 +414,13 @@ Task<Rss3Bits> Rss3::msb_bits(const Share& a, int width, int group) {
   co_return Bits{std::move(own), std::move(next)};
 }
 
-Task<Rss3Share> Rss3::msb_arith(const Share& a, int width) {
+Task<Rss3Share> Rss3::msb_arith(const Share& a, int width, int result_bits) {
   check_msb_args(width, 0);
+  if (result_bits < 1 || result_bits > ring_bits)
+    throw Error(ErrorCode::invalid_argument,
+                "rss3 msb_arith: result bits " + std::to_string(result_bits) + " outside [1, 64]");
   if (!dcf_comparisons()) co_return co_await bit_to_arith(co_await msb_bits(a, width));
-  auto [own, next] = co_await compare_thirds(a, width, 0, Rss3DcfOutput::arith);
+  auto [own, next] = co_await compare_thirds(a, width, 0, Rss3DcfOutput::arith, result_bits);
   co_return Share{std::move(own), std::move(next)};
 }
 

@@ -269,3 +269,42 @@ TEST_CASE("exact truncation: 2 rounds after a product, 1 alone; the wrap's parts
   CHECK(fast.rounds == 1);
   CHECK(fast.bytes == std::array<std::uint64_t, 3>{n * 8, n * 8, n * 8});
 }
+
+TEST_CASE("dot_trunc: sums of products over the last axis, truncated, at one product's round and bytes") {
+  // Values below 2^20 in magnitude, so that sums of products stay far
+  // inside truncation's range (|x| < 2^62 with overwhelming probability).
+  auto small = [](std::uint64_t seed) {
+    RingTensor t = random_ring({3, 4, 5}, seed);
+    for (auto& e : t) e = static_cast<Ring>(static_cast<std::int64_t>(e) >> 44);
+    return t;
+  };
+  const RingTensor a = small(61), b = small(62);
+  auto run = run_rss3([&](Rss3& p) -> Task<std::vector<RingTensor>> {
+    auto x = co_await p.input(0, owned(p, 0, a), {3, 4, 5});
+    auto y = co_await p.input(1, owned(p, 1, b), {3, 4, 5});
+    std::vector<RingTensor> out;
+    out.push_back(co_await p.reveal(co_await p.dot_trunc(x, y)));
+    out.push_back(co_await p.reveal(co_await p.dot_trunc(x, y, 20)));
+    co_return out;
+  });
+  const RingTensor dot = ring_weighted_sum_last(ring_mul(a, b), std::vector<Ring>(5, Ring{1}));
+  CHECK(shape_of(run.results[0][0]) == Shape{3, 4});
+  CHECK(run.results[0][0] == dot);
+  check_within_one(run.results[1][1], ring_shift_floor(dot, 20));
+  // One round; every party sends one word per output (k = 5 inputs each).
+  const std::size_t n = 200;
+  const RingTensor x = random_ring({n, 5}, 63);
+  auto cost = measure_op(x, [](Rss3& p, const Rss3Share& s) { return p.dot_trunc(s, s, 18); });
+  CHECK(cost.rounds == 1);
+  CHECK(cost.bytes == std::array<std::uint64_t, 3>{8 * n, 8 * n, 8 * n});
+  auto error = run_rss3([](Rss3& p) -> Task<std::string> {
+    try {
+      (void)co_await p.dot_trunc(Rss3Share{RingTensor::from_shape({2, 0}), RingTensor::from_shape({2, 0})},
+                                 Rss3Share{RingTensor::from_shape({2, 0}), RingTensor::from_shape({2, 0})});
+    } catch (const Error& e) {
+      co_return std::string(e.what());
+    }
+    co_return std::string();
+  });
+  for (const auto& r : error.results) CHECK(r.find("rss3 dot_trunc over an empty last axis") != std::string::npos);
+}
