@@ -10,7 +10,8 @@
 //    is a model, not a measurement: rounds x RTT + the busiest party's
 //    bytes / bandwidth on the paper's LAN (0.3 ms, 377 MB/s) + this
 //    process's wall time / 3 (the three parties compute one after another
-//    on one thread, so a third of it is one party's compute).
+//    on one thread, so a third of it is one party's compute). model_wan_s
+//    is the same on the paper's WAN (40 ms, 300 Mbit/s).
 //  * add2: rounds and bytes are the online parties' (0 and 1); the
 //    dealer's bytes are "offline_bytes". Its compute is inside the wall
 //    time, so model_s overstates add2's online time by up to a third.
@@ -37,6 +38,7 @@
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <fstream>
 #include <iostream>
+#include <malloc.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 import mpcache;
@@ -105,6 +107,8 @@ struct Phase {
   std::array<TaggedCost, cost_tag_count> tags{};
 
   double model_s() const { return lan_link().seconds(double(rounds), double(bytes)) + wall_s / 3; }
+  // The same on the paper's WAN (40 ms, 300 Mbit/s), where rounds dominate.
+  double model_wan_s() const { return wan_link().seconds(double(rounds), double(bytes)) + wall_s / 3; }
 };
 
 // online: the parties whose costs count (3 under rss3; 2 under add2, whose
@@ -197,14 +201,19 @@ json breakdown(const Phase& ph) {
 json phase_json(const Phase& ph) {
   std::int64_t attributed = 0;
   for (const auto& t : ph.tags) attributed += std::int64_t(t.rounds);
-  return {{"latency_s", ph.wall_s}, {"model_s", ph.model_s()}, {"bytes_per_party", ph.bytes},
+  return {{"latency_s", ph.wall_s}, {"model_s", ph.model_s()}, {"model_wan_s", ph.model_wan_s()},
+          {"bytes_per_party", ph.bytes},
           {"offline_bytes", ph.offline_bytes},
           {"rounds", ph.rounds}, {"rounds_unattributed", std::int64_t(ph.rounds) - attributed},
           {"breakdown", breakdown(ph)}};
 }
 
-// Peak RSS of this process: VmHWM, reset by writing 5 to clear_refs.
+// Peak RSS of this process: VmHWM, reset by writing 5 to clear_refs. The
+// previous arm's freed memory goes back to the system first (malloc_trim):
+// otherwise glibc keeps it in its arenas, and an arm after a larger one
+// would report the larger one's footprint as its own peak.
 void reset_peak_rss() {
+  malloc_trim(0);
   std::ofstream("/proc/self/clear_refs") << "5";
 }
 std::uint64_t peak_rss_bytes() {
@@ -411,7 +420,10 @@ std::vector<json> measure(const Run& r) {
     dec["steps"] = r.steps;
     const std::vector<Phase> steady(each.begin() + (each.size() > 1 ? 1 : 0), each.end());
     dec.update(phase_json(mean(steady)));
-    dec["first_step"] = {{"rounds", each[0].rounds}, {"bytes_per_party", each[0].bytes}, {"model_s", each[0].model_s()}};
+    dec["first_step"] = {{"rounds", each[0].rounds},
+                         {"bytes_per_party", each[0].bytes},
+                         {"model_s", each[0].model_s()},
+                         {"model_wan_s", each[0].model_wan_s()}};
     json per_step = json::array();
     for (const auto& ph : each) per_step.push_back({{"rounds", ph.rounds}, {"bytes_per_party", ph.bytes}, {"latency_s", ph.wall_s}});
     dec["per_step"] = per_step;
@@ -588,17 +600,18 @@ int paper_main(int argc, char** argv) {
       if (!*file) throw Error(ErrorCode::invalid_argument, "cannot write " + path.string());
     }
     if (!s.json_stdout)
-      std::printf("%-5s %-14s %6s %-26s %-14s %10s %10s %14s %8s %14s %10s\n", "proto", "model", "length", "arm",
-                  "phase", "latency_s", "model_s", "bytes/party", "rounds", "offline bytes", "rss/party");
+      std::printf("%-5s %-14s %6s %-26s %-14s %10s %10s %10s %14s %8s %14s %10s\n", "proto", "model", "length", "arm",
+                  "phase", "latency_s", "model_s", "wan_s", "bytes/party", "rounds", "offline bytes", "rss/party");
     for (const Run& r : plan(s)) {
       for (auto& row : measure(r)) {
         if (file) *file << row.dump() << "\n" << std::flush;
         if (s.json_stdout) {
           std::cout << row.dump() << std::endl;
         } else {
-          std::printf("%-5s %-14s %6zu %-26s %-14s %10.3f %10.3f %14llu %8llu %14llu %8.2f GB\n", r.protocol.c_str(),
-                      r.model.c_str(), r.length, r.arm.label.c_str(), row["phase"].get<std::string>().c_str(),
-                      row["latency_s"].get<double>(), row["model_s"].get<double>(),
+          std::printf("%-5s %-14s %6zu %-26s %-14s %10.3f %10.3f %10.3f %14llu %8llu %14llu %8.2f GB\n",
+                      r.protocol.c_str(), r.model.c_str(), r.length, r.arm.label.c_str(),
+                      row["phase"].get<std::string>().c_str(), row["latency_s"].get<double>(),
+                      row["model_s"].get<double>(), row["model_wan_s"].get<double>(),
                       static_cast<unsigned long long>(row["bytes_per_party"].get<std::uint64_t>()),
                       static_cast<unsigned long long>(row["rounds"].get<std::uint64_t>()),
                       static_cast<unsigned long long>(row["offline_bytes"].get<std::uint64_t>()),

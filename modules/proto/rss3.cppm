@@ -430,6 +430,9 @@ class Rss3 {
   // floor(x / 2^bits) (or one more) of x = a + b, from party 0's a or
   // parties 1 and 2's b (`part`): the 2-out-of-2 view every truncation ends in.
   Task<Share> truncate_view(RingTensor part, int bits);
+  // The same, exact, in one round, when parties 1 and 2 hold b before the
+  // call (a truncation alone, not after a product): rss3.cpp.
+  Task<Share> truncate_view_exact_at_once(RingTensor part, int bits);
   StreamId confirmations_stream() const;  // confirm_weights's
   // The local product a w of matmul with a weight, blockwise (rss3_weights.cpp).
   RingTensor local_matmul_weight(const Share& a, const Weight& w) const;

@@ -38,7 +38,8 @@ Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Option
     // truncates differently would desynchronise every later message.
     k_next = random_prg_key();
     const wire::Settings settings{options.frac_bits, options.exact_truncation,
-                                  options.comparisons == Rss3Comparisons::dcf};
+                                  options.comparisons == Rss3Comparisons::dcf, options.offline_budget,
+                                  options.dcf_slice_bytes};
     std::vector<std::byte> message(k_next.size() + wire::Settings::bytes);
     std::memcpy(message.data(), k_next.data(), k_next.size());
     wire::put_settings(settings, message.data() + k_next.size());
@@ -218,10 +219,22 @@ Task<Rss3Share> Rss3::reshare_truncated(RingTensor z, int bits) {
 }
 
 namespace {
-// The quarters of the signed range in which both halves of a 2-out-of-2
-// view must lie for a + b to wrap, when |a + b mod 2^64| < 2^62.
-bool in_top_quarter(Ring v) { return static_cast<std::int64_t>(v) >= (std::int64_t{1} << 62); }
-bool in_bottom_quarter(Ring v) { return static_cast<std::int64_t>(v) < -(std::int64_t{1} << 62); }
+// The wrap of a + b when |a + b mod 2^64| < 2^62, from one bit of each side.
+// Both halves must lie in the top quarter (>= 2^62, signed) for a + b to
+// wrap upwards, or both in the bottom one (< -2^62) for it to wrap down.
+// When b is in the top quarter, a cannot lie in [0, 2^62) (the sum would
+// be out of range), so a wraps it exactly when a >= 0; when b is in the
+// bottom quarter, a wraps it down exactly when a < 0. So with M = msb(a):
+//   w = 1 - M (b top), -M (b bottom), 0 (b in the middle half),
+// affine in the single bit M, with coefficients that b alone fixes.
+enum class Quarter { middle, top, bottom };
+Quarter quarter_of(Ring b) {
+  const auto v = static_cast<std::int64_t>(b);
+  return v >= (std::int64_t{1} << 62) ? Quarter::top : v < -(std::int64_t{1} << 62) ? Quarter::bottom : Quarter::middle;
+}
+Ring sign_bit(Ring a) { return a >> (ring_bits - 1); }
+// w = [top] - [not middle] M, as the parties holding b apply it to a masked M.
+Ring wrap_from(Quarter q, Ring m) { return (q == Quarter::top ? Ring{1} : 0) - (q == Quarter::middle ? 0 : m); }
 
 // t += m 2^shift and t -= m 2^shift, elementwise.
 void add_shifted(RingTensor& t, const RingTensor& m, int shift) {
@@ -235,12 +248,13 @@ void sub_shifted(RingTensor& t, const RingTensor& m, int shift) {
 // Party 0 holds a, parties 1 and 2 hold b. The result's components: y1
 // (parties 0, 1) from their shared key, y0 = floor(a/2^d) - y1 (party 0
 // sends it to 2), y2 = ceil(b/2^d). Exact truncation subtracts w 2^(64-d)
-// for the wrap w = A1 B1 - A2 B2 (A1 = a in the top quarter, A2 = a in the
-// bottom one; B1, B2 the same of b): party 0 offers party 1 A1 + rho1 and
-// -A2 + rho2 (rho from its key with party 2); party 1 picks by its B,
-// party 2 subtracts the rho it picks, so their parts add up to w; each
-// sends its part masked (mu from the key of parties 0 and 1, nu from that
-// of parties 0 and 2), y2 takes the total and y1, y0 the masks back.
+// for the wrap w = [b top] - [b not middle] M (quarter_of above): party 0
+// offers party 1 M + rho (rho from its key with party 2); party 1 applies
+// b's coefficients to it, party 2 to -rho, so their parts add up to w;
+// each sends its part masked (mu from the key of parties 0 and 1, nu from
+// that of parties 0 and 2), y2 takes the total and y1, y0 the masks back.
+// Used after a product, where parties 1 and 2 learn b only in the
+// product's round: 2 rounds in all.
 Task<Rss3Share> Rss3::truncate_view(RingTensor part, int bits) {
   const Shape s = shape_of(part);
   const std::size_t n = part.size();
@@ -252,12 +266,9 @@ Task<Rss3Share> Rss3::truncate_view(RingTensor part, int bits) {
       RingTensor y0 = ring_sub(ring_shift_floor(part, bits), y1);
       if (exact) {
         const RingTensor mu = draw_next(s);
-        const RingTensor rho_top = draw_prev(s), rho_bottom = draw_prev(s), nu = draw_prev(s);
-        RingTensor offer = RingTensor::from_shape({2 * n});
-        for (std::size_t i = 0; i < n; ++i) {
-          offer.data()[i] = Ring{in_top_quarter(part.data()[i])} + rho_top.data()[i];
-          offer.data()[n + i] = rho_bottom.data()[i] - Ring{in_bottom_quarter(part.data()[i])};
-        }
+        const RingTensor rho = draw_prev(s), nu = draw_prev(s);
+        RingTensor offer = RingTensor::from_shape(s);
+        for (std::size_t i = 0; i < n; ++i) offer.data()[i] = sign_bit(part.data()[i]) + rho.data()[i];
         send(1, offer, bits);
         add_shifted(y0, nu, up);
         add_shifted(y1, mu, up);
@@ -270,13 +281,10 @@ Task<Rss3Share> Rss3::truncate_view(RingTensor part, int bits) {
       RingTensor y2 = ring_shift_ceil(part, bits);
       if (exact) {
         const RingTensor mu = draw_prev(s);
-        const RingTensor offer = co_await recv(0, {2 * n}, bits);
+        const RingTensor offer = co_await recv(0, s, bits);
         RingTensor mine = RingTensor::from_shape(s);
-        for (std::size_t i = 0; i < n; ++i) {
-          const Ring b = part.data()[i];
-          mine.data()[i] = (in_top_quarter(b) ? offer.data()[i] : 0) +
-                           (in_bottom_quarter(b) ? offer.data()[n + i] : 0) + mu.data()[i];
-        }
+        for (std::size_t i = 0; i < n; ++i)
+          mine.data()[i] = wrap_from(quarter_of(part.data()[i]), offer.data()[i]) + mu.data()[i];
         send(2, mine, bits);
         const RingTensor theirs = co_await recv(2, s, bits);
         ring_add_inplace(mine, theirs);
@@ -288,13 +296,11 @@ Task<Rss3Share> Rss3::truncate_view(RingTensor part, int bits) {
     default: {
       RingTensor y2 = ring_shift_ceil(part, bits);
       if (exact) {
-        const RingTensor rho_top = draw_next(s), rho_bottom = draw_next(s), nu = draw_next(s);
+        const RingTensor rho = draw_next(s), nu = draw_next(s);
         RingTensor mine = RingTensor::from_shape(s);
-        for (std::size_t i = 0; i < n; ++i) {
-          const Ring b = part.data()[i];
-          mine.data()[i] = nu.data()[i] - (in_top_quarter(b) ? rho_top.data()[i] : 0) -
-                           (in_bottom_quarter(b) ? rho_bottom.data()[i] : 0);
-        }
+        // wrap_from(q, M + rho) + (this) = w: the [top] term is party 1's.
+        for (std::size_t i = 0; i < n; ++i)
+          mine.data()[i] = nu.data()[i] + (quarter_of(part.data()[i]) == Quarter::middle ? 0 : rho.data()[i]);
         send(1, mine, bits);
         const RingTensor theirs = co_await recv(1, s, bits);
         ring_add_inplace(mine, theirs);
@@ -373,13 +379,96 @@ Task<Rss3Share> Rss3::matmul_trunc(const Share& a, const Share& b) {
   return reshare_truncated(std::move(z), frac_bits());
 }
 
-// Party 0 holds a = s_0 + s_1, parties 1 and 2 hold b = s_2.
+// Party 0 holds a = s_0 + s_1, parties 1 and 2 hold b = s_2. Both halves
+// are known before any message, so exact truncation takes one round.
 Task<Rss3Share> Rss3::truncate(const Share& a, int bits) {
   check_bits(bits);
+  const bool at_once = party_->options_.exact_truncation && bits > 0;
   switch (party_->id_) {
-    case 0: co_return co_await truncate_view(ring_add(a.own, a.next), bits);
-    case 1: co_return co_await truncate_view(a.next, bits);
-    default: co_return co_await truncate_view(a.own, bits);
+    case 0: {
+      RingTensor view = ring_add(a.own, a.next);
+      if (at_once) co_return co_await truncate_view_exact_at_once(std::move(view), bits);
+      co_return co_await truncate_view(std::move(view), bits);
+    }
+    case 1: co_return co_await (at_once ? truncate_view_exact_at_once(a.next, bits) : truncate_view(a.next, bits));
+    default: co_return co_await (at_once ? truncate_view_exact_at_once(a.own, bits) : truncate_view(a.own, bits));
+  }
+}
+
+// Exact truncation in one round when b is known from the start. As in
+// truncate_view, y = floor(a/2^d) + ceil(b/2^d) - w 2^(64-d) with
+// w = [b top] - [b not middle] M; here parties 1 and 2 each learn w + rho
+// in the same round, by an oblivious transfer in which the other helps:
+//   rho = u + v, u from party 0's key with party 1, v from its key with 2.
+//   Party 0 sends party 1 f = M + k (k from its key with party 2) and
+//   party 2 f' = M + j (j from its key with party 1). Party 2 sends party 1
+//   g = v + [b not middle] k, party 1 sends party 2 g' = u + [b not middle] j.
+//   Party 1: u + g - [b not middle] f + [b top] = rho + w; party 2 the same
+//   from v, g' and f'.
+// Both put -(rho + w) 2^(64-d) into y2, and party 0 puts +rho 2^(64-d) into
+// y0 (which it sends to party 2, masked by y1 as always).
+// What each sees: party 1 gets f and g, uniform and independent whatever M
+// is, since k and v are unknown to it; party 2 likewise with j and u.
+// rho + w is uniform to each. Only rho + w mod 2^d matters: the words
+// travel as ceil(d/8) bytes. Party 0 sends y0 and one word to each of the
+// others, parties 1 and 2 one word each: the bytes of the two-round form.
+Task<Rss3Share> Rss3::truncate_view_exact_at_once(RingTensor part, int bits) {
+  const Shape s = shape_of(part);
+  const std::size_t n = part.size();
+  const int up = ring_bits - bits;  // the wrap's weight in the result: 2^(64-d)
+  // Party 1 or 2: b's own mask from the helper's key, then rho + w.
+  auto helper_word = [&](const RingTensor& share_of_rho, const RingTensor& mask) {
+    RingTensor out = RingTensor::from_shape(s);
+    for (std::size_t i = 0; i < n; ++i)
+      out.data()[i] = share_of_rho.data()[i] + (quarter_of(part.data()[i]) == Quarter::middle ? 0 : mask.data()[i]);
+    return out;
+  };
+  auto take_wrap = [&](RingTensor& y2, const RingTensor& share_of_rho, const RingTensor& from_helper,
+                       const RingTensor& masked_m) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const Ring rho_plus_w =
+          share_of_rho.data()[i] + from_helper.data()[i] + wrap_from(quarter_of(part.data()[i]), masked_m.data()[i]);
+      y2.data()[i] -= rho_plus_w << up;
+    }
+  };
+  switch (party_->id_) {
+    case 0: {
+      RingTensor y1 = draw_next(s);
+      const RingTensor u = draw_next(s), j = draw_next(s);
+      const RingTensor v = draw_prev(s), k = draw_prev(s);
+      RingTensor y0 = ring_sub(ring_shift_floor(part, bits), y1);
+      RingTensor to_1 = RingTensor::from_shape(s), to_2 = RingTensor::from_shape(s);
+      for (std::size_t i = 0; i < n; ++i) {
+        const Ring m = sign_bit(part.data()[i]);
+        to_1.data()[i] = m + k.data()[i];
+        to_2.data()[i] = m + j.data()[i];
+        y0.data()[i] += (u.data()[i] + v.data()[i]) << up;
+      }
+      send(1, to_1, bits);
+      send(2, y0);
+      send(2, to_2, bits);
+      co_return Rss3Share{std::move(y0), std::move(y1)};
+    }
+    case 1: {
+      RingTensor y1 = draw_prev(s);
+      const RingTensor u = draw_prev(s), j = draw_prev(s);
+      send(2, helper_word(u, j), bits);
+      const RingTensor from_0 = co_await recv(0, s, bits);
+      const RingTensor from_2 = co_await recv(2, s, bits);
+      RingTensor y2 = ring_shift_ceil(part, bits);
+      take_wrap(y2, u, from_2, from_0);
+      co_return Rss3Share{std::move(y1), std::move(y2)};
+    }
+    default: {
+      const RingTensor v = draw_next(s), k = draw_next(s);
+      send(1, helper_word(v, k), bits);
+      RingTensor y0 = co_await recv(0, s);
+      const RingTensor from_0 = co_await recv(0, s, bits);
+      const RingTensor from_1 = co_await recv(1, s, bits);
+      RingTensor y2 = ring_shift_ceil(part, bits);
+      take_wrap(y2, v, from_1, from_0);
+      co_return Rss3Share{std::move(y2), std::move(y0)};
+    }
   }
 }
 

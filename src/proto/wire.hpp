@@ -61,29 +61,54 @@ RingTensor unpack(std::vector<std::byte>&& bytes, const Shape& shape, int low_bi
 
 // The settings every party of a backend must share, as its set-up message
 // carries them after the key: fraction bits, exact truncation, dcf
-// comparisons, a byte each.
+// comparisons (a byte each), then the offline store's budget and the dcf
+// slice size (8 bytes each, little-endian). Parties with different budgets
+// would plan different comparisons (plans read the store's costs) and deal
+// from the store at different calls; different slices split deals apart.
 struct Settings {
   int frac_bits = 0;
   bool exact_truncation = false, dcf_comparisons = false;
-  static constexpr std::size_t bytes = 3;
+  std::uint64_t offline_budget = 0, dcf_slice_bytes = 0;
+  static constexpr std::size_t bytes = 3 + 2 * sizeof(std::uint64_t);
 };
 
 inline void put_settings(const Settings& s, std::byte* out) {
   out[0] = std::byte(s.frac_bits);
   out[1] = std::byte(s.exact_truncation);
   out[2] = std::byte(s.dcf_comparisons);
+  for (std::size_t k = 0; k < sizeof(std::uint64_t); ++k) {
+    out[3 + k] = std::byte((s.offline_budget >> (8 * k)) & 0xff);
+    out[3 + sizeof(std::uint64_t) + k] = std::byte((s.dcf_slice_bytes >> (8 * k)) & 0xff);
+  }
+}
+
+inline Settings get_settings(const std::byte* in) {
+  Settings s{static_cast<int>(in[0]), in[1] != std::byte{0}, in[2] != std::byte{0}};
+  for (std::size_t k = sizeof(std::uint64_t); k-- > 0;) {
+    s.offline_budget = (s.offline_budget << 8) | static_cast<std::uint64_t>(in[3 + k]);
+    s.dcf_slice_bytes = (s.dcf_slice_bytes << 8) | static_cast<std::uint64_t>(in[3 + sizeof(std::uint64_t) + k]);
+  }
+  return s;
 }
 
 // Throws invalid_argument, naming both sides' settings, unless `theirs`
 // (Settings::bytes bytes) says what `mine` does; `from` names the sender.
 inline void check_settings(const std::byte* theirs, const Settings& mine, const std::string& from) {
-  const Settings other{static_cast<int>(theirs[0]), theirs[1] != std::byte{0}, theirs[2] != std::byte{0}};
+  const Settings other = get_settings(theirs);
+  const bool same_store = other.offline_budget == mine.offline_budget;
+  const bool same_slices = other.dcf_slice_bytes == mine.dcf_slice_bytes;
   if (other.frac_bits == mine.frac_bits && other.exact_truncation == mine.exact_truncation &&
-      other.dcf_comparisons == mine.dcf_comparisons)
+      other.dcf_comparisons == mine.dcf_comparisons && same_store && same_slices)
     return;
-  auto describe = [](const Settings& s) {
-    return std::to_string(s.frac_bits) + " fraction bits, " + (s.exact_truncation ? "exact" : "probabilistic") +
-           " truncation, " + (s.dcf_comparisons ? "dcf" : "circuit") + " comparisons";
+  // The store and slice sizes are named only when they differ, so the
+  // common message stays short.
+  auto describe = [&](const Settings& s) {
+    std::string text = std::to_string(s.frac_bits) + " fraction bits, " +
+                       (s.exact_truncation ? "exact" : "probabilistic") + " truncation, " +
+                       (s.dcf_comparisons ? "dcf" : "circuit") + " comparisons";
+    if (!same_store) text += ", an offline store of " + std::to_string(s.offline_budget) + " bytes";
+    if (!same_slices) text += ", dcf slices of " + std::to_string(s.dcf_slice_bytes) + " bytes";
+    return text;
   };
   throw Error(ErrorCode::invalid_argument, from + " uses " + describe(other) + ", this party " + describe(mine));
 }

@@ -175,9 +175,11 @@ TEST_SUITE("generation stops at EOS") {
       // And what they cost before the client had a word to send (b72d4e9:
       // `mpcache generate --in-process --model tools/model/fixture --tokens 6`
       // with this prompt): a change here is a change of the generation's cost.
+      // rss3's prefill is one round shorter since an exact truncation alone
+      // takes one round.
       const std::vector<std::uint64_t> before = protocol == GenerationProtocol::add2
                                                     ? std::vector<std::uint64_t>{292, 268, 268, 268, 268, 270}
-                                                    : std::vector<std::uint64_t>{275, 259, 260, 260, 260, 260};
+                                                    : std::vector<std::uint64_t>{274, 259, 260, 260, 260, 260};
       CHECK(with_signal == before);
     }
   }

@@ -243,6 +243,37 @@ TEST_CASE("rss3: parties whose comparisons differ are refused at setup") {
 }
 
 
+TEST_CASE("rss3: parties whose offline store or dcf slices differ are refused at setup, naming both sizes") {
+  // Plans read the store's costs, and the dealer serves from its store or
+  // deals inline slice by slice: parties that differ would split apart.
+  auto refusals = [](auto options_of) {
+    Scheduler scheduler;
+    InProcessNetwork network(scheduler, 3);
+    return run_parties(scheduler, network, [&](PartyId id) -> Task<std::string> {
+      try {
+        (void)co_await Rss3Party::setup(network.endpoint(id), options_of(id));
+      } catch (const Error& e) {
+        co_return e.what();
+      }
+      co_return "";
+    });
+  };
+  auto store = refusals([](PartyId id) {
+    return Rss3Options{.comparisons = Rss3Comparisons::dcf, .offline_budget = id == 0 ? 4096u : 8192u};
+  });
+  CHECK(store[1].find("party 1: party 0 uses 18 fraction bits, probabilistic truncation, dcf comparisons, an offline "
+                      "store of 4096 bytes, this party 18 fraction bits, probabilistic truncation, dcf comparisons, an "
+                      "offline store of 8192 bytes") != std::string::npos);
+  CHECK(store[2] == "");  // party 2 hears party 1, which agrees with it
+  auto slices = refusals([](PartyId id) {
+    return Rss3Options{.comparisons = Rss3Comparisons::dcf, .dcf_slice_bytes = id == 2 ? 1024u : 2048u};
+  });
+  CHECK(slices[0].find("party 0: party 2 uses 18 fraction bits, probabilistic truncation, dcf comparisons, dcf slices "
+                       "of 1024 bytes, this party") != std::string::npos);
+  CHECK(slices[0].find("store") == std::string::npos);  // only what differs is named
+}
+
+
 TEST_CASE("rss3 dcf: msb_arith is the sign as a ring 0/1 on edge and random values at every width, every dealer") {
   static_assert(ArithmeticSign<Rss3>);
   static_assert(ArithmeticSignCosts<Rss3DcfCosts>);

@@ -238,24 +238,32 @@ TEST_CASE("exact truncation corrects every wrap, where the probabilistic one fai
   }
 }
 
-TEST_CASE("exact truncation: 2 rounds; the wrap's parts travel as ceil(d/8) bytes per element") {
+TEST_CASE("exact truncation: 2 rounds after a product, 1 alone; the wrap's parts travel as ceil(d/8) bytes per element") {
   const std::size_t n = 1000;
   const RingTensor x = random_ring({n}, 9);
   const Rss3Options exact{.exact_truncation = true, .insecure_seed = 1};
   auto fused = measure_op(x, [](Rss3& p, const Rss3Share& a) { return p.mul_trunc(a, a); }, exact);
-  // d = 18: 3 bytes per part. Party 0: its half (8) and two offers (2 x 3);
+  // d = 18: 3 bytes per part. Party 0: its half (8) and its offer (3);
   // parties 1 and 2: their term (8) and their part of the wrap (3).
   CHECK(fused.rounds == 2);
-  CHECK(fused.bytes == std::array<std::uint64_t, 3>{14 * n, 11 * n, 11 * n});
+  CHECK(fused.bytes == std::array<std::uint64_t, 3>{11 * n, 11 * n, 11 * n});
   // After a product (1 round, n each), so that no party starts behind.
   auto product_then_truncate = [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
     co_return co_await p.truncate(co_await p.mul(a, a), 18);
   };
+  // Alone, parties 1 and 2 hold b from the start, so the wrap's parts take
+  // one round: party 0 sends y0 (8) and a word to each (2 x 3), parties 1
+  // and 2 one word each (3).
   auto alone = measure_op(x, product_then_truncate, exact);
-  CHECK(alone.rounds == 1 + 2);
-  CHECK(alone.bytes == std::array<std::uint64_t, 3>{(8 + 14) * n, (8 + 3) * n, (8 + 3) * n});
+  CHECK(alone.rounds == 1 + 1);
+  CHECK(alone.bytes == std::array<std::uint64_t, 3>{(8 + 8 + 6) * n, (8 + 3) * n, (8 + 3) * n});
+  auto alone_narrow = measure_op(
+      x, [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> { co_return co_await p.truncate(co_await p.mul(a, a), 3); },
+      exact);
+  CHECK(alone_narrow.rounds == 1 + 1);
+  CHECK(alone_narrow.bytes == std::array<std::uint64_t, 3>{(8 + 8 + 2) * n, (8 + 1) * n, (8 + 1) * n});
   auto wide = measure_op(x, [](Rss3& p, const Rss3Share& a) { return p.mul_trunc(a, a, 40); }, exact);
-  CHECK(wide.bytes == std::array<std::uint64_t, 3>{(8 + 2 * 5) * n, (8 + 5) * n, (8 + 5) * n});
+  CHECK(wide.bytes == std::array<std::uint64_t, 3>{(8 + 5) * n, (8 + 5) * n, (8 + 5) * n});
   // Probabilistic: one round, every party n (fused); party 0 alone n.
   auto fast = measure_op(x, [](Rss3& p, const Rss3Share& a) { return p.mul_trunc(a, a); });
   CHECK(fast.rounds == 1);

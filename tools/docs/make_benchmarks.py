@@ -154,7 +154,8 @@ Notes under a heading come from `tools/docs/benchmark_notes.json`.
 * `bytes / party`: payload bytes sent by the busiest party (under add2 the busier online
   party; the dealer's bytes are `offline bytes`).
 * `model_s`: rounds x RTT + bytes / bandwidth + compute on the paper's LAN
-  (0.3 ms RTT, 377 MB/s); each table's notes give the formula.
+  (0.3 ms RTT, 377 MB/s); each table's notes give the formula. `model_wan_s`:
+  the same on the paper's WAN (40 ms RTT, 300 Mbit/s), where rounds dominate.
 * `latency_s`: the wall time of the run. In the paper presets the three parties ran in
   one process (`in-process`), so their compute adds up; `model_s` counts a third of it.
 * Phases: `policy-prefill` is a policy's look at a prepared prompt (static eviction,
@@ -245,7 +246,8 @@ def cost_section(rows):
     header = ["arm", "length", "phase", "cache", "rounds", "bytes / party"]
     if has_offline:
         header.append("offline bytes")
-    header += ["model_s", "latency_s"]
+    has_wan = any("model_wan_s" in r for r in rows)
+    header += ["model_s"] + (["model_wan_s"] if has_wan else []) + ["latency_s"]
     if has_first:
         header.append("first step: rounds, bytes")
     if has_kv:
@@ -257,7 +259,10 @@ def cost_section(rows):
                fmt_int(r["rounds"]), fmt_bytes(r["bytes_per_party"])]
         if has_offline:
             row.append(fmt_bytes(r.get("offline_bytes")))
-        row += [fmt_seconds(r.get("model_s")), fmt_seconds(r.get("latency_s"))]
+        row += [fmt_seconds(r.get("model_s"))]
+        if has_wan:
+            row.append(fmt_seconds(r.get("model_wan_s")))
+        row.append(fmt_seconds(r.get("latency_s")))
         if has_first:
             f = r.get("first_step")
             row.append("{}, {}".format(fmt_int(f["rounds"]), fmt_bytes(f["bytes_per_party"])) if f else "-")
