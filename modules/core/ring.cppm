@@ -48,6 +48,21 @@ void ring_matmul_accumulate(RingTensor& acc, const RingTensor& a, const RingTens
 void ring_matmul_rss3_accumulate(RingTensor& acc, const RingTensor& a0, const RingTensor& a1,
                                  const RingTensor& b0, const RingTensor& b1,
                                  ComputePool* pool = nullptr);
+// A matrix read in place inside a tensor's buffer: rows x cols elements,
+// row r at data + r * stride. Products over views use a block of rows or of
+// columns without copying it out first.
+struct RingMatrixView {
+  const Ring* data = nullptr;
+  std::size_t rows = 0, cols = 0, stride = 0;
+};
+// All of a 2-D tensor, its rows [begin, end), or its columns [begin, end);
+// Error(invalid_argument) for other ranks or a range outside the matrix.
+RingMatrixView ring_matrix(const RingTensor& a);
+RingMatrixView ring_matrix_rows(const RingTensor& a, std::size_t begin, std::size_t end);
+RingMatrixView ring_matrix_columns(const RingTensor& a, std::size_t begin, std::size_t end);
+// ring_matmul_rss3_accumulate over views (the views must not overlap acc).
+void ring_matmul_rss3_accumulate(RingTensor& acc, const RingMatrixView& a0, const RingMatrixView& a1,
+                                 const RingMatrixView& b0, const RingMatrixView& b1, ComputePool* pool = nullptr);
 // The scalar i-k-j loop that the SIMD kernels are tested against, kept as
 // the reference: acc += a x b (benches time it beside the kernels).
 void ring_matmul_accumulate_reference(RingTensor& acc, const RingTensor& a, const RingTensor& b);
@@ -67,6 +82,8 @@ RingTensor ring_sample(const Shape& shape, std::uint64_t seed);
 
 // Layout helpers on the last axis (shape (..., n)); results are contiguous.
 RingTensor ring_reshape(const RingTensor& a, const Shape& shape);
+// The same of a tensor no longer needed: its buffer is moved, not copied.
+RingTensor ring_reshape(RingTensor&& a, const Shape& shape);
 RingTensor ring_slice_last(const RingTensor& a, std::size_t begin, std::size_t end);
 RingTensor ring_concat_last(const RingTensor& a, const RingTensor& b);
 // Every element repeated `times` along a new last axis: (..., n) -> (..., n, times).
@@ -88,5 +105,7 @@ RingTensor ring_sum_second_last(const RingTensor& a);
 // Raw bytes of a tensor (little-endian host order) and back, for messages.
 std::span<const std::byte> ring_bytes(const RingTensor& t);
 RingTensor ring_from_bytes(std::span<const std::byte> bytes, const Shape& shape);
+// A received message's bytes become the tensor's buffer (no copy).
+RingTensor ring_from_bytes(std::vector<std::byte>&& bytes, const Shape& shape);
 
 }  // namespace mpcache

@@ -6,6 +6,9 @@
 // construction, shape, element access, raw data for the ring kernels, and
 // equality. No expression templates, views or broadcasting; arithmetic is
 // ring_* (mpcache.core:ring) or a loop over data().
+//
+// Its buffer is its own allocation, or a received message's byte vector
+// that it adopted (adopt_bytes): a message becomes a tensor without a copy.
 export module mpcache.core:tensor;
 import mpcache.std;
 import :error;
@@ -49,12 +52,41 @@ class Tensor {
     }
   }
 
+  // The elements of `shape` in `bytes` (host order), which must hold exactly
+  // that many: the tensor takes over the vector's buffer instead of copying
+  // it (a received message; std::allocator aligns it for any scalar type).
+  static Tensor adopt_bytes(Shape shape, std::vector<std::byte>&& bytes)
+    requires std::is_trivially_copyable_v<T>
+  {
+    Tensor t;
+    t.shape_ = std::move(shape);
+    t.size_ = std::accumulate(t.shape_.begin(), t.shape_.end(), size_type{1}, std::multiplies<>{});
+    if (bytes.size() != t.size_ * sizeof(T))
+      throw Error(ErrorCode::invalid_argument, "Tensor::adopt_bytes: " + std::to_string(bytes.size()) +
+                                                   " bytes for " + std::to_string(t.size_) + " elements of " +
+                                                   std::to_string(sizeof(T)) + " bytes");
+    if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(T) != 0)
+      throw Error(ErrorCode::invalid_argument, "Tensor::adopt_bytes: the buffer is not aligned for its elements");
+    t.owned_.reset();
+    t.adopted_ = std::move(bytes);
+    t.data_ = t.size_ == 0 ? nullptr : reinterpret_cast<T*>(t.adopted_.data());
+    return t;
+  }
+
   Tensor(const Tensor& o) : Tensor(o.shape_, Uninitialised{}) { std::copy(o.begin(), o.end(), begin()); }
   Tensor(Tensor&& o) noexcept
-      : shape_(std::move(o.shape_)), size_(std::exchange(o.size_, 0)), data_(std::move(o.data_)) {}
+      : shape_(std::move(o.shape_)),
+        size_(std::exchange(o.size_, 0)),
+        owned_(std::move(o.owned_)),
+        adopted_(std::move(o.adopted_)),
+        data_(std::exchange(o.data_, nullptr)) {}
   Tensor& operator=(const Tensor& o) {
     if (this != &o) {
-      if (size_ != o.size_) data_ = std::make_unique_for_overwrite<T[]>(o.size_);
+      if (size_ != o.size_) {
+        owned_ = std::make_unique_for_overwrite<T[]>(o.size_);
+        adopted_ = {};
+        data_ = owned_.get();
+      }
       shape_ = o.shape_;
       size_ = o.size_;
       std::copy(o.begin(), o.end(), begin());
@@ -62,18 +94,31 @@ class Tensor {
     return *this;
   }
   Tensor& operator=(Tensor&& o) noexcept {
-    shape_ = std::move(o.shape_);
-    size_ = std::exchange(o.size_, 0);
-    data_ = std::move(o.data_);
+    if (this != &o) {
+      shape_ = std::move(o.shape_);
+      size_ = std::exchange(o.size_, 0);
+      data_ = std::exchange(o.data_, nullptr);
+      owned_ = std::move(o.owned_);
+      adopted_ = std::move(o.adopted_);
+    }
     return *this;
+  }
+
+  // The same elements under `shape`, which must count as many: no copy.
+  void reshape(Shape shape) {
+    const size_type n = std::accumulate(shape.begin(), shape.end(), size_type{1}, std::multiplies<>{});
+    if (n != size_)
+      throw Error(ErrorCode::invalid_argument, "Tensor::reshape: " + std::to_string(size_) + " elements into " +
+                                                   std::to_string(n));
+    shape_ = std::move(shape);
   }
 
   const Shape& shape() const noexcept { return shape_; }
   size_type size() const noexcept { return size_; }
   size_type dimension() const noexcept { return shape_.size(); }
 
-  T* data() noexcept { return data_.get(); }
-  const T* data() const noexcept { return data_.get(); }
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
   T* begin() noexcept { return data(); }
   T* end() noexcept { return data() + size_; }
   const T* begin() const noexcept { return data(); }
@@ -101,7 +146,8 @@ class Tensor {
   Tensor(Shape shape, Uninitialised)
       : shape_(std::move(shape)),
         size_(std::accumulate(shape_.begin(), shape_.end(), size_type{1}, std::multiplies<>{})),
-        data_(std::make_unique_for_overwrite<T[]>(size_)) {}
+        owned_(std::make_unique_for_overwrite<T[]>(size_)),
+        data_(owned_.get()) {}
 
   size_type offset(std::initializer_list<size_type> index) const noexcept {
     const size_type n = index.size(), dims = shape_.size();
@@ -114,7 +160,10 @@ class Tensor {
 
   Shape shape_;
   size_type size_ = 0;
-  std::unique_ptr<T[]> data_;
+  // Exactly one of owned_ and adopted_ holds the buffer data_ points into.
+  std::unique_ptr<T[]> owned_;
+  std::vector<std::byte> adopted_;
+  T* data_ = nullptr;
 };
 
 // (m, n) -> (n, m); throws Error(invalid_argument) for other ranks.

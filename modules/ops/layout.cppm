@@ -132,8 +132,13 @@ template <Protocol P>
 typename P::Share stack_rows(const typename P::Share& a, const typename P::Share& b) {
   return P::apply2(a, b, [](const RingTensor& x, const RingTensor& y) {
     const std::size_t d = x.shape()[1];
-    RingTensor flat = ring_concat_last(ring_reshape(x, {1, x.size()}), ring_reshape(y, {1, y.size()}));
-    return ring_reshape(flat, {(x.size() + y.size()) / d, d});
+    if (y.shape()[1] != d)
+      throw Error(ErrorCode::invalid_argument, "stack_rows: rows of " + std::to_string(d) + " and " +
+                                                   std::to_string(y.shape()[1]) + " elements");
+    // Both blocks copied once, straight into place.
+    RingTensor out = RingTensor::from_shape({(x.size() + y.size()) / d, d});
+    std::copy(y.begin(), y.end(), std::copy(x.begin(), x.end(), out.begin()));
+    return out;
   });
 }
 
@@ -141,9 +146,14 @@ typename P::Share stack_rows(const typename P::Share& a, const typename P::Share
 template <Protocol P>
 typename P::Share rows(const typename P::Share& a, std::size_t begin, std::size_t end) {
   return P::apply(a, [begin, end](const RingTensor& t) {
-    const std::size_t d = t.shape()[1];
-    RingTensor flat = ring_slice_last(ring_reshape(t, {1, t.size()}), begin * d, end * d);
-    return ring_reshape(flat, {end - begin, d});
+    const std::size_t n = t.shape()[0], d = t.shape()[1];
+    if (begin > end || end > n)
+      throw Error(ErrorCode::invalid_argument, "rows: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                                   ") outside " + std::to_string(n) + " rows");
+    // Only the rows taken are copied.
+    RingTensor out = RingTensor::from_shape({end - begin, d});
+    std::copy(t.data() + begin * d, t.data() + end * d, out.data());
+    return out;
   });
 }
 

@@ -78,25 +78,23 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
   // below[..., i] = [x < b_i] (boolean), all in one A2B.
   std::vector<Ring> breakpoints;
   for (double b : spec.breakpoints) breakpoints.push_back(fp.encode(b));
-  std::optional<typename P::Bits> below_all;
-  auto compare = [&](P& q) -> Task<typename P::Share> {
-    below_all = co_await below_each_bits(q, x, breakpoints);
-    co_return x;  // (when_all wants one result type)
-  };
   std::vector<Task<typename P::Share>> work;
   std::vector<P> forks;
   for (std::size_t j = 0; j <= spec.pieces.size(); ++j) forks.push_back(p.fork());
   // A piece's value, times the multiplier when there is one.
   auto piece_value = [&](P& q, const Piece& piece) -> Task<typename P::Share> {
-    typename P::Share v = x;
-    if (piece.kind == Piece::Kind::polynomial) v = co_await polynomial(q, x, piece);
-    if (!times) co_return v;
-    co_return co_await q.mul_trunc(v, *times, q.frac_bits() + times_shift);
+    if (piece.kind == Piece::Kind::polynomial) {
+      typename P::Share v = co_await polynomial(q, x, piece);
+      if (!times) co_return v;
+      co_return co_await q.mul_trunc(v, *times, q.frac_bits() + times_shift);
+    }
+    if (!times) co_return x;  // the identity
+    co_return co_await q.mul_trunc(x, *times, q.frac_bits() + times_shift);
   };
-  work.push_back(compare(forks[0]));
   for (std::size_t j = 0; j < spec.pieces.size(); ++j)
     if (spec.pieces[j].kind != Piece::Kind::zero) work.push_back(piece_value(forks[j + 1], spec.pieces[j]));
-  auto done = co_await when_all(std::move(work));
+  // The comparisons start first, then the pieces, all in the same ticks.
+  auto [below_all, done] = co_await when_all(below_each_bits(forks[0], x, breakpoints), when_all(std::move(work)));
   // Indicator of piece j: [x < b_j] xor [x < b_{j-1}] (the breakpoints ascend;
   // first: [x < b_0], last: 1 xor [x < b_last]), as bits on a new last axis
   // (..., J) over the J non-zero pieces, beside their values (..., J).
@@ -107,8 +105,8 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
   if (count == 0) co_return public_share(p, x, ring_zeros(s));
   Shape stacked = s;
   stacked.push_back(count);
-  auto indicators = P::apply(*below_all, [&](const RingTensor& t) {  // XOR is component-wise
-    RingTensor out = ring_zeros(stacked);
+  auto indicators = P::apply(below_all, [&](const RingTensor& t) {  // XOR is component-wise
+    RingTensor out = RingTensor::from_shape(stacked);  // every element written below
     const std::size_t elements = out.size() / count;
     for (std::size_t e = 0; e < elements; ++e)
       for (std::size_t c = 0; c < count; ++c) {
@@ -124,10 +122,25 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
     for (std::size_t i = count - 1; i < last.size(); i += count) last.data()[i] = 1;
     indicators = p.bits_xor_public(indicators, last);
   }
+  // The pieces' values side by side on a new last axis: the first c pieces
+  // (..., c) (the first alone: (...)) and the next (...) make (..., c + 1),
+  // each element copied once per step and no reshaped copies between.
+  auto widen = [&s](std::size_t c) {
+    return [&s, c](const RingTensor& left, const RingTensor& piece) {
+      Shape shape = s;
+      shape.push_back(c + 1);
+      RingTensor out = RingTensor::from_shape(std::move(shape));
+      for (std::size_t e = 0; e < piece.size(); ++e) {
+        std::copy(left.data() + e * c, left.data() + (e + 1) * c, out.data() + e * (c + 1));
+        out.data()[e * (c + 1) + c] = piece.data()[e];
+      }
+      return out;
+    };
+  };
   Shape column = s;
   column.push_back(1);
-  typename P::Share values = reshape<P>(done[1], column);
-  for (std::size_t c = 1; c < count; ++c) values = concat_last<P>(values, reshape<P>(done[1 + c], column));
+  typename P::Share values = count == 1 ? reshape<P>(done[0], column) : P::apply2(done[0], done[1], widen(1));
+  for (std::size_t c = 2; c < count; ++c) values = P::apply2(values, done[c], widen(c));
   co_return reshape<P>(co_await p.bit_dot(indicators, values), s);
 }
 

@@ -182,15 +182,60 @@ void ring_matmul_rss3_accumulate(RingTensor& acc, const RingTensor& a0, const Ri
   check_matmul_shapes(a0, b0, "ring_matmul_rss3");
   require_same_shape(a0, a1, "ring_matmul_rss3 (left components)");
   require_same_shape(b0, b1, "ring_matmul_rss3 (right components)");
-  const std::size_t m = a0.shape()[0], k = a0.shape()[1], n = b0.shape()[1];
+  ring_matmul_rss3_accumulate(acc, ring_matrix(a0), ring_matrix(a1), ring_matrix(b0), ring_matrix(b1), pool);
+}
+
+namespace {
+std::string view_shape(const RingMatrixView& v) { return shape_string({v.rows, v.cols}); }
+}  // namespace
+
+void ring_matmul_rss3_accumulate(RingTensor& acc, const RingMatrixView& a0, const RingMatrixView& a1,
+                                 const RingMatrixView& b0, const RingMatrixView& b1, ComputePool* pool) {
+  if (a0.rows != a1.rows || a0.cols != a1.cols || b0.rows != b1.rows || b0.cols != b1.cols || a0.cols != b0.rows)
+    throw Error(ErrorCode::invalid_argument, "ring_matmul_rss3: expected (m,k) x (k,n) in both components, got " +
+                                                 view_shape(a0) + ", " + view_shape(a1) + " x " + view_shape(b0) +
+                                                 ", " + view_shape(b1));
+  const std::size_t m = a0.rows, k = a0.cols, n = b0.cols;
   check_accumulator(acc, m, n, "ring_matmul_rss3_accumulate");
   const auto level = kernels::detected_kernel_level();
   Ring* c = acc.data();
-  const Ring *x0 = a0.data(), *x1 = a1.data(), *y0 = b0.data(), *y1 = b1.data();
   split_matmul(pool, m, k, n, [&](std::size_t i, std::size_t rows, std::size_t j, std::size_t cols) {
-    kernels::matmul_rss3_accumulate(level, c + i * n + j, n, x0 + i * k, x1 + i * k, k, y0 + j, y1 + j, n,
-                                    rows, k, cols);
+    kernels::matmul_rss3_accumulate(level, c + i * n + j, n, a0.data + i * a0.stride, a1.data + i * a1.stride,
+                                    a0.stride, b0.data + j, b1.data + j, b0.stride, rows, k, cols);
   });
+}
+
+namespace {
+const RingTensor& require_matrix(const RingTensor& a, const char* what) {
+  if (a.dimension() != 2)
+    throw Error(ErrorCode::invalid_argument,
+                std::string(what) + ": needs a matrix, not shape " + shape_string(shape_of(a)));
+  return a;
+}
+void require_range(std::size_t begin, std::size_t end, std::size_t size, const char* what, const char* axis) {
+  if (begin > end || end > size)
+    throw Error(ErrorCode::invalid_argument, std::string(what) + ": " + axis + " [" + std::to_string(begin) + ", " +
+                                                 std::to_string(end) + ") outside " + std::to_string(size));
+}
+}  // namespace
+
+RingMatrixView ring_matrix(const RingTensor& a) {
+  require_matrix(a, "ring_matrix");
+  return {a.data(), a.shape()[0], a.shape()[1], a.shape()[1]};
+}
+
+RingMatrixView ring_matrix_rows(const RingTensor& a, std::size_t begin, std::size_t end) {
+  require_matrix(a, "ring_matrix_rows");
+  const std::size_t n = a.shape()[1];
+  require_range(begin, end, a.shape()[0], "ring_matrix_rows", "rows");
+  return {a.data() + begin * n, end - begin, n, n};
+}
+
+RingMatrixView ring_matrix_columns(const RingTensor& a, std::size_t begin, std::size_t end) {
+  require_matrix(a, "ring_matrix_columns");
+  const std::size_t n = a.shape()[1];
+  require_range(begin, end, n, "ring_matrix_columns", "columns");
+  return {a.data() + begin, a.shape()[0], end - begin, n};
 }
 
 const char* ring_kernel_level() { return kernels::kernel_level_name(kernels::detected_kernel_level()); }
@@ -251,12 +296,25 @@ RingTensor ring_filled(const Shape& shape, Ring value) {
   return t;
 }
 
-RingTensor ring_reshape(const RingTensor& a, const Shape& shape) {
+namespace {
+void check_reshape(const RingTensor& a, const Shape& shape) {
   if (element_count(shape) != a.size())
     throw Error(ErrorCode::invalid_argument, "reshape " + shape_string(shape_of(a)) + " to " +
                                                  shape_string(shape) + ": element counts differ");
+}
+}  // namespace
+
+RingTensor ring_reshape(const RingTensor& a, const Shape& shape) {
+  check_reshape(a, shape);
   RingTensor out = RingTensor::from_shape(shape);
   std::copy(a.begin(), a.end(), out.begin());
+  return out;
+}
+
+RingTensor ring_reshape(RingTensor&& a, const Shape& shape) {
+  check_reshape(a, shape);
+  RingTensor out = std::move(a);
+  out.reshape(shape);
   return out;
 }
 
@@ -401,12 +459,24 @@ std::span<const std::byte> ring_bytes(const RingTensor& t) {
   return {reinterpret_cast<const std::byte*>(t.data()), t.size() * sizeof(Ring)};
 }
 
-RingTensor ring_from_bytes(std::span<const std::byte> bytes, const Shape& shape) {
+namespace {
+void check_message_size(std::size_t bytes, const Shape& shape) {
   const std::size_t n = element_count(shape);
-  if (bytes.size() != n * sizeof(Ring))
+  if (bytes != n * sizeof(Ring))
     throw Error(ErrorCode::protocol, "expected " + std::to_string(n * sizeof(Ring)) +
                                          " bytes for a tensor of shape " + shape_string(shape) +
-                                         ", got " + std::to_string(bytes.size()));
+                                         ", got " + std::to_string(bytes));
+}
+}  // namespace
+
+RingTensor ring_from_bytes(std::vector<std::byte>&& bytes, const Shape& shape) {
+  check_message_size(bytes.size(), shape);
+  return RingTensor::adopt_bytes(shape, std::move(bytes));
+}
+
+RingTensor ring_from_bytes(std::span<const std::byte> bytes, const Shape& shape) {
+  check_message_size(bytes.size(), shape);
+  const std::size_t n = element_count(shape);
   RingTensor t = RingTensor::from_shape(shape);
   if (n) std::memcpy(t.data(), bytes.data(), bytes.size());
   return t;

@@ -95,7 +95,7 @@ void Add2::send(PartyId to, const RingTensor& t, int low_bits) {
 
 Task<RingTensor> Add2::recv(PartyId from, Shape shape, int low_bits) {
   auto bytes = co_await party_->endpoint_->recv(from, stream_, tag_);
-  co_return wire::unpack(bytes, shape, low_bits, [&] {
+  co_return wire::unpack(std::move(bytes), shape, low_bits, [&] {
     return who(party_->id_, stream_) + ": " +
            (from == add2_dealer ? std::string("the dealer (party 2)") : "party " + std::to_string(from));
   });

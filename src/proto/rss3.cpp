@@ -103,7 +103,7 @@ void Rss3::send(PartyId to, const RingTensor& t, int low_bits) {
 
 Task<RingTensor> Rss3::recv(PartyId from, Shape shape, int low_bits) {
   auto bytes = co_await party_->endpoint_->recv(from, stream_, tag_);
-  co_return wire::unpack(bytes, shape, low_bits,
+  co_return wire::unpack(std::move(bytes), shape, low_bits,
                          [&] { return who(party_->id_, stream_) + ": party " + std::to_string(from); });
 }
 
@@ -180,10 +180,9 @@ Rss3Share Rss3::neg(const Share& a) const { return {ring_neg(a.own), ring_neg(a.
 
 Rss3Share Rss3::add_public(const Share& a, const RingTensor& c) const {
   require_same_shape(a.own, c, "rss3 add_public");
-  Share out = a;
-  if (party_->id_ == 0) ring_add_inplace(out.own, c);   // party 0 holds s_0 first
-  if (party_->id_ == 2) ring_add_inplace(out.next, c);  // party 2 holds s_0 second
-  return out;
+  // Party 0 holds s_0 first, party 2 second (the sum writes a fresh tensor: no copy first).
+  ComputePool* pool = party_->options_.pool;
+  return {party_->id_ == 0 ? ring_add(a.own, c, pool) : a.own, party_->id_ == 2 ? ring_add(a.next, c, pool) : a.next};
 }
 
 Rss3Share Rss3::mul_public(const Share& a, const RingTensor& c) const {

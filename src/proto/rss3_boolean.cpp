@@ -45,10 +45,9 @@ Rss3Bits Rss3::bits_xor(const Bits& x, const Bits& y) const {
 
 Rss3Bits Rss3::bits_xor_public(const Bits& x, const RingTensor& c) const {
   require_same_shape(x.own, c, "rss3 bits_xor_public");
-  Bits out = x;
-  if (party_->id_ == 0) ring_xor_inplace(out.own, c);   // b_0 is held by parties 0 and 2
-  if (party_->id_ == 2) ring_xor_inplace(out.next, c);
-  return out;
+  // b_0 is held by parties 0 and 2 (the xor writes a fresh tensor: no copy first).
+  ComputePool* pool = party_->options_.pool;
+  return {party_->id_ == 0 ? ring_xor(x.own, c, pool) : x.own, party_->id_ == 2 ? ring_xor(x.next, c, pool) : x.next};
 }
 
 Rss3Bits Rss3::bits_and_public(const Bits& x, const RingTensor& c) const {

@@ -92,6 +92,13 @@ Task<Rss3Weight> Rss3::input_weight(PartyId owner, std::optional<RingTensor> val
 namespace {
 // Rows [begin, end) of w into `out` (shaped for them): the kept component
 // copied, the other drawn in place (`begin` * row even: an AES block boundary).
+// Rows [begin, end) of a compact weight's drawn component into `drawn`
+// (shaped for them; `begin` * row even: an AES block boundary).
+void draw_rows(const Rss3Weight& w, const Prg& key, std::size_t begin, RingTensor& drawn) {
+  std::uint64_t at = w.block + begin * row_size(w.shape) / 2;
+  key.fill(w.stream, at, std::span<Ring>(drawn.data(), drawn.size()));
+}
+
 void fill_rows(const Rss3Weight& w, const Prg& key, std::size_t begin, std::size_t end, Rss3Share& out) {
   const std::size_t row = row_size(w.shape);
   RingTensor& kept = w.kept_is_own ? out.own : out.next;
@@ -101,8 +108,7 @@ void fill_rows(const Rss3Weight& w, const Prg& key, std::size_t begin, std::size
     std::copy(w.drawn->data() + begin * row, w.drawn->data() + end * row, drawn.data());
     return;
   }
-  std::uint64_t at = w.block + begin * row / 2;
-  key.fill(w.stream, at, std::span<Ring>(drawn.data(), drawn.size()));
+  draw_rows(w, key, begin, drawn);
 }
 
 void check_rows(const Rss3Weight& w, std::size_t begin, std::size_t end) {
@@ -155,20 +161,18 @@ RingTensor Rss3::local_matmul_weight(const Share& a, const Weight& w) const {
     return z;
   }
   const Prg& key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
-  // One block's buffers for all blocks (but a shorter last one): fresh
-  // megabyte allocations per block cost page faults.
-  Share rows;
+  // A block of rows of the kept component, and the matching columns of a,
+  // are read in place. Only the drawn component needs a buffer: one block's
+  // for all blocks (but a shorter last one), as fresh megabyte allocations
+  // per block cost page faults.
+  RingTensor drawn;
   for (std::size_t begin = 0; begin < k; begin += step) {
     const std::size_t end = std::min(k, begin + step);
-    if (rows.own.dimension() != 2 || rows.own.shape()[0] != end - begin)
-      rows = Share{RingTensor::from_shape(rows_shape(w, end - begin)), RingTensor::from_shape(rows_shape(w, end - begin))};
-    fill_rows(w, key, begin, end, rows);
-    if (begin == 0 && end == k) {
-      ring_matmul_rss3_accumulate(z, a.own, a.next, rows.own, rows.next, pool);
-      break;
-    }
-    ring_matmul_rss3_accumulate(z, ring_slice_last(a.own, begin, end), ring_slice_last(a.next, begin, end), rows.own,
-                                rows.next, pool);
+    if (drawn.dimension() != 2 || drawn.shape()[0] != end - begin) drawn = RingTensor::from_shape(rows_shape(w, end - begin));
+    draw_rows(w, key, begin, drawn);
+    const RingMatrixView kept = ring_matrix_rows(w.kept, begin, end), fresh = ring_matrix(drawn);
+    ring_matmul_rss3_accumulate(z, ring_matrix_columns(a.own, begin, end), ring_matrix_columns(a.next, begin, end),
+                                w.kept_is_own ? kept : fresh, w.kept_is_own ? fresh : kept, pool);
   }
   return z;
 }

@@ -22,17 +22,24 @@ inline std::vector<std::byte> pack_low(const RingTensor& t, int low_bits) {
   return packed;
 }
 
-// A received message as a tensor of `shape`; what() names sender and
-// receiver in the error a message of the wrong size gets (built only then:
-// this runs for every message).
+// Throws Error(protocol) unless `bytes` is a message of `shape` at `low_bits`;
+// what() names sender and receiver (built only then: this runs for every
+// message).
 template <class What>
-RingTensor unpack(std::span<const std::byte> bytes, const Shape& shape, int low_bits, What&& what) {
+void check_size(std::size_t bytes, const Shape& shape, int low_bits, What&& what) {
   const std::size_t width = bytes_per_word(low_bits);
   const std::size_t want = element_count(shape) * width;
-  if (bytes.size() != want)
-    throw Error(ErrorCode::protocol, what() + " sent " + std::to_string(bytes.size()) + " bytes, expected " +
+  if (bytes != want)
+    throw Error(ErrorCode::protocol, what() + " sent " + std::to_string(bytes) + " bytes, expected " +
                                          std::to_string(want) + " for shape " + shape_string(shape) +
                                          (width == sizeof(Ring) ? "" : " at " + std::to_string(width) + " bytes per word"));
+}
+
+// A received message as a tensor of `shape` (see check_size).
+template <class What>
+RingTensor unpack(std::span<const std::byte> bytes, const Shape& shape, int low_bits, What&& what) {
+  check_size(bytes.size(), shape, low_bits, what);
+  const std::size_t width = bytes_per_word(low_bits);
   if (width == sizeof(Ring)) return ring_from_bytes(bytes, shape);
   RingTensor out = RingTensor::from_shape(shape);
   for (std::size_t i = 0; i < out.size(); ++i) {
@@ -41,6 +48,15 @@ RingTensor unpack(std::span<const std::byte> bytes, const Shape& shape, int low_
     out.data()[i] = v;
   }
   return out;
+}
+
+// The same for a message the caller gives up: whole words keep its buffer
+// (the tensor adopts it, no copy); low bytes are widened into a new one.
+template <class What>
+RingTensor unpack(std::vector<std::byte>&& bytes, const Shape& shape, int low_bits, What&& what) {
+  if (bytes_per_word(low_bits) != sizeof(Ring)) return unpack(std::span<const std::byte>(bytes), shape, low_bits, what);
+  check_size(bytes.size(), shape, low_bits, what);
+  return ring_from_bytes(std::move(bytes), shape);
 }
 
 // The settings every party of a backend must share, as its set-up message

@@ -86,6 +86,78 @@ TEST_CASE("tensors round-trip through bytes; a wrong byte count is refused") {
   CHECK_THROWS_AS(ring_from_bytes(bytes, {4, 6}), Error);
 }
 
+TEST_CASE("a message given up becomes a tensor without a copy; a wrong byte count is refused") {
+  const RingTensor a = random_ring({4, 5}, 9);
+  const auto view = ring_bytes(a);
+  std::vector<std::byte> bytes(view.begin(), view.end());
+  const std::byte* buffer = bytes.data();
+  const RingTensor t = ring_from_bytes(std::move(bytes), {4, 5});
+  CHECK(reinterpret_cast<const std::byte*>(t.data()) == buffer);
+  CHECK(t == a);
+  CHECK_THROWS_WITH_AS(ring_from_bytes(std::vector<std::byte>(view.begin(), view.end()), {4, 6}),
+                       doctest::Contains("expected 192 bytes for a tensor of shape (4,6), got 160"), Error);
+}
+
+TEST_CASE("reshaping a tensor no longer needed moves it; a named one is copied") {
+  RingTensor a = random_ring({4, 6}, 3);
+  const RingTensor expected = a;
+  const RingTensor copied = ring_reshape(a, {6, 4});
+  CHECK(copied.data() != a.data());
+  CHECK(std::equal(copied.begin(), copied.end(), expected.begin()));
+  const Ring* buffer = a.data();
+  const RingTensor moved = ring_reshape(std::move(a), {2, 12});
+  CHECK(moved.data() == buffer);
+  CHECK(moved.shape() == Shape{2, 12});
+  CHECK(std::equal(moved.begin(), moved.end(), expected.begin()));
+  CHECK_THROWS_WITH_AS(ring_reshape(RingTensor(expected), {5, 5}),
+                       doctest::Contains("reshape (4,6) to (5,5): element counts differ"), Error);
+}
+
+TEST_CASE("a product over row and column blocks read in place equals the product of their copies") {
+  // (70 x 12) x (12 x 7), the inner axis in blocks [0, 4), [4, 10), [10, 12)
+  // (70 rows: the kernels' packed path, as in the prefill).
+  const RingTensor a0 = random_ring({70, 12}, 1), a1 = random_ring({70, 12}, 2);
+  const RingTensor b0 = random_ring({12, 7}, 3), b1 = random_ring({12, 7}, 4);
+  RingTensor whole = ring_zeros({70, 7});
+  ring_matmul_rss3_accumulate(whole, a0, a1, b0, b1);
+  RingTensor blocked = ring_zeros({70, 7});
+  for (auto [begin, end] : {std::pair<std::size_t, std::size_t>{0, 4}, {4, 10}, {10, 12}}) {
+    const RingMatrixView columns = ring_matrix_columns(a0, begin, end), rows = ring_matrix_rows(b1, begin, end);
+    CHECK(columns.data == a0.data() + begin);  // in place: no copy
+    CHECK(columns.stride == 12);
+    CHECK(rows.data == b1.data() + begin * 7);
+    RingTensor part = ring_zeros({70, 7});
+    ring_matmul_rss3_accumulate(part, columns, ring_matrix_columns(a1, begin, end), ring_matrix_rows(b0, begin, end),
+                                rows);
+    // The same block copied out: a's columns sliced, b's rows as the
+    // columns of its transpose.
+    RingTensor reference = ring_zeros({70, 7});
+    const RingTensor b0_rows = transpose(ring_slice_last(transpose(b0), begin, end));
+    const RingTensor b1_rows = transpose(ring_slice_last(transpose(b1), begin, end));
+    ring_matmul_rss3_accumulate(reference, ring_slice_last(a0, begin, end), ring_slice_last(a1, begin, end), b0_rows,
+                                b1_rows);
+    CHECK(part == reference);
+    ring_matmul_rss3_accumulate(blocked, columns, ring_matrix_columns(a1, begin, end), ring_matrix_rows(b0, begin, end),
+                                rows);
+  }
+  CHECK(blocked == whole);
+  CHECK(ring_matrix(a0).data == a0.data());
+}
+
+TEST_CASE("matrix views refuse other ranks, ranges outside the matrix and mismatched products") {
+  const RingTensor m = random_ring({3, 4}, 5);
+  CHECK_THROWS_WITH_AS(ring_matrix(random_ring({2, 3, 4}, 6)), doctest::Contains("ring_matrix: needs a matrix, not shape (2,3,4)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ring_matrix_rows(m, 2, 4), doctest::Contains("ring_matrix_rows: rows [2, 4) outside 3"), Error);
+  CHECK_THROWS_WITH_AS(ring_matrix_columns(m, 3, 2), doctest::Contains("ring_matrix_columns: columns [3, 2) outside 4"),
+                       Error);
+  RingTensor acc = ring_zeros({3, 3});
+  CHECK_THROWS_WITH_AS(
+      ring_matmul_rss3_accumulate(acc, ring_matrix(m), ring_matrix(m), ring_matrix_rows(m, 0, 3), ring_matrix_rows(m, 0, 3)),
+      doctest::Contains("ring_matmul_rss3: expected (m,k) x (k,n) in both components, got (3,4), (3,4) x (3,4), (3,4)"),
+      Error);
+}
+
 TEST_CASE("ring_sample is deterministic per seed and spreads over the ring") {
   RingTensor a = ring_sample({1000}, 5), b = ring_sample({1000}, 5), c = ring_sample({1000}, 6);
   CHECK(a == b);

@@ -66,3 +66,44 @@ TEST_CASE("nested lists must have rows of one length") {
   CHECK_THROWS_WITH_AS((RealTensor{{1.0, 2.0}, {3.0}}), doctest::Contains("Tensor: rows of different lengths (1 and 2)"),
                        Error);
 }
+
+TEST_CASE("adopt_bytes takes a message's buffer as the tensor's, without a copy") {
+  const RingTensor values = {{1, 2, 3}, {~Ring{0}, Ring{1} << 63, 42}};
+  std::vector<std::byte> bytes(values.size() * sizeof(Ring));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  const std::byte* buffer = bytes.data();
+  RingTensor adopted = RingTensor::adopt_bytes({2, 3}, std::move(bytes));
+  CHECK(reinterpret_cast<const std::byte*>(adopted.data()) == buffer);  // no copy
+  CHECK(adopted == values);
+  // It stays a tensor like any other: moves keep the buffer, copies are deep
+  // and writable, and it can be written in place.
+  RingTensor moved = std::move(adopted);
+  CHECK(reinterpret_cast<const std::byte*>(moved.data()) == buffer);
+  RingTensor copy = moved;
+  CHECK(copy == values);
+  CHECK(copy.data() != moved.data());
+  moved(1, 2) = 7;
+  CHECK(moved(1, 2) == 7);
+  CHECK(copy(1, 2) == 42);
+  copy = moved;  // same size: copied into copy's own buffer
+  CHECK(copy == moved);
+  CHECK(copy.data() != moved.data());
+  // An empty message is an empty tensor.
+  CHECK(RingTensor::adopt_bytes({0, 4}, {}).size() == 0);
+}
+
+TEST_CASE("adopt_bytes refuses a byte count that is not the shape's") {
+  CHECK_THROWS_WITH_AS(RingTensor::adopt_bytes({2, 3}, std::vector<std::byte>(47)),
+                       doctest::Contains("Tensor::adopt_bytes: 47 bytes for 6 elements of 8 bytes"), Error);
+}
+
+TEST_CASE("reshape keeps the buffer and refuses another element count") {
+  RingTensor t = {1, 2, 3, 4, 5, 6};
+  const Ring* buffer = t.data();
+  t.reshape({3, 2});
+  CHECK(t.shape() == Shape{3, 2});
+  CHECK(t.data() == buffer);
+  CHECK(t(2, 1) == 6);
+  CHECK_THROWS_WITH_AS(t.reshape({4, 2}), doctest::Contains("Tensor::reshape: 6 elements into 8"), Error);
+  CHECK(t.shape() == Shape{3, 2});
+}
