@@ -13,8 +13,13 @@
 // width the previous step's demand + 5% + 64, within --offline-budget):
 // those bytes and seconds are printed as offline, apart from the online
 // step; step 0 has no previous step and runs dry (its ran-dry count says
-// so). Counts, not timings (but offline seconds): deterministic, so
-// before/after comparisons of a change are exact.
+// so). Counts, not timings (but offline seconds and the last step's
+// seconds per operator): deterministic, so before/after comparisons of a
+// change are exact. The last step's seconds per operator are the wall
+// time charged to each tag at the party with the longest chain (the time
+// up to each round goes to the tag of the message that ends the wait); the
+// three parties share this process's one thread, so they add up their
+// compute: read them as shares, or divide by three.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cstdio>
 #include <CLI/CLI.hpp>
@@ -218,11 +223,12 @@ void run(const std::string& policy, const Settings& settings) {
     for (std::size_t i = 1; i < 3; ++i)
       if (ends[tokens + 1][i].rounds > ends[tokens + 1][busiest_party].rounds) busiest_party = i;
     const CostCounters last = ends[tokens + 1][busiest_party] - marks[tokens][busiest_party];
-    std::printf("  last step by operator (rounds, MB):");
+    std::printf("  last step by operator (rounds, MB, wall s of the three parties on one thread):");
     for (std::size_t t = 0; t < cost_tag_count; ++t)
       if (last.by_tag[t].rounds > 0 || last.by_tag[t].payload_bytes_sent > 0)
-        std::printf(" %s %llu %.2f;", std::string(cost_tag_name(static_cast<CostTag>(t))).c_str(),
-                    static_cast<unsigned long long>(last.by_tag[t].rounds), double(last.by_tag[t].payload_bytes_sent) / 1e6);
+        std::printf(" %s %llu %.2f %.3f;", std::string(cost_tag_name(static_cast<CostTag>(t))).c_str(),
+                    static_cast<unsigned long long>(last.by_tag[t].rounds), double(last.by_tag[t].payload_bytes_sent) / 1e6,
+                    last.by_tag[t].seconds);
     std::printf("\n");
   }
 }
