@@ -383,16 +383,10 @@ Task<Rss3Share> Rss3::matmul_trunc(const Share& a, const Share& b) {
 // are known before any message, so exact truncation takes one round.
 Task<Rss3Share> Rss3::truncate(const Share& a, int bits) {
   check_bits(bits);
-  const bool at_once = party_->options_.exact_truncation && bits > 0;
-  switch (party_->id_) {
-    case 0: {
-      RingTensor view = ring_add(a.own, a.next);
-      if (at_once) co_return co_await truncate_view_exact_at_once(std::move(view), bits);
-      co_return co_await truncate_view(std::move(view), bits);
-    }
-    case 1: co_return co_await (at_once ? truncate_view_exact_at_once(a.next, bits) : truncate_view(a.next, bits));
-    default: co_return co_await (at_once ? truncate_view_exact_at_once(a.own, bits) : truncate_view(a.own, bits));
-  }
+  RingTensor view = party_->id_ == 0 ? ring_add(a.own, a.next) : party_->id_ == 1 ? a.next : a.own;
+  if (party_->options_.exact_truncation && bits > 0)
+    co_return co_await truncate_view_exact_at_once(std::move(view), bits);
+  co_return co_await truncate_view(std::move(view), bits);
 }
 
 // Exact truncation in one round when b is known from the start. As in
@@ -416,18 +410,23 @@ Task<Rss3Share> Rss3::truncate_view_exact_at_once(RingTensor part, int bits) {
   const Shape s = shape_of(part);
   const std::size_t n = part.size();
   const int up = ring_bits - bits;  // the wrap's weight in the result: 2^(64-d)
-  // Party 1 or 2: b's own mask from the helper's key, then rho + w.
+  // Parties 1 and 2: b's quarters (both steps read them), b's own mask
+  // from the helper's key, then rho + w.
+  std::vector<Quarter> quarters;
+  if (party_->id_ != 0) {
+    quarters.resize(n);
+    for (std::size_t i = 0; i < n; ++i) quarters[i] = quarter_of(part.data()[i]);
+  }
   auto helper_word = [&](const RingTensor& share_of_rho, const RingTensor& mask) {
     RingTensor out = RingTensor::from_shape(s);
     for (std::size_t i = 0; i < n; ++i)
-      out.data()[i] = share_of_rho.data()[i] + (quarter_of(part.data()[i]) == Quarter::middle ? 0 : mask.data()[i]);
+      out.data()[i] = share_of_rho.data()[i] + (quarters[i] == Quarter::middle ? 0 : mask.data()[i]);
     return out;
   };
   auto take_wrap = [&](RingTensor& y2, const RingTensor& share_of_rho, const RingTensor& from_helper,
                        const RingTensor& masked_m) {
     for (std::size_t i = 0; i < n; ++i) {
-      const Ring rho_plus_w =
-          share_of_rho.data()[i] + from_helper.data()[i] + wrap_from(quarter_of(part.data()[i]), masked_m.data()[i]);
+      const Ring rho_plus_w = share_of_rho.data()[i] + from_helper.data()[i] + wrap_from(quarters[i], masked_m.data()[i]);
       y2.data()[i] -= rho_plus_w << up;
     }
   };

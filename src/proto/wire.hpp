@@ -62,7 +62,7 @@ RingTensor unpack(std::vector<std::byte>&& bytes, const Shape& shape, int low_bi
 // The settings every party of a backend must share, as its set-up message
 // carries them after the key: fraction bits, exact truncation, dcf
 // comparisons (a byte each), then the offline store's budget and the dcf
-// slice size (8 bytes each, little-endian). Parties with different budgets
+// slice size (8 bytes each). Parties with different budgets
 // would plan different comparisons (plans read the store's costs) and deal
 // from the store at different calls; different slices split deals apart.
 struct Settings {
@@ -72,22 +72,19 @@ struct Settings {
   static constexpr std::size_t bytes = 3 + 2 * sizeof(std::uint64_t);
 };
 
+// The sizes travel in host order, as every ring word does (ring_to_bytes).
 inline void put_settings(const Settings& s, std::byte* out) {
   out[0] = std::byte(s.frac_bits);
   out[1] = std::byte(s.exact_truncation);
   out[2] = std::byte(s.dcf_comparisons);
-  for (std::size_t k = 0; k < sizeof(std::uint64_t); ++k) {
-    out[3 + k] = std::byte((s.offline_budget >> (8 * k)) & 0xff);
-    out[3 + sizeof(std::uint64_t) + k] = std::byte((s.dcf_slice_bytes >> (8 * k)) & 0xff);
-  }
+  std::memcpy(out + 3, &s.offline_budget, sizeof(std::uint64_t));
+  std::memcpy(out + 3 + sizeof(std::uint64_t), &s.dcf_slice_bytes, sizeof(std::uint64_t));
 }
 
 inline Settings get_settings(const std::byte* in) {
   Settings s{static_cast<int>(in[0]), in[1] != std::byte{0}, in[2] != std::byte{0}};
-  for (std::size_t k = sizeof(std::uint64_t); k-- > 0;) {
-    s.offline_budget = (s.offline_budget << 8) | static_cast<std::uint64_t>(in[3 + k]);
-    s.dcf_slice_bytes = (s.dcf_slice_bytes << 8) | static_cast<std::uint64_t>(in[3 + sizeof(std::uint64_t) + k]);
-  }
+  std::memcpy(&s.offline_budget, in + 3, sizeof(std::uint64_t));
+  std::memcpy(&s.dcf_slice_bytes, in + 3 + sizeof(std::uint64_t), sizeof(std::uint64_t));
   return s;
 }
 
