@@ -59,6 +59,7 @@ import mpcache.async;
 import mpcache.net;
 import :prg;
 export import :rss3_store;
+export import :rss3_pairs;
 
 export namespace mpcache {
 
@@ -117,6 +118,12 @@ struct Rss3Options {
   // comparisons = dcf: an inline deal of more keys than this (bytes a
   // receiver parses) goes in slices, at most two in flight (rss3_dcf.cpp).
   std::uint64_t dcf_slice_bytes = rss3_default_dcf_slice_bytes;
+  // exact_truncation: bytes of truncation pairs a party may hold
+  // (Rss3Party::prepare_truncations, rss3_pairs.cpp); 0: none, every exact
+  // fused product takes two rounds. With pairs, one takes one round (and
+  // party 0 adds 16 bytes to each other party per call, the stream's next
+  // grant, whether or not the call found pairs). All three must agree.
+  std::uint64_t truncation_pairs_budget = 0;
   // Big local work (matmuls, large element-wise operations) is split over
   // this pool, which the caller owns and keeps alive as long as the party;
   // nullptr: everything runs on the loop's thread. Results do not depend on it.
@@ -273,6 +280,13 @@ class Rss3Party {
   // while a service is idle). Returns the count now held per dealer (the
   // least over dealers).
   Task<std::size_t> prepare_comparisons(int width, std::size_t count);
+  // exact_truncation with truncation_pairs_budget > 0, offline phase: makes
+  // pairs (rss3_pairs.cpp) until `count` are ungranted, or as many as the
+  // budget holds; ends every stream's grant. Collective like
+  // prepare_comparisons, at a point where no product is in flight. Returns
+  // the pairs now ungranted.
+  Task<std::size_t> prepare_truncations(std::size_t count);
+  const Rss3TruncationStats& truncation_stats() const noexcept { return truncation_stats_; }
 
   // A protocol handle on a fresh root stream. Parties must open sessions in
   // the same order so that their stream ids agree.
@@ -298,6 +312,8 @@ class Rss3Party {
   std::uint64_t offline_calls_ = 0;
   Rss3DcfStats dcf_stats_;
   std::unique_ptr<Rss3DcfStore> store_;
+  Rss3TruncationStore pairs_;
+  Rss3TruncationStats truncation_stats_;
 };
 
 class Rss3 {
@@ -439,7 +455,12 @@ class Rss3 {
   // This party's additive (3-out-of-3) term of a b, before the zero share and resharing.
   static RingTensor local_product(const Share& a, const Share& b);
   static void check_bits(int bits);  // a truncation's shift: [0, 63]
+  // With truncation pairs (rss3_pairs.cpp) when they apply, else the next.
   Task<Share> reshare_truncated(RingTensor z, int bits);
+  Task<Share> reshare_truncated_in_two_rounds(RingTensor z, int bits);  // exact; one round probabilistic
+  bool truncation_pairs_on(int bits) const noexcept;
+  Task<Share> truncate_with_pairs(RingTensor z, int bits);
+  Task<void> exchange_grant(std::optional<Rss3TruncationGrant> grant);  // party 0's sent, others' taken
   // floor(x / 2^bits) (or one more) of x = a + b, from party 0's a or
   // parties 1 and 2's b (`part`): the 2-out-of-2 view every truncation ends in.
   Task<Share> truncate_view(RingTensor part, int bits);
@@ -471,6 +492,7 @@ class Rss3 {
   std::uint64_t forks_ = 0;
   bool scoped_ = false;  // forks keep the stream's scope bits
   CostTag tag_ = CostTag::other;
+  Rss3TruncationGrant pairs_grant_;  // this stream's truncation pairs (none when forked)
 };
 
 }  // namespace mpcache

@@ -39,7 +39,7 @@ Task<std::unique_ptr<Rss3Party>> Rss3Party::setup(Endpoint& endpoint, Rss3Option
     k_next = random_prg_key();
     const wire::Settings settings{options.frac_bits, options.exact_truncation,
                                   options.comparisons == Rss3Comparisons::dcf, options.offline_budget,
-                                  options.dcf_slice_bytes};
+                                  options.dcf_slice_bytes, options.truncation_pairs_budget};
     std::vector<std::byte> message(k_next.size() + wire::Settings::bytes);
     std::memcpy(message.data(), k_next.data(), k_next.size());
     wire::put_settings(settings, message.data() + k_next.size());
@@ -209,6 +209,11 @@ Task<Rss3Share> Rss3::reshare(RingTensor z) {
 // swap z_1, z_2 to learn b = z_1 + z_2 (each masked by a key the receiver
 // lacks). y = floor(a/2^d) + ceil(b/2^d) is reshared with y_1 from k_0.
 Task<Rss3Share> Rss3::reshare_truncated(RingTensor z, int bits) {
+  if (truncation_pairs_on(bits)) return truncate_with_pairs(std::move(z), bits);
+  return reshare_truncated_in_two_rounds(std::move(z), bits);
+}
+
+Task<Rss3Share> Rss3::reshare_truncated_in_two_rounds(RingTensor z, int bits) {
   if (party_->id_ == 0) co_return co_await truncate_view(std::move(z), bits);
   // Parties 1 and 2 exchange their terms: both then hold b = z_1 + z_2.
   const PartyId other = party_->id_ == 1 ? 2 : 1;

@@ -61,15 +61,17 @@ RingTensor unpack(std::vector<std::byte>&& bytes, const Shape& shape, int low_bi
 
 // The settings every party of a backend must share, as its set-up message
 // carries them after the key: fraction bits, exact truncation, dcf
-// comparisons (a byte each), then the offline store's budget and the dcf
-// slice size (8 bytes each). Parties with different budgets
-// would plan different comparisons (plans read the store's costs) and deal
-// from the store at different calls; different slices split deals apart.
+// comparisons (a byte each), then the offline store's budget, the dcf
+// slice size and the truncation pairs' budget (8 bytes each). Parties with
+// different budgets would plan different comparisons (plans read the
+// store's costs) and deal from the store at different calls; different
+// slices split deals apart; a party without truncation pairs would not
+// expect party 0's grants.
 struct Settings {
   int frac_bits = 0;
   bool exact_truncation = false, dcf_comparisons = false;
-  std::uint64_t offline_budget = 0, dcf_slice_bytes = 0;
-  static constexpr std::size_t bytes = 3 + 2 * sizeof(std::uint64_t);
+  std::uint64_t offline_budget = 0, dcf_slice_bytes = 0, truncation_pairs_budget = 0;
+  static constexpr std::size_t bytes = 3 + 3 * sizeof(std::uint64_t);
 };
 
 // The sizes travel in host order, as every ring word does (ring_to_bytes).
@@ -79,12 +81,14 @@ inline void put_settings(const Settings& s, std::byte* out) {
   out[2] = std::byte(s.dcf_comparisons);
   std::memcpy(out + 3, &s.offline_budget, sizeof(std::uint64_t));
   std::memcpy(out + 3 + sizeof(std::uint64_t), &s.dcf_slice_bytes, sizeof(std::uint64_t));
+  std::memcpy(out + 3 + 2 * sizeof(std::uint64_t), &s.truncation_pairs_budget, sizeof(std::uint64_t));
 }
 
 inline Settings get_settings(const std::byte* in) {
   Settings s{static_cast<int>(in[0]), in[1] != std::byte{0}, in[2] != std::byte{0}};
   std::memcpy(&s.offline_budget, in + 3, sizeof(std::uint64_t));
   std::memcpy(&s.dcf_slice_bytes, in + 3 + sizeof(std::uint64_t), sizeof(std::uint64_t));
+  std::memcpy(&s.truncation_pairs_budget, in + 3 + 2 * sizeof(std::uint64_t), sizeof(std::uint64_t));
   return s;
 }
 
@@ -94,8 +98,9 @@ inline void check_settings(const std::byte* theirs, const Settings& mine, const 
   const Settings other = get_settings(theirs);
   const bool same_store = other.offline_budget == mine.offline_budget;
   const bool same_slices = other.dcf_slice_bytes == mine.dcf_slice_bytes;
+  const bool same_pairs = other.truncation_pairs_budget == mine.truncation_pairs_budget;
   if (other.frac_bits == mine.frac_bits && other.exact_truncation == mine.exact_truncation &&
-      other.dcf_comparisons == mine.dcf_comparisons && same_store && same_slices)
+      other.dcf_comparisons == mine.dcf_comparisons && same_store && same_slices && same_pairs)
     return;
   // The store and slice sizes are named only when they differ, so the
   // common message stays short.
@@ -105,6 +110,7 @@ inline void check_settings(const std::byte* theirs, const Settings& mine, const 
                        (s.dcf_comparisons ? "dcf" : "circuit") + " comparisons";
     if (!same_store) text += ", an offline store of " + std::to_string(s.offline_budget) + " bytes";
     if (!same_slices) text += ", dcf slices of " + std::to_string(s.dcf_slice_bytes) + " bytes";
+    if (!same_pairs) text += ", truncation pairs of " + std::to_string(s.truncation_pairs_budget) + " bytes";
     return text;
   };
   throw Error(ErrorCode::invalid_argument, from + " uses " + describe(other) + ", this party " + describe(mine));
