@@ -1,6 +1,6 @@
 // mpcache-decode-steps [--tokens N] [--prompt-bytes B] [--budget K] [--policies full,mpcache,...]
 //                      [--late-ranking] [--protocol rss3|add2] [--comparisons circuit,dcf,dcf+offline]
-//                      [--offline-budget MB]
+//                      [--offline-budget MB] [--truncation exact|probabilistic|exact+offline]
 // Private decoding of our model under rss3 or add2 (three parties in one
 // process, in-process transport): rounds and payload bytes (busiest party)
 // of the prefill and of every decode step, for each policy and each way of
@@ -13,7 +13,12 @@
 // width the previous step's demand + 5% + 64, within --offline-budget):
 // those bytes and seconds are printed as offline, apart from the online
 // step; step 0 has no previous step and runs dry (its ran-dry count says
-// so). Counts, not timings (but offline seconds and the last step's
+// so). With --truncation exact+offline (rss3) they also make truncation
+// pairs before each decode step (Rss3Party::prepare_truncations, per
+// shift: 16 times the previous step's exact fused truncations + 64, within
+// --offline-budget; the session's stream takes them, Rss3::
+// take_truncation_pairs), so that an exact product takes one round;
+// printed like the stores. Counts, not timings (but offline seconds and the last step's
 // seconds per operator): deterministic, so before/after comparisons of a
 // change are exact. The last step's seconds per operator are the wall
 // time charged to each tag at the party with the longest chain (the time
@@ -59,6 +64,7 @@ struct Settings {
   bool late_ranking = false, exact_truncation = false;
   bool dcf = false;  // comparisons from DCF keys instead of the circuit
   bool offline = false;  // rss3 dcf: keys dealt ahead into a store before each step
+  bool pairs = false;    // rss3 exact truncation: pairs made ahead before each step
   std::uint64_t offline_budget = std::uint64_t{256} << 20;
 };
 
@@ -74,7 +80,8 @@ Task<std::unique_ptr<Rss3Party>> setup(std::type_identity<Rss3Party>, Endpoint& 
   return Rss3Party::setup(endpoint, {.exact_truncation = s.exact_truncation,
                                      .comparisons = s.dcf ? Rss3Comparisons::dcf : Rss3Comparisons::circuit,
                                      .insecure_seed = 1,
-                                     .offline_budget = s.offline ? s.offline_budget : 0});
+                                     .offline_budget = s.offline ? s.offline_budget : 0,
+                                     .truncation_pairs_budget = s.pairs ? s.offline_budget : 0});
 }
 Task<std::unique_ptr<Add2Party>> setup(std::type_identity<Add2Party>, Endpoint& endpoint, const Settings& s) {
   return Add2Party::setup(endpoint,
@@ -112,6 +119,7 @@ void run(const std::string& policy, const Settings& settings) {
   std::vector<std::array<std::uint64_t, 3>> dealt(tokens + 2, std::array<std::uint64_t, 3>{});
   // rss3 dcf counters at each mark, and before each step's prepare.
   std::vector<std::array<Rss3DcfStats, 3>> stats(tokens + 2), before_prepare(tokens + 2);
+  std::vector<std::array<Rss3TruncationStats, 3>> pair_stats(tokens + 2), pairs_before_prepare(tokens + 2);
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
     auto state = co_await setup(std::type_identity<Party>{}, network.endpoint(id), settings);
     P p = state->session();
@@ -129,6 +137,7 @@ void run(const std::string& policy, const Settings& settings) {
     if constexpr (!add2) {
       dealt[0][id] = state->dealt_bytes();
       stats[0][id] = before_prepare[0][id] = state->dcf_stats();
+      pair_stats[0][id] = pairs_before_prepare[0][id] = state->truncation_stats();
     }
     auto logits = co_await decoder.prefill(p, pol, 0, std::move(mine), prompt.size());
     for (std::size_t step = 0; step <= tokens; ++step) {
@@ -139,11 +148,23 @@ void run(const std::string& policy, const Settings& settings) {
       ends[step + 1][id] = network.endpoint(id).costs();
       if constexpr (!add2) {
         before_prepare[step + 1][id] = state->dcf_stats();
+        pairs_before_prepare[step + 1][id] = state->truncation_stats();
+        if (settings.pairs && step >= 1 && step < tokens) {
+          const Rss3TruncationStats& was = pair_stats[step][id];
+          const Rss3TruncationStats& now = pairs_before_prepare[step + 1][id];
+          for (const auto& [bits, elements] : now.demand) {
+            const auto old = was.demand.find(bits);
+            const std::uint64_t used = elements - (old == was.demand.end() ? 0 : old->second);
+            if (used > 0) (void)co_await state->prepare_truncations(bits, 16 * used + 64);
+          }
+          p.take_truncation_pairs();  // the decode's forks take halves of it in turn
+        }
         // Fill the stores for the next step from the previous one's demand
         // (the same at every party, so all prepare alike).
         if (settings.offline && step >= 1 && step < tokens)
           co_await bench::fill_for_next_step(*state, stats[step][id], before_prepare[step + 1][id]);
         stats[step + 1][id] = state->dcf_stats();
+        pair_stats[step + 1][id] = state->truncation_stats();
         dealt[step + 1][id] = state->dealt_bytes();
       }
       marks[step + 1][id] = network.endpoint(id).costs();
@@ -153,6 +174,22 @@ void run(const std::string& policy, const Settings& settings) {
   const Costs pre = busiest(marks[0], ends[1], add2, dealt[0], dealt[1]);
   const std::string backend = std::string(add2 ? "add2, " : "rss3, ") +
                               (settings.offline ? "dcf+offline" : settings.dcf ? "dcf" : "circuit") + " comparisons, ";
+  // The truncation pairs made before step s, and how step s truncated.
+  struct PairsStep {
+    std::uint64_t bytes = 0, one_round = 0, two_round = 0, ran_dry = 0;
+    double seconds = 0;
+  };
+  auto pairs_step = [&](std::size_t s) {
+    PairsStep o;
+    for (std::size_t i = 0; i < 3; ++i) {
+      o.bytes = std::max(o.bytes, pair_stats[s + 1][i].offline_bytes - pairs_before_prepare[s + 1][i].offline_bytes);
+      o.seconds = std::max(o.seconds, pair_stats[s + 1][i].offline_seconds - pairs_before_prepare[s + 1][i].offline_seconds);
+    }
+    o.one_round = pairs_before_prepare[s + 2][0].from_pairs - pair_stats[s + 1][0].from_pairs;
+    o.two_round = pairs_before_prepare[s + 2][0].two_round - pair_stats[s + 1][0].two_round;
+    o.ran_dry = pairs_before_prepare[s + 2][0].ran_dry - pair_stats[s + 1][0].ran_dry;
+    return o;
+  };
   // Offline work before step s (window s + 1 -> s + 2) and what ran dry in it.
   auto offline_step = [&](std::size_t s) {
     OfflineStep o;
@@ -170,7 +207,7 @@ void run(const std::string& policy, const Settings& settings) {
     return std::string();
   };
   std::printf("%s (%s%s truncation): prefill %zu bytes (+ first token choice): %llu rounds, %.3f MB%s\n", policy.c_str(),
-              backend.c_str(), exact_truncation ? "exact" : "probabilistic", prompt_len,
+              backend.c_str(), settings.pairs ? "exact+offline" : exact_truncation ? "exact" : "probabilistic", prompt_len,
               static_cast<unsigned long long>(pre.rounds), double(pre.bytes) / 1e6, offline(pre).c_str());
   if (!add2 && settings.offline) {
     std::uint64_t dry = 0;
@@ -189,13 +226,25 @@ void run(const std::string& policy, const Settings& settings) {
       std::printf("; offline before it %.3f MB, %.3f s; ran dry %llu; store peak %.1f MB", double(o.bytes) / 1e6,
                   o.seconds, static_cast<unsigned long long>(o.ran_dry), double(o.store_peak) / 1e6);
       if (settings.offline && s >= 1) {
-        filled_r += step.rounds;
-        filled_b += step.bytes;
         filled_off += o.bytes;
         filled_s += o.seconds;
         filled_dry += o.ran_dry;
-        ++filled_steps;
       }
+    }
+    if (settings.pairs) {
+      const PairsStep o = pairs_step(s);
+      std::printf("; pairs made before it %.3f MB, %.3f s; truncated elements %llu in one round, %llu in two; "
+                  "grants short %llu", double(o.bytes) / 1e6, o.seconds, static_cast<unsigned long long>(o.one_round),
+                  static_cast<unsigned long long>(o.two_round), static_cast<unsigned long long>(o.ran_dry));
+      if (s >= 1) {
+        filled_off += o.bytes;
+        filled_s += o.seconds;
+      }
+    }
+    if ((settings.offline || settings.pairs) && s >= 1) {
+      filled_r += step.rounds;
+      filled_b += step.bytes;
+      ++filled_steps;
     }
     std::printf("\n");
     sum_r += step.rounds;
@@ -259,14 +308,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
   double offline_mb = double(settings.offline_budget >> 20);
   app.add_option("--offline-budget", offline_mb,
-                 "dcf+offline: MiB of dealt correlations each party may hold (Rss3Options::offline_budget)");
+                 "dcf+offline, exact+offline: MiB each party may hold in each offline store "
+                 "(Rss3Options::offline_budget, truncation_pairs_budget)");
   app.add_option("--truncation", truncation,
-                 "probabilistic (default: the one-round truncation papers use) or exact (mpcache generate's default)")
-      ->check(CLI::IsMember({"exact", "probabilistic"}));
+                 "probabilistic (default: the one-round truncation papers use), exact (mpcache generate's default) "
+                 "or exact+offline (rss3: exact, with truncation pairs made before each step)")
+      ->check(CLI::IsMember({"exact", "probabilistic", "exact+offline"}));
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& name : policy_names) bench::check_policy_name(name);
-    settings.exact_truncation = truncation == "exact";
+    settings.exact_truncation = truncation != "probabilistic";
+    settings.pairs = truncation == "exact+offline";
+    if (settings.pairs && protocol == "add2")
+      throw Error(ErrorCode::invalid_argument, "exact+offline is rss3's truncation pairs; add2 has none yet");
     for (const auto& name : policy_names)
       for (const auto& way : comparisons) {
         settings.dcf = way != "circuit";

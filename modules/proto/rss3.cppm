@@ -118,11 +118,12 @@ struct Rss3Options {
   // comparisons = dcf: an inline deal of more keys than this (bytes a
   // receiver parses) goes in slices, at most two in flight (rss3_dcf.cpp).
   std::uint64_t dcf_slice_bytes = rss3_default_dcf_slice_bytes;
-  // exact_truncation: bytes of truncation pairs a party may hold
+  // exact_truncation: bytes of truncation pairs a party may hold, over all shifts
   // (Rss3Party::prepare_truncations, rss3_pairs.cpp); 0: none, every exact
   // fused product takes two rounds. With pairs, one takes one round (and
-  // party 0 adds 16 bytes to each other party per call, the stream's next
-  // grant, whether or not the call found pairs). All three must agree.
+  // party 0 adds 24 bytes to each other party per call, the stream's next
+  // grant and a check, whether or not the call found pairs). All three
+  // must agree.
   std::uint64_t truncation_pairs_budget = 0;
   // Big local work (matmuls, large element-wise operations) is split over
   // this pool, which the caller owns and keeps alive as long as the party;
@@ -281,11 +282,12 @@ class Rss3Party {
   // least over dealers).
   Task<std::size_t> prepare_comparisons(int width, std::size_t count);
   // exact_truncation with truncation_pairs_budget > 0, offline phase: makes
-  // pairs (rss3_pairs.cpp) until `count` are ungranted, or as many as the
-  // budget holds; ends every stream's grant. Collective like
+  // pairs for a shift of `bits` (rss3_pairs.cpp) until `count` are unused,
+  // or as many as the budget (over all shifts) holds; ends every stream's
+  // grant at that shift. Collective like
   // prepare_comparisons, at a point where no product is in flight. Returns
-  // the pairs now ungranted.
-  Task<std::size_t> prepare_truncations(std::size_t count);
+  // the pairs now unused at that shift.
+  Task<std::size_t> prepare_truncations(int bits, std::size_t count);
   const Rss3TruncationStats& truncation_stats() const noexcept { return truncation_stats_; }
 
   // A protocol handle on a fresh root stream. Parties must open sessions in
@@ -312,7 +314,7 @@ class Rss3Party {
   std::uint64_t offline_calls_ = 0;
   Rss3DcfStats dcf_stats_;
   std::unique_ptr<Rss3DcfStore> store_;
-  Rss3TruncationStore pairs_;
+  std::map<int, Rss3TruncationStore> pairs_;  // by shift
   Rss3TruncationStats truncation_stats_;
 };
 
@@ -337,7 +339,10 @@ class Rss3 {
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }
   StreamId stream() const noexcept { return stream_; }
-  Rss3 fork();  // inherits the cost tag
+  Rss3 fork();  // inherits the cost tag, and half the truncation pairs this stream holds
+  // Collective, at a quiet point (after Rss3Party::prepare_truncations):
+  // this stream takes every pair no stream holds, for it and its forks.
+  void take_truncation_pairs();
   // What this stream's messages count as (CostCounters::by_tag).
   CostTag cost_tag() const noexcept { return tag_; }
   void set_cost_tag(CostTag tag) noexcept { tag_ = tag; }
@@ -460,7 +465,9 @@ class Rss3 {
   Task<Share> reshare_truncated_in_two_rounds(RingTensor z, int bits);  // exact; one round probabilistic
   bool truncation_pairs_on(int bits) const noexcept;
   Task<Share> truncate_with_pairs(RingTensor z, int bits);
-  Task<void> exchange_grant(std::optional<Rss3TruncationGrant> grant);  // party 0's sent, others' taken
+  // Party 0's grant and fingerprint of the pairs used sent; the others' checked and taken.
+  Task<void> exchange_grant(int bits, Rss3TruncationGrants::Range grant, Ring used);
+  Rss3TruncationGrants& grants(int bits);  // this stream's at a shift, in the store's epoch
   // floor(x / 2^bits) (or one more) of x = a + b, from party 0's a or
   // parties 1 and 2's b (`part`): the 2-out-of-2 view every truncation ends in.
   Task<Share> truncate_view(RingTensor part, int bits);
@@ -492,7 +499,10 @@ class Rss3 {
   std::uint64_t forks_ = 0;
   bool scoped_ = false;  // forks keep the stream's scope bits
   CostTag tag_ = CostTag::other;
-  Rss3TruncationGrant pairs_grant_;  // this stream's truncation pairs (none when forked)
+  std::map<int, std::shared_ptr<Rss3TruncationGrants>> pairs_;  // this stream's truncation pairs by shift (rss3_pairs.cpp)
+  // Compare with the circuit whatever the options say: making truncation
+  // pairs offline, where dcf keys dealt inline would cost far more bytes.
+  bool circuit_only_ = false;
 };
 
 }  // namespace mpcache

@@ -5,30 +5,59 @@
 //
 // A pair is three replicated sharings that no single party knows the
 // values of: a uniform r mod 2^64, high = floor(r / 2^d) (or one more) and
-// top = msb(r) as 0/1, d = the parties' fraction bits. Every party holds
+// top = msb(r) as 0/1, for one shift d (a store per shift: products shift
+// by the fraction bits, the norms' and reciprocals' steps by others). Every party holds
 // the same pairs, numbered 0, 1, 2, ... in the order they were made
 // (Rss3Party::prepare_truncations, a collective call at a quiet point).
 //
 // Which pairs a call uses must be the same at all three parties before the
 // call's only round, yet concurrent streams reach the parties in different
-// orders. So party 0 alone hands out numbers: a stream owns a range it was
-// granted (Rss3TruncationGrant), and party 0 grants a stream its next range
-// in the messages of a call on that stream, so parties 1 and 2 learn it
-// before the stream's next call. A stream's first call, or one that has
-// outgrown its range, takes the two-round path. Filling the store at a
-// quiet point ends every grant (a new epoch) and drops the pairs granted
-// before it, used or not.
+// orders. So pairs are handed down the tree of streams, which every party
+// builds alike (Rss3TruncationGrants): a root stream takes the whole store
+// (Rss3::take_truncation_pairs, at a quiet point), a fork takes half of
+// what its parent holds, and a stream's unused pairs go back to its parent
+// when it ends. A stream that holds too few for a call takes the two-round
+// path, and party 0 grants it more from what no stream holds, in that
+// call's messages (16 bytes to each), so parties 1 and 2 learn it before
+// the stream's next call. Filling the store at a quiet point ends every
+// grant (a new epoch) and keeps only the pairs no call used.
 export module mpcache.proto:rss3_pairs;
 import mpcache.std;
 import mpcache.core;
 
 export namespace mpcache {
 
-// A stream's range of pairs [next, end), valid in one epoch of the store.
-struct Rss3TruncationGrant {
-  std::uint64_t epoch = 0, next = 0, end = 0;
-  std::uint64_t left() const noexcept { return end - next; }
+// The pairs a stream holds: ranges [first, end) of pair numbers, sorted and
+// disjoint, valid in one epoch of the store. Shared by a stream and its
+// moves; a fork's holds its parent's, to give back what is left when it ends.
+class Rss3TruncationGrants {
+ public:
+  using Range = std::pair<std::uint64_t, std::uint64_t>;
+  Rss3TruncationGrants() = default;
+  Rss3TruncationGrants(std::uint64_t epoch, std::shared_ptr<Rss3TruncationGrants> parent);
+  ~Rss3TruncationGrants();  // gives what is left to the parent (same epoch)
+  Rss3TruncationGrants(const Rss3TruncationGrants&) = delete;
+  Rss3TruncationGrants& operator=(const Rss3TruncationGrants&) = delete;
+
+  std::uint64_t epoch() const noexcept { return epoch_; }
+  std::uint64_t held() const noexcept { return held_; }
+  // A refill ended this epoch: hold nothing, in the new one.
+  void reset(std::uint64_t epoch);
+  void add(Range r);
+  // The first n pairs held, removed (n <= held()).
+  std::vector<Range> take(std::uint64_t n);
+  // The last n pairs held, removed: a fork's half.
+  std::vector<Range> take_back(std::uint64_t n);
+
+ private:
+  std::uint64_t epoch_ = 0, held_ = 0;
+  std::vector<Range> ranges_;
+  std::shared_ptr<Rss3TruncationGrants> parent_;
 };
+
+// The widest shift pairs serve: the result's offset 2^(62-d) needs d <= 62,
+// and a wider shift would leave the product no range (|x| < 2^62 - 3 2^d).
+inline constexpr int max_truncation_pair_bits = 60;
 
 // What a party's truncation pairs did (Rss3Party::truncation_stats).
 struct Rss3TruncationStats {
@@ -39,7 +68,10 @@ struct Rss3TruncationStats {
   std::uint64_t two_round = 0;       // elements of exact fused truncations at d that took two rounds
   std::uint64_t granted = 0;         // pairs granted to streams (party 0 counts; the others learn them)
   std::uint64_t ran_dry = 0;         // pairs a grant asked for that the store no longer had
-  std::uint64_t store_bytes = 0, store_peak = 0;  // bytes of unused pairs held, now and at most
+  std::uint64_t store_bytes = 0, store_peak = 0;  // bytes of pairs held (all shifts), now and at most
+  // Elements of exact fused truncations per shift, with pairs or not: the
+  // same at every party, so a plan for what to prepare.
+  std::map<int, std::uint64_t> demand;
 };
 
 // One party's pairs, as replicated components (own: s_i, next: s_{i+1}).
@@ -48,33 +80,36 @@ class Rss3TruncationStore {
   static constexpr std::uint64_t bytes_per_pair = 6 * sizeof(Ring);
 
   std::uint64_t epoch() const noexcept { return epoch_; }
-  // Pairs not yet granted to any stream (from party 0's view; parties 1
-  // and 2 see every grant, so at a quiet point they agree).
+  // Pairs no stream was given in this epoch (every party agrees at a quiet
+  // point: parties 1 and 2 see every grant party 0 makes).
   std::uint64_t ungranted() const noexcept { return base_ + size() - granted_end_; }
+  std::uint64_t unused() const noexcept { return size() - used_count_; }
   std::uint64_t bytes() const noexcept { return size() * bytes_per_pair; }
 
-  // A quiet point: drops every pair granted so far, appends the new ones
-  // (each span: own then next component of one sharing, count words each)
-  // and starts a new epoch, ending every grant.
+  // A quiet point: keeps the pairs no call used (renumbered from the
+  // next number on), appends the new ones (each span: own then next
+  // component of one sharing), and starts a new epoch, ending every grant.
   void refill(std::span<const Ring> r_own, std::span<const Ring> r_next, std::span<const Ring> high_own,
               std::span<const Ring> high_next, std::span<const Ring> top_own, std::span<const Ring> top_next);
-  // Party 0: the next `count` ungranted pairs (fewer when the store has
-  // fewer), as a grant in this epoch.
-  Rss3TruncationGrant grant(std::uint64_t count);
-  // Parties 1 and 2: a grant party 0 announced.
-  void note_grant(const Rss3TruncationGrant& g);
-  // The components of pairs [first, first + n) (they must be held).
-  struct Slice {
-    const Ring *r_own, *r_next, *high_own, *high_next, *top_own, *top_next;
+  // The next `count` ungranted pairs (fewer when fewer are left).
+  Rss3TruncationGrants::Range grant(std::uint64_t count);
+  // Parties 1 and 2: a grant party 0 announced (it must be held).
+  void note_grant(Rss3TruncationGrants::Range r);
+  // The components of the pairs in `ranges`, gathered, and marked used
+  // (each must be held and unused: a pair is used once).
+  struct Gathered {
+    std::vector<Ring> r_own, r_next, high_own, high_next, top_own, top_next;
   };
-  Slice slice(std::uint64_t first, std::size_t n) const;
+  Gathered use(const std::vector<Rss3TruncationGrants::Range>& ranges);
 
  private:
   std::size_t size() const noexcept { return r_own_.size(); }
   std::uint64_t epoch_ = 0;
   std::uint64_t base_ = 0;         // number of the first pair held
   std::uint64_t granted_end_ = 0;  // every pair below it has been granted
+  std::uint64_t used_count_ = 0;
   std::vector<Ring> r_own_, r_next_, high_own_, high_next_, top_own_, top_next_;
+  std::vector<std::uint8_t> used_;
 };
 
 }  // namespace mpcache

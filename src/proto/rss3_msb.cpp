@@ -364,7 +364,7 @@ Task<std::pair<RingTensor, RingTensor>> Rss3::compare_thirds(const Share& a, int
   const PartyId id = party_->id_;
   // Chunk j's lead: j + rotation, the same at every party (they fork alike).
   const int rotation = static_cast<int>((forks_ / 3) % 3);
-  const bool dcf = dcf_comparisons();
+  const bool dcf = dcf_comparisons() && !circuit_only_;
   auto run = [&](int j, Rss3 q) -> Task<std::pair<RingTensor, RingTensor>> {
     const auto [b, e] = chunk(n, j);
     if (b == e) co_return std::pair<RingTensor, RingTensor>{};
@@ -419,7 +419,7 @@ Task<Rss3Share> Rss3::msb_arith(const Share& a, int width, int result_bits) {
   if (result_bits < 1 || result_bits > ring_bits)
     throw Error(ErrorCode::invalid_argument,
                 "rss3 msb_arith: result bits " + std::to_string(result_bits) + " outside [1, 64]");
-  if (!dcf_comparisons()) co_return co_await bit_to_arith(co_await msb_bits(a, width));
+  if (!dcf_comparisons() || circuit_only_) co_return co_await bit_to_arith(co_await msb_bits(a, width));
   auto [own, next] = co_await compare_thirds(a, width, 0, Rss3DcfOutput::arith, result_bits);
   co_return Share{std::move(own), std::move(next)};
 }

@@ -16,8 +16,9 @@
 //   and the result is y = floor(c/2^d) - high + top (1 - msb c) 2^(64-d)
 //   - 2^(62-d) + 1: x/2^d within 2 (k <= d - 2, so L/2^d < 3/4; the
 //   borrow and high's +1 are each 0 or 1; tested).
-// Party 0 also sends parties 1 and 2 the stream's next grant (16 bytes),
-// in this round or in the two-round path's (see rss3_pairs.cppm).
+// Party 0 also sends parties 1 and 2 the stream's next grant and a
+// fingerprint of the pairs it used (24 bytes), in this round or in the
+// two-round path's (see rss3_pairs.cppm).
 //
 // Who sees what: c = x' + r, with r uniform to every party (each lacks
 // one of its three components), so c says nothing of x. Party j receives
@@ -31,6 +32,8 @@
 // msb(r) and b = msb(2r) (bit 62 of r) from one msb_arith over both, then
 // t = r - top 2^63 - b 2^62 lies in [0, 2^62), where the one-round exact
 // truncation applies: high = truncate(t, d) + top 2^(63-d) + b 2^(62-d).
+// The signs come from the circuit even under dcf comparisons (fewer bytes;
+// rounds matter less offline).
 module mpcache.proto;
 import mpcache.std;
 import mpcache.core;
@@ -39,66 +42,156 @@ import mpcache.net;
 
 namespace mpcache {
 
+// ---- a stream's grants --------------------------------------------------------
+
+Rss3TruncationGrants::Rss3TruncationGrants(std::uint64_t epoch, std::shared_ptr<Rss3TruncationGrants> parent)
+    : epoch_(epoch), parent_(std::move(parent)) {}
+
+Rss3TruncationGrants::~Rss3TruncationGrants() {
+  if (!parent_ || parent_->epoch_ != epoch_) return;
+  for (const Range& r : ranges_) parent_->add(r);
+}
+
+void Rss3TruncationGrants::reset(std::uint64_t epoch) {
+  epoch_ = epoch;
+  held_ = 0;
+  ranges_.clear();
+}
+
+void Rss3TruncationGrants::add(Range r) {
+  if (r.first == r.second) return;
+  auto at = std::lower_bound(ranges_.begin(), ranges_.end(), r);
+  at = ranges_.insert(at, r);
+  held_ += r.second - r.first;
+  // Merge with the neighbours it touches.
+  if (at + 1 != ranges_.end() && at->second == (at + 1)->first) {
+    at->second = (at + 1)->second;
+    ranges_.erase(at + 1);
+  }
+  if (at != ranges_.begin() && (at - 1)->second == at->first) {
+    (at - 1)->second = at->second;
+    ranges_.erase(at);
+  }
+}
+
+std::vector<Rss3TruncationGrants::Range> Rss3TruncationGrants::take(std::uint64_t n) {
+  std::vector<Range> out;
+  while (n > 0 && !ranges_.empty()) {
+    Range& r = ranges_.front();
+    const std::uint64_t k = std::min(n, r.second - r.first);
+    out.push_back({r.first, r.first + k});
+    r.first += k;
+    n -= k;
+    held_ -= k;
+    if (r.first == r.second) ranges_.erase(ranges_.begin());
+  }
+  return out;
+}
+
+std::vector<Rss3TruncationGrants::Range> Rss3TruncationGrants::take_back(std::uint64_t n) {
+  std::vector<Range> out;
+  while (n > 0 && !ranges_.empty()) {
+    Range& r = ranges_.back();
+    const std::uint64_t k = std::min(n, r.second - r.first);
+    out.push_back({r.second - k, r.second});
+    r.second -= k;
+    n -= k;
+    held_ -= k;
+    if (r.first == r.second) ranges_.pop_back();
+  }
+  return out;
+}
+
 // ---- the store ----------------------------------------------------------------
 
 void Rss3TruncationStore::refill(std::span<const Ring> r_own, std::span<const Ring> r_next,
                                  std::span<const Ring> high_own, std::span<const Ring> high_next,
                                  std::span<const Ring> top_own, std::span<const Ring> top_next) {
-  const auto drop = static_cast<std::ptrdiff_t>(granted_end_ - base_);
-  for (auto* v : {&r_own_, &r_next_, &high_own_, &high_next_, &top_own_, &top_next_}) v->erase(v->begin(), v->begin() + drop);
-  base_ = granted_end_;
+  const std::size_t old_size = size();
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < old_size; ++i) {
+    if (used_[i]) continue;
+    r_own_[kept] = r_own_[i], r_next_[kept] = r_next_[i];
+    high_own_[kept] = high_own_[i], high_next_[kept] = high_next_[i];
+    top_own_[kept] = top_own_[i], top_next_[kept] = top_next_[i];
+    ++kept;
+  }
+  for (auto* v : {&r_own_, &r_next_, &high_own_, &high_next_, &top_own_, &top_next_}) v->resize(kept);
+  base_ += old_size;  // the kept pairs get new numbers: no number is ever reused
+  granted_end_ = base_;
   r_own_.insert(r_own_.end(), r_own.begin(), r_own.end());
   r_next_.insert(r_next_.end(), r_next.begin(), r_next.end());
   high_own_.insert(high_own_.end(), high_own.begin(), high_own.end());
   high_next_.insert(high_next_.end(), high_next.begin(), high_next.end());
   top_own_.insert(top_own_.end(), top_own.begin(), top_own.end());
   top_next_.insert(top_next_.end(), top_next.begin(), top_next.end());
+  used_.assign(size(), 0);
+  used_count_ = 0;
   ++epoch_;
 }
 
-Rss3TruncationGrant Rss3TruncationStore::grant(std::uint64_t count) {
+Rss3TruncationGrants::Range Rss3TruncationStore::grant(std::uint64_t count) {
   const std::uint64_t n = std::min(count, ungranted());
-  const Rss3TruncationGrant g{epoch_, granted_end_, granted_end_ + n};
+  const Rss3TruncationGrants::Range r{granted_end_, granted_end_ + n};
   granted_end_ += n;
+  return r;
+}
+
+void Rss3TruncationStore::note_grant(Rss3TruncationGrants::Range r) {
+  if (r.first < base_ || r.second < r.first || r.second > base_ + size())
+    throw Error(ErrorCode::protocol, "rss3 truncation pairs: party 0 granted pairs [" + std::to_string(r.first) +
+                                         ", " + std::to_string(r.second) + "), this party holds [" +
+                                         std::to_string(base_) + ", " + std::to_string(base_ + size()) + ")");
+  granted_end_ = std::max(granted_end_, r.second);
+}
+
+Rss3TruncationStore::Gathered Rss3TruncationStore::use(const std::vector<Rss3TruncationGrants::Range>& ranges) {
+  Gathered g;
+  for (const auto& [first, end] : ranges) {
+    if (first < base_ || end > base_ + size())
+      throw Error(ErrorCode::protocol, "rss3 truncation pairs [" + std::to_string(first) + ", " + std::to_string(end) +
+                                           ") are not held (held: [" + std::to_string(base_) + ", " +
+                                           std::to_string(base_ + size()) + "))");
+    for (std::uint64_t k = first; k < end; ++k) {
+      const auto i = static_cast<std::size_t>(k - base_);
+      if (used_[i]) throw Error(ErrorCode::protocol, "rss3 truncation pair " + std::to_string(k) + " used twice");
+      used_[i] = 1;
+      g.r_own.push_back(r_own_[i]), g.r_next.push_back(r_next_[i]);
+      g.high_own.push_back(high_own_[i]), g.high_next.push_back(high_next_[i]);
+      g.top_own.push_back(top_own_[i]), g.top_next.push_back(top_next_[i]);
+    }
+    used_count_ += end - first;
+  }
   return g;
-}
-
-void Rss3TruncationStore::note_grant(const Rss3TruncationGrant& g) {
-  if (g.next < base_ || g.end < g.next || g.end > base_ + size())
-    throw Error(ErrorCode::protocol, "rss3 truncation pairs: party 0 granted pairs [" + std::to_string(g.next) + ", " +
-                                         std::to_string(g.end) + "), this party holds [" + std::to_string(base_) +
-                                         ", " + std::to_string(base_ + size()) + ")");
-  granted_end_ = std::max(granted_end_, g.end);
-}
-
-Rss3TruncationStore::Slice Rss3TruncationStore::slice(std::uint64_t first, std::size_t n) const {
-  if (first < base_ || first + n > base_ + size())
-    throw Error(ErrorCode::protocol, "rss3 truncation pairs [" + std::to_string(first) + ", " +
-                                         std::to_string(first + n) + ") are not held (held: [" +
-                                         std::to_string(base_) + ", " + std::to_string(base_ + size()) + "))");
-  const std::size_t at = static_cast<std::size_t>(first - base_);
-  return {r_own_.data() + at, r_next_.data() + at, high_own_.data() + at,
-          high_next_.data() + at, top_own_.data() + at, top_next_.data() + at};
 }
 
 // ---- offline ------------------------------------------------------------------
 
-Task<std::size_t> Rss3Party::prepare_truncations(std::size_t count) {
+Task<std::size_t> Rss3Party::prepare_truncations(int bits, std::size_t count) {
   const std::string what = "rss3 party " + std::to_string(id_) + " prepare_truncations";
   if (!options_.exact_truncation)
     throw Error(ErrorCode::invalid_argument, what + ": truncation is not exact (Rss3Options::exact_truncation)");
   if (options_.truncation_pairs_budget == 0)
     throw Error(ErrorCode::invalid_argument,
                 what + ": Rss3Options::truncation_pairs_budget is 0, so there is no store to fill");
+  if (bits < 1 || bits > max_truncation_pair_bits)
+    throw Error(ErrorCode::invalid_argument, what + ": a shift of " + std::to_string(bits) + " bits is outside [1, " +
+                                                 std::to_string(max_truncation_pair_bits) + "]");
   const auto started = std::chrono::steady_clock::now();
   const std::uint64_t sent_before = endpoint_->costs().payload_bytes_sent();
-  // The store keeps its ungranted pairs; the budget bounds what it holds after.
-  const std::uint64_t room = options_.truncation_pairs_budget / Rss3TruncationStore::bytes_per_pair;
-  const std::uint64_t have = pairs_.ungranted(), target = std::min<std::uint64_t>(count, room);
+  Rss3TruncationStore& store = pairs_[bits];
+  // The store keeps its unused pairs; the budget bounds what all shifts' hold after.
+  std::uint64_t others = 0;
+  for (const auto& [shift, held] : pairs_)
+    if (shift != bits) others += held.bytes();
+  const std::uint64_t budget = options_.truncation_pairs_budget;
+  const std::uint64_t room = budget > others ? (budget - others) / Rss3TruncationStore::bytes_per_pair : 0;
+  const std::uint64_t have = store.unused(), target = std::min<std::uint64_t>(count, std::max(room, have));
   const std::size_t make = static_cast<std::size_t>(target > have ? target - have : 0);
-  const int d = options_.frac_bits;
+  const int d = bits;
 
   Rss3 q(*this, derive_stream(0x7A1C0FF5ull, ++offline_calls_));
+  q.circuit_only_ = true;  // offline: bytes matter more than rounds, and dcf keys would be dealt inline
   const Shape s{make};
   Rss3Share r{q.draw_prev(s), q.draw_next(s)};  // s_i from k_{i-1}, s_{i+1} from k_i
   std::vector<Ring> high_own(make), high_next(make), top_own(make), top_next(make);
@@ -123,60 +216,90 @@ Task<std::size_t> Rss3Party::prepare_truncations(std::size_t count) {
       top_next[i] = signs.next.data()[i];
     }
   }
-  pairs_.refill(std::span<const Ring>(r.own.data(), make), std::span<const Ring>(r.next.data(), make), high_own,
+  store.refill(std::span<const Ring>(r.own.data(), make), std::span<const Ring>(r.next.data(), make), high_own,
                 high_next, top_own, top_next);
   truncation_stats_.prepared += make;
   truncation_stats_.offline_bytes += endpoint_->costs().payload_bytes_sent() - sent_before;
   truncation_stats_.offline_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  truncation_stats_.store_bytes = pairs_.bytes();
+  truncation_stats_.store_bytes = 0;
+  for (const auto& [shift, held] : pairs_) truncation_stats_.store_bytes += held.bytes();
   truncation_stats_.store_peak = std::max(truncation_stats_.store_peak, truncation_stats_.store_bytes);
-  co_return static_cast<std::size_t>(pairs_.ungranted());
+  co_return static_cast<std::size_t>(store.unused());
 }
 
 // ---- online -------------------------------------------------------------------
 
 bool Rss3::truncation_pairs_on(int bits) const noexcept {
   const Rss3Options& o = party_->options_;
-  return o.exact_truncation && o.truncation_pairs_budget > 0 && bits == o.frac_bits;
+  return o.exact_truncation && o.truncation_pairs_budget > 0 && bits >= 1 && bits <= max_truncation_pair_bits;
 }
 
-// Party 0 tells parties 1 and 2 the stream's next grant (count 0: none).
-Task<void> Rss3::exchange_grant(std::optional<Rss3TruncationGrant> grant) {
-  Rss3TruncationStore& store = party_->pairs_;
-  const Shape header{2};
+// This stream's grants at a shift, empty if a refill ended their epoch.
+Rss3TruncationGrants& Rss3::grants(int bits) {
+  const std::uint64_t epoch = party_->pairs_[bits].epoch();
+  auto& mine = pairs_[bits];
+  if (!mine) mine = make_shared<Rss3TruncationGrants>(epoch, nullptr);
+  if (mine->epoch() != epoch) mine->reset(epoch);
+  return *mine;
+}
+
+void Rss3::take_truncation_pairs() {
+  for (auto& [bits, store] : party_->pairs_) grants(bits).add(store.grant(store.ungranted()));
+}
+
+namespace {
+// What party 0's header says about the pairs a call used, so that parties
+// that got out of step fail loudly instead of computing garbage.
+Ring fingerprint(const std::vector<Rss3TruncationGrants::Range>& used) {
+  Ring f = 0x9E3779B97F4A7C15ull;
+  for (const auto& [first, end] : used) f = (f ^ first) * 0x100000001B3ull + end;
+  return f;
+}
+}  // namespace
+
+// Party 0 tells parties 1 and 2 the stream's next grant (count 0: none) and
+// the fingerprint of the pairs this call used (0 in the two-round path).
+Task<void> Rss3::exchange_grant(int bits, Rss3TruncationGrants::Range grant, Ring used) {
+  Rss3TruncationStore& store = party_->pairs_[bits];
+  const Shape header{3};
   if (party_->id_ == 0) {
     RingTensor h = RingTensor::from_shape(header);
-    h.data()[0] = grant ? grant->next : 0;
-    h.data()[1] = grant ? grant->left() : 0;
+    h.data()[0] = grant.first;
+    h.data()[1] = grant.second - grant.first;
+    h.data()[2] = used;
     send(1, h);
     send(2, h);
-    if (grant) pairs_grant_ = *grant;
+    grants(bits).add(grant);
     co_return;
   }
   const RingTensor h = co_await recv(0, header);
-  if (h.data()[1] == 0) co_return;
-  const Rss3TruncationGrant g{store.epoch(), h.data()[0], h.data()[0] + h.data()[1]};
+  if (h.data()[2] != used)
+    throw Error(ErrorCode::protocol, "rss3 party " + std::to_string(party_->id_) + " (stream " + std::to_string(stream_) +
+                                         "): party 0 used other truncation pairs in this call (out of step)");
+  const Rss3TruncationGrants::Range g{h.data()[0], h.data()[0] + h.data()[1]};
+  if (g.first == g.second) co_return;
   store.note_grant(g);
-  pairs_grant_ = g;
+  grants(bits).add(g);
 }
 
 Task<Rss3Share> Rss3::truncate_with_pairs(RingTensor z, int bits) {
   Rss3Party& party = *party_;
-  Rss3TruncationStore& store = party.pairs_;
+  Rss3TruncationStore& store = party.pairs_[bits];
   Rss3TruncationStats& stats = party.truncation_stats_;
   const PartyId id = party.id_;
   const Shape s = shape_of(z);
   const std::size_t n = z.size();
-  if (pairs_grant_.epoch != store.epoch()) pairs_grant_ = {store.epoch(), 0, 0};  // a refill ended it
-  const bool use = pairs_grant_.left() >= n;
-  // Party 0 grants the stream its next range when what is left would not
-  // serve a call of this size again (streams repeat their shapes: exp's
-  // squarings, a norm's Newton steps, one projection per layer).
-  std::optional<Rss3TruncationGrant> grant;
-  if (id == 0 && pairs_grant_.left() - (use ? n : 0) < n && n > 0) {
+  Rss3TruncationGrants& held = grants(bits);
+  stats.demand[bits] += n;
+  const bool use = held.held() >= n;
+  // Party 0 grants the stream more when what it holds would not serve a
+  // call of this size again (streams repeat their shapes: exp's squarings,
+  // a norm's Newton steps).
+  Rss3TruncationGrants::Range grant{0, 0};
+  if (id == 0 && held.held() - (use ? n : 0) < n && n > 0) {
     if (store.ungranted() >= n) {
       grant = store.grant(2 * n);
-      stats.granted += grant->left();
+      stats.granted += grant.second - grant.first;
     } else {
       stats.ran_dry += 2 * n;
     }
@@ -184,11 +307,11 @@ Task<Rss3Share> Rss3::truncate_with_pairs(RingTensor z, int bits) {
   if (!use) {
     stats.two_round += n;
     Rss3Share y = co_await reshare_truncated_in_two_rounds(std::move(z), bits);
-    co_await exchange_grant(grant);
+    co_await exchange_grant(bits, grant, 0);
     co_return y;
   }
-  const Rss3TruncationStore::Slice pair = store.slice(pairs_grant_.next, n);
-  pairs_grant_.next += n;
+  const std::vector<Rss3TruncationGrants::Range> taken = held.take(n);
+  const Rss3TruncationStore::Gathered pair = store.use(taken);
   stats.from_pairs += n;
 
   // Bits d-2..63 of each term, in whole bytes: the low `kept_low` bits stay
@@ -199,10 +322,10 @@ Task<Rss3Share> Rss3::truncate_with_pairs(RingTensor z, int bits) {
   for (std::size_t i = 0; i < n; ++i) mine.data()[i] = (z.data()[i] + pair.r_own[i] + offset) >> kept_low;
   send(next_id(), mine, opened_bits);
   send(prev_id(), mine, opened_bits);
-  if (id == 0) co_await exchange_grant(grant);
+  if (id == 0) co_await exchange_grant(bits, grant, fingerprint(taken));
   const RingTensor from_next = co_await recv(next_id(), s, opened_bits);
   const RingTensor from_prev = co_await recv(prev_id(), s, opened_bits);
-  if (id != 0) co_await exchange_grant(std::nullopt);
+  if (id != 0) co_await exchange_grant(bits, grant, fingerprint(taken));
 
   const int up = ring_bits - bits;
   const Ring shift_back = (Ring{1} << (62 - bits)) - 1;  // the offset, less the +1 that centres the error

@@ -52,7 +52,7 @@ Measured three_products(const RingTensor& x, Rss3Options options, std::size_t pr
     Rss3 p = party->session();
     auto a = co_await share_of(p, 0, x);
     auto one = co_await share_of(p, 1, ones);
-    (void)co_await party->prepare_truncations(prepare);
+    (void)co_await party->prepare_truncations(options.frac_bits, prepare);
     out.first[id] = co_await p.reveal(co_await p.mul_trunc(a, one));
     co_await mpcache::testing::align_clocks(network.endpoint(id));
     before[id] = network.endpoint(id).costs();
@@ -96,15 +96,17 @@ TEST_CASE("truncation pairs: an exact fused product in one round, within 2 of x 
   }
 }
 
-TEST_CASE("truncation pairs: one round; every party sends the bytes of bits d..63 to both others, party 0 a grant") {
+TEST_CASE("truncation pairs: one round; every party sends the bytes of bits d-2..63 to both others, party 0 a header") {
   const std::size_t n = 1000;
   const RingTensor x = random_ring({n}, 50);
   const Measured m = three_products(x, with_pairs(), 3 * n);
   CHECK(m.second_cost.rounds == 1);
-  // d = 18: bits 18..63 fit in 6 bytes; party 0 adds the header (16 bytes) to each.
-  CHECK(m.second_cost.bytes == std::array<std::uint64_t, 3>{2 * 6 * n + 32, 2 * 6 * n, 2 * 6 * n});
-  const Measured wide = three_products(x, with_pairs(30), 3 * n);  // bits 30..63: 5 bytes
-  CHECK(wide.second_cost.bytes == std::array<std::uint64_t, 3>{2 * 5 * n + 32, 2 * 5 * n, 2 * 5 * n});
+  // d = 18: bits 16..63 fit in 6 bytes; party 0 adds its header (24 bytes) to each.
+  CHECK(m.second_cost.bytes == std::array<std::uint64_t, 3>{2 * 6 * n + 48, 2 * 6 * n, 2 * 6 * n});
+  const Measured wide = three_products(x, with_pairs(30), 3 * n);  // bits 28..63: 5 bytes
+  CHECK(wide.second_cost.bytes == std::array<std::uint64_t, 3>{2 * 5 * n + 48, 2 * 5 * n, 2 * 5 * n});
+  const Measured narrow = three_products(x, with_pairs(8), 3 * n);  // bits 6..63: all 8 bytes
+  CHECK(narrow.second_cost.bytes == std::array<std::uint64_t, 3>{2 * 8 * n + 48, 2 * 8 * n, 2 * 8 * n});
 }
 
 TEST_CASE("truncation pairs: a dry store, new streams and a refill fall back to two rounds; concurrent forks agree") {
@@ -127,7 +129,7 @@ TEST_CASE("truncation pairs: a dry store, new streams and a refill fall back to 
     Rss3 p = party->session();
     std::vector<Rss3Share> values;
     for (std::size_t k = 0; k < 3; ++k) values.push_back(co_await share_of(p, static_cast<PartyId>(k), xs[k]));
-    (void)co_await party->prepare_truncations(4000);
+    (void)co_await party->prepare_truncations(default_frac_bits, 4000);
     RingTensor ones_0 = ring_zeros({sizes[0]});
     std::fill(ones_0.begin(), ones_0.end(), Ring{1} << default_frac_bits);
     const Rss3Share one_0 = p.add_public(p.sub(values[0], values[0]), ones_0);
@@ -144,7 +146,7 @@ TEST_CASE("truncation pairs: a dry store, new streams and a refill fall back to 
     revealed[id] = {a, b, c};
     stats[id] = party->truncation_stats();
     // A refill ends every grant: a stream that had one takes two rounds again.
-    (void)co_await party->prepare_truncations(4000);
+    (void)co_await party->prepare_truncations(default_frac_bits, 4000);
     co_await mpcache::testing::align_clocks(network.endpoint(id));
     before_refilled[id] = network.endpoint(id).costs();
     (void)co_await p.mul_trunc(values[0], one_0);
@@ -171,6 +173,51 @@ TEST_CASE("truncation pairs: a dry store, new streams and a refill fall back to 
   CHECK(after_refill[0].two_round == stats[0].two_round + 300);
 }
 
+TEST_CASE("truncation pairs: a stream that took the store hands half to each fork; forks' first products take one round") {
+  // The session takes the store; two forks, created together, get a half
+  // and a quarter; their first products run at once in one round, and what
+  // they leave comes back to the session when they end.
+  const std::size_t n = 256;
+  RingTensor x = random_ring({n}, 77);
+  for (auto& v : x) v = static_cast<Ring>(static_cast<std::int64_t>(v) >> 24);
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<CostCounters, 3> before, after;
+  std::array<std::array<RingTensor, 2>, 3> revealed;
+  std::array<Rss3TruncationStats, 3> stats;
+  std::array<std::size_t, 3> after_forks{};
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto party = co_await Rss3Party::setup(network.endpoint(id), with_pairs());
+    Rss3 p = party->session();
+    const Rss3Share a = co_await share_of(p, 2, x);
+    RingTensor ones = ring_zeros({n});
+    std::fill(ones.begin(), ones.end(), Ring{1} << default_frac_bits);
+    const Rss3Share one = p.add_public(p.sub(a, a), ones);
+    (void)co_await party->prepare_truncations(default_frac_bits, 8 * n);
+    p.take_truncation_pairs();
+    co_await mpcache::testing::align_clocks(network.endpoint(id));
+    before[id] = network.endpoint(id).costs();
+    {
+      Rss3 f = p.fork(), g = p.fork();  // 4n and 2n of the 8n pairs
+      auto [u, v] = co_await when_all(f.mul_trunc(a, one), g.mul_trunc(a, one));
+      after[id] = network.endpoint(id).costs();
+      revealed[id] = {co_await p.reveal(u), co_await p.reveal(v)};
+    }
+    // The forks ended: the session holds 8n - 2n again, and uses it.
+    (void)co_await p.mul_trunc(a, one);
+    stats[id] = party->truncation_stats();
+    after_forks[id] = party->truncation_stats().two_round;
+  });
+  CHECK(mpcache::testing::critical_rounds(before, after) == 1);
+  for (std::size_t id = 0; id < 3; ++id) {
+    for (const RingTensor& r : revealed[id])
+      for (std::size_t i = 0; i < n; ++i) REQUIRE(std::abs(static_cast<std::int64_t>(r(i) - x(i))) <= 2);
+    CHECK(stats[id].from_pairs == 3 * n);
+    CHECK(after_forks[id] == 0);
+  }
+  CHECK(stats[0].granted == 0);  // held pairs sufficed: party 0 granted nothing more
+}
+
 TEST_CASE("truncation pairs: prepare_truncations refuses without exact truncation or a budget; set-up names a differing budget") {
   auto message = [](Rss3Options options) {
     Scheduler scheduler;
@@ -178,7 +225,7 @@ TEST_CASE("truncation pairs: prepare_truncations refuses without exact truncatio
     auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<std::string> {
       auto party = co_await Rss3Party::setup(network.endpoint(id), options);
       try {
-        (void)co_await party->prepare_truncations(10);
+        (void)co_await party->prepare_truncations(18, 10);
       } catch (const Error& e) {
         co_return e.what();
       }
@@ -190,6 +237,21 @@ TEST_CASE("truncation pairs: prepare_truncations refuses without exact truncatio
         std::string::npos);
   CHECK(message({.exact_truncation = true, .insecure_seed = 1}).find("truncation_pairs_budget is 0") !=
         std::string::npos);
+  auto shift_message = [](int bits) {
+    Scheduler scheduler;
+    InProcessNetwork network(scheduler, 3);
+    return run_parties(scheduler, network, [&](PartyId id) -> Task<std::string> {
+      auto party = co_await Rss3Party::setup(network.endpoint(id), with_pairs());
+      try {
+        (void)co_await party->prepare_truncations(bits, 10);
+      } catch (const Error& e) {
+        co_return e.what();
+      }
+      co_return "";
+    })[0];
+  };
+  CHECK(shift_message(61).find("a shift of 61 bits is outside [1, 60]") != std::string::npos);
+  CHECK(shift_message(0).find("a shift of 0 bits is outside [1, 60]") != std::string::npos);
 
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
