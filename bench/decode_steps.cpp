@@ -14,11 +14,11 @@
 // those bytes and seconds are printed as offline, apart from the online
 // step; step 0 has no previous step and runs dry (its ran-dry count says
 // so). With --truncation exact+offline (rss3) they also make truncation
-// pairs before each decode step (Rss3Party::prepare_truncations, per
+// pairs before each decode step (Rss3::refill_truncation_pairs, per
 // shift: 16 times the previous step's exact fused truncations + 64, within
-// --offline-budget; the session's stream takes them, Rss3::
-// take_truncation_pairs), so that an exact product takes one round;
-// printed like the stores. Counts, not timings (but offline seconds and the last step's
+// --offline-budget; the session's stream takes them and its forks take
+// halves in turn), so that an exact product takes one round; printed like
+// the stores. Step 0 follows the prefill and has none. Counts, not timings (but offline seconds and the last step's
 // seconds per operator): deterministic, so before/after comparisons of a
 // change are exact. The last step's seconds per operator are the wall
 // time charged to each tag at the party with the longest chain (the time
@@ -149,16 +149,8 @@ void run(const std::string& policy, const Settings& settings) {
       if constexpr (!add2) {
         before_prepare[step + 1][id] = state->dcf_stats();
         pairs_before_prepare[step + 1][id] = state->truncation_stats();
-        if (settings.pairs && step >= 1 && step < tokens) {
-          const Rss3TruncationStats& was = pair_stats[step][id];
-          const Rss3TruncationStats& now = pairs_before_prepare[step + 1][id];
-          for (const auto& [bits, elements] : now.demand) {
-            const auto old = was.demand.find(bits);
-            const std::uint64_t used = elements - (old == was.demand.end() ? 0 : old->second);
-            if (used > 0) (void)co_await state->prepare_truncations(bits, 16 * used + 64);
-          }
-          p.take_truncation_pairs();  // the decode's forks take halves of it in turn
-        }
+        // After the prefill only the count starts: its demand says little about a step's.
+        if (settings.pairs && step < tokens) (void)co_await p.refill_truncation_pairs(step == 0 ? 0 : 16);
         // Fill the stores for the next step from the previous one's demand
         // (the same at every party, so all prepare alike).
         if (settings.offline && step >= 1 && step < tokens)

@@ -271,6 +271,9 @@ std::size_t memory_budget_of(const GenerateOptions& o) {
 // `tok`: the client's tokenizer, at the client only (its EOS ids end the
 // generation unless --ignore-eos).
 
+// --truncation exact+offline: bytes of truncation pairs each party may hold.
+constexpr std::uint64_t truncation_pairs_budget = std::uint64_t{256} << 20;
+
 GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<std::uint32_t>* prompt,
                       const text::Tokenizer* tok, ComputePool* pool) {
   GenerationJob job;
@@ -285,9 +288,11 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
   job.memory_budget = memory_budget_of(o);
   job.unused_weights = unused_weights(o);
   job.protocol = parse_generation_protocol(o.protocol);
-  job.rss3.exact_truncation = o.truncation == "exact";
+  job.rss3.exact_truncation = o.truncation != "probabilistic";
+  // exact+offline: truncation pairs, made between decode steps (Rss3::refill_truncation_pairs).
+  if (o.truncation == "exact+offline") job.rss3.truncation_pairs_budget = truncation_pairs_budget;
   job.rss3.compact_weights = o.compact_weights;
-  job.add2.exact_truncation = o.truncation == "exact";
+  job.add2.exact_truncation = o.truncation != "probabilistic";
   job.rss3.pool = job.add2.pool = pool;
   return job;
 }
@@ -629,6 +634,8 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
   if (o.in_process && o.network.insecure) throw Error(ErrorCode::invalid_argument, "--insecure is for TCP parties");
   o.network.check();
   (void)parse_generation_protocol(o.protocol);
+  if (o.truncation == "exact+offline" && o.protocol == "add2")
+    throw Error(ErrorCode::invalid_argument, "--truncation exact+offline: truncation pairs are rss3's; add2 has none");
   if (o.budget == 0) o.budget = kv::default_budget(o.policy);
   (void)kv::make_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
   // The model's shape is public: every party reads config.json first.

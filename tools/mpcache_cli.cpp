@@ -23,6 +23,9 @@ const std::string default_prompt =
 const std::string truncation_help =
     "exact (default), or probabilistic: one round less per product, but each truncated value is garbage with "
     "probability |x|/2^64 (about 1 prompt in 300 at 57 bytes, more with longer prompts)";
+const std::string generate_truncation_help =
+    truncation_help + "; or exact+offline (rss3): exact, with truncation pairs made between decode steps, so that "
+                      "a decoded token's products take one round each, as probabilistic ones do";
 const std::string budget_help =
     "tokens attended per KV head per step (all policies but full; default 48, or the policy's minimum where that "
     "is more)";
@@ -65,8 +68,8 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
                       "rss3 (3 parties, honest majority; default) or add2 (parties 0 and 1 online, party 2 the "
                       "dealer of correlated randomness, offline)")
       ->check(CLI::IsMember({"rss3", "add2"}));
-  gen_cmd->add_option("--truncation", gen.truncation, truncation_help)
-      ->check(CLI::IsMember({"exact", "probabilistic"}));
+  gen_cmd->add_option("--truncation", gen.truncation, generate_truncation_help)
+      ->check(CLI::IsMember({"exact", "exact+offline", "probabilistic"}));
   gen_cmd->add_flag("--compact-weights", gen.compact_weights, mpcache::jobs::compact_weights_help);
   mpcache::jobs::add_network_options(*gen_cmd, gen.network);
   gen_cmd->add_option("--timeout-ms", gen.timeout_ms, "set-up and peer silence deadline (default: the config's; launcher 60000)")

@@ -157,8 +157,8 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
   for (std::size_t step = 0; step < request.new_tokens; ++step) {
     if (request.stop.stop_requested())
       throw Error(ErrorCode::cancelled, "generation stopped by its caller before step " + std::to_string(step));
-    const CostCounters before = snapshot();
-    const auto t0 = Clock::now();
+    CostCounters before = snapshot();
+    auto t0 = Clock::now();
     if (step == 0) {
       logits = co_await decoder.prefill(p, policy, request.client, std::move(request.prompt),
                                         request.prompt_length, std::move(layer_done));
@@ -170,6 +170,15 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
         ++heard;
       }
       if (told_to_stop) break;
+      // Offline, outside the step's window: truncation pairs for it (rss3
+      // with Rss3Options::truncation_pairs_budget), from the last step's
+      // demand; the prefill's says little about a step's, so none for step 1.
+      if constexpr (requires { p.refill_truncation_pairs(std::size_t{}); }) {
+        if (co_await p.refill_truncation_pairs(step == 1 ? 0 : 16)) {
+          before = snapshot();
+          t0 = Clock::now();
+        }
+      }
       logits = co_await decoder.decode(p, policy, request.client, next);
     }
     auto opened = co_await p.reveal_to(request.client, co_await next_token(p, logits));  // only the client learns it

@@ -45,6 +45,11 @@
 //       mul_trunc, matmul_trunc   2 rounds; party 0 sends 8n + 2cn bytes,
 //                                 1 and 2 send 8n + cn (d = 18: 14n, 11n)
 //       truncate                  2 rounds; party 0 8n + 2cn, 1 and 2 cn
+//     (a truncation alone now takes 1 round, rss3.cpp). With truncation
+//     pairs made ahead (Rss3Options::truncation_pairs_budget,
+//     rss3_pairs.cpp) a fused product takes 1 round: every party sends
+//     the bytes of bits d-2..63 to both others (12n at d = 18), party 0
+//     24 bytes more to each.
 //   probabilistic (SecureML-style, the default here): one round, but the
 //     wrap happens with probability (|x|+1)/2^64 per element, and then the
 //     result is off by ~2^(64-d): garbage. A real value of 16 at 2^(2f),
@@ -315,6 +320,7 @@ class Rss3Party {
   Rss3DcfStats dcf_stats_;
   std::unique_ptr<Rss3DcfStore> store_;
   std::map<int, Rss3TruncationStore> pairs_;  // by shift
+  std::map<int, std::uint64_t> demand_at_refill_;  // truncation_stats_.demand at the last refill
   Rss3TruncationStats truncation_stats_;
 };
 
@@ -343,6 +349,13 @@ class Rss3 {
   // Collective, at a quiet point (after Rss3Party::prepare_truncations):
   // this stream takes every pair no stream holds, for it and its forks.
   void take_truncation_pairs();
+  // Collective, at a quiet point between steps (the TruncationPairs hook):
+  // per shift, makes pairs until `multiple` times what was truncated at it
+  // since the last call (+ 64) are unused, then takes them for this
+  // stream. multiple 0 makes none (after a prefill, whose demand says
+  // little about a decode step's). Nothing without truncation pairs:
+  // returns whether this party has them.
+  Task<bool> refill_truncation_pairs(std::size_t multiple);
   // What this stream's messages count as (CostCounters::by_tag).
   CostTag cost_tag() const noexcept { return tag_; }
   void set_cost_tag(CostTag tag) noexcept { tag_ = tag; }

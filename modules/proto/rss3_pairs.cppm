@@ -14,9 +14,9 @@
 // call's only round, yet concurrent streams reach the parties in different
 // orders. So pairs are handed down the tree of streams, which every party
 // builds alike (Rss3TruncationGrants): a root stream takes the whole store
-// (Rss3::take_truncation_pairs, at a quiet point), a fork takes half of
-// what its parent holds, and a stream's unused pairs go back to its parent
-// when it ends. A stream that holds too few for a call takes the two-round
+// (Rss3::take_truncation_pairs, at a quiet point), a fork takes a share of
+// what its parent holds (fork_share), and a stream's unused pairs go back
+// to its parent when it ends. A stream that holds too few for a call takes the two-round
 // path, and party 0 grants it more from what no stream holds, in that
 // call's messages (16 bytes to each), so parties 1 and 2 learn it before
 // the stream's next call. Filling the store at a quiet point ends every
@@ -46,11 +46,17 @@ class Rss3TruncationGrants {
   void add(Range r);
   // The first n pairs held, removed (n <= held()).
   std::vector<Range> take(std::uint64_t n);
-  // The last n pairs held, removed: a fork's half.
+  // The last n pairs held, removed: a fork's share.
   std::vector<Range> take_back(std::uint64_t n);
+  // What a new fork takes: 1/2 of what is held for the first fork of a
+  // burst (forks made while none has ended), then 1/3 of what is left, 1/4,
+  // ...: the k-th of a burst gets about 1/k^2, not 1/2^k. A fork that ends
+  // and this stream's own products end the burst.
+  std::uint64_t fork_share() noexcept { return held_ / (2 + burst_++); }
+  void end_burst() noexcept { burst_ = 0; }
 
  private:
-  std::uint64_t epoch_ = 0, held_ = 0;
+  std::uint64_t epoch_ = 0, held_ = 0, burst_ = 0;
   std::vector<Range> ranges_;
   std::shared_ptr<Rss3TruncationGrants> parent_;
 };

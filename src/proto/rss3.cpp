@@ -73,12 +73,12 @@ Rss3 Rss3::fork() {
   const StreamId derived = derive_stream(stream_, ++forks_);
   Rss3 child(*party_, scoped_ ? in_scope(derived, stream_scope(stream_)) : derived, scoped_);
   child.tag_ = tag_;
-  // Half of this stream's truncation pairs at each shift, back to it when the fork ends.
+  // A share of this stream's truncation pairs at each shift, back to it when the fork ends.
   for (const auto& [bits, mine] : pairs_) {
     const auto store = party_->pairs_.find(bits);
     if (!mine || store == party_->pairs_.end() || mine->epoch() != store->second.epoch() || mine->held() == 0) continue;
     auto half = make_shared<Rss3TruncationGrants>(mine->epoch(), mine);
-    for (const auto& r : mine->take_back(mine->held() / 2)) half->add(r);
+    for (const auto& r : mine->take_back(mine->fork_share())) half->add(r);
     child.pairs_.emplace(bits, std::move(half));
   }
   return child;

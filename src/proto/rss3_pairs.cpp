@@ -50,6 +50,7 @@ Rss3TruncationGrants::Rss3TruncationGrants(std::uint64_t epoch, std::shared_ptr<
 Rss3TruncationGrants::~Rss3TruncationGrants() {
   if (!parent_ || parent_->epoch_ != epoch_) return;
   for (const Range& r : ranges_) parent_->add(r);
+  parent_->end_burst();
 }
 
 void Rss3TruncationGrants::reset(std::uint64_t epoch) {
@@ -247,6 +248,22 @@ void Rss3::take_truncation_pairs() {
   for (auto& [bits, store] : party_->pairs_) grants(bits).add(store.grant(store.ungranted()));
 }
 
+Task<bool> Rss3::refill_truncation_pairs(std::size_t multiple) {
+  Rss3Party& party = *party_;
+  if (!party.options_.exact_truncation || party.options_.truncation_pairs_budget == 0) co_return false;
+  const std::map<int, std::uint64_t> demand = party.truncation_stats_.demand;
+  if (multiple > 0)
+    for (const auto& [bits, elements] : demand) {
+      const std::uint64_t since = elements - party.demand_at_refill_[bits];
+      // At least a floor per shift: forks take halves, so a shift with few
+      // elements still needs enough pairs to reach the deep forks that use it.
+      if (since > 0) (void)co_await party.prepare_truncations(bits, std::max<std::uint64_t>(multiple * since, 1 << 16));
+    }
+  party.demand_at_refill_ = demand;
+  take_truncation_pairs();
+  co_return true;
+}
+
 namespace {
 // What party 0's header says about the pairs a call used, so that parties
 // that got out of step fail loudly instead of computing garbage.
@@ -290,6 +307,7 @@ Task<Rss3Share> Rss3::truncate_with_pairs(RingTensor z, int bits) {
   const Shape s = shape_of(z);
   const std::size_t n = z.size();
   Rss3TruncationGrants& held = grants(bits);
+  held.end_burst();
   stats.demand[bits] += n;
   const bool use = held.held() >= n;
   // Party 0 grants the stream more when what it holds would not serve a

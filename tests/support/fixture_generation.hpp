@@ -21,12 +21,15 @@ inline std::vector<std::uint32_t> fixture_prompt() {
 // generate_party at every party on the fixture model (exact truncation,
 // seed 5) for `prompt`: every party's result; the other two parties must
 // learn no token. No budget: the policy's default. `stops`: the client's.
-// `comparisons`: rss3's (add2 always compares on its circuit here).
+// `comparisons`, `truncation_pairs_budget`: rss3's (add2 always compares
+// on its circuit here). `step_rounds`: if given, each party's rounds per step.
 inline std::array<GenerationResult, 3> generate_results(const std::vector<std::uint32_t>& prompt,
                                                         GenerationProtocol protocol, const std::string& policy,
                                                         std::optional<std::size_t> budget, std::size_t tokens,
                                                         const std::vector<std::uint32_t>& stops = {},
-                                                        Rss3Comparisons comparisons = Rss3Comparisons::circuit) {
+                                                        Rss3Comparisons comparisons = Rss3Comparisons::circuit,
+                                                        std::uint64_t truncation_pairs_budget = 0,
+                                                        std::array<std::vector<std::uint64_t>, 3>* step_rounds = nullptr) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
@@ -36,13 +39,17 @@ inline std::array<GenerationResult, 3> generate_results(const std::vector<std::u
     job.policy = policy;
     job.budget = budget;
     job.new_tokens = tokens;
-    job.rss3 = {.exact_truncation = true, .comparisons = comparisons, .insecure_seed = 5};
+    job.rss3 = {.exact_truncation = true, .comparisons = comparisons, .insecure_seed = 5,
+                .truncation_pairs_budget = truncation_pairs_budget};
     job.add2 = {.exact_truncation = true, .insecure_seed = 5};
     if (id == 0) {
       job.prompt = prompt;
       job.stop_tokens = stops;
     }
-    co_return co_await generate_party(network.endpoint(id), std::move(job));
+    GenerationObserver observer;
+    if (step_rounds)
+      observer.step = [&, id](const GenerationStep& step) { (*step_rounds)[id].push_back(step.costs.rounds); };
+    co_return co_await generate_party(network.endpoint(id), std::move(job), std::move(observer));
   });
   CHECK(results[1].tokens.empty());  // the model owner learns no token
   CHECK(results[2].tokens.empty());  // nor does the third party (the dealer under add2)

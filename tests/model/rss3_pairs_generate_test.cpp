@@ -1,0 +1,58 @@
+// Private generation on rss3 with truncation pairs (`--truncation
+// exact+offline`): pairs made between decode steps take a round off every
+// exact product; the tokens stay the float64 argmax and the exact ones.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <doctest/doctest.h>
+import mpcache;
+
+#include "../support/run_task.hpp"
+#include "../support/fixture_generation.hpp"
+
+using namespace mpcache;
+
+TEST_SUITE("rss3 truncation pairs generation") {
+  TEST_CASE("generate_party with truncation pairs: the exact tokens, the float64 argmax, fewer rounds from step 2 on") {
+    const std::filesystem::path fixture = testing::fixture_dir();
+    const ModelConfig config = ModelConfig::from_json_file(fixture / "config.json");
+    Ref r;
+    auto weights = testing::run(load_decoder(r, config, weights_from_file(fixture / "model.safetensors"), 0));
+    constexpr std::size_t tokens = 5;
+    constexpr std::uint64_t budget = std::uint64_t{64} << 20;
+    for (const std::string name : {"full", "mpcache"}) {
+      CAPTURE(name);
+      const auto prompt = testing::fixture_prompt();
+      std::array<std::vector<std::uint64_t>, 3> with_rounds, without_rounds;
+      const auto with_pairs = testing::generate_results(prompt, GenerationProtocol::rss3, name, std::nullopt, tokens,
+                                                        {}, Rss3Comparisons::circuit, budget, &with_rounds)[0]
+                                  .tokens;
+      const auto exact = testing::generate_results(prompt, GenerationProtocol::rss3, name, std::nullopt, tokens, {},
+                                                   Rss3Comparisons::circuit, 0, &without_rounds)[0]
+                             .tokens;
+      REQUIRE(with_pairs.size() == tokens);
+      CHECK(with_pairs == exact);
+      Decoder<Ref> decoder(weights);
+      auto policy = kv::make_policy<Ref>(name, kv::default_budget(name));
+      const auto logits = testing::run(teacher_forced_logits(r, decoder, policy, prompt, with_pairs));
+      for (std::size_t i = 0; i < tokens; ++i) {
+        CAPTURE(i);
+        const double best = *std::max_element(logits[i].begin(), logits[i].end());
+        CHECK(logits[i].at(with_pairs[i]) >= best - 0.05);
+      }
+      // The prefill and step 1 have no pairs yet (the prefill's demand is no
+      // step's): the prefill costs the same; step 1's window starts after
+      // the refill, past the client's word, so it counts at most as many.
+      // From step 2 on, every party's step takes at least 10 rounds fewer.
+      for (std::size_t id = 0; id < 3; ++id) {
+        CAPTURE(id);
+        REQUIRE(with_rounds[id].size() == tokens);
+        REQUIRE(without_rounds[id].size() == tokens);
+        CHECK(with_rounds[id][0] == without_rounds[id][0]);
+        CHECK(with_rounds[id][1] <= without_rounds[id][1]);
+        for (std::size_t step = 2; step < tokens; ++step) {
+          CAPTURE(step);
+          CHECK(with_rounds[id][step] + 10 < without_rounds[id][step]);
+        }
+      }
+    }
+  }
+}
