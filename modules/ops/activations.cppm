@@ -4,7 +4,9 @@
 //         fit error <= 4.1e-4; total (fixed point) <= 1e-3 (tested)
 //   SiLU: 0 below -10 | degree 5 on [-10, -3) | degree 8 on [-3, 3) |
 //         degree 5 on [3, 10) | x;  fit error <= 4.6e-4; total <= 1e-3 (tested)
-//   cost (rss3): 8 rounds (comparisons overlap the polynomials; tested)
+//   cost (rss3): 8 rounds (comparisons overlap the polynomials; tested);
+//   rss3 dcf: the pieces selected by a ring one-hot and dot_trunc
+//   (piecewise.cppm): SiLU 5, GeLU 6, silu_times 6 (tested)
 export module mpcache.ops:activations;
 import mpcache.std;
 import mpcache.core;

@@ -16,6 +16,10 @@
 //   less_than(a, b, w) msb(a - b, w); requires |a - b| < 2^(w-1)
 //   below_each(x, c)  [x < c_j] for public thresholds c_j, one batched msb
 //   select(c, x, y)   c ? x : y for an arithmetic 0/1 c: 1 multiplication
+//   detail::arithmetic_select_pays  whether a select among k values should
+//                     take its one-hot from msb_arith and select by
+//                     dot_trunc (1 round) rather than msb_bits and bit_dot
+//                     (2): only on costs that price msb_arith (rss3 dcf)
 //   select_by_bit(b, x, y) b ? x : y for a boolean b: a bit_times, 2 rounds
 //                     (less_than_bits then this: one round less than
 //                     less_than then select)
@@ -135,6 +139,14 @@ typename P::Share repeat_last(const typename P::Share& x, std::size_t k) {
   return P::apply(x, [k](const RingTensor& t) { return ring_repeat_last(t, k); });
 }
 
+// (shape) holding 1 at the last position of its last axis of w, else 0:
+// the public 1 of an interval test that is true above the last threshold.
+inline RingTensor top_is_one(const Shape& shape, std::size_t w) {
+  RingTensor top = ring_zeros(shape);
+  for (std::size_t i = w - 1; i < top.size(); i += w) top.data()[i] = 1;
+  return top;
+}
+
 // x - c_j on a new last axis (..., k).
 template <Protocol P>
 typename P::Share minus_each(const P& p, const typename P::Share& x, const std::vector<Ring>& thresholds) {
@@ -158,6 +170,38 @@ Task<typename P::Bits> below_each_bits(P& p, const typename P::Share& x, const s
   const auto shifted = detail::minus_each(p, x, thresholds);
   co_return co_await msb_bits(p, shifted, width);
 }
+
+namespace detail {
+// A backend that can select with an arithmetic one-hot: msb_arith for the
+// comparisons and dot_trunc (a sum of products in one round) for the select.
+template <class P>
+concept ArithmeticOneHot = ArithmeticSign<P> && requires(P& p, const typename P::Share& a, int bits) {
+  { p.dot_trunc(a, a, bits) } -> std::same_as<Task<typename P::Share>>;
+};
+
+// Whether `comparisons` signs over `width` bits whose one-hots select one
+// of `terms` values for each of `values` outputs should be arithmetic
+// (msb_arith, then dot_trunc: a product's round) rather than bits
+// (msb_bits, then bit_dot: B2A fused with the product, 2 rounds) on costs
+// C: fewer rounds, then fewer bytes. Only cost models that price msb_arith
+// (rss3 dcf) can say yes.
+template <CostModel C>
+bool arithmetic_select_pays(int width, std::size_t comparisons, std::size_t values, std::size_t terms) {
+  if constexpr (!ArithmeticSignCosts<C>) {
+    return false;
+  } else {
+    const OpCost arith = msb_arith_cost<C>(width, comparisons, 0) + C::mul(values);
+    const OpCost bits = C::msb_bits(width, comparisons, 0) + C::bit_dot(values * terms, terms);
+    return arith.rounds < bits.rounds || (arith.rounds == bits.rounds && arith.max_bytes() < bits.max_bytes());
+  }
+}
+
+// The same on the costs p runs with (with_costs: dcf, with or without a store).
+template <ArithmeticOneHot P>
+bool arithmetic_select_pays(const P& p, int width, std::size_t comparisons, std::size_t values, std::size_t terms) {
+  return with_costs(p, [&]<CostModel C>() { return arithmetic_select_pays<C>(width, comparisons, values, terms); });
+}
+}  // namespace detail
 
 // (A coroutine, not a forwarding function: the difference must live in this
 // frame until msb, which takes it by reference, has finished.)

@@ -2,9 +2,14 @@
 // comparisons in one batched A2B, all polynomial pieces concurrently, then
 // the segment indicators (boolean: adjacent comparison bits XORed, locally)
 // select the pieces in one bit_dot (B2A fused with the products).
+// Where the backend has an arithmetic sign and its cost model says so
+// (rss3 dcf, detail::arithmetic_select_pays), the comparisons are msb_arith
+// (ring 0/1), the indicators differences of adjacent ones, and the select
+// one dot_trunc: a product's round where bit_dot took two.
 // A polynomial piece is fitted in t = (x - center) / half_width, t in [-1, 1],
 // so that coefficient rounding (2^-(f+1) each) costs at most sum|c| 2^-(f+1).
-//   cost (rss3): max(msb_bits: 6 at 64 bits, 2 + ceil(log2 degree)) + 2 rounds
+//   cost (rss3): max(msb_bits: 6 at 64 bits, 2 + ceil(log2 degree)) + 2 rounds;
+//   rss3 dcf: max(msb_arith: 2, 2 + ceil(log2 degree)) + 1
 export module mpcache.ops:piecewise;
 import mpcache.std;
 import mpcache.core;
@@ -60,6 +65,55 @@ Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece
   co_return co_await p.truncate(acc, p.frac_bits());
 }
 
+namespace detail {
+// Indicators of the live pieces on a new last axis (..., J) from the
+// comparisons below (..., cuts), below_j = [x < b_j]: piece j's is
+// combine(below_j, below_{j-1}), with below_cuts and below_{-1} taken as 0
+// here (combine is XOR for bits, a difference for ring 0/1: linear and
+// component-wise, so the last piece's public 1 goes in after, top_is_one).
+template <class P, class S, class Combine>
+S piece_indicators(const S& below, std::size_t cuts, const std::vector<std::size_t>& live, Combine combine) {
+  const std::size_t count = live.size();
+  return P::apply(below, [&](const RingTensor& t) {
+    Shape stacked = shape_of(t);
+    stacked.back() = count;
+    RingTensor out = RingTensor::from_shape(std::move(stacked));  // every element written below
+    const std::size_t elements = out.size() / count;
+    for (std::size_t e = 0; e < elements; ++e)
+      for (std::size_t c = 0; c < count; ++c) {
+        const std::size_t j = live[c];
+        out.data()[e * count + c] =
+            combine(j < cuts ? t.data()[e * cuts + j] : 0, j > 0 ? t.data()[e * cuts + j - 1] : 0);
+      }
+    return out;
+  });
+}
+
+// The pieces' values side by side on a new last axis: the first c pieces
+// (..., c) (the first alone: (...)) and the next (...) make (..., c + 1),
+// each element copied once per step and no reshaped copies between.
+template <Protocol P>
+typename P::Share side_by_side(const std::vector<typename P::Share>& values, const Shape& s) {
+  auto widen = [&s](std::size_t c) {
+    return [&s, c](const RingTensor& left, const RingTensor& piece) {
+      Shape shape = s;
+      shape.push_back(c + 1);
+      RingTensor out = RingTensor::from_shape(std::move(shape));
+      for (std::size_t e = 0; e < piece.size(); ++e) {
+        std::copy(left.data() + e * c, left.data() + (e + 1) * c, out.data() + e * (c + 1));
+        out.data()[e * (c + 1) + c] = piece.data()[e];
+      }
+      return out;
+    };
+  };
+  Shape column = s;
+  column.push_back(1);
+  typename P::Share out = values.size() == 1 ? reshape<P>(values[0], column) : P::apply2(values[0], values[1], widen(1));
+  for (std::size_t c = 2; c < values.size(); ++c) out = P::apply2(out, values[c], widen(c));
+  return out;
+}
+}  // namespace detail
+
 // With `times`, returns f(x) * times / 2^times_shift: each piece's value is
 // multiplied by it while the comparisons run, so the product costs no extra
 // round. (Pieces outside their segment may overflow; the exact 0 of their
@@ -75,7 +129,16 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
                                                  " breakpoints");
   const Shape s = P::shape(x);
   const FixedPoint fp(p.frac_bits());
-  // below[..., i] = [x < b_i] (boolean), all in one A2B.
+  // The J non-zero pieces: their indicators on a new last axis (..., J)
+  // beside their values (..., J) select them.
+  std::vector<std::size_t> live;
+  for (std::size_t j = 0; j < spec.pieces.size(); ++j)
+    if (spec.pieces[j].kind != Piece::Kind::zero) live.push_back(j);
+  const std::size_t count = live.size();
+  if (count == 0) co_return public_share(p, x, ring_zeros(s));
+  Shape stacked = s;
+  stacked.push_back(count);
+  // below[..., i] = [x < b_i], all in one batched comparison.
   std::vector<Ring> breakpoints;
   for (double b : spec.breakpoints) breakpoints.push_back(fp.encode(b));
   std::vector<Task<typename P::Share>> work;
@@ -91,57 +154,22 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
     if (!times) co_return x;  // the identity
     co_return co_await q.mul_trunc(x, *times, q.frac_bits() + times_shift);
   };
-  for (std::size_t j = 0; j < spec.pieces.size(); ++j)
-    if (spec.pieces[j].kind != Piece::Kind::zero) work.push_back(piece_value(forks[j + 1], spec.pieces[j]));
+  for (std::size_t j : live) work.push_back(piece_value(forks[j + 1], spec.pieces[j]));
   // The comparisons start first, then the pieces, all in the same ticks.
-  auto [below_all, done] = co_await when_all(below_each_bits(forks[0], x, breakpoints), when_all(std::move(work)));
-  // Indicator of piece j: [x < b_j] xor [x < b_{j-1}] (the breakpoints ascend;
-  // first: [x < b_0], last: 1 xor [x < b_last]), as bits on a new last axis
-  // (..., J) over the J non-zero pieces, beside their values (..., J).
-  std::vector<std::size_t> live;
-  for (std::size_t j = 0; j < spec.pieces.size(); ++j)
-    if (spec.pieces[j].kind != Piece::Kind::zero) live.push_back(j);
-  const std::size_t count = live.size();
-  if (count == 0) co_return public_share(p, x, ring_zeros(s));
-  Shape stacked = s;
-  stacked.push_back(count);
-  auto indicators = P::apply(below_all, [&](const RingTensor& t) {  // XOR is component-wise
-    RingTensor out = RingTensor::from_shape(stacked);  // every element written below
-    const std::size_t elements = out.size() / count;
-    for (std::size_t e = 0; e < elements; ++e)
-      for (std::size_t c = 0; c < count; ++c) {
-        const std::size_t j = live[c];
-        Ring bit = j < cuts ? t.data()[e * cuts + j] : 0;
-        if (j > 0) bit ^= t.data()[e * cuts + j - 1];
-        out.data()[e * count + c] = bit;
-      }
-    return out;
-  });
-  if (live.back() == cuts) {  // the last piece's indicator is 1 xor [x < b_last]
-    RingTensor last = ring_zeros(stacked);
-    for (std::size_t i = count - 1; i < last.size(); i += count) last.data()[i] = 1;
-    indicators = p.bits_xor_public(indicators, last);
+  // Piece j's indicator: [x < b_j] - [x < b_{j-1}] (the breakpoints ascend;
+  // first: [x < b_0], last: 1 - [x < b_last]); XOR for bits.
+  if constexpr (detail::ArithmeticOneHot<P>) {
+    if (detail::arithmetic_select_pays(p, ring_bits, element_count(s) * cuts, element_count(s), count)) {
+      auto [below, done] = co_await when_all(below_each(forks[0], x, breakpoints), when_all(std::move(work)));
+      auto indicators = detail::piece_indicators<P>(below, cuts, live, [](Ring at, Ring before) { return at - before; });
+      if (live.back() == cuts) indicators = p.add_public(indicators, detail::top_is_one(stacked, count));
+      co_return reshape<P>(co_await p.dot_trunc(indicators, detail::side_by_side<P>(done, s), 0), s);
+    }
   }
-  // The pieces' values side by side on a new last axis: the first c pieces
-  // (..., c) (the first alone: (...)) and the next (...) make (..., c + 1),
-  // each element copied once per step and no reshaped copies between.
-  auto widen = [&s](std::size_t c) {
-    return [&s, c](const RingTensor& left, const RingTensor& piece) {
-      Shape shape = s;
-      shape.push_back(c + 1);
-      RingTensor out = RingTensor::from_shape(std::move(shape));
-      for (std::size_t e = 0; e < piece.size(); ++e) {
-        std::copy(left.data() + e * c, left.data() + (e + 1) * c, out.data() + e * (c + 1));
-        out.data()[e * (c + 1) + c] = piece.data()[e];
-      }
-      return out;
-    };
-  };
-  Shape column = s;
-  column.push_back(1);
-  typename P::Share values = count == 1 ? reshape<P>(done[0], column) : P::apply2(done[0], done[1], widen(1));
-  for (std::size_t c = 2; c < count; ++c) values = P::apply2(values, done[c], widen(c));
-  co_return reshape<P>(co_await p.bit_dot(indicators, values), s);
+  auto [below, done] = co_await when_all(below_each_bits(forks[0], x, breakpoints), when_all(std::move(work)));
+  auto indicators = detail::piece_indicators<P>(below, cuts, live, [](Ring at, Ring before) { return at ^ before; });
+  if (live.back() == cuts) indicators = p.bits_xor_public(indicators, detail::top_is_one(stacked, count));
+  co_return reshape<P>(co_await p.bit_dot(indicators, detail::side_by_side<P>(done, s)), s);
 }
 
 }  // namespace mpcache::ops

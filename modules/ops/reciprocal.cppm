@@ -58,11 +58,6 @@ S adjacent_combined(const S& below, std::size_t w, Combine combine) {
     return out;
   });
 }
-inline RingTensor top_is_one(const Shape& shape, std::size_t w) {
-  RingTensor top = ring_zeros(shape);
-  for (std::size_t i = w - 1; i < top.size(); i += w) top.data()[i] = 1;
-  return top;
-}
 
 // One-hot (boolean bits, shape (..., w)) of the highest set bit p of
 // 0 < x < 2^w (as a ring integer): below_t = [x < 2^t] for every t in one
@@ -102,35 +97,20 @@ typename P::Share weighted_bits(const typename P::Share& one_hot, const std::vec
   return P::apply(one_hot, [&](const RingTensor& t) { return ring_weighted_sum_last(t, weights); });
 }
 
-// A backend that can select with an arithmetic one-hot: msb_arith for the
-// comparisons and dot_trunc (a sum of products in one round) for x g(p).
-template <class P>
-concept ArithmeticOneHot = ArithmeticSign<P> && requires(P& p, const typename P::Share& a, int bits) {
-  { p.dot_trunc(a, a, bits) } -> std::same_as<Task<typename P::Share>>;
-};
-
-// Whether the highest-bit search of `values` values over `width` bits should
-// end in an arithmetic one-hot (msb_arith, then dot_trunc: a product's
-// round) rather than bits (msb_bits, then bit_dot: B2A fused with the
-// product, 2 rounds) on costs C: fewer rounds, then fewer bytes. Only cost
-// models that price msb_arith (rss3 dcf) can say yes.
+// Whether the highest-bit search of `values` values over `width` bits
+// (width comparisons each, over width + 1 bits) should end in an arithmetic
+// one-hot (arithmetic_select_pays).
 template <CostModel C>
 bool arithmetic_one_hot_pays(int width, std::size_t values) {
-  if constexpr (!ArithmeticSignCosts<C>) {
-    return false;
-  } else {
-    const std::size_t n = values * static_cast<std::size_t>(width);
-    const OpCost arith = msb_arith_cost<C>(width + 1, n, 0) + C::mul(values);
-    const OpCost bits = C::msb_bits(width + 1, n, 0) + C::bit_dot(n, static_cast<std::size_t>(width));
-    return arith.rounds < bits.rounds || (arith.rounds == bits.rounds && arith.max_bytes() < bits.max_bytes());
-  }
+  const auto w = static_cast<std::size_t>(width);
+  return arithmetic_select_pays<C>(width + 1, values * w, values, w);
 }
 
 template <ArithmeticOneHot P>
 bool arithmetic_one_hot_pays(const P& p, int width, const typename P::Share& x) {
-  std::size_t values = 1;
-  for (std::size_t d : P::shape(x)) values *= d;
-  return with_costs(p, [&]<CostModel C>() { return arithmetic_one_hot_pays<C>(width, values); });
+  const std::size_t values = element_count(P::shape(x));
+  const auto w = static_cast<std::size_t>(width);
+  return arithmetic_select_pays(p, width + 1, values * w, values, w);
 }
 
 // highest_bit_bits' one-hot as an arithmetic 0/1 (..., w): below_t by

@@ -538,3 +538,108 @@ TEST_CASE("rss3 dcf: reciprocal, rsqrt and the norms select with a ring one-hot,
     CHECK(std::fabs(root(i) * std::sqrt(values(i)) - 1) <= 1e-3 + 0x1p-17 * std::sqrt(values(i)));
   }
 }
+
+namespace {
+// op's cost after every party's store was filled from a dry run's demand
+// (as mpcache-decode-steps fills it before each step); every key of the
+// measured run must come from the store.
+template <class Op>
+OpCost measure_stored(const RingTensor& x, Op op, Rss3Options options) {
+  options.offline_budget = std::uint64_t{64} << 20;
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<CostCounters, 3> before, after;
+  std::array<std::uint64_t, 3> ran_dry{};
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto party = co_await Rss3Party::setup(network.endpoint(id), options);
+    Rss3 p = party->session();
+    auto s = co_await share_of(p, 0, x);
+    (void)co_await op(p, s);  // the dry run: its demand says what to deal
+    for (const auto& [slot, per_dealer] : party->dcf_stats().demand)
+      (void)co_await party->prepare_comparisons(slot, *std::max_element(per_dealer.begin(), per_dealer.end()));
+    co_await mpcache::testing::align_clocks(network.endpoint(id));
+    before[id] = network.endpoint(id).costs();
+    const std::uint64_t dry_before = party->dcf_stats().ran_dry;
+    (void)co_await op(p, s);
+    after[id] = network.endpoint(id).costs();
+    ran_dry[id] = party->dcf_stats().ran_dry - dry_before;
+  });
+  CHECK(ran_dry == std::array<std::uint64_t, 3>{});
+  OpCost cost;
+  for (std::size_t i = 0; i < 3; ++i) cost.bytes[i] = (after[i] - before[i]).payload_bytes_sent();
+  cost.rounds = mpcache::testing::critical_rounds(before, after);
+  return cost;
+}
+}  // namespace
+
+TEST_CASE("rss3 dcf: SiLU, GeLU and silu_times select their pieces with a ring one-hot, a round less each") {
+  // The plan for 16 values: 4 (SiLU) or 3 (GeLU) signs at 64 bits each by
+  // msb_arith (2) and one dot_trunc over 4 or 3 pieces (1), against
+  // msb_bits (2) and bit_dot (2) on the dcf costs, with or without a
+  // store; never on the circuit's, which has no arithmetic sign.
+  CHECK(ops::detail::arithmetic_select_pays<Rss3DcfCosts>(64, 4 * 16, 16, 4));
+  CHECK(ops::detail::arithmetic_select_pays<Rss3DcfStoreCosts>(64, 4 * 16, 16, 4));
+  CHECK(ops::detail::arithmetic_select_pays<Rss3DcfCosts>(64, 3 * 16, 16, 3));
+  CHECK_FALSE(ops::detail::arithmetic_select_pays<Rss3Costs>(64, 4 * 16, 16, 4));
+  FixedPoint fp;
+  RealTensor values = RealTensor::from_shape({16});
+  for (std::size_t i = 0; i < 16; ++i) values(i) = -12.0 + 1.6 * double(i);  // every piece of both
+  const RingTensor x = fp.encode(values);
+  auto silu = [](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); };
+  auto gelu = [](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); };
+  auto silu_times = [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> { co_return co_await ops::silu_times(p, a, a, 4); };
+  const auto inline_cost = [&](auto op) { return mpcache::testing::measure_op(x, op, dcf_options(11)); };
+  const auto stored_cost = [&](auto op) { return measure_stored(x, op, dcf_options(11)); };
+  const OpCost s = inline_cost(silu), g = inline_cost(gelu), st = inline_cost(silu_times);
+  const OpCost s_stored = stored_cost(silu), g_stored = stored_cost(gelu), st_stored = stored_cost(silu_times);
+  // Rounds: the polynomials' chains (SiLU's degree 8, GeLU's 10, silu_times
+  // a product more) bound them, the comparisons (2) overlap, then the
+  // select's 1 (circuit: 8 each, nonlinear_test.cpp).
+  CHECK(s.rounds == 5);
+  CHECK(g.rounds == 6);
+  CHECK(st.rounds == 6);
+  CHECK(s_stored.rounds == 5);
+  CHECK(g_stored.rounds == 6);
+  CHECK(st_stored.rounds == 6);
+  // Bytes per party: inline, this dealer (party 2 for 64 or 48 signs)
+  // sends the keys; with a filled store the opening and reshares only.
+  CHECK(s.bytes == std::array<std::uint64_t, 3>{3840, 3072, 197120});
+  CHECK(g.bytes == std::array<std::uint64_t, 3>{2944, 2432, 147968});
+  CHECK(st.bytes == std::array<std::uint64_t, 3>{4352, 3584, 197632});
+  CHECK(s_stored.bytes == std::array<std::uint64_t, 3>{3840, 3072, 3104});
+  CHECK(g_stored.bytes == std::array<std::uint64_t, 3>{2944, 2432, 2464});
+  CHECK(st_stored.bytes == std::array<std::uint64_t, 3>{4352, 3584, 3616});
+}
+
+TEST_CASE("rss3 dcf: SiLU, GeLU and silu_times by a ring one-hot stay within their bounds of float64") {
+  const std::size_t n = 1201;
+  RealTensor x = RealTensor::from_shape({n});
+  for (std::size_t i = 0; i < n; ++i) x(i) = -12.0 + 24.0 * double(i) / double(n - 1);
+  x(0) = -4095.0, x(n - 1) = 4095.0;  // outliers, as a trained MLP has
+  const RealTensor y = mpcache::testing::random_real({n}, -5, 5, 404);
+  FixedPoint fp;
+  const RingTensor xe = fp.encode(x), ye = fp.encode(y);
+  auto got = run_rss3(
+      [&](Rss3& p) -> Task<std::vector<RingTensor>> {
+        auto a = co_await share_of(p, 0, xe);
+        auto b = co_await share_of(p, 1, ye);
+        std::vector<RingTensor> out;
+        out.push_back(co_await p.reveal(co_await ops::silu(p, a)));
+        out.push_back(co_await p.reveal(co_await ops::gelu(p, a)));
+        out.push_back(co_await p.reveal(co_await ops::silu_times(p, a, b)));
+        co_return out;
+      },
+      dcf_options(12));
+  const RealTensor silu = fp.decode(got.results[0][0]), gelu = fp.decode(got.results[0][1]),
+                   silu_y = fp.decode(got.results[0][2]);
+  double worst_s = 0, worst_g = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = x(i), want_s = v / (1 + std::exp(-v)), want_g = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    worst_s = std::max(worst_s, std::fabs(silu(i) - want_s));
+    worst_g = std::max(worst_g, std::fabs(gelu(i) - want_g));
+    CHECK(std::fabs(silu(i) - want_s) <= 1e-3);
+    CHECK(std::fabs(gelu(i) - want_g) <= 1e-3);
+    CHECK(std::fabs(silu_y(i) - want_s * y(i)) <= 1e-3 * std::fabs(y(i)) + 0x1p-17 + 1e-6 * std::fabs(want_s * y(i)));
+  }
+  MESSAGE("dcf: SiLU max error " << worst_s << ", GeLU max error " << worst_g);
+}
