@@ -7,15 +7,12 @@ import mpcache;
 
 #include "../support/run_task.hpp"
 #include "../support/fixture_generation.hpp"
+#include "../support/float64_argmax.hpp"
 
 using namespace mpcache;
 
 TEST_SUITE("rss3 truncation pairs generation") {
   TEST_CASE("generate_party with truncation pairs: the exact tokens, the float64 argmax, fewer rounds from step 2 on") {
-    const std::filesystem::path fixture = testing::fixture_dir();
-    const ModelConfig config = ModelConfig::from_json_file(fixture / "config.json");
-    Ref r;
-    auto weights = testing::run(load_decoder(r, config, weights_from_file(fixture / "model.safetensors"), 0));
     constexpr std::size_t tokens = 5;
     constexpr std::uint64_t budget = std::uint64_t{64} << 20;
     for (const std::string name : {"full", "mpcache"}) {
@@ -30,14 +27,7 @@ TEST_SUITE("rss3 truncation pairs generation") {
                              .tokens;
       REQUIRE(with_pairs.size() == tokens);
       CHECK(with_pairs == exact);
-      Decoder<Ref> decoder(weights);
-      auto policy = kv::make_policy<Ref>(name, kv::default_budget(name));
-      const auto logits = testing::run(teacher_forced_logits(r, decoder, policy, prompt, with_pairs));
-      for (std::size_t i = 0; i < tokens; ++i) {
-        CAPTURE(i);
-        const double best = *std::max_element(logits[i].begin(), logits[i].end());
-        CHECK(logits[i].at(with_pairs[i]) >= best - 0.05);
-      }
+      testing::check_near_float64_argmax(name, prompt, with_pairs);
       // The prefill and step 1 have no pairs yet (the prefill's demand is no
       // step's): the prefill costs the same; step 1's window starts after
       // the refill, past the client's word, so it counts at most as many.
