@@ -6,7 +6,8 @@
 // zero share; |x| < 2^62 - 3 2^d) and a pair (r, high, top) held by all:
 //   Round 1: party i sends u_i = z_i + r_i (+ 2^62 at party 0) to both
 //   others, only its bits at and above k = 64 - 8 ceil((66 - d)/8) (the
-//   bytes that hold bits d-2..63; 6 bytes at d = 18). Every party adds the three high parts:
+//   bytes that hold bits d-2..63; 6 bytes at d = 18). Every party adds
+//   the three high parts:
 //   c = sum_i (u_i >> k) << k = x' + r mod 2^64, x' = x + 2^62 - L, where
 //   L < 3 2^k is what the dropped low bits carried (x' >= 0 then).
 //   Since 0 <= x' < 2^63, x' + r wraps past 2^64 only if r >= 2^63, and
@@ -255,7 +256,7 @@ Task<bool> Rss3::refill_truncation_pairs(std::size_t multiple) {
   if (multiple > 0)
     for (const auto& [bits, elements] : demand) {
       const std::uint64_t since = elements - party.demand_at_refill_[bits];
-      // At least a floor per shift: forks take halves, so a shift with few
+      // At least a floor per shift: forks take shares, so a shift with few
       // elements still needs enough pairs to reach the deep forks that use it.
       if (since > 0) (void)co_await party.prepare_truncations(bits, std::max<std::uint64_t>(multiple * since, 1 << 16));
     }
