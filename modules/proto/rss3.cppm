@@ -345,7 +345,7 @@ class Rss3 {
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }
   StreamId stream() const noexcept { return stream_; }
-  Rss3 fork();  // inherits the cost tag, and half the truncation pairs this stream holds
+  Rss3 fork();  // inherits the cost tag, and a share of the truncation pairs this stream holds (rss3_pairs.cppm)
   // Collective, at a quiet point (after Rss3Party::prepare_truncations):
   // this stream takes every pair no stream holds, for it and its forks.
   void take_truncation_pairs();

@@ -77,9 +77,9 @@ Rss3 Rss3::fork() {
   for (const auto& [bits, mine] : pairs_) {
     const auto store = party_->pairs_.find(bits);
     if (!mine || store == party_->pairs_.end() || mine->epoch() != store->second.epoch() || mine->held() == 0) continue;
-    auto half = make_shared<Rss3TruncationGrants>(mine->epoch(), mine);
-    for (const auto& r : mine->take_back(mine->fork_share())) half->add(r);
-    child.pairs_.emplace(bits, std::move(half));
+    auto share = make_shared<Rss3TruncationGrants>(mine->epoch(), mine);
+    for (const auto& r : mine->take_back(mine->fork_share())) share->add(r);
+    child.pairs_.emplace(bits, std::move(share));
   }
   return child;
 }
