@@ -290,10 +290,13 @@ struct Server::Impl {
                       std::chrono::milliseconds limit, const std::string& what) {
     std::weak_ptr<bool> guard = alive;
     std::weak_ptr<ClientLink> weak = link;
-    timers.at(SteadyClock::now() + limit, [guard, weak, done, limit, what] {
+    timers.at(SteadyClock::now() + limit, [this, guard, weak, done, limit, what] {
       auto l = weak.lock();
       if (guard.expired() || *done || !l || l->closed) return;
       const std::string why = "client " + l->name + " " + what + " within " + std::to_string(limit.count()) + " ms";
+      // Logged here: the client, told why, may close its connections before
+      // the session's own failure names the reason (it then says "closed").
+      log("dropping " + why);
       l->reply(Reply::text(ReplyKind::failed, why));
       l->close(why);
     });
