@@ -6,9 +6,10 @@
 // A pair is three replicated sharings that no single party knows the
 // values of: a uniform r mod 2^64, high = floor(r / 2^d) (or one more) and
 // top = msb(r) as 0/1, for one shift d (a store per shift: products shift
-// by the fraction bits, the norms' and reciprocals' steps by others). Every party holds
-// the same pairs, numbered 0, 1, 2, ... in the order they were made
-// (Rss3Party::prepare_truncations, a collective call at a quiet point).
+// by the fraction bits, the norms' and reciprocals' steps by others).
+// Every party holds the same pairs, numbered 0, 1, 2, ... in the order
+// they were made (Rss3Party::prepare_truncations, a collective call at a
+// quiet point).
 //
 // Which pairs a call uses must be the same at all three parties before the
 // call's only round, yet concurrent streams reach the parties in different
@@ -16,9 +17,10 @@
 // builds alike (Rss3TruncationGrants): a root stream takes the whole store
 // (Rss3::take_truncation_pairs, at a quiet point), a fork takes a share of
 // what its parent holds (fork_share), and a stream's unused pairs go back
-// to its parent when it ends. A stream that holds too few for a call takes the two-round
-// path, and party 0 grants it more from what no stream holds, in that
-// call's messages (16 bytes to each), so parties 1 and 2 learn it before
+// to its parent when it ends. A stream that holds too few for a call
+// takes the two-round path, and party 0 grants it more from what no
+// stream holds, in that call's messages (24 bytes to each, with a
+// fingerprint of the pairs it used), so parties 1 and 2 learn it before
 // the stream's next call. Filling the store at a quiet point ends every
 // grant (a new epoch) and keeps only the pairs no call used.
 export module mpcache.proto:rss3_pairs;
