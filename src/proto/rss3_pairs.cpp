@@ -149,6 +149,9 @@ void Rss3TruncationStore::note_grant(Rss3TruncationGrants::Range r) {
 
 Rss3TruncationStore::Gathered Rss3TruncationStore::use(const std::vector<Rss3TruncationGrants::Range>& ranges) {
   Gathered g;
+  std::size_t total = 0;
+  for (const auto& [first, end] : ranges) total += static_cast<std::size_t>(end - first);
+  for (auto* v : {&g.r_own, &g.r_next, &g.high_own, &g.high_next, &g.top_own, &g.top_next}) v->reserve(total);
   for (const auto& [first, end] : ranges) {
     if (first < base_ || end > base_ + size())
       throw Error(ErrorCode::protocol, "rss3 truncation pairs [" + std::to_string(first) + ", " + std::to_string(end) +
