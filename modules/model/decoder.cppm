@@ -815,11 +815,10 @@ class Decoder {
                           Share& probs_out) {
     auto scope = cost_scope(p, CostTag::attention);
     auto scores = co_await p.matmul_trunc(queries, ops::transpose<P>(keys));  // (g, n)
-    {
-      auto softmax_scope = cost_scope(p, CostTag::softmax);
-      probs_out = co_await ops::softmax_last(p, scores);
-    }
-    co_return co_await p.matmul_trunc(probs_out, values);
+    auto softmax_scope = cost_scope(p, CostTag::softmax);
+    auto [out, probs] = co_await ops::softmax_times(p, scores, values);
+    probs_out = std::move(probs);
+    co_return out;
   }
 
   Task<Share> mlp_block(P& p, std::size_t layer, const Share& h_in) {

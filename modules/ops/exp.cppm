@@ -1,9 +1,28 @@
-// exp for non-positive inputs (softmax after max subtraction), PUMA-style:
-// exp(x) ~ (1 + x/2^8)^(2^8) by 8 squarings, and 0 below -14 (exp(-14) < 1e-6).
-// The clipping comparison runs concurrently with the squarings.
+// exp for non-positive inputs (softmax after max subtraction), 0 below -14
+// (exp(-14) < 1e-6). Two ways, by the backend's truncation:
+//   probabilistic (PUMA-style): (1 + x/2^8)^(2^8) by 8 squarings. Every
+//     value stays near 2^(2f) before its truncation, where the failure
+//     probability (|x|/2^64 per element) is about 2^-27.
+//   exact (truncates_exactly): p(z)^2 with z = x/8 + 1, which maps [-14, 0]
+//     into [-0.75, 1], and p the degree-8 interpolant of exp(4z - 4) at
+//     Chebyshev nodes of that interval (monomial coefficients below 0.21,
+//     so z's powers at f fraction bits lose nothing that counts):
+//       round 1: x/8 and x^2/64 (z and z^2 are then local);
+//       round 2: z^3 and z^4;
+//       round 3: the low half sum_{k<=4} c_k z^k (one truncation) and
+//                z^4 (sum_{k>4} c_k z^(k-4)) (one product);
+//       round 4: the square.
+//     Four rounds where the squarings took nine. The product of round 3
+//     reaches 2^(3f - 1.5) before its truncation, safe only where truncation
+//     is exact; a backend whose fraction bits leave too little room (f > 24)
+//     takes the squarings.
+// The clipping comparison runs concurrently, then one select.
 //   range: x <= 0 (fixed point, 18 fraction bits)
-//   error: |exp_neg(x) - exp(x)| <= 2.5e-3 on [-14, 0], <= 1e-6 below (tested)
-//   cost (rss3): 10 rounds = max(truncate + 8 squarings, comparison) + select (tested)
+//   error: |exp_neg(x) - exp(x)| <= 2.5e-3 on [-14, 0], <= 1e-6 below
+//     (tested; the exact way's own error is about 1.2e-4)
+//   cost (rss3, tested): probabilistic 10 rounds = max(truncate + 8
+//     squarings, comparison) + select; exact, with truncation pairs and
+//     dcf comparisons, 5 = max(4, comparison: 2) + select
 export module mpcache.ops:exp;
 import mpcache.std;
 import mpcache.core;
@@ -17,6 +36,12 @@ export namespace mpcache::ops {
 inline constexpr int exp_squarings = 8;
 inline constexpr double exp_clip_below = -14.0;
 
+// p's coefficients c_0..c_8 (exact way): exp(x) ~ p(x/8 + 1)^2 on [-14, 0].
+inline constexpr std::array<double, 9> exp_polynomial = {
+    0.018345756295732218, 0.073183446355404552, 0.14487676818420217,
+    0.19663288352640348,  0.20931127477443615,  0.14929777670985764,
+    0.065614570500848748, 0.076293173253452834, 0.066395745720454008};
+
 namespace detail {
 template <Protocol P>
 Task<typename P::Share> exp_by_squaring(P& p, const typename P::Share& x) {
@@ -25,6 +50,53 @@ Task<typename P::Share> exp_by_squaring(P& p, const typename P::Share& x) {
   y = p.add_public(y, ring_filled(s, Ring{1} << p.frac_bits()));
   for (int i = 0; i < exp_squarings; ++i) y = co_await p.mul_trunc(y, y);
   co_return y;
+}
+
+// Bits the exact way's coefficients carry: the product of round 3 reaches
+// 0.36 2^(2f + G), kept below 2^56; 0 where that leaves fewer than 8.
+inline int exp_coefficient_bits(int frac_bits) {
+  const int bits = std::min(frac_bits, 56 - 2 * frac_bits);
+  return bits >= 8 ? bits : 0;
+}
+
+// sum_k c_{first + k} powers[k], at 2^(f + bits) (local).
+template <Protocol P>
+typename P::Share weighted_powers(const P& p, const std::vector<typename P::Share>& powers, std::size_t first,
+                                  int bits) {
+  const Shape s = P::shape(powers[0]);
+  const FixedPoint coefficient(bits);
+  auto term = [&](std::size_t k) { return p.mul_public(powers[k], ring_filled(s, coefficient.encode(exp_polynomial[first + k]))); };
+  auto sum = term(0);
+  for (std::size_t k = 1; k < powers.size(); ++k) sum = p.add(sum, term(k));
+  return sum;
+}
+
+// p(x/8 + 1)^2 (see the top of this file); needs exact truncation.
+template <Protocol P>
+Task<typename P::Share> exp_by_polynomial(P& p, const typename P::Share& x, int bits) {
+  const int f = p.frac_bits();
+  const Shape s = P::shape(x);
+  const RingTensor one = ring_filled(s, Ring{1} << f);
+  P pa = p.fork(), pb = p.fork();
+  auto [eighth, square] = co_await when_all(pa.truncate(x, 3), pb.mul_trunc(x, x, f + 6));
+  const auto z = p.add_public(eighth, one);
+  const auto z2 = p.add_public(p.add(square, p.add(eighth, eighth)), one);  // x^2/64 + x/4 + 1
+  P pc = p.fork(), pd = p.fork();
+  auto [z3, z4] = co_await when_all(pc.mul_trunc(z, z2), pd.mul_trunc(z2, z2));
+  const std::vector<typename P::Share> powers{z, z2, z3, z4};
+  const auto low_sum = weighted_powers(p, powers, 1, bits), high_factor = weighted_powers(p, powers, 5, bits);
+  P pe = p.fork(), pf = p.fork();
+  auto [low, high] = co_await when_all(pe.truncate(low_sum, bits), pf.mul_trunc(z4, high_factor, f + bits));
+  const FixedPoint fp(f);
+  const auto root = p.add_public(p.add(low, high), ring_filled(s, fp.encode(exp_polynomial[0])));
+  co_return co_await p.mul_trunc(root, root);
+}
+
+template <Protocol P>
+Task<typename P::Share> exp_unclipped(P& p, const typename P::Share& x) {
+  const int bits = exp_coefficient_bits(p.frac_bits());
+  if (truncates_exactly(p) && bits > 0) co_return co_await exp_by_polynomial(p, x, bits);
+  co_return co_await exp_by_squaring(p, x);
 }
 }  // namespace detail
 
@@ -35,7 +107,7 @@ Task<typename P::Share> exp_neg(P& p, const typename P::Share& x) {
   const FixedPoint fp(p.frac_bits());
   const auto clip = public_share(p, x, ring_filled(s, fp.encode(exp_clip_below)));
   P pe = p.fork(), pc = p.fork();
-  auto [y, below] = co_await when_all(detail::exp_by_squaring(pe, x), less_than(pc, x, clip));
+  auto [y, below] = co_await when_all(detail::exp_unclipped(pe, x), less_than(pc, x, clip));
   co_return p.sub(y, co_await p.mul(below, y));  // below ? 0 : y
 }
 

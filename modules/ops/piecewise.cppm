@@ -9,7 +9,8 @@
 // A polynomial piece is fitted in t = (x - center) / half_width, t in [-1, 1],
 // so that coefficient rounding (2^-(f+1) each) costs at most sum|c| 2^-(f+1).
 //   cost (rss3): max(msb_bits: 6 at 64 bits, 2 + ceil(log2 degree)) + 2 rounds;
-//   rss3 dcf: max(msb_arith: 2, 2 + ceil(log2 degree)) + 1
+//   rss3 dcf: max(msb_arith: 2, 2 + ceil(log2 degree)) + 1; where truncation
+//   is exact the polynomials take 1 + ceil(log2 degree) (polynomial, below)
 export module mpcache.ops:piecewise;
 import mpcache.std;
 import mpcache.core;
@@ -32,11 +33,42 @@ struct Piecewise {
   std::vector<Piece> pieces;        // breakpoints.size() + 1
 };
 
-// c_0 + c_1 t + ... for t = (x - center) / half_width.
+namespace detail {
+// Fraction bits for the coefficients of a polynomial whose last round is
+// folded (below): its product reaches sum|c_k| 2^(2f + G) on t in [-1, 1],
+// kept below 2^60; 0 (do not fold) where that leaves fewer than 8.
+inline int folded_coefficient_bits(const Piece& piece, int frac_bits) {
+  double total = 0;
+  for (double c : piece.coefficients) total += std::fabs(c);
+  const int bits = std::min(frac_bits, 60 - 2 * frac_bits - static_cast<int>(std::ceil(std::log2(total + 1))));
+  return bits >= 8 ? bits : 0;
+}
+
+// sum_{k = from..to} c_k t^k at 2^(f + bits), locally (power[k] = t^k at 2^f).
+template <Protocol P>
+typename P::Share coefficient_sum(const P& p, const std::vector<typename P::Share>& power, const Piece& piece,
+                                  std::size_t from, std::size_t to, std::size_t shift_down, int bits) {
+  const Shape s = P::shape(power[1]);
+  const FixedPoint coefficient(bits);
+  auto term = [&](std::size_t k) {
+    return p.mul_public(power[k - shift_down], ring_filled(s, coefficient.encode(piece.coefficients[k])));
+  };
+  auto sum = term(from);
+  for (std::size_t k = from + 1; k <= to; ++k) sum = p.add(sum, term(k));
+  return sum;
+}
+}  // namespace detail
+
+// c_0 + c_1 t + ... for t = (x - center) / half_width: t, then its powers in
+// log depth, then one truncation of the weighted sum. Where truncation is
+// exact (truncates_exactly) the round that would fill the top powers
+// t^(m+1..d) instead multiplies t^m by sum_{k>m} c_k t^(k-m) while the
+// lower terms are truncated: the sum's own truncation round goes.
 template <Protocol P>
 Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece& piece) {
   const Shape s = P::shape(x);
-  const FixedPoint fp(p.frac_bits());
+  const int f = p.frac_bits();
+  const FixedPoint fp(f);
   const double scale = fp.scale();
   // t = trunc(x / h - center / h at scale 2^(2f)).
   auto t_wide = p.add_public(
@@ -45,9 +77,12 @@ Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece
                          std::llround(-piece.center / piece.half_width * scale * scale)))));
   const std::size_t degree = piece.coefficients.size() - 1;
   std::vector<typename P::Share> power(degree + 1);
-  power[1] = co_await p.truncate(t_wide, p.frac_bits());
+  power[1] = co_await p.truncate(t_wide, f);
+  const int folded_bits = degree >= 2 && truncates_exactly(p) ? detail::folded_coefficient_bits(piece, f) : 0;
   // Log-depth powers: round r fills (2^(r-1), 2^r] from products of known ones.
-  for (std::size_t known = 1; known < degree; known *= 2) {
+  std::size_t known = 1;
+  for (; known < degree; known *= 2) {
+    if (folded_bits > 0 && 2 * known >= degree) break;  // the last round, folded below
     std::vector<P> forks;
     std::vector<Task<typename P::Share>> products;
     const std::size_t upto = std::min(degree, 2 * known);
@@ -57,12 +92,21 @@ Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece
     auto results = co_await when_all(std::move(products));
     for (std::size_t k = known + 1; k <= upto; ++k) power[k] = std::move(results[k - known - 1]);
   }
+  if (folded_bits > 0) {
+    const int g = folded_bits;
+    const auto low_sum = p.add_public(detail::coefficient_sum(p, power, piece, 1, known, 0, g),
+                                      ring_filled(s, FixedPoint(f + g).encode(piece.coefficients[0])));
+    const auto high_factor = detail::coefficient_sum(p, power, piece, known + 1, degree, known, g);
+    P pl = p.fork(), ph = p.fork();
+    auto [low, high] = co_await when_all(pl.truncate(low_sum, g), ph.mul_trunc(power[known], high_factor, f + g));
+    co_return p.add(low, high);
+  }
   // sum c_k t^k at scale 2^(2f), then one truncation.
   auto acc = public_share(p, x, ring_filled(s, static_cast<Ring>(static_cast<std::int64_t>(
                                                    std::llround(piece.coefficients[0] * scale * scale)))));
   for (std::size_t k = 1; k <= degree; ++k)
     acc = p.add(acc, p.mul_public(power[k], ring_filled(s, fp.encode(piece.coefficients[k]))));
-  co_return co_await p.truncate(acc, p.frac_bits());
+  co_return co_await p.truncate(acc, f);
 }
 
 namespace detail {

@@ -5,7 +5,9 @@
 //   the reciprocal's highest-bit search covers only sums below 2n
 //   error: <= 4e-3 absolute per entry for n <= 1024 (tested against float64)
 //   cost (rss3): max (a tournament_plan, 43 rounds for 2 rows of 1000) +
-//     exp 11 + reciprocal 13 (sums below 2^11) + 1
+//     exp (exp.cppm) + reciprocal (reciprocal.cppm, sums below 2^11) + 1;
+//     softmax_times (below) adds no round for its product with v where
+//     truncation is exact
 export module mpcache.ops:softmax;
 import mpcache.std;
 import mpcache.core;
@@ -53,9 +55,31 @@ Task<typename P::Share> softmax_last(P& p, const typename P::Share& x,
   co_return co_await p.mul_trunc(e, broadcast_last<P>(inv, P::shape(x).back()));
 }
 
-// (No fused softmax(x) V: computing e V before the reciprocal saves a round
-// but the unnormalised sum of n products reaches n |v| 2^(2f) before its
-// truncation, whose failure probability grows with it: at n = 512 a few
-// elements per prefill failed and garbled whole generations.)
+// {softmax(x) v, softmax(x)} for x (..., n) and v (n, d). Where truncation
+// is exact (truncates_exactly) e v runs while the reciprocal of the sum is
+// computed, and both products with it share the last round: one round less
+// than softmax then its product with v. The unnormalised sum of n products
+// reaches n |v| 2^(2f) before its truncation; under probabilistic
+// truncation its failure probability grows with it (at n = 512 a few
+// elements per prefill failed and garbled whole generations), so there the
+// product follows the softmax.
+template <Protocol P>
+Task<std::pair<typename P::Share, typename P::Share>> softmax_times(P& p, const typename P::Share& x,
+                                                                    const typename P::Share& v,
+                                                                    const std::optional<RingTensor>& mask = std::nullopt) {
+  if (!truncates_exactly(p)) {
+    auto probs = co_await softmax_last(p, x, mask);
+    auto out = co_await p.matmul_trunc(probs, v);
+    co_return std::pair{std::move(out), std::move(probs)};
+  }
+  auto e = co_await detail::softmax_numerators(p, x, mask);
+  P pi = p.fork(), pv = p.fork();
+  auto [inv, ev] = co_await when_all(detail::inverse_sum(pi, e), pv.matmul_trunc(e, v));
+  const std::size_t n = P::shape(x).back(), d = P::shape(v).back();
+  const auto inv_d = broadcast_last<P>(inv, d), inv_n = broadcast_last<P>(inv, n);
+  P po = p.fork(), pp = p.fork();
+  auto [out, probs] = co_await when_all(po.mul_trunc(ev, inv_d), pp.mul_trunc(e, inv_n));
+  co_return std::pair{std::move(out), std::move(probs)};
+}
 
 }  // namespace mpcache::ops

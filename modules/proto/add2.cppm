@@ -200,6 +200,7 @@ class Add2 {
 
   PartyId party_id() const noexcept { return party_->id_; }
   bool dcf_comparisons() const noexcept { return party_->options_.comparisons == Add2Comparisons::dcf; }
+  bool exact_truncation() const noexcept { return party_->options_.exact_truncation; }
   bool is_dealer() const noexcept { return party_->is_dealer(); }
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_ && !is_dealer(); }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }

@@ -259,6 +259,24 @@ concept DcfStoreCostsOption = DcfCostsOption<P> && CostModel<typename P::DcfStor
                                 { p.dcf_store() } -> std::convertible_to<bool>;
                               };
 
+// Optional: whether the backend truncates exactly (rss3 and add2 with
+// exact_truncation: floor(x / 2^d) or one more for every |x| < 2^62).
+// Probabilistic truncation fails with probability about |x| / 2^64 per
+// element, so ops keep their values near 2^(2f) there; where truncation is
+// exact they may carry values up to 2^60 (a polynomial's high powers, a sum
+// of many products) and save rounds by it. Backends without the hook
+// (plain, which plans as rss3's default does) count as probabilistic.
+template <class P>
+concept TruncationModeOption = Protocol<P> && requires(const P& p) {
+  { p.exact_truncation() } -> std::convertible_to<bool>;
+};
+
+template <Protocol P>
+bool truncates_exactly(const P& p) {
+  if constexpr (TruncationModeOption<P>) return p.exact_truncation();
+  else return false;
+}
+
 // f.template operator()<C>() with C the cost model p runs with, so that ops
 // plan on the comparisons the backend will really run (with a store, on
 // their online part):

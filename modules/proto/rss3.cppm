@@ -342,6 +342,7 @@ class Rss3 {
   PartyId party_id() const noexcept { return party_->id_; }
   bool dcf_comparisons() const noexcept { return party_->options_.comparisons == Rss3Comparisons::dcf; }
   bool dcf_store() const noexcept { return dcf_comparisons() && party_->options_.offline_budget > 0; }
+  bool exact_truncation() const noexcept { return party_->options_.exact_truncation; }
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }
   StreamId stream() const noexcept { return stream_; }

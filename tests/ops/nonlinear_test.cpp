@@ -21,34 +21,42 @@ RealTensor linspace(double lo, double hi, std::size_t n) {
 // Runs f on rss3 and plain; returns the decoded rss3 result and checks that
 // plain agrees within `backend_tolerance`.
 template <class F>
-RealTensor evaluate(const RealTensor& x, F f, double backend_tolerance) {
+RealTensor evaluate(const RealTensor& x, F f, double backend_tolerance, Rss3Options options = {}) {
   FixedPoint fp;
   const RingTensor encoded = fp.encode(x);
   auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
     auto a = co_await share_of(p, 0, encoded);
     co_return co_await p.reveal(co_await f(p, a));
-  });
+  }, options);
   const RealTensor s = fp.decode(secure.results[0]), c = fp.decode(clear);
   for (std::size_t i = 0; i < s.size(); ++i) CHECK(std::fabs(s.data()[i] - c.data()[i]) <= backend_tolerance);
   return s;
 }
 }  // namespace
 
-TEST_CASE("exp_neg: within 2.5e-3 of exp on [-14, 0] and within 1e-6 below") {
+// Both ways (exp.cppm): the squarings under probabilistic truncation, the
+// polynomial where truncation is exact (plain, which takes the squarings,
+// stays within the bound of either).
+TEST_CASE("exp_neg: within 2.5e-3 of exp on [-14, 0] and within 1e-6 below; 3e-4 where truncation is exact") {
   const RealTensor x = linspace(-20.0, 0.0, 4001);
-  auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::exp_neg(p, a); },
-                    2.5e-3);
-  double worst = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double err = std::fabs(y(i) - std::exp(x(i)));
-    if (x(i) >= -14.0) {
-      worst = std::max(worst, err);
-      CHECK(err <= 2.5e-3);
-    } else {
-      CHECK(err <= 1e-6);
+  for (bool exact : {false, true}) {
+    CAPTURE(exact);
+    auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::exp_neg(p, a); },
+                      2.5e-3, Rss3Options{.exact_truncation = exact});
+    const double bound = exact ? 3e-4 : 2.5e-3;
+    double worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double err = std::fabs(y(i) - std::exp(x(i)));
+      if (x(i) >= -14.0) {
+        worst = std::max(worst, err);
+        CHECK(err <= bound);
+      } else {
+        CHECK(err <= 1e-6);
+      }
     }
+    MESSAGE("exp_neg max error on [-14, 0], " << std::string(exact ? "exact" : "probabilistic")
+                                               << " truncation: " << worst);
   }
-  MESSAGE("exp_neg max error on [-14, 0]: " << worst);
 }
 
 TEST_CASE("reciprocal: relative error within 2e-4 + 2^-18/x on [1/8, 2^22]") {
@@ -134,20 +142,79 @@ TEST_CASE("softmax with and without a mask, against float64") {
   }
 }
 
-TEST_CASE("exp_neg costs 10 rounds: the clipping comparison overlaps the squarings") {
+// Where truncation is exact, e v is formed before the reciprocal; under
+// probabilistic truncation softmax_times is softmax then the product.
+TEST_CASE("softmax_times: softmax(x) v and softmax(x) against float64, masked or not, under either truncation") {
+  const std::size_t rows = 4, n = 100, d = 8;
+  const RealTensor x = mpcache::testing::random_real({rows, n}, -8, 8, 403);
+  const RealTensor v = mpcache::testing::random_real({n, d}, -4, 4, 404);
+  RingTensor mask = ring_filled({rows, n}, 1);
+  for (std::size_t j = 50; j < n; ++j) mask(3, j) = 0;
   FixedPoint fp;
-  const auto cost = mpcache::testing::measure_op(
-      fp.encode(linspace(-10, 0, 32)),
-      [](Rss3& p, const Rss3Share& a) { return ops::exp_neg(p, a); });
-  CHECK(cost.rounds == 10);
+  const RingTensor xe = fp.encode(x), ve = fp.encode(v);
+  for (bool exact : {false, true}) {
+    CAPTURE(exact);
+    auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+      auto a = co_await share_of(p, 0, xe);
+      auto b = co_await share_of(p, 1, ve);
+      auto [out, probs] = co_await ops::softmax_times(p, a, b, std::optional<RingTensor>(mask));
+      co_return std::array<RingTensor, 2>{co_await p.reveal(out), co_await p.reveal(probs)};
+    }, Rss3Options{.exact_truncation = exact});
+    const RealTensor out = fp.decode(secure.results[0][0]), probs = fp.decode(secure.results[0][1]);
+    // The squarings' exp error (about 1e-3 per entry) adds up over a row of
+    // v; the polynomial's (1.2e-4) far less.
+    const double out_bound = exact ? 5e-4 : 1e-2;
+    double worst_out = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      double mx = -1e300, sum = 0;
+      for (std::size_t j = 0; j < n; ++j)
+        if (mask(r, j)) mx = std::max(mx, x(r, j));
+      for (std::size_t j = 0; j < n; ++j)
+        if (mask(r, j)) sum += std::exp(x(r, j) - mx);
+      std::vector<double> want_out(d, 0.0);
+      for (std::size_t j = 0; j < n; ++j) {
+        const double want = mask(r, j) ? std::exp(x(r, j) - mx) / sum : 0.0;
+        CHECK(std::fabs(probs(r, j) - want) <= 4e-3);
+        for (std::size_t k = 0; k < d; ++k) want_out[k] += want * v(j, k);
+      }
+      for (std::size_t k = 0; k < d; ++k) {
+        worst_out = std::max(worst_out, std::fabs(out(r, k) - want_out[k]));
+        CHECK(std::fabs(out(r, k) - want_out[k]) <= out_bound);
+      }
+    }
+    MESSAGE("softmax_times worst output error: " << worst_out);
+    const RealTensor c = fp.decode(clear[0]);
+    for (std::size_t i = 0; i < c.size(); ++i) CHECK(std::fabs(c.data()[i] - out.data()[i]) <= 1e-2);  // plain squares
+  }
 }
 
-TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12]") {
+TEST_CASE("exp_neg's rounds: 10 by squarings; exact, 9 (circuit), 5 with truncation pairs and dcf") {
+  FixedPoint fp;
+  const RingTensor x = fp.encode(linspace(-10, 0, 32));
+  auto exp_op = [](Rss3& p, const Rss3Share& a) { return ops::exp_neg(p, a); };
+  // Probabilistic: max(truncate + 8 squarings, comparison: 8) + select.
+  CHECK(mpcache::testing::measure_op(x, exp_op).rounds == 10);
+  // Exact, two rounds per truncation: max(4 x 2, comparison: 8) + select.
+  CHECK(mpcache::testing::measure_op(x, exp_op, Rss3Options{.exact_truncation = true, .insecure_seed = 1}).rounds ==
+        9);
+  // With pairs at every shift it truncates by (3, f + 6, f, f + G with G =
+  // f) and dcf comparisons: max(4, msb_arith: 2) + select.
+  const int f = default_frac_bits;
+  const Rss3Options pairs{.exact_truncation = true, .comparisons = Rss3Comparisons::dcf, .insecure_seed = 1,
+                          .truncation_pairs_budget = std::uint64_t{64} << 20};
+  CHECK(mpcache::testing::measure_op_with_pairs(x, exp_op, pairs, {3, f, f + 6, 2 * f}, 4096).rounds == 5);
+}
+
+// Exact truncation folds each polynomial's last truncation (piecewise.cppm).
+TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12], under either truncation") {
   const RealTensor x = linspace(-12.0, 12.0, 2401);
+  for (bool exact : {false, true}) {
+  CAPTURE(exact);
+  const Rss3Options options{.exact_truncation = exact};
   auto g = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::gelu(p, a); },
-                    1e-4);
+                    1e-4, options);
   auto s = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::silu(p, a); },
-                    1e-4);
+                    1e-4, options);
   double worst_g = 0, worst_s = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double v = x(i);
@@ -159,6 +226,7 @@ TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12]") {
     CHECK(std::fabs(s(i) - silu) <= 1e-3);
   }
   MESSAGE("GeLU max error " << worst_g << ", SiLU max error " << worst_s);
+  }
 }
 
 TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds, large inputs included") {
@@ -378,4 +446,38 @@ TEST_CASE("round counts of the non-linear functions match the documented costs")
           const auto row = ops::reshape<Rss3>(a, {1, 8});
           co_return co_await ops::softmax_last(p, row);
         }) == 30);
+}
+
+// Where truncation is exact and every product has a truncation pair (rss3
+// with dcf comparisons): exp by its polynomial, each piecewise polynomial's
+// sum truncated with its last products, and softmax_times' product with v
+// beside the reciprocal.
+TEST_CASE("round counts where truncation is exact, with truncation pairs and dcf comparisons") {
+  FixedPoint fp;
+  const RingTensor x = fp.encode(linspace(0.5, 4.0, 8));
+  const int f = default_frac_bits;
+  const Rss3Options pairs{.exact_truncation = true, .comparisons = Rss3Comparisons::dcf, .insecure_seed = 1,
+                          .truncation_pairs_budget = std::uint64_t{256} << 20};
+  // Every shift the ops below truncate by: 3 and f + 6 (exp), f and 2f
+  // (products, folded sums), 19, 22 and 23 (the reciprocal).
+  const std::vector<int> shifts{3, f, f + 1, f + 4, f + 5, f + 6, 2 * f};
+  auto rounds_of = [&](auto op) { return mpcache::testing::measure_op_with_pairs(x, op, pairs, shifts, 4096).rounds; };
+  // Piecewise: max(msb_arith 2, t 1 + powers ceil(log2 degree) with the sum
+  // folded in) + dot_trunc 1: SiLU (degree 8) 1 + 3, GeLU (degree 10) 1 + 4.
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 5);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 6);
+  // silu_times: the product with y after the polynomial.
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu_times(p, a, a); }) == 6);
+  // softmax then its product with v, against softmax_times: one round less.
+  const auto row = [](const Rss3Share& a) { return ops::reshape<Rss3>(a, {1, 8}); };
+  const auto column = [](const Rss3Share& a) { return ops::reshape<Rss3>(a, {8, 1}); };
+  const auto apart = rounds_of([&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    auto probs = co_await ops::softmax_last(p, row(a));
+    co_return co_await p.matmul_trunc(probs, column(a));
+  });
+  const auto fused = rounds_of([&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    co_return (co_await ops::softmax_times(p, row(a), column(a))).first;
+  });
+  CHECK(fused + 1 == apart);
+  MESSAGE("softmax over 8 then v: " << apart << " rounds, softmax_times " << fused);
 }

@@ -117,6 +117,32 @@ OpCost measure_op(const RingTensor& x, Op op, Rss3Options options) {
   return cost;
 }
 
+// measure_op after every party made `count` truncation pairs at each of
+// `shifts` and the session took them (options: exact truncation with a
+// pairs budget), so that exact products in the window take one round.
+template <class Op>
+OpCost measure_op_with_pairs(const RingTensor& x, Op op, Rss3Options options, const std::vector<int>& shifts,
+                             std::size_t count) {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<CostCounters, 3> before, after;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto party = co_await Rss3Party::setup(network.endpoint(id), options);
+    Rss3 p = party->session();
+    const Rss3Share a = co_await share_of(p, 0, x);
+    for (int shift : shifts) (void)co_await party->prepare_truncations(shift, count);
+    p.take_truncation_pairs();
+    co_await align_clocks(network.endpoint(id));
+    before[id] = network.endpoint(id).costs();
+    (void)co_await op(p, a);
+    after[id] = network.endpoint(id).costs();
+  });
+  OpCost cost;
+  for (std::size_t i = 0; i < 3; ++i) cost.bytes[i] = (after[i] - before[i]).payload_bytes_sent();
+  cost.rounds = critical_rounds(before, after);
+  return cost;
+}
+
 template <class Op>
 OpCost measure_op(const RingTensor& x, Op op, std::uint64_t seed = 1) {
   return measure_op(x, op, Rss3Options{.insecure_seed = seed});
