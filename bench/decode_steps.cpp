@@ -149,8 +149,9 @@ void run(const std::string& policy, const Settings& settings) {
       if constexpr (!add2) {
         before_prepare[step + 1][id] = state->dcf_stats();
         pairs_before_prepare[step + 1][id] = state->truncation_stats();
-        // After the prefill only the count starts: its demand says little about a step's.
-        if (settings.pairs && step < tokens) (void)co_await p.refill_truncation_pairs(step == 0 ? 0 : 16);
+        // After the prefill, its demand per prompt token stands in for a step's.
+        if (settings.pairs && step < tokens)
+          (void)co_await p.refill_truncation_pairs(16, step == 0 ? std::max<std::size_t>(prompt.size(), 1) : 1);
         // Fill the stores for the next step from the previous one's demand
         // (the same at every party, so all prepare alike).
         if (settings.offline && step >= 1 && step < tokens)

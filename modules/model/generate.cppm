@@ -172,9 +172,9 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       if (told_to_stop) break;
       // Offline, outside the step's window: truncation pairs for it (rss3
       // with Rss3Options::truncation_pairs_budget), from the last step's
-      // demand; the prefill's says little about a step's, so none for step 1.
-      if constexpr (requires { p.refill_truncation_pairs(std::size_t{}); }) {
-        if (co_await p.refill_truncation_pairs(step == 1 ? 0 : 16)) {
+      // demand; for the first, the prefill's per prompt token.
+      if constexpr (requires { p.refill_truncation_pairs(std::size_t{}, std::size_t{}); }) {
+        if (co_await p.refill_truncation_pairs(16, step == 1 ? std::max<std::size_t>(request.prompt_length, 1) : 1)) {
           before = snapshot();
           t0 = Clock::now();
         }

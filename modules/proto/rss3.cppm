@@ -352,11 +352,12 @@ class Rss3 {
   void take_truncation_pairs();
   // Collective, at a quiet point between steps (the TruncationPairs hook):
   // per shift, makes pairs until `multiple` times what was truncated at it
-  // since the last call (+ 64) are unused, then takes them for this
-  // stream. multiple 0 makes none (after a prefill, whose demand says
-  // little about a decode step's). Nothing without truncation pairs:
-  // returns whether this party has them.
-  Task<bool> refill_truncation_pairs(std::size_t multiple);
+  // since the last call, over `steps` (at least 2^16), are unused, then
+  // takes them for this stream. After a prefill of T tokens pass steps = T:
+  // its demand per token stands in for a decode step's, which the next
+  // refill then measures. multiple 0 makes none. Nothing without truncation
+  // pairs: returns whether this party has them.
+  Task<bool> refill_truncation_pairs(std::size_t multiple, std::size_t steps = 1);
   // What this stream's messages count as (CostCounters::by_tag).
   CostTag cost_tag() const noexcept { return tag_; }
   void set_cost_tag(CostTag tag) noexcept { tag_ = tag; }

@@ -252,16 +252,18 @@ void Rss3::take_truncation_pairs() {
   for (auto& [bits, store] : party_->pairs_) grants(bits).add(store.grant(store.ungranted()));
 }
 
-Task<bool> Rss3::refill_truncation_pairs(std::size_t multiple) {
+Task<bool> Rss3::refill_truncation_pairs(std::size_t multiple, std::size_t steps) {
   Rss3Party& party = *party_;
   if (!party.options_.exact_truncation || party.options_.truncation_pairs_budget == 0) co_return false;
+  if (steps == 0) throw Error(ErrorCode::invalid_argument, "refill_truncation_pairs over 0 steps");
   const std::map<int, std::uint64_t> demand = party.truncation_stats_.demand;
   if (multiple > 0)
     for (const auto& [bits, elements] : demand) {
       const std::uint64_t since = elements - party.demand_at_refill_[bits];
       // At least a floor per shift: forks take shares, so a shift with few
       // elements still needs enough pairs to reach the deep forks that use it.
-      if (since > 0) (void)co_await party.prepare_truncations(bits, std::max<std::uint64_t>(multiple * since, 1 << 16));
+      const std::uint64_t per_step = (since + steps - 1) / steps;
+      if (since > 0) (void)co_await party.prepare_truncations(bits, std::max<std::uint64_t>(multiple * per_step, 1 << 16));
     }
   party.demand_at_refill_ = demand;
   take_truncation_pairs();

@@ -218,6 +218,32 @@ TEST_CASE("truncation pairs: a stream that took the store hands half to each for
   CHECK(stats[0].granted == 0);  // held pairs sufficed: party 0 granted nothing more
 }
 
+TEST_CASE("truncation pairs: a refill makes 16 times the demand since the last one, over `steps`, at least 2^16") {
+  // 2^18 elements truncated once (a prefill of 8 tokens, say): a refill
+  // over 8 steps makes 16 x 2^15 pairs, over 64 steps the floor of 2^16.
+  const std::size_t n = std::size_t{1} << 18;
+  RingTensor x = random_ring({n}, 52);
+  for (auto& v : x) v = static_cast<Ring>(static_cast<std::int64_t>(v) >> 24);
+  for (const auto& [steps, made] : {std::pair<std::size_t, std::uint64_t>{8, 16 << 15}, {64, 1 << 16}}) {
+    CAPTURE(steps);
+    Scheduler scheduler;
+    InProcessNetwork network(scheduler, 3);
+    std::array<std::uint64_t, 3> prepared{};
+    run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+      auto party = co_await Rss3Party::setup(network.endpoint(id), with_pairs(default_frac_bits, 256 * megabyte));
+      Rss3 p = party->session();
+      const Rss3Share a = co_await share_of(p, 0, x);
+      (void)co_await p.truncate(p.add(a, a), default_frac_bits);  // a truncation alone: no demand for pairs
+      RingTensor ones = ring_zeros({n});
+      std::fill(ones.begin(), ones.end(), Ring{1} << default_frac_bits);
+      (void)co_await p.mul_trunc(a, p.add_public(p.sub(a, a), ones));
+      CHECK(co_await p.refill_truncation_pairs(16, steps));
+      prepared[id] = party->truncation_stats().prepared;
+    });
+    for (std::size_t id = 0; id < 3; ++id) CHECK(prepared[id] == made);
+  }
+}
+
 TEST_CASE("truncation pairs: prepare_truncations refuses without exact truncation or a budget; set-up names a differing budget") {
   auto message = [](Rss3Options options) {
     Scheduler scheduler;
