@@ -77,16 +77,19 @@ Task<typename P::Share> exp_by_polynomial(P& p, const typename P::Share& x, int 
   const int f = p.frac_bits();
   const Shape s = P::shape(x);
   const RingTensor one = ring_filled(s, Ring{1} << f);
-  P pa = p.fork(), pb = p.fork();
-  auto [eighth, square] = co_await when_all(pa.truncate(x, 3), pb.mul_trunc(x, x, f + 6));
+  // The truncations alone run on p itself (they need no truncation pairs),
+  // so that the products' forks are a burst's first and get half of p's
+  // pairs (rss3_pairs.cppm), not a sixth.
+  P ps = p.fork();
+  auto [eighth, square] = co_await when_all(p.truncate(x, 3), ps.mul_trunc(x, x, f + 6));
   const auto z = p.add_public(eighth, one);
   const auto z2 = p.add_public(p.add(square, p.add(eighth, eighth)), one);  // x^2/64 + x/4 + 1
   P pc = p.fork(), pd = p.fork();
   auto [z3, z4] = co_await when_all(pc.mul_trunc(z, z2), pd.mul_trunc(z2, z2));
   const std::vector<typename P::Share> powers{z, z2, z3, z4};
   const auto low_sum = weighted_powers(p, powers, 1, bits), high_factor = weighted_powers(p, powers, 5, bits);
-  P pe = p.fork(), pf = p.fork();
-  auto [low, high] = co_await when_all(pe.truncate(low_sum, bits), pf.mul_trunc(z4, high_factor, f + bits));
+  P ph = p.fork();
+  auto [low, high] = co_await when_all(p.truncate(low_sum, bits), ph.mul_trunc(z4, high_factor, f + bits));
   const FixedPoint fp(f);
   const auto root = p.add_public(p.add(low, high), ring_filled(s, fp.encode(exp_polynomial[0])));
   co_return co_await p.mul_trunc(root, root);
@@ -106,7 +109,7 @@ Task<typename P::Share> exp_neg(P& p, const typename P::Share& x) {
   const Shape s = P::shape(x);
   const FixedPoint fp(p.frac_bits());
   const auto clip = public_share(p, x, ring_filled(s, fp.encode(exp_clip_below)));
-  P pe = p.fork(), pc = p.fork();
+  P pe = p.fork(), pc = p.fork();  // the products' fork first (see exp_by_polynomial)
   auto [y, below] = co_await when_all(detail::exp_unclipped(pe, x), less_than(pc, x, clip));
   co_return p.sub(y, co_await p.mul(below, y));  // below ? 0 : y
 }

@@ -97,8 +97,10 @@ Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece
     const auto low_sum = p.add_public(detail::coefficient_sum(p, power, piece, 1, known, 0, g),
                                       ring_filled(s, FixedPoint(f + g).encode(piece.coefficients[0])));
     const auto high_factor = detail::coefficient_sum(p, power, piece, known + 1, degree, known, g);
-    P pl = p.fork(), ph = p.fork();
-    auto [low, high] = co_await when_all(pl.truncate(low_sum, g), ph.mul_trunc(power[known], high_factor, f + g));
+    // The truncation alone on p itself, the product on a burst's first fork
+    // (half of p's truncation pairs; see exp_by_polynomial).
+    P ph = p.fork();
+    auto [low, high] = co_await when_all(p.truncate(low_sum, g), ph.mul_trunc(power[known], high_factor, f + g));
     co_return p.add(low, high);
   }
   // sum c_k t^k at scale 2^(2f), then one truncation.
@@ -186,8 +188,12 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
   std::vector<Ring> breakpoints;
   for (double b : spec.breakpoints) breakpoints.push_back(fp.encode(b));
   std::vector<Task<typename P::Share>> work;
+  // One fork per live piece, in order, then the comparisons' (last: they
+  // use no truncation pairs, and a burst's k-th fork takes 1/(k+1) of what
+  // its parent has left, rss3_pairs.cppm).
   std::vector<P> forks;
-  for (std::size_t j = 0; j <= spec.pieces.size(); ++j) forks.push_back(p.fork());
+  for (std::size_t c = 0; c <= count; ++c) forks.push_back(p.fork());
+  P& compare_fork = forks[count];
   // A piece's value, times the multiplier when there is one.
   auto piece_value = [&](P& q, const Piece& piece) -> Task<typename P::Share> {
     if (piece.kind == Piece::Kind::polynomial) {
@@ -198,19 +204,19 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
     if (!times) co_return x;  // the identity
     co_return co_await q.mul_trunc(x, *times, q.frac_bits() + times_shift);
   };
-  for (std::size_t j : live) work.push_back(piece_value(forks[j + 1], spec.pieces[j]));
+  for (std::size_t c = 0; c < count; ++c) work.push_back(piece_value(forks[c], spec.pieces[live[c]]));
   // The comparisons start first, then the pieces, all in the same ticks.
   // Piece j's indicator: [x < b_j] - [x < b_{j-1}] (the breakpoints ascend;
   // first: [x < b_0], last: 1 - [x < b_last]); XOR for bits.
   if constexpr (detail::ArithmeticOneHot<P>) {
     if (detail::arithmetic_select_pays(p, ring_bits, element_count(s) * cuts, element_count(s), count)) {
-      auto [below, done] = co_await when_all(below_each(forks[0], x, breakpoints), when_all(std::move(work)));
+      auto [below, done] = co_await when_all(below_each(compare_fork, x, breakpoints), when_all(std::move(work)));
       auto indicators = detail::piece_indicators<P>(below, cuts, live, [](Ring at, Ring before) { return at - before; });
       if (live.back() == cuts) indicators = p.add_public(indicators, detail::top_is_one(stacked, count));
       co_return reshape<P>(co_await p.dot_trunc(indicators, detail::side_by_side<P>(done, s), 0), s);
     }
   }
-  auto [below, done] = co_await when_all(below_each_bits(forks[0], x, breakpoints), when_all(std::move(work)));
+  auto [below, done] = co_await when_all(below_each_bits(compare_fork, x, breakpoints), when_all(std::move(work)));
   auto indicators = detail::piece_indicators<P>(below, cuts, live, [](Ring at, Ring before) { return at ^ before; });
   if (live.back() == cuts) indicators = p.bits_xor_public(indicators, detail::top_is_one(stacked, count));
   co_return reshape<P>(co_await p.bit_dot(indicators, detail::side_by_side<P>(done, s)), s);
