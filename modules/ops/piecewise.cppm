@@ -188,12 +188,17 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
   std::vector<Ring> breakpoints;
   for (double b : spec.breakpoints) breakpoints.push_back(fp.encode(b));
   std::vector<Task<typename P::Share>> work;
-  // One fork per live piece, in order, then the comparisons' (last: they
-  // use no truncation pairs, and a burst's k-th fork takes 1/(k+1) of what
-  // its parent has left, rss3_pairs.cppm).
+  // Where truncation is exact, one fork per live piece, in order, then the
+  // comparisons' (last: they use no truncation pairs, and a burst's k-th
+  // fork takes 1/(k+1) of what its parent has left, rss3_pairs.cppm).
+  // Otherwise the comparisons' fork first and one per piece, live or not:
+  // stream ids set which party leads a comparison, so this layout keeps the
+  // round counts of probabilistic runs (and their results) as they were.
+  const bool pieces_first = truncates_exactly(p);
   std::vector<P> forks;
-  for (std::size_t c = 0; c <= count; ++c) forks.push_back(p.fork());
-  P& compare_fork = forks[count];
+  for (std::size_t c = 0; c <= (pieces_first ? count : spec.pieces.size()); ++c) forks.push_back(p.fork());
+  P& compare_fork = pieces_first ? forks[count] : forks[0];
+  auto piece_fork = [&](std::size_t c) -> P& { return pieces_first ? forks[c] : forks[live[c] + 1]; };
   // A piece's value, times the multiplier when there is one.
   auto piece_value = [&](P& q, const Piece& piece) -> Task<typename P::Share> {
     if (piece.kind == Piece::Kind::polynomial) {
@@ -204,7 +209,7 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
     if (!times) co_return x;  // the identity
     co_return co_await q.mul_trunc(x, *times, q.frac_bits() + times_shift);
   };
-  for (std::size_t c = 0; c < count; ++c) work.push_back(piece_value(forks[c], spec.pieces[live[c]]));
+  for (std::size_t c = 0; c < count; ++c) work.push_back(piece_value(piece_fork(c), spec.pieces[live[c]]));
   // The comparisons start first, then the pieces, all in the same ticks.
   // Piece j's indicator: [x < b_j] - [x < b_{j-1}] (the breakpoints ascend;
   // first: [x < b_0], last: 1 - [x < b_last]); XOR for bits.
