@@ -35,6 +35,25 @@ typename P::Share public_share(const P& p, const typename P::Share& like, const 
   return p.add_public(P::apply(like, [&](const RingTensor&) { return ring_zeros(shape); }), value);
 }
 
+// sum_k coefficients[k] terms[k] for public real coefficients encoded with
+// `bits` fraction bits: terms at 2^f give the sum at 2^(f + bits), locally
+// (a polynomial's weighted powers before their truncation).
+template <Protocol P>
+typename P::Share weighted_terms(const P& p, std::span<const typename P::Share> terms,
+                                 std::span<const double> coefficients, int bits) {
+  if (terms.empty() || terms.size() != coefficients.size())
+    throw Error(ErrorCode::invalid_argument, "weighted_terms: " + std::to_string(terms.size()) + " terms, " +
+                                                 std::to_string(coefficients.size()) + " coefficients");
+  const Shape s = P::shape(terms[0]);
+  const FixedPoint coefficient(bits);
+  auto term = [&](std::size_t k) {
+    return p.mul_public(terms[k], ring_filled(s, coefficient.encode(coefficients[k])));
+  };
+  auto sum = term(0);
+  for (std::size_t k = 1; k < terms.size(); ++k) sum = p.add(sum, term(k));
+  return sum;
+}
+
 // (..., n) -> (..., 1): local sum over the last axis.
 // x + c for a public real constant c: fixed-point encoded on ring backends,
 // exact on float64 ones.

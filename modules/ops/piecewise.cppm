@@ -43,20 +43,6 @@ inline int folded_coefficient_bits(const Piece& piece, int frac_bits) {
   const int bits = std::min(frac_bits, 60 - 2 * frac_bits - static_cast<int>(std::ceil(std::log2(total + 1))));
   return bits >= 8 ? bits : 0;
 }
-
-// sum_{k = from..to} c_k t^k at 2^(f + bits), locally (power[k] = t^k at 2^f).
-template <Protocol P>
-typename P::Share coefficient_sum(const P& p, const std::vector<typename P::Share>& power, const Piece& piece,
-                                  std::size_t from, std::size_t to, std::size_t shift_down, int bits) {
-  const Shape s = P::shape(power[1]);
-  const FixedPoint coefficient(bits);
-  auto term = [&](std::size_t k) {
-    return p.mul_public(power[k - shift_down], ring_filled(s, coefficient.encode(piece.coefficients[k])));
-  };
-  auto sum = term(from);
-  for (std::size_t k = from + 1; k <= to; ++k) sum = p.add(sum, term(k));
-  return sum;
-}
 }  // namespace detail
 
 // c_0 + c_1 t + ... for t = (x - center) / half_width: t, then its powers in
@@ -94,9 +80,11 @@ Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece
   }
   if (folded_bits > 0) {
     const int g = folded_bits;
-    const auto low_sum = p.add_public(detail::coefficient_sum(p, power, piece, 1, known, 0, g),
-                                      ring_filled(s, FixedPoint(f + g).encode(piece.coefficients[0])));
-    const auto high_factor = detail::coefficient_sum(p, power, piece, known + 1, degree, known, g);
+    const std::span<const typename P::Share> powers(power);
+    const std::span<const double> c(piece.coefficients);
+    const auto low_sum = p.add_public(weighted_terms<P>(p, powers.subspan(1, known), c.subspan(1, known), g),
+                                      ring_filled(s, FixedPoint(f + g).encode(c[0])));
+    const auto high_factor = weighted_terms<P>(p, powers.subspan(1, degree - known), c.subspan(known + 1), g);
     // The truncation alone on p itself, the product on a burst's first fork
     // (half of p's truncation pairs; see exp_by_polynomial).
     P ph = p.fork();
