@@ -209,23 +209,23 @@ TEST_CASE("exp_neg's rounds: 10 by squarings; exact, 9 (circuit), 5 with truncat
 TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12], under either truncation") {
   const RealTensor x = linspace(-12.0, 12.0, 2401);
   for (bool exact : {false, true}) {
-  CAPTURE(exact);
-  const Rss3Options options{.exact_truncation = exact};
-  auto g = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::gelu(p, a); },
-                    1e-4, options);
-  auto s = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::silu(p, a); },
-                    1e-4, options);
-  double worst_g = 0, worst_s = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double v = x(i);
-    const double gelu = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
-    const double silu = v / (1 + std::exp(-v));
-    worst_g = std::max(worst_g, std::fabs(g(i) - gelu));
-    worst_s = std::max(worst_s, std::fabs(s(i) - silu));
-    CHECK(std::fabs(g(i) - gelu) <= 1e-3);
-    CHECK(std::fabs(s(i) - silu) <= 1e-3);
-  }
-  MESSAGE("GeLU max error " << worst_g << ", SiLU max error " << worst_s);
+    CAPTURE(exact);
+    const Rss3Options options{.exact_truncation = exact};
+    auto g = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::gelu(p, a); },
+                      1e-4, options);
+    auto s = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::silu(p, a); },
+                      1e-4, options);
+    double worst_g = 0, worst_s = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double v = x(i);
+      const double gelu = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+      const double silu = v / (1 + std::exp(-v));
+      worst_g = std::max(worst_g, std::fabs(g(i) - gelu));
+      worst_s = std::max(worst_s, std::fabs(s(i) - silu));
+      CHECK(std::fabs(g(i) - gelu) <= 1e-3);
+      CHECK(std::fabs(s(i) - silu) <= 1e-3);
+    }
+    MESSAGE("GeLU max error " << worst_g << ", SiLU max error " << worst_s);
   }
 }
 
