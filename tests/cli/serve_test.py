@@ -168,9 +168,14 @@ def main():
         if results[0][2] == 0 or "client share for server 1" not in results[0][1]:
             fail("the garbage client was not told why: %s" % results[0][1], logs)
         time.sleep(1)
+        # Only server 1 gets the garbage share. The others learn it from its
+        # cancellation, unless the client, told why, closes its links first:
+        # then they log that it went away, a reason of its own for that session
+        # (seen once under ASan and load). Either way both sessions are named.
         for l in logs:
             text = open(l).read()
-            if "client share for server 1" not in text or "went away" not in text and "closed" not in text:
+            share_fault = "client share for server 1" in text or text.count("went away") >= 2
+            if not share_fault or "went away" not in text and "closed" not in text:
                 fail("%s does not name both bad clients' faults" % l, logs)
         print("a garbage share and a vanished client end only their own sessions")
 
