@@ -320,7 +320,8 @@ class Rss3Party {
   Rss3DcfStats dcf_stats_;
   std::unique_ptr<Rss3DcfStore> store_;
   std::map<int, Rss3TruncationStore> pairs_;  // by shift
-  std::map<int, std::uint64_t> demand_at_refill_;  // truncation_stats_.demand at the last refill
+  std::map<int, std::uint64_t> keyless_demand_;  // per shift, since the last refill: calls with no plan key
+  Rss3TruncationPlan plan_;
   Rss3TruncationStats truncation_stats_;
 };
 
@@ -351,12 +352,16 @@ class Rss3 {
   // this stream takes every pair no stream holds, for it and its forks.
   void take_truncation_pairs();
   // Collective, at a quiet point between steps (the TruncationPairs hook):
-  // per shift, makes pairs until `multiple` times what was truncated at it
-  // since the last call, over `steps` (at least 2^16), are unused, then
-  // takes them for this stream. After a prefill of T tokens pass steps = T:
-  // its demand per token stands in for a decode step's, which the next
-  // refill then measures. multiple 0 makes none. Nothing without truncation
-  // pairs: returns whether this party has them.
+  // per shift, makes pairs until these are unused: a reservation for each
+  // call this stream and its forks made since the last refill
+  // (Rss3TruncationPlan: the next step repeats them), and `multiple` times
+  // what calls with no plan key truncated (a prefill before any refill, or
+  // other streams) over `steps` (at least 2^16), for the tree of shares
+  // this stream then takes (a first step's calls have no reservation yet).
+  // After a prefill of T tokens pass steps = T: its demand per token
+  // stands in for the first decode step's. multiple 0 makes none (and
+  // reserves from what is held). Nothing without truncation pairs: returns
+  // whether this party has them.
   Task<bool> refill_truncation_pairs(std::size_t multiple, std::size_t steps = 1);
   // What this stream's messages count as (CostCounters::by_tag).
   CostTag cost_tag() const noexcept { return tag_; }
@@ -515,6 +520,9 @@ class Rss3 {
   bool scoped_ = false;  // forks keep the stream's scope bits
   CostTag tag_ = CostTag::other;
   std::map<int, std::shared_ptr<Rss3TruncationGrants>> pairs_;  // this stream's truncation pairs by shift (rss3_pairs.cpp)
+  // Rss3TruncationPlan's key of this stream (0: none, not under a refill),
+  // and the forks and truncations it made since it got it.
+  std::uint64_t plan_key_ = 0, plan_forks_ = 0, plan_calls_ = 0;
   // Compare with the circuit whatever the options say: making truncation
   // pairs offline, where dcf keys dealt inline would cost far more bytes.
   bool circuit_only_ = false;

@@ -23,6 +23,13 @@
 // fingerprint of the pairs it used), so parties 1 and 2 learn it before
 // the stream's next call. Filling the store at a quiet point ends every
 // grant (a new epoch) and keeps only the pairs no call used.
+//
+// Shares down the tree suit a first step, whose calls nobody has seen yet,
+// but a fork deep in a burst gets little. A decode step repeats the last
+// one's calls, so a refill (Rss3::refill_truncation_pairs) also reserves
+// pairs for each call the last step made (Rss3TruncationPlan), by a key
+// that every party derives alike and that the next step's same call
+// derives again; such a call needs no share of the tree.
 export module mpcache.proto:rss3_pairs;
 import mpcache.std;
 import mpcache.core;
@@ -74,12 +81,53 @@ struct Rss3TruncationStats {
   double offline_seconds = 0;        // wall time in prepare_truncations
   std::uint64_t from_pairs = 0;      // elements truncated with a pair (one round)
   std::uint64_t two_round = 0;       // elements of exact fused truncations at d that took two rounds
+  std::uint64_t planned = 0;         // of from_pairs: with pairs reserved for their call (Rss3TruncationPlan)
   std::uint64_t granted = 0;         // pairs granted to streams (party 0 counts; the others learn them)
   std::uint64_t ran_dry = 0;         // pairs a grant asked for that the store no longer had
   std::uint64_t store_bytes = 0, store_peak = 0;  // bytes of pairs held (all shifts), now and at most
   // Elements of exact fused truncations per shift, with pairs or not: the
   // same at every party, so a plan for what to prepare.
   std::map<int, std::uint64_t> demand;
+};
+
+// Pairs reserved per call. Keys: the refilling stream's is fixed by its
+// stream id; a fork's mixes its parent's with its number among the
+// parent's forks since the refill; a call's mixes its stream's with its
+// number among the stream's truncations since then. Forks and calls follow
+// the same program at every party and in every step, so a key names the
+// same call at all three parties and, after a refill, the same call of the
+// next step. A call's reservation holds the elements it had last step and
+// a quarter more (attention over a cache grows by a row per step); what a
+// step leaves unused the store keeps for the next.
+class Rss3TruncationPlan {
+ public:
+  using Range = Rss3TruncationGrants::Range;
+  // A keyed call of `count` elements at shift `bits` in the store's
+  // `epoch`: recorded for the next refill. Returns its reserved pairs (the
+  // first `count`) if it has at least that many in this epoch.
+  std::optional<std::vector<Range>> use(std::uint64_t key, int bits, std::uint64_t epoch, std::uint64_t count);
+  // Per shift, the pairs the calls recorded since the last reserve() want.
+  std::map<int, std::uint64_t> wanted() const;
+  // Ends the old reservations and reserves for every recorded call, in
+  // order of key (alike at every party), what grant(bits, count) gives
+  // (the store's next ungranted pairs; fewer when it has fewer); then
+  // forgets the record. epoch(bits): the store's epoch at that shift.
+  void reserve(const std::function<Range(int, std::uint64_t)>& grant, const std::function<std::uint64_t(int)>& epoch);
+  static std::uint64_t with_slack(std::uint64_t count) noexcept { return count + count / 4 + 16; }
+  static std::uint64_t mix(std::uint64_t a, std::uint64_t b) noexcept;
+
+ private:
+  struct Recorded {
+    int bits;
+    std::uint64_t count;
+  };
+  struct Reserved {
+    int bits;
+    std::uint64_t epoch;
+    Range range;
+  };
+  std::map<std::uint64_t, Recorded> recorded_;  // by key: the largest count seen
+  std::unordered_map<std::uint64_t, Reserved> reserved_;
 };
 
 // One party's pairs, as replicated components (own: s_i, next: s_{i+1}).

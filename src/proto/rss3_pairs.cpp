@@ -104,6 +104,44 @@ std::vector<Rss3TruncationGrants::Range> Rss3TruncationGrants::take_back(std::ui
   return out;
 }
 
+// ---- reservations per call -------------------------------------------------------
+
+std::uint64_t Rss3TruncationPlan::mix(std::uint64_t a, std::uint64_t b) noexcept {
+  std::uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) | 1;  // never 0: 0 means "no key"
+}
+
+std::optional<std::vector<Rss3TruncationPlan::Range>> Rss3TruncationPlan::use(std::uint64_t key, int bits,
+                                                                             std::uint64_t epoch,
+                                                                             std::uint64_t count) {
+  auto [seen, fresh] = recorded_.try_emplace(key, Recorded{bits, count});
+  if (!fresh && seen->second.bits == bits) seen->second.count = std::max(seen->second.count, count);
+  const auto it = reserved_.find(key);
+  if (it == reserved_.end()) return std::nullopt;
+  const Reserved r = it->second;
+  reserved_.erase(it);  // a key names one call
+  if (r.bits != bits || r.epoch != epoch || r.range.second - r.range.first < count) return std::nullopt;
+  return std::vector<Range>{{r.range.first, r.range.first + count}};
+}
+
+std::map<int, std::uint64_t> Rss3TruncationPlan::wanted() const {
+  std::map<int, std::uint64_t> out;
+  for (const auto& [key, call] : recorded_) out[call.bits] += with_slack(call.count);
+  return out;
+}
+
+void Rss3TruncationPlan::reserve(const std::function<Range(int, std::uint64_t)>& grant,
+                                 const std::function<std::uint64_t(int)>& epoch) {
+  reserved_.clear();
+  for (const auto& [key, call] : recorded_) {
+    const Range r = grant(call.bits, with_slack(call.count));
+    if (r.second > r.first) reserved_[key] = {call.bits, epoch(call.bits), r};
+  }
+  recorded_.clear();
+}
+
 // ---- the store ----------------------------------------------------------------
 
 void Rss3TruncationStore::refill(std::span<const Ring> r_own, std::span<const Ring> r_next,
@@ -256,16 +294,23 @@ Task<bool> Rss3::refill_truncation_pairs(std::size_t multiple, std::size_t steps
   Rss3Party& party = *party_;
   if (!party.options_.exact_truncation || party.options_.truncation_pairs_budget == 0) co_return false;
   if (steps == 0) throw Error(ErrorCode::invalid_argument, "refill_truncation_pairs over 0 steps");
-  const std::map<int, std::uint64_t> demand = party.truncation_stats_.demand;
-  if (multiple > 0)
-    for (const auto& [bits, elements] : demand) {
-      const std::uint64_t since = elements - party.demand_at_refill_[bits];
+  if (multiple > 0) {
+    std::map<int, std::uint64_t> want = party.plan_.wanted();
+    for (const auto& [bits, since] : party.keyless_demand_) {
       // At least a floor per shift: forks take shares, so a shift with few
       // elements still needs enough pairs to reach the deep forks that use it.
       const std::uint64_t per_step = (since + steps - 1) / steps;
-      if (since > 0) (void)co_await party.prepare_truncations(bits, std::max<std::uint64_t>(multiple * per_step, 1 << 16));
+      if (since > 0) want[bits] += std::max<std::uint64_t>(multiple * per_step, 1 << 16);
     }
-  party.demand_at_refill_ = demand;
+    for (const auto& [bits, count] : want) (void)co_await party.prepare_truncations(bits, count);
+  }
+  party.keyless_demand_.clear();
+  // This stream's key is fixed by its id, so the next step's calls derive
+  // the keys this one's did.
+  plan_key_ = Rss3TruncationPlan::mix(0x7A1C0FF5ull, stream_);
+  plan_forks_ = plan_calls_ = 0;
+  party.plan_.reserve([&party](int bits, std::uint64_t count) { return party.pairs_[bits].grant(count); },
+                      [&party](int bits) { return party.pairs_[bits].epoch(); });
   take_truncation_pairs();
   co_return true;
 }
@@ -315,12 +360,18 @@ Task<Rss3Share> Rss3::truncate_with_pairs(RingTensor z, int bits) {
   Rss3TruncationGrants& held = grants(bits);
   held.end_burst();
   stats.demand[bits] += n;
-  const bool use = held.held() >= n;
+  // Pairs reserved for this call by the last refill, else the stream's share.
+  std::optional<std::vector<Rss3TruncationGrants::Range>> planned;
+  if (plan_key_ != 0)
+    planned = party.plan_.use(Rss3TruncationPlan::mix(plan_key_, ++plan_calls_), bits, store.epoch(), n);
+  else
+    party.keyless_demand_[bits] += n;
+  const bool use = planned || held.held() >= n;
   // Party 0 grants the stream more when what it holds would not serve a
   // call of this size again (streams repeat their shapes: exp's squarings,
   // a norm's Newton steps).
   Rss3TruncationGrants::Range grant{0, 0};
-  if (id == 0 && held.held() - (use ? n : 0) < n && n > 0) {
+  if (!planned && id == 0 && held.held() - (use ? n : 0) < n && n > 0) {
     if (store.ungranted() >= n) {
       grant = store.grant(2 * n);
       stats.granted += grant.second - grant.first;
@@ -334,9 +385,10 @@ Task<Rss3Share> Rss3::truncate_with_pairs(RingTensor z, int bits) {
     co_await exchange_grant(bits, grant, 0);
     co_return y;
   }
-  const std::vector<Rss3TruncationGrants::Range> taken = held.take(n);
+  const std::vector<Rss3TruncationGrants::Range> taken = planned ? std::move(*planned) : held.take(n);
   const Rss3TruncationStore::Gathered pair = store.use(taken);
   stats.from_pairs += n;
+  if (planned) stats.planned += n;
 
   // Bits d-2..63 of each term, in whole bytes: the low `kept_low` bits stay
   // home, and what they carried is less than 3/4 of 2^d.

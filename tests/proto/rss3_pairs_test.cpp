@@ -1,6 +1,7 @@
 // rss3 truncation pairs (src/proto/rss3_pairs.cpp): an exact fused product
-// in one round from pairs made ahead, party 0's grants per stream, and
-// the two-round path wherever a stream holds too few.
+// in one round from pairs made ahead, party 0's grants per stream, the
+// reservations per call a refill makes, and the two-round path wherever a
+// stream holds too few.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <doctest/doctest.h>
 import mpcache.core;
@@ -242,6 +243,77 @@ TEST_CASE("truncation pairs: a refill makes 16 times the demand since the last o
     });
     for (std::size_t id = 0; id < 3; ++id) CHECK(prepared[id] == made);
   }
+}
+
+TEST_CASE("truncation pairs: a refill reserves pairs for each call of the last step, so deep forks take one round") {
+  // A "step": four forks at once, fork k making a product of 100 (k + 1)
+  // elements, then one in a fork of its own, then one more: three rounds
+  // with pairs, six without. Step 0 follows a refill with nothing to learn
+  // from: every call takes two rounds (and is recorded). The refill after
+  // it reserves each call's count + a quarter + 16, and steps 1 and 2 take
+  // one round per call; after step 1 only what step 1 used is made again
+  // (the slack it left is kept).
+  const std::array<std::size_t, 4> sizes{100, 200, 300, 400};
+  std::array<RingTensor, 4> xs;
+  for (std::size_t k = 0; k < 4; ++k) {
+    xs[k] = random_ring({sizes[k]}, 90 + k);
+    for (auto& v : xs[k]) v = static_cast<Ring>(static_cast<std::int64_t>(v) >> 24);
+  }
+  constexpr std::size_t steps = 3;
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<std::array<CostCounters, 3>, steps> before, after;  // by step, then party
+  std::array<std::array<Rss3TruncationStats, steps + 1>, 3> stats;  // before each step, and at the end
+  std::array<std::array<RingTensor, 4>, 3> revealed;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto party = co_await Rss3Party::setup(network.endpoint(id), with_pairs());
+    Rss3 p = party->session();
+    std::vector<Rss3Share> as, ones;
+    for (std::size_t k = 0; k < 4; ++k) {
+      as.push_back(co_await share_of(p, 2, xs[k]));
+      RingTensor one = ring_zeros({sizes[k]});
+      std::fill(one.begin(), one.end(), Ring{1} << default_frac_bits);
+      ones.push_back(p.add_public(p.sub(as[k], as[k]), one));
+    }
+    auto chain = [&](Rss3& q, std::size_t k) -> Task<Rss3Share> {
+      auto y = co_await q.mul_trunc(as[k], ones[k]);
+      Rss3 deeper = q.fork();
+      y = co_await deeper.mul_trunc(y, ones[k]);
+      co_return co_await q.mul_trunc(y, ones[k]);
+    };
+    for (std::size_t s = 0; s < steps; ++s) {
+      CHECK(co_await p.refill_truncation_pairs(1));
+      stats[id][s] = party->truncation_stats();
+      co_await mpcache::testing::align_clocks(network.endpoint(id));
+      before[s][id] = network.endpoint(id).costs();
+      Rss3 f0 = p.fork(), f1 = p.fork(), f2 = p.fork(), f3 = p.fork();
+      auto [y0, y1, y2, y3] = co_await when_all(chain(f0, 0), chain(f1, 1), chain(f2, 2), chain(f3, 3));
+      after[s][id] = network.endpoint(id).costs();
+      if (s + 1 == steps) revealed[id] = {co_await p.reveal(y0), co_await p.reveal(y1), co_await p.reveal(y2),
+                                          co_await p.reveal(y3)};
+    }
+    stats[id][steps] = party->truncation_stats();
+  });
+  const std::uint64_t per_step = 3 * (100 + 200 + 300 + 400);
+  std::uint64_t reserved = 0;
+  for (std::size_t n : sizes) reserved += 3 * Rss3TruncationPlan::with_slack(n);
+  for (std::size_t id = 0; id < 3; ++id) {
+    CAPTURE(id);
+    for (std::size_t k = 0; k < 4; ++k)  // x times 1, three times: within 2 each
+      for (std::size_t i = 0; i < sizes[k]; ++i)
+        REQUIRE(std::abs(static_cast<std::int64_t>(revealed[id][k](i) - xs[k](i))) <= 6);
+    CHECK(stats[id][1].two_round - stats[id][0].two_round == per_step);
+    for (std::size_t s = 1; s < steps; ++s) {
+      CAPTURE(s);
+      CHECK(stats[id][s + 1].two_round == stats[id][s].two_round);
+      CHECK(stats[id][s + 1].planned - stats[id][s].planned == per_step);
+    }
+    CHECK(stats[id][1].prepared - stats[id][0].prepared == reserved);
+    CHECK(stats[id][2].prepared - stats[id][1].prepared == per_step);
+  }
+  CHECK(mpcache::testing::critical_rounds(before[0], after[0]) == 6);
+  CHECK(mpcache::testing::critical_rounds(before[1], after[1]) == 3);
+  CHECK(mpcache::testing::critical_rounds(before[2], after[2]) == 3);
 }
 
 TEST_CASE("truncation pairs: prepare_truncations refuses without exact truncation or a budget; set-up names a differing budget") {
