@@ -43,6 +43,12 @@
 //    previous one and runs dry). Store rows add the offline bytes (busiest
 //    dealer) and seconds (slowest party) per token and the parts that ran
 //    dry.
+//  * "truncation" (--truncation): probabilistic (the default, as the paper),
+//    exact, or exact+offline (rss3: truncation pairs made after a real
+//    prefill from its demand per prompt token, and before each decode step
+//    from the previous one's; their bytes and seconds join the offline
+//    fields, "pairs_ran_dry" and "pairs_two_round_elements" say what they
+//    did not cover).
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <fstream>
 #include <iostream>
@@ -99,7 +105,10 @@ struct Run {
   bool compact_weights = false;  // rss3: 8 bytes per weight and party (Rss3Options::compact_weights)
   std::string comparisons = "circuit";  // circuit | dcf | dcf+offline
   std::uint64_t offline_budget = 0;     // dcf+offline: Rss3Options::offline_budget
+  std::string truncation = "probabilistic";  // probabilistic | exact | exact+offline
   bool store() const { return comparisons == "dcf+offline"; }
+  bool exact() const { return truncation != "probabilistic"; }
+  bool pairs() const { return truncation == "exact+offline"; }
 };
 
 std::size_t budget_tokens_of(const Run& r) {
@@ -111,6 +120,7 @@ struct Mark {
   std::array<CostCounters, 3> costs;
   std::array<Clock::time_point, 3> time;
   std::array<Rss3DcfStats, 3> dcf;  // rss3
+  std::array<Rss3TruncationStats, 3> pairs;  // rss3
 };
 
 struct Phase {
@@ -118,6 +128,8 @@ struct Phase {
   std::uint64_t offline_bytes = 0;      // add2: what the dealer sent; rss3 store: the busiest dealer's before it
   double offline_s = 0;                 // rss3 store: the slowest party's prepare_comparisons before it
   std::uint64_t ran_dry = 0;            // rss3 store: deals it could not fully serve
+  std::uint64_t pairs_ran_dry = 0;      // rss3 exact+offline: truncation pairs asked for and not held
+  std::uint64_t pairs_two_round = 0;    // ... elements of fused truncations that took two rounds
   double wall_s = 0;                    // first party in to last party out
   std::array<TaggedCost, cost_tag_count> tags{};
 
@@ -173,11 +185,12 @@ Phase mean(const std::vector<Phase>& phases) {
   Phase m;
   if (phases.empty()) return m;
   const double n = double(phases.size());
-  double rounds = 0, bytes = 0, offline = 0, dry = 0;
+  double rounds = 0, bytes = 0, offline = 0, dry = 0, pairs_dry = 0, two_round = 0;
   std::array<double, cost_tag_count> tr{}, tb{};
   for (const auto& p : phases) {
     rounds += double(p.rounds), bytes += double(p.bytes), m.wall_s += p.wall_s / n;
     offline += double(p.offline_bytes), dry += double(p.ran_dry), m.offline_s += p.offline_s / n;
+    pairs_dry += double(p.pairs_ran_dry), two_round += double(p.pairs_two_round);
     for (std::size_t t = 0; t < cost_tag_count; ++t) {
       tr[t] += double(p.tags[t].rounds), tb[t] += double(p.tags[t].payload_bytes_sent);
       m.tags[t].seconds += p.tags[t].seconds / n;
@@ -187,6 +200,8 @@ Phase mean(const std::vector<Phase>& phases) {
   m.bytes = std::uint64_t(std::llround(bytes / n));
   m.offline_bytes = std::uint64_t(std::llround(offline / n));
   m.ran_dry = std::uint64_t(std::llround(dry / n));
+  m.pairs_ran_dry = std::uint64_t(std::llround(pairs_dry / n));
+  m.pairs_two_round = std::uint64_t(std::llround(two_round / n));
   for (std::size_t t = 0; t < cost_tag_count; ++t) {
     m.tags[t].rounds = std::uint64_t(std::llround(tr[t] / n));
     m.tags[t].payload_bytes_sent = std::uint64_t(std::llround(tb[t] / n));
@@ -214,26 +229,35 @@ json breakdown(const Phase& ph) {
   return out;
 }
 
-// store: rss3's offline store was on (its seconds and dry parts are fields).
-json phase_json(const Phase& ph, bool store) {
+// store: rss3's offline store or truncation pairs were on (its seconds and
+// dry parts are fields); pairs: the truncation pairs were (theirs too).
+json phase_json(const Phase& ph, bool store, bool pairs) {
   std::int64_t attributed = 0;
   for (const auto& t : ph.tags) attributed += std::int64_t(t.rounds);
   json out = {{"latency_s", ph.wall_s}, {"model_s", ph.model_s()}, {"model_wan_s", ph.model_wan_s()},
               {"bytes_per_party", ph.bytes}, {"offline_bytes", ph.offline_bytes},
               {"rounds", ph.rounds}, {"rounds_unattributed", std::int64_t(ph.rounds) - attributed},
               {"breakdown", breakdown(ph)}};
-  if (store) out.update({{"offline_s", ph.offline_s}, {"ran_dry", ph.ran_dry}});
+  if (store || pairs) out.update({{"offline_s", ph.offline_s}, {"ran_dry", ph.ran_dry}});
+  if (pairs) out.update({{"pairs_ran_dry", ph.pairs_ran_dry}, {"pairs_two_round_elements", ph.pairs_two_round}});
   return out;
 }
 
-// What rss3's stores did in a phase: dealt ahead between `filled_from` and
-// `a` (before the phase), ran dry between `a` and `b`.
+// What rss3's stores (DCF keys and truncation pairs) did in a phase: dealt
+// ahead between `filled_from` and `a` (before the phase), ran dry between `a`
+// and `b`. Offline bytes and seconds: each party's keys and pairs together,
+// the busiest party's.
 void add_store(Phase& ph, const Mark& filled_from, const Mark& a, const Mark& b) {
   for (std::size_t i = 0; i < 3; ++i) {
-    ph.offline_bytes = std::max(ph.offline_bytes, a.dcf[i].offline_bytes - filled_from.dcf[i].offline_bytes);
-    ph.offline_s = std::max(ph.offline_s, a.dcf[i].offline_seconds - filled_from.dcf[i].offline_seconds);
+    ph.offline_bytes = std::max(ph.offline_bytes, a.dcf[i].offline_bytes - filled_from.dcf[i].offline_bytes +
+                                                      a.pairs[i].offline_bytes - filled_from.pairs[i].offline_bytes);
+    ph.offline_s = std::max(ph.offline_s, a.dcf[i].offline_seconds - filled_from.dcf[i].offline_seconds +
+                                              a.pairs[i].offline_seconds - filled_from.pairs[i].offline_seconds);
     ph.ran_dry += b.dcf[i].ran_dry - a.dcf[i].ran_dry;
   }
+  // Party 0 counts the pairs' grants; every party truncates the same elements.
+  ph.pairs_ran_dry = b.pairs[0].ran_dry - a.pairs[0].ran_dry;
+  ph.pairs_two_round = b.pairs[0].two_round - a.pairs[0].two_round;
 }
 
 // Peak RSS of this process: VmHWM, reset by writing 5 to clear_refs. The
@@ -269,7 +293,9 @@ KvBytes kv_bytes(const Decoder<P>& decoder, const Pol& policy) {
 // Party `id`'s side of one run: weights, the prompt (a real prefill, or a
 // prepared cache and the policy's look at it), then the decode steps.
 // Decode step s runs from starts[s] to ends[s]; between_steps(s), for s >= 1,
-// runs between ends[s - 1] and starts[s] (offline work, in neither).
+// runs between ends[s - 1] and starts[s] (offline work, in neither), and so
+// do the truncation pairs' refills (rss3 exact+offline; after a real prefill
+// from its demand per prompt token, a prepared cache's first step has none).
 template <Protocol P, class Pol>
 Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void(Mark&)> mark, Mark& start,
                  Mark& prefilled, std::vector<Mark>& starts, std::vector<Mark>& ends,
@@ -280,6 +306,12 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
   auto weights = tie_layers(co_await load_decoder(p, one, id == 1 ? random_weights(5) : no_weights(), 1),
                             r.config.num_layers);
   Decoder<P> decoder(weights, DecoderOptions{r.memory_budget, PrefillLogits::last});  // next_token reads the last
+  // Truncation pairs for this session and its forks, from the demand since
+  // the last refill over `steps` tokens.
+  auto refill_pairs = [&](std::size_t steps) -> Task<void> {
+    if constexpr (std::is_same_v<P, Rss3>)
+      if (r.pairs()) (void)co_await p.refill_truncation_pairs(16, steps);
+  };
   if (r.real_prefill) {
     std::optional<std::vector<std::uint32_t>> prompt;
     if (id == 0) {
@@ -290,6 +322,7 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
     auto logits = co_await decoder.prefill(p, policy, 0, std::move(prompt), r.length);
     (void)co_await p.reveal_to(0, co_await next_token(p, logits));
     mark(prefilled);
+    co_await refill_pairs(std::max<std::size_t>(r.length, 1));
   } else {
     // Random shares of the stated length; every layer and head holds the
     // same shares (values do not change costs; memory is the cache's).
@@ -356,7 +389,10 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
   if (!r.decode) co_return;
   std::uint32_t token = 1;
   for (std::size_t s = 0; s < r.steps; ++s) {
-    if (s > 0) co_await between_steps(s);
+    if (s > 0) {
+      co_await between_steps(s);
+      co_await refill_pairs(1);
+    }
     mark(starts[s]);
     auto out = co_await decoder.decode(p, policy, 0, id == 0 ? std::optional(token) : std::nullopt);
     auto chosen = co_await p.reveal_to(0, co_await next_token(p, out));
@@ -390,6 +426,7 @@ json run_header(const Run& r) {
           {"threads", r.threads},
           {"compact_weights", r.compact_weights},
           {"comparisons", r.comparisons},
+          {"truncation", r.truncation},
           {"peak_rss_process_bytes", rss},
           {"peak_rss_per_party_bytes", rss / 3}};
 }
@@ -411,7 +448,7 @@ std::vector<json> measure(const Run& r) {
     auto mark = [&network, id, &rss3](Mark& m) {
       m.costs[id] = network.endpoint(id).costs();
       m.time[id] = Clock::now();
-      if (rss3) m.dcf[id] = rss3->dcf_stats();
+      if (rss3) m.dcf[id] = rss3->dcf_stats(), m.pairs[id] = rss3->truncation_stats();
     };
     // Fill the stores for step s from step s - 1's demand.
     const std::function<Task<void>(std::size_t)> between_steps = [&, id](std::size_t s) -> Task<void> {
@@ -437,14 +474,19 @@ std::vector<json> measure(const Run& r) {
     if (r.protocol == "add2") {
       auto state = co_await Add2Party::setup(
           network.endpoint(id),
-          {.comparisons = dcf ? Add2Comparisons::dcf : Add2Comparisons::circuit, .insecure_seed = 11, .pool = pool_ptr});
+          {.exact_truncation = r.exact(),
+           .comparisons = dcf ? Add2Comparisons::dcf : Add2Comparisons::circuit,
+           .insecure_seed = 11,
+           .pool = pool_ptr});
       Add2 p = state->session();
       co_await arm(p);
     } else {
       auto state = co_await Rss3Party::setup(network.endpoint(id),
-                                             {.comparisons = dcf ? Rss3Comparisons::dcf : Rss3Comparisons::circuit,
+                                             {.exact_truncation = r.exact(),
+                                              .comparisons = dcf ? Rss3Comparisons::dcf : Rss3Comparisons::circuit,
                                               .insecure_seed = 11,
                                               .offline_budget = r.store() ? r.offline_budget : 0,
+                                              .truncation_pairs_budget = r.pairs() ? r.offline_budget : 0,
                                               .pool = pool_ptr,
                                               .compact_weights = r.compact_weights});
       rss3 = state.get();
@@ -459,20 +501,21 @@ std::vector<json> measure(const Run& r) {
   json pre = base;
   pre["phase"] = r.real_prefill ? "prefill" : "policy-prefill";  // prepared: the policy's look at the prompt
   Phase prefill = phase_between(start, prefilled, online);
-  if (r.store()) add_store(prefill, start, start, prefilled);
-  pre.update(phase_json(prefill, r.store()));
+  if (r.store() || r.pairs()) add_store(prefill, start, start, prefilled);
+  pre.update(phase_json(prefill, r.store(), r.pairs()));
   rows.push_back(pre);
   if (r.decode) {
     std::vector<Phase> each;
     for (std::size_t s = 0; s < r.steps; ++s) {
       each.push_back(phase_between(starts[s], ends[s], online));
-      if (r.store()) add_store(each.back(), s > 0 ? ends[s - 1] : starts[s], starts[s], ends[s]);
+      if (r.store() || r.pairs())
+        add_store(each.back(), s > 0 ? ends[s - 1] : prefilled, starts[s], ends[s]);
     }
     json dec = base;
     dec["phase"] = "decode";
     dec["steps"] = r.steps;
     const std::vector<Phase> steady(each.begin() + (each.size() > 1 ? 1 : 0), each.end());
-    dec.update(phase_json(mean(steady), r.store()));
+    dec.update(phase_json(mean(steady), r.store(), r.pairs()));
     dec["first_step"] = {{"rounds", each[0].rounds},
                          {"bytes_per_party", each[0].bytes},
                          {"model_s", each[0].model_s()},
@@ -503,6 +546,7 @@ struct Settings {
   bool compact_weights = false;
   std::vector<std::string> comparisons{"circuit"};  // run side by side
   double offline_mib = 256;                         // dcf+offline: each party's store
+  std::string truncation = "probabilistic";
   bool json_stdout = false;
 };
 
@@ -603,8 +647,11 @@ std::vector<Run> plan(const Settings& s) {
     for (const auto& way : s.comparisons) {
       if (way == "dcf+offline" && r.protocol == "add2")
         throw Error(ErrorCode::invalid_argument, "--comparisons dcf+offline is rss3's store; add2's dealer has none");
+      if (s.truncation == "exact+offline" && r.protocol == "add2")
+        throw Error(ErrorCode::invalid_argument, "--truncation exact+offline is rss3's truncation pairs; add2 has none");
       Run x = r;
       x.comparisons = way;
+      x.truncation = s.truncation;
       x.offline_budget = static_cast<std::uint64_t>(s.offline_mib * double(1 << 20));
       out.push_back(std::move(x));
     }
@@ -650,6 +697,11 @@ int paper_main(int argc, char** argv) {
   app.add_option("--offline-budget", s.offline_mib,
                  "dcf+offline: MiB of dealt correlations each party may hold (Rss3Options::offline_budget)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--truncation", s.truncation,
+                 "probabilistic (default: the one-round truncation papers use), exact, or exact+offline (rss3: "
+                 "exact, with truncation pairs made before each decode step from the previous one's demand, and "
+                 "after a real prefill from its demand per prompt token; within --offline-budget)")
+      ->check(CLI::IsMember({"probabilistic", "exact", "exact+offline"}));
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");
@@ -684,7 +736,9 @@ int paper_main(int argc, char** argv) {
         } else {
           std::printf("%-5s %-14s %6zu %-26s %-14s %10.3f %10.3f %10.3f %14llu %8llu %14llu %8.2f GB\n",
                       r.protocol.c_str(), r.model.c_str(), r.length,
-                      (r.comparisons == "circuit" ? r.arm.label : r.arm.label + ", " + r.comparisons).c_str(),
+                      (r.arm.label + (r.comparisons == "circuit" ? "" : ", " + r.comparisons) +
+                       (r.truncation == "probabilistic" ? "" : ", " + r.truncation))
+                          .c_str(),
                       row["phase"].get<std::string>().c_str(), row["latency_s"].get<double>(),
                       row["model_s"].get<double>(), row["model_wan_s"].get<double>(),
                       static_cast<unsigned long long>(row["bytes_per_party"].get<std::uint64_t>()),
