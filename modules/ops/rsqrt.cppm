@@ -8,6 +8,13 @@
 //   rounds after the highest bit's A2B: x' and y0 (bit_dot, 2) | y0^2 and
 //   y0 g | e = 1 - x' y0^2 | 3e^2/4 | y0 g (2 + e + 3e^2/4) / 2: six, where
 //   B2A, three Newton steps and the scalings took thirteen.
+// Where truncation is exact (truncates_exactly), a degree-4 polynomial in
+// x' replaces y0 and the series: q(x') = c0 + c1 x' + x'^2 (c2 + c3 x' +
+// c4 x'^2), the Chebyshev interpolant of 1/sqrt on [0.5, 1] (relative
+// error 8.4e-5); its product reaches 2^58 before the truncation, which only
+// exact truncation is safe at.
+//   rounds after the highest bit's A2B: x'^2 and m g | q, then(m g) |
+//   then(m g) q: three, where y0 and the series take four.
 // rsqrt_times(x, m) multiplies m (..., d) by rsqrt(x) (..., 1) in the last
 // product, so a norm pays no extra round for it; rsqrt_then also applies a
 // row-linear map (a norm's projections) while the series is computed.
@@ -40,6 +47,56 @@ inline constexpr int rsqrt_series_shift = 4;  // the series carried at 2^(f-4)
 inline constexpr int rsqrt_factor_shift = 4;
 // The initial guess y0 = a - b x' that minimises max |1 - x' y0^2| on [0.5, 1).
 inline constexpr double rsqrt_guess_a = 1.7875, rsqrt_guess_b = 0.81;
+// The exact way's q(x') ~ 1/sqrt(x') on [0.5, 1]: c0..c4, the degree-4
+// Chebyshev interpolant (nodes cos((k + 1/2) pi / 5) mapped to [0.5, 1]).
+inline constexpr std::array<double, 5> rsqrt_polynomial{2.9228837662012177, -5.434977545271545, 6.719651141033821,
+                                                        -4.331924622359294, 1.1244305836499602};
+
+namespace detail {
+// The exact way (top of this file), from x' (..., 1) at 2^f in [0.5, 1) and
+// the correction g at 2^(f + rsqrt_extra_bits): then(m g) q(x'), or q(x') g
+// without m.
+template <Protocol P, class Then>
+Task<std::vector<typename P::Share>> rsqrt_polynomial_then(P& p, const typename P::Share& xn,
+                                                           const typename P::Share& g,
+                                                           const std::optional<typename P::Share>& m, Then then) {
+  using Share = typename P::Share;
+  constexpr int E = rsqrt_extra_bits, F = rsqrt_factor_shift;
+  const int f = p.frac_bits();
+  const auto& c = rsqrt_polynomial;
+  // x'^2, c0 + c1 x' (a truncation alone) and m g at 2^(f-F), at once.
+  auto factor = [&](P& q) -> Task<Share> {
+    if (!m) co_return g;
+    co_return co_await q.mul_trunc(*m, broadcast_last<P>(g, P::shape(*m).back()), f + E + F);
+  };
+  auto linear = [&](P& q) -> Task<Share> {  // c0 + c1 x'
+    const std::array<Share, 1> terms{xn};
+    const std::array<double, 1> coefficient{c[1]};
+    co_return add_constant(q, co_await q.truncate(weighted_terms<P>(q, terms, coefficient, f), f), c[0]);
+  };
+  P ps = p.fork(), pl = p.fork(), pf = p.fork();
+  auto [square, low, scaled] = co_await when_all(ps.mul_trunc(xn, xn), linear(pl), factor(pf));
+  // q = c0 + c1 x' + x'^2 (c2 + c3 x' + c4 x'^2): the bracket at 2^(2f),
+  // its product with x'^2 truncated by 2f; then(m g) meanwhile.
+  auto polynomial = [&](P& q) -> Task<Share> {
+    const std::array<Share, 2> terms{xn, square};
+    const std::array<double, 2> coefficients{c[3], c[4]};
+    const Share with_c2 = q.add_public(weighted_terms<P>(q, terms, coefficients, f),
+                                       ring_filled(P::shape(xn), FixedPoint(2 * f).encode(c[2])));
+    co_return q.add(low, co_await q.mul_trunc(square, with_c2, 2 * f));
+  };
+  P pt = p.fork(), pq = p.fork();
+  auto [outputs, series] = co_await when_all(then(pt, scaled), polynomial(pq));
+  const int bits = m ? f - F : f + E;  // outputs at 2^(f-F) (m g) or 2^(f+E) (g); q at 2^f
+  std::vector<Share> row_factors;
+  for (const Share& o : outputs) row_factors.push_back(m ? broadcast_last<P>(series, P::shape(o).back()) : series);
+  std::vector<P> forks;
+  std::vector<Task<Share>> products;
+  for (std::size_t i = 0; i < outputs.size(); ++i) forks.push_back(p.fork());
+  for (std::size_t i = 0; i < outputs.size(); ++i) products.push_back(forks[i].mul_trunc(outputs[i], row_factors[i], bits));
+  co_return co_await when_all(std::move(products));
+}
+}  // namespace detail
 
 // The rows of `then(m y0 g)` times the series (2 + e + 3e^2/4) / 2, i.e.
 // then(m) * broadcast(1/sqrt(x)) for any `then` that is linear in the rows
@@ -89,6 +146,7 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
     co_return std::tuple{std::move(xn), std::move(minus_bx), std::move(g)};
   };
   auto [xn, minus_bx, g] = co_await normalised();
+  if (truncates_exactly(p)) co_return co_await detail::rsqrt_polynomial_then(p, xn, g, m, then);
   // y0 = a - b x'.
   const Share y0 = p.add_public(minus_bx, ring_filled(shape, fp.encode(rsqrt_guess_a)));
   P py = p.fork(), pg = p.fork();

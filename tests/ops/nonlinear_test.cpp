@@ -257,22 +257,28 @@ TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds, larg
   CHECK(cost.rounds == 8);
 }
 
-TEST_CASE("rsqrt: relative error within 1e-3 on [2^-10, 2^23)") {
+// Both ways (rsqrt.cppm): y0 and the series; where truncation is exact, a
+// degree-4 polynomial (plain, which takes the series, then differs by up to
+// 1e-4 relative: 3.2e-3 at rsqrt(2^-10) = 32).
+TEST_CASE("rsqrt: relative error within 1e-3 on [2^-10, 2^23), under either truncation") {
   RealTensor x = RealTensor::from_shape({2000});
   for (std::size_t i = 0; i < x.size(); ++i)  // the last sample is the largest code below 2^23
     x(i) = std::min(std::exp2(-10.0 + 33.0 * static_cast<double>(i) / (x.size() - 1)), 0x1p23 - 0x1p-18);
-  auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::rsqrt(p, a); },
-                    1e-3);
-  double worst = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double want = 1.0 / std::sqrt(x(i));
-    worst = std::max(worst, std::fabs(y(i) - want) / want);
-    CHECK(std::fabs(y(i) - want) <= 1e-3 * want + 0x1p-17);
+  for (bool exact : {false, true}) {
+    CAPTURE(exact);
+    auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::rsqrt(p, a); },
+                      exact ? 4e-3 : 1e-3, Rss3Options{.exact_truncation = exact});
+    double worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double want = 1.0 / std::sqrt(x(i));
+      worst = std::max(worst, std::fabs(y(i) - want) / want);
+      CHECK(std::fabs(y(i) - want) <= 1e-3 * want + 0x1p-17);
+    }
+    MESSAGE("rsqrt max relative error, " << std::string(exact ? "exact" : "probabilistic") << ": " << worst);
   }
-  MESSAGE("rsqrt max relative error " << worst);
 }
 
-TEST_CASE("LayerNorm and RMSNorm against float64") {
+TEST_CASE("LayerNorm and RMSNorm against float64, under either truncation") {
   const std::size_t rows = 6, d = 64;
   RealTensor x = mpcache::testing::random_real({rows, d}, -3, 3, 501);
   for (std::size_t j = 0; j < d; ++j) x(5, j) = 0.01 * x(5, j) + 2.0;  // tiny variance row
@@ -280,31 +286,34 @@ TEST_CASE("LayerNorm and RMSNorm against float64") {
   const RealTensor beta = mpcache::testing::random_real({d}, -0.5, 0.5, 503);
   FixedPoint fp;
   const RingTensor xe = fp.encode(x), ge = fp.encode(gamma), be = fp.encode(beta);
-  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
-    auto a = co_await share_of(p, 0, xe);
-    auto g = co_await share_of(p, 1, ge);
-    auto b = co_await share_of(p, 1, be);
-    auto ln = co_await ops::layer_norm(p, a, g, b);
-    auto rms = co_await ops::rms_norm(p, a, g);
-    co_return std::array<RingTensor, 2>{co_await p.reveal(ln), co_await p.reveal(rms)};
-  });
-  // Both backends against float64; the tiny-variance row (5) keeps only about
-  // 7 significant bits of variance in fixed point, hence its looser bound.
-  for (const auto* result : {&secure.results[0], &clear}) {
-    const RealTensor ln = fp.decode((*result)[0]), rms = fp.decode((*result)[1]);
-    for (std::size_t r = 0; r < rows; ++r) {
-      double mean = 0, ms = 0;
-      for (std::size_t j = 0; j < d; ++j) mean += x(r, j) / d;
-      double var = 0;
-      for (std::size_t j = 0; j < d; ++j) {
-        var += (x(r, j) - mean) * (x(r, j) - mean) / d;
-        ms += x(r, j) * x(r, j) / d;
-      }
-      for (std::size_t j = 0; j < d; ++j) {
-        const double want_ln = (x(r, j) - mean) / std::sqrt(var + 1e-5) * gamma(j) + beta(j);
-        const double want_rms = x(r, j) / std::sqrt(ms + 1e-5) * gamma(j);
-        CHECK(std::fabs(ln(r, j) - want_ln) <= 2e-3 * (1 + std::fabs(want_ln)) + 5e-3 * (r == 5));
-        CHECK(std::fabs(rms(r, j) - want_rms) <= 2e-3 * (1 + std::fabs(want_rms)));
+  for (bool exact : {false, true}) {
+    CAPTURE(exact);
+    auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 2>> {
+      auto a = co_await share_of(p, 0, xe);
+      auto g = co_await share_of(p, 1, ge);
+      auto b = co_await share_of(p, 1, be);
+      auto ln = co_await ops::layer_norm(p, a, g, b);
+      auto rms = co_await ops::rms_norm(p, a, g);
+      co_return std::array<RingTensor, 2>{co_await p.reveal(ln), co_await p.reveal(rms)};
+    }, Rss3Options{.exact_truncation = exact});
+    // Both backends against float64; the tiny-variance row (5) keeps only about
+    // 7 significant bits of variance in fixed point, hence its looser bound.
+    for (const auto* result : {&secure.results[0], &clear}) {
+      const RealTensor ln = fp.decode((*result)[0]), rms = fp.decode((*result)[1]);
+      for (std::size_t r = 0; r < rows; ++r) {
+        double mean = 0, ms = 0;
+        for (std::size_t j = 0; j < d; ++j) mean += x(r, j) / d;
+        double var = 0;
+        for (std::size_t j = 0; j < d; ++j) {
+          var += (x(r, j) - mean) * (x(r, j) - mean) / d;
+          ms += x(r, j) * x(r, j) / d;
+        }
+        for (std::size_t j = 0; j < d; ++j) {
+          const double want_ln = (x(r, j) - mean) / std::sqrt(var + 1e-5) * gamma(j) + beta(j);
+          const double want_rms = x(r, j) / std::sqrt(ms + 1e-5) * gamma(j);
+          CHECK(std::fabs(ln(r, j) - want_ln) <= 2e-3 * (1 + std::fabs(want_ln)) + 5e-3 * (r == 5));
+          CHECK(std::fabs(rms(r, j) - want_rms) <= 2e-3 * (1 + std::fabs(want_rms)));
+        }
       }
     }
   }
@@ -480,4 +489,23 @@ TEST_CASE("round counts where truncation is exact, with truncation pairs and dcf
   });
   CHECK(fused + 1 == apart);
   MESSAGE("softmax over 8 then v: " << apart << " rounds, softmax_times " << fused);
+  // rsqrt: msb_arith 2, x' by dot_trunc 1, then x'^2 | q | q g: 6 (y0 and
+  // the series took 7). RMSNorm adds its squares (x's truncation before
+  // them is a round of its own here), LayerNorm its mean and variance.
+  std::vector<int> every_shift;
+  for (int d = 1; d <= 2 * f; ++d) every_shift.push_back(d);
+  auto rounds_with_every_shift = [&](auto op) {
+    return mpcache::testing::measure_op_with_pairs(x, op, pairs, every_shift, 1024).rounds;
+  };
+  const auto rsqrt_rounds = rounds_with_every_shift([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); });
+  const auto rms_rounds = rounds_with_every_shift([&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    co_return co_await ops::rms_norm(p, row(a), a);
+  });
+  const auto layer_rounds = rounds_with_every_shift([&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    co_return co_await ops::layer_norm(p, row(a), a, a);
+  });
+  MESSAGE("rsqrt " << rsqrt_rounds << ", RMSNorm " << rms_rounds << ", LayerNorm " << layer_rounds);
+  CHECK(rsqrt_rounds == 6);
+  CHECK(rms_rounds == 8);
+  CHECK(layer_rounds == 9);
 }
