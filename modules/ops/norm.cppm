@@ -3,6 +3,8 @@
 //   rms_norm:   y = x rsqrt(mean(x^2) + eps) gamma
 // Range: rows whose variance + eps (LayerNorm) or mean square + eps
 // (RMSNorm) lies in [2^-10, 2^22).
+// Where truncation is exact (truncates_exactly) both take one round fewer
+// (detail::exact_spread_bits): LayerNorm 2 rounds before rsqrt, RMSNorm 1.
 // Error: <= 2e-3 relative to the normalised scale (tested against float64).
 export module mpcache.ops:norm;
 import mpcache.std;
@@ -62,7 +64,19 @@ template <Protocol P>
 struct NormParts {
   typename P::Share spread;
   typename P::Share numerator;
+  int extra_bits = 0;         // spread's fraction bits beyond f (rsqrt_then's extra_bits)
+  double output_scale = 1.0;  // what rsqrt(spread) is multiplied by (rsqrt_then's output_scale)
 };
+
+// Where truncation is exact (truncates_exactly), a norm needs none of the
+// shifts above: values up to 2^62 are safe, so x^2 (2^54 at |x| = 512) and
+// x gamma are formed unshifted, and the sum of squares takes the mean's
+// 1/2^b in its one truncation while keeping norm_spread_bits more fraction
+// bits (rsqrt reads them for free), so that no truncation alone follows
+// it: a row's sum carries up to d ulps at 2^-(f+12), 2^-18 for d = 4096.
+// sqrt(r) goes into rsqrt's output scale instead of the numerator.
+inline constexpr int norm_spread_bits = 12;
+inline int exact_spread_bits(int f, std::size_t d) { return std::min(norm_spread_bits, f + mean_shift(d) - 1); }
 
 // The squares are formed from x truncated by this many bits: x^2 at scale
 // 2^(2f) reaches 2^52 on the outlier features of a trained model (|x| near
@@ -88,6 +102,18 @@ Task<NormParts<P>> rms_parts(P& p, const typename P::Share& x, const typename P:
   const int b = mean_shift(d);
   const double r = mean_ratio(d);
   const FixedPoint fp(p.frac_bits());
+  if (truncates_exactly(p)) {
+    // (mean(x^2) + eps) r at 2^(f+X) and x gamma, in one round.
+    const int f = p.frac_bits(), X = exact_spread_bits(f, d);
+    auto mean_square = [&](P& q) -> Task<typename P::Share> {
+      auto sq = co_await q.mul_trunc(x, x, f + b - X);
+      const auto total = sum_last<P>(sq);
+      co_return q.add_public(total, ring_filled(P::shape(total), FixedPoint(f + X).encode(eps * r)));
+    };
+    P pa = p.fork(), pb = p.fork();
+    auto [ms, xg] = co_await when_all(mean_square(pa), pb.mul_trunc(x, rows_of<P>(gamma, lead)));
+    co_return NormParts<P>{std::move(ms), std::move(xg), X, std::sqrt(r)};
+  }
   auto mean_square = [&](P& q) -> Task<typename P::Share> {  // (mean(x^2) + eps) r
     constexpr int S = norm_square_shift;
     auto low = co_await q.truncate(x, S);
@@ -114,6 +140,21 @@ Task<NormParts<P>> layer_parts(P& p, const typename P::Share& x, const typename 
   constexpr int S = norm_square_shift;
   const std::size_t d = P::shape(x).back();
   const Shape lead = leading_shape<P>(x);
+  if (truncates_exactly(p)) {
+    // The mean (its truncation alone), then (var + eps) r at 2^(f+X) and
+    // (x - mean) gamma at once.
+    const int f = p.frac_bits(), b = mean_shift(d), X = exact_spread_bits(f, d);
+    const double r = mean_ratio(d);
+    const auto centered = p.sub(x, broadcast_last<P>(co_await mean_last(p, x), d));
+    auto variance = [&](P& q) -> Task<typename P::Share> {
+      auto sq = co_await q.mul_trunc(centered, centered, f + b - X);
+      const auto total = sum_last<P>(sq);
+      co_return q.add_public(total, ring_filled(P::shape(total), FixedPoint(f + X).encode(eps * r)));
+    };
+    P pa = p.fork(), pb = p.fork();
+    auto [var, cg] = co_await when_all(variance(pa), pb.mul_trunc(centered, rows_of<P>(gamma, lead)));
+    co_return NormParts<P>{std::move(var), std::move(cg), X, std::sqrt(r)};
+  }
   // The mean, and x and the mean at 2^(f-S) for the squares, all at once.
   constexpr int G = norm_gamma_shift;
   P pm = p.fork(), pl = p.fork(), px = p.fork(), pg = p.fork();
@@ -136,7 +177,7 @@ Task<NormParts<P>> layer_parts(P& p, const typename P::Share& x, const typename 
 
 // Critical path (rss3): layer_parts 2 (the mean's truncation is party 0's
 // alone, so it overlaps), then rsqrt_times 15, whose last product is the
-// norm's: 12 rounds. Range: variance + eps in [2^-10, 2^23).
+// norm's: 12 rounds. Range: variance + eps in [2^-10, 2^23) (2^22 where truncation is exact).
 template <Protocol P>
 Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typename P::Share& gamma,
                                    const typename P::Share& beta, double eps = 1e-5) {
@@ -150,7 +191,8 @@ Task<typename P::Share> layer_norm(P& p, const typename P::Share& x, const typen
     co_return p.add(co_await p.mul_trunc(normed, detail::rows_of<P>(gamma, lead)), detail::rows_of<P>(beta, lead));
   } else {
     auto parts = co_await detail::layer_parts(p, x, gamma, eps);
-    auto scaled = co_await rsqrt_times(p, parts.spread, std::optional<typename P::Share>(std::move(parts.numerator)));
+    auto scaled = co_await rsqrt_times(p, parts.spread, std::optional<typename P::Share>(std::move(parts.numerator)),
+                                       parts.extra_bits, parts.output_scale);
     co_return p.add(scaled, detail::rows_of<P>(beta, lead));
   }
 }
@@ -172,7 +214,8 @@ Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typenam
     co_return co_await p.mul_trunc(normed, detail::rows_of<P>(gamma, lead));
   } else {
     auto parts = co_await detail::rms_parts(p, x, gamma, eps);
-    co_return co_await rsqrt_times(p, parts.spread, std::optional<typename P::Share>(std::move(parts.numerator)));
+    co_return co_await rsqrt_times(p, parts.spread, std::optional<typename P::Share>(std::move(parts.numerator)),
+                                   parts.extra_bits, parts.output_scale);
   }
 }
 
@@ -221,7 +264,8 @@ Task<std::vector<typename P::Share>> norm_project(P& p, const typename P::Share&
     if (beta) parts = co_await detail::layer_parts(p, h, gamma, eps);
     else parts = co_await detail::rms_parts(p, h, gamma, eps);
     auto then = [&](P& q, const Share& factor) { return project(q, factor, beta.has_value()); };
-    auto out = co_await rsqrt_then(p, parts->spread, std::optional<Share>(std::move(parts->numerator)), then);
+    auto out = co_await rsqrt_then(p, parts->spread, std::optional<Share>(std::move(parts->numerator)), then,
+                                   parts->extra_bits, parts->output_scale);
     if (beta)
       for (std::size_t i = 0; i < out.size(); ++i)
         out[i] = p.add(out[i], detail::rows_of<P>(reshape<P>(beta_w[i], {P::shape(beta_w[i]).back()}), lead));

@@ -35,14 +35,19 @@ inline constexpr int reciprocal_max_log2 = 23;      // default range: x < 2^23
 inline constexpr int reciprocal_guard_bits = 4;     // z carried at 2^(f+4)
 
 namespace detail {
-// The thresholds 2^t (t < w) of a highest-bit search over `width` bits.
-inline std::vector<Ring> highest_bit_thresholds(int width) {
+// The thresholds 2^(low_bits + t) (t < w) of a highest-bit search over
+// `width` bits above the lowest `low_bits` (a value that carries low_bits
+// extra fraction bits: its position t is the unshifted value's).
+inline std::vector<Ring> highest_bit_thresholds(int width, int low_bits = 0) {
   if (width < 2 || width > reciprocal_scale_bits + 1)
     throw Error(ErrorCode::invalid_argument, "highest set bit over " + std::to_string(width) +
                                                  " bits, outside [2, " +
                                                  std::to_string(reciprocal_scale_bits + 1) + "]");
+  if (low_bits < 0 || width + low_bits > 60)
+    throw Error(ErrorCode::invalid_argument, "highest set bit over " + std::to_string(width) + " bits above " +
+                                                 std::to_string(low_bits) + ": more than 60 bits");
   std::vector<Ring> powers(static_cast<std::size_t>(width));
-  for (std::size_t t = 0; t < powers.size(); ++t) powers[t] = Ring{1} << t;
+  for (std::size_t t = 0; t < powers.size(); ++t) powers[t] = Ring{1} << (t + static_cast<std::size_t>(low_bits));
   return powers;
 }
 
@@ -70,9 +75,9 @@ S adjacent_combined(const S& below, std::size_t w, Combine combine) {
 // comparisons cost w A2Bs per element instead of one, cheap where x is one
 // value per row (norms, softmax sums).
 template <Protocol P>
-Task<typename P::Bits> highest_bit_bits(P& p, const typename P::Share& x, int width) {
-  const auto powers = highest_bit_thresholds(width);
-  const auto below = co_await below_each_bits(p, x, powers, width + 1);
+Task<typename P::Bits> highest_bit_bits(P& p, const typename P::Share& x, int width, int low_bits = 0) {
+  const auto powers = highest_bit_thresholds(width, low_bits);
+  const auto below = co_await below_each_bits(p, x, powers, width + low_bits + 1);
   const auto hot = adjacent_combined<P>(below, powers.size(), [](Ring above, Ring at) { return above ^ at; });
   co_return p.bits_xor_public(hot, top_is_one(P::shape(below), powers.size()));
 }
@@ -116,9 +121,9 @@ bool arithmetic_one_hot_pays(const P& p, int width, const typename P::Share& x) 
 // highest_bit_bits' one-hot as an arithmetic 0/1 (..., w): below_t by
 // msb_arith, one_hot_t = below_{t+1} - below_t (below_w = 1), locally.
 template <ArithmeticOneHot P>
-Task<typename P::Share> highest_bit_arith(P& p, const typename P::Share& x, int width) {
-  const auto powers = highest_bit_thresholds(width);
-  const auto below = co_await below_each(p, x, powers, width + 1);
+Task<typename P::Share> highest_bit_arith(P& p, const typename P::Share& x, int width, int low_bits = 0) {
+  const auto powers = highest_bit_thresholds(width, low_bits);
+  const auto below = co_await below_each(p, x, powers, width + low_bits + 1);
   const auto hot = adjacent_combined<P>(below, powers.size(), [](Ring above, Ring at) { return above - at; });
   co_return p.add_public(hot, top_is_one(P::shape(below), powers.size()));
 }

@@ -104,49 +104,69 @@ Task<std::vector<typename P::Share>> rsqrt_polynomial_then(P& p, const typename 
 // projection x W by matmul_trunc): `then` runs while
 // the series is computed, so a norm followed by projections pays one round
 // less. x (..., 1), m (..., d); without m, then(1/sqrt(x) before the series).
+//
+// Where truncation is exact, x may carry `extra_bits` more fraction bits
+// (x at 2^(f + extra_bits), up to 12: a norm's sum of squares, truncated
+// once, keeps its precision so), and the result is scaled by the public
+// `output_scale` (folded into g: a norm's sqrt(d / 2^b)), both free.
 template <Protocol P, class Then>
 Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x,
-                                                const std::optional<typename P::Share>& m, Then then) {
+                                                const std::optional<typename P::Share>& m, Then then,
+                                                int extra_bits = 0, double output_scale = 1.0) {
   using Share = typename P::Share;
   constexpr int K = reciprocal_scale_bits, E = rsqrt_extra_bits, F = rsqrt_factor_shift;
   const int f = p.frac_bits();
   const Shape shape = P::shape(x);
   const FixedPoint fp(f);
   const int width = detail::value_width(f, rsqrt_max_log2);
+  if (extra_bits != 0 && (!truncates_exactly(p) || extra_bits < 0 || extra_bits > 12))
+    throw Error(ErrorCode::invalid_argument, "rsqrt of a value with " + std::to_string(extra_bits) +
+                                                 " extra fraction bits: needs exact truncation and at most 12");
+  const int X = extra_bits;
   std::vector<Ring> scale(width), slope(width), correction(width);
   for (int t = 0; t < width; ++t) {
     scale[t] = Ring{1} << (K - t);
     slope[t] = static_cast<Ring>(std::llround(-rsqrt_guess_b * std::exp2(K - t + rsqrt_slope_guard_bits)));
-    correction[t] = static_cast<Ring>(std::llround(std::exp2(-(t - f + 1) / 2.0) * std::exp2(f + E)));
+    correction[t] =
+        static_cast<Ring>(std::llround(output_scale * std::exp2(-(t - f + 1) / 2.0) * std::exp2(f + E)));
   }
   // x', -b x' and g from the highest bit's one-hot.
+  // x', -b x' (the series' guess; the polynomial needs none) and g from
+  // the highest bit's one-hot.
+  const bool polynomial = truncates_exactly(p);
+  auto slope_times = [&](P& q, auto weight_of) -> Task<Share> {
+    if (polynomial) co_return Share{};
+    co_return co_await weight_of(q, slope, K - f + 1 + rsqrt_slope_guard_bits + X);
+  };
   auto normalised = [&]() -> Task<std::tuple<Share, Share, Share>> {
     if constexpr (detail::ArithmeticOneHot<P>) {
       // A ring 0/1 one-hot: g is local, x' and -b x' one dot_trunc each.
       if (detail::arithmetic_one_hot_pays(p, width, x)) {
-        const auto one_hot = co_await detail::highest_bit_arith(p, x, width);
+        const auto one_hot = co_await detail::highest_bit_arith(p, x, width, X);
+        auto weight_of = [&](P& q, const std::vector<Ring>& w, int bits) {
+          return detail::times_weight_of_arith(q, one_hot, x, w, bits);
+        };
         P px = p.fork(), pb = p.fork();
-        auto [xn, minus_bx] = co_await when_all(
-            detail::times_weight_of_arith(px, one_hot, x, scale, K - f + 1),
-            detail::times_weight_of_arith(pb, one_hot, x, slope, K - f + 1 + rsqrt_slope_guard_bits));
+        auto [xn, minus_bx] = co_await when_all(weight_of(px, scale, K - f + 1 + X), slope_times(pb, weight_of));
         co_return std::tuple{std::move(xn), std::move(minus_bx), detail::weighted_bits<P>(one_hot, correction)};
       }
     }
     // Bits: x' and -b x' straight from them (bit_dot: B2A fused with the
     // products), g by B2A meanwhile.
-    const auto one_hot = co_await detail::highest_bit_bits(p, x, width);
+    const auto one_hot = co_await detail::highest_bit_bits(p, x, width, X);
+    auto weight_of = [&](P& q, const std::vector<Ring>& w, int bits) {
+      return detail::times_weight_of(q, one_hot, x, w, bits);
+    };
     P px = p.fork(), pb = p.fork(), pc = p.fork();
     auto correction_of = [&](P& q) -> Task<Share> {
       co_return detail::weighted_bits<P>(co_await q.bit_to_arith(one_hot), correction);
     };
     auto [xn, minus_bx, g] =
-        co_await when_all(detail::times_weight_of(px, one_hot, x, scale, K - f + 1),
-                          detail::times_weight_of(pb, one_hot, x, slope, K - f + 1 + rsqrt_slope_guard_bits),
-                          correction_of(pc));
+        co_await when_all(weight_of(px, scale, K - f + 1 + X), slope_times(pb, weight_of), correction_of(pc));
     co_return std::tuple{std::move(xn), std::move(minus_bx), std::move(g)};
   };
   auto [xn, minus_bx, g] = co_await normalised();
-  if (truncates_exactly(p)) co_return co_await detail::rsqrt_polynomial_then(p, xn, g, m, then);
+  if (polynomial) co_return co_await detail::rsqrt_polynomial_then(p, xn, g, m, then);
   // y0 = a - b x'.
   const Share y0 = p.add_public(minus_bx, ring_filled(shape, fp.encode(rsqrt_guess_a)));
   P py = p.fork(), pg = p.fork();
@@ -186,8 +206,10 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
 }
 
 // m * broadcast(1/sqrt(x)): x (..., 1), m (..., d); without m, 1/sqrt(x).
+// extra_bits and output_scale as rsqrt_then's.
 template <Protocol P>
-Task<typename P::Share> rsqrt_times(P& p, const typename P::Share& x, const std::optional<typename P::Share>& m) {
+Task<typename P::Share> rsqrt_times(P& p, const typename P::Share& x, const std::optional<typename P::Share>& m,
+                                    int extra_bits = 0, double output_scale = 1.0) {
   using Share = typename P::Share;
   if constexpr (ExactReals<P>) {
     auto inv = p.map_real(x, [](double v) { return 1.0 / std::sqrt(v); });
@@ -195,7 +217,7 @@ Task<typename P::Share> rsqrt_times(P& p, const typename P::Share& x, const std:
     co_return co_await p.mul_trunc(*m, broadcast_last<P>(inv, P::shape(*m).back()));
   } else {
     auto itself = [](P&, const Share& v) -> Task<std::vector<Share>> { co_return std::vector<Share>{v}; };
-    auto out = co_await rsqrt_then(p, x, m, itself);
+    auto out = co_await rsqrt_then(p, x, m, itself, extra_bits, output_scale);
     co_return std::move(out.front());
   }
 }

@@ -179,10 +179,12 @@ TEST_SUITE("generation stops at EOS") {
       // takes one round; every step 20 to 26 shorter since exact truncation
       // lets exp take its polynomial, piecewise polynomials fold their sums'
       // truncation and a decode's softmax form e v before the reciprocal;
-      // each 5 to 8 shorter again since rsqrt takes a degree-4 polynomial there.
+      // each 5 to 12 shorter again since rsqrt takes a degree-4 polynomial
+      // there and a norm's sum of squares no truncation alone (rss3's
+      // circuit pays about that back in its wider highest-bit search).
       const std::vector<std::uint64_t> before = protocol == GenerationProtocol::add2
-                                                    ? std::vector<std::uint64_t>{264, 238, 238, 238, 238, 240}
-                                                    : std::vector<std::uint64_t>{247, 227, 227, 228, 229, 231};
+                                                    ? std::vector<std::uint64_t>{260, 234, 234, 234, 234, 236}
+                                                    : std::vector<std::uint64_t>{247, 228, 228, 227, 228, 230};
       CHECK(with_signal == before);
     }
   }
