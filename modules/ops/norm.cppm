@@ -78,6 +78,22 @@ struct NormParts {
 inline constexpr int norm_spread_bits = 12;
 inline int exact_spread_bits(int f, std::size_t d) { return std::min(norm_spread_bits, f + mean_shift(d) - 1); }
 
+// The exact way's parts from v (x, or x - mean) in one round: the spread
+// (sum(v^2) / d + eps) r at 2^(f+X) and the numerator v gamma.
+template <Protocol P>
+Task<NormParts<P>> exact_parts(P& p, const typename P::Share& v, const typename P::Share& gamma, double eps) {
+  const std::size_t d = P::shape(v).back();
+  const int f = p.frac_bits(), b = mean_shift(d), X = exact_spread_bits(f, d);
+  const double r = mean_ratio(d);
+  auto spread = [&](P& q) -> Task<typename P::Share> {
+    const auto total = sum_last<P>(co_await q.mul_trunc(v, v, f + b - X));
+    co_return q.add_public(total, ring_filled(P::shape(total), FixedPoint(f + X).encode(eps * r)));
+  };
+  P pa = p.fork(), pb = p.fork();
+  auto [sp, vg] = co_await when_all(spread(pa), pb.mul_trunc(v, rows_of<P>(gamma, leading_shape<P>(v))));
+  co_return NormParts<P>{std::move(sp), std::move(vg), X, std::sqrt(r)};
+}
+
 // The squares are formed from x truncated by this many bits: x^2 at scale
 // 2^(2f) reaches 2^52 on the outlier features of a trained model (|x| near
 // 300), where truncation fails with probability ~2^-12 per element; the
@@ -102,18 +118,7 @@ Task<NormParts<P>> rms_parts(P& p, const typename P::Share& x, const typename P:
   const int b = mean_shift(d);
   const double r = mean_ratio(d);
   const FixedPoint fp(p.frac_bits());
-  if (truncates_exactly(p)) {
-    // (mean(x^2) + eps) r at 2^(f+X) and x gamma, in one round.
-    const int f = p.frac_bits(), X = exact_spread_bits(f, d);
-    auto mean_square = [&](P& q) -> Task<typename P::Share> {
-      auto sq = co_await q.mul_trunc(x, x, f + b - X);
-      const auto total = sum_last<P>(sq);
-      co_return q.add_public(total, ring_filled(P::shape(total), FixedPoint(f + X).encode(eps * r)));
-    };
-    P pa = p.fork(), pb = p.fork();
-    auto [ms, xg] = co_await when_all(mean_square(pa), pb.mul_trunc(x, rows_of<P>(gamma, lead)));
-    co_return NormParts<P>{std::move(ms), std::move(xg), X, std::sqrt(r)};
-  }
+  if (truncates_exactly(p)) co_return co_await exact_parts(p, x, gamma, eps);
   auto mean_square = [&](P& q) -> Task<typename P::Share> {  // (mean(x^2) + eps) r
     constexpr int S = norm_square_shift;
     auto low = co_await q.truncate(x, S);
@@ -140,20 +145,9 @@ Task<NormParts<P>> layer_parts(P& p, const typename P::Share& x, const typename 
   constexpr int S = norm_square_shift;
   const std::size_t d = P::shape(x).back();
   const Shape lead = leading_shape<P>(x);
-  if (truncates_exactly(p)) {
-    // The mean (its truncation alone), then (var + eps) r at 2^(f+X) and
-    // (x - mean) gamma at once.
-    const int f = p.frac_bits(), b = mean_shift(d), X = exact_spread_bits(f, d);
-    const double r = mean_ratio(d);
+  if (truncates_exactly(p)) {  // the mean (its truncation alone), then the parts of x - mean
     const auto centered = p.sub(x, broadcast_last<P>(co_await mean_last(p, x), d));
-    auto variance = [&](P& q) -> Task<typename P::Share> {
-      auto sq = co_await q.mul_trunc(centered, centered, f + b - X);
-      const auto total = sum_last<P>(sq);
-      co_return q.add_public(total, ring_filled(P::shape(total), FixedPoint(f + X).encode(eps * r)));
-    };
-    P pa = p.fork(), pb = p.fork();
-    auto [var, cg] = co_await when_all(variance(pa), pb.mul_trunc(centered, rows_of<P>(gamma, lead)));
-    co_return NormParts<P>{std::move(var), std::move(cg), X, std::sqrt(r)};
+    co_return co_await exact_parts(p, centered, gamma, eps);
   }
   // The mean, and x and the mean at 2^(f-S) for the squares, all at once.
   constexpr int G = norm_gamma_shift;

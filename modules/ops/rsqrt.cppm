@@ -53,6 +53,22 @@ inline constexpr std::array<double, 5> rsqrt_polynomial{2.9228837662012177, -5.4
                                                         -4.331924622359294, 1.1244305836499602};
 
 namespace detail {
+// Each of `outputs` times `factor` (..., 1), broadcast over its rows'
+// last axis when `rows`, truncated by `bits`: one round.
+template <Protocol P>
+Task<std::vector<typename P::Share>> rows_times(P& p, const std::vector<typename P::Share>& outputs,
+                                                const typename P::Share& factor, bool rows, int bits) {
+  using Share = typename P::Share;
+  // The row factors must outlive the tasks, which start inside when_all.
+  std::vector<Share> row_factors;
+  for (const Share& o : outputs) row_factors.push_back(rows ? broadcast_last<P>(factor, P::shape(o).back()) : factor);
+  std::vector<P> forks;
+  std::vector<Task<Share>> products;
+  for (std::size_t i = 0; i < outputs.size(); ++i) forks.push_back(p.fork());
+  for (std::size_t i = 0; i < outputs.size(); ++i) products.push_back(forks[i].mul_trunc(outputs[i], row_factors[i], bits));
+  co_return co_await when_all(std::move(products));
+}
+
 // The exact way (top of this file), from x' (..., 1) at 2^f in [0.5, 1) and
 // the correction g at 2^(f + rsqrt_extra_bits): then(m g) q(x'), or q(x') g
 // without m.
@@ -87,14 +103,8 @@ Task<std::vector<typename P::Share>> rsqrt_polynomial_then(P& p, const typename 
   };
   P pt = p.fork(), pq = p.fork();
   auto [outputs, series] = co_await when_all(then(pt, scaled), polynomial(pq));
-  const int bits = m ? f - F : f + E;  // outputs at 2^(f-F) (m g) or 2^(f+E) (g); q at 2^f
-  std::vector<Share> row_factors;
-  for (const Share& o : outputs) row_factors.push_back(m ? broadcast_last<P>(series, P::shape(o).back()) : series);
-  std::vector<P> forks;
-  std::vector<Task<Share>> products;
-  for (std::size_t i = 0; i < outputs.size(); ++i) forks.push_back(p.fork());
-  for (std::size_t i = 0; i < outputs.size(); ++i) products.push_back(forks[i].mul_trunc(outputs[i], row_factors[i], bits));
-  co_return co_await when_all(std::move(products));
+  // outputs at 2^(f-F) (m g) or 2^(f+E) (g); q at 2^f
+  co_return co_await rows_times(p, outputs, series, m.has_value(), m ? f - F : f + E);
 }
 }  // namespace detail
 
@@ -194,15 +204,7 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
   };
   P pt = p.fork(), ps = p.fork();
   auto [outputs, series] = co_await when_all(then(pt, scaled), series_of(ps));
-  const int bits = (m ? f - F : f + E) + 1 - R;
-  // The row factors must outlive the tasks, which start inside when_all.
-  std::vector<Share> row_factors;
-  for (const Share& o : outputs) row_factors.push_back(m ? broadcast_last<P>(series, P::shape(o).back()) : series);
-  std::vector<P> forks;
-  std::vector<Task<Share>> products;
-  for (std::size_t i = 0; i < outputs.size(); ++i) forks.push_back(p.fork());
-  for (std::size_t i = 0; i < outputs.size(); ++i) products.push_back(forks[i].mul_trunc(outputs[i], row_factors[i], bits));
-  co_return co_await when_all(std::move(products));
+  co_return co_await detail::rows_times(p, outputs, series, m.has_value(), (m ? f - F : f + E) + 1 - R);
 }
 
 // m * broadcast(1/sqrt(x)): x (..., 1), m (..., d); without m, 1/sqrt(x).
