@@ -113,11 +113,21 @@ std::uint64_t Rss3TruncationPlan::mix(std::uint64_t a, std::uint64_t b) noexcept
   return (z ^ (z >> 31)) | 1;  // never 0: 0 means "no key"
 }
 
+namespace {
+// Calls a plan records between refills, at most: a program that refills
+// once and then decodes for long would otherwise grow the record by every
+// call of every step (a decode step makes a few thousand).
+constexpr std::size_t max_recorded_calls = std::size_t{1} << 20;
+}  // namespace
+
 std::optional<std::vector<Rss3TruncationPlan::Range>> Rss3TruncationPlan::use(std::uint64_t key, int bits,
                                                                              std::uint64_t epoch,
                                                                              std::uint64_t count) {
-  auto [seen, fresh] = recorded_.try_emplace(key, Recorded{bits, count});
-  if (!fresh && seen->second.bits == bits) seen->second.count = std::max(seen->second.count, count);
+  if (const auto seen = recorded_.find(key); seen != recorded_.end()) {
+    if (seen->second.bits == bits) seen->second.count = std::max(seen->second.count, count);
+  } else if (recorded_.size() < max_recorded_calls) {
+    recorded_.emplace(key, Recorded{bits, count});
+  }
   const auto it = reserved_.find(key);
   if (it == reserved_.end()) return std::nullopt;
   const Reserved r = it->second;
