@@ -115,10 +115,10 @@ template <Protocol P>
 Task<NormParts<P>> rms_parts(P& p, const typename P::Share& x, const typename P::Share& gamma, double eps) {
   const std::size_t d = P::shape(x).back();
   const Shape lead = leading_shape<P>(x);
+  if (truncates_exactly(p)) co_return co_await exact_parts(p, x, gamma, eps);
   const int b = mean_shift(d);
   const double r = mean_ratio(d);
   const FixedPoint fp(p.frac_bits());
-  if (truncates_exactly(p)) co_return co_await exact_parts(p, x, gamma, eps);
   auto mean_square = [&](P& q) -> Task<typename P::Share> {  // (mean(x^2) + eps) r
     constexpr int S = norm_square_shift;
     auto low = co_await q.truncate(x, S);

@@ -140,7 +140,6 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
     correction[t] =
         static_cast<Ring>(std::llround(output_scale * std::exp2(-(t - f + 1) / 2.0) * std::exp2(f + E)));
   }
-  // x', -b x' and g from the highest bit's one-hot.
   // x', -b x' (the series' guess; the polynomial needs none) and g from
   // the highest bit's one-hot.
   const bool polynomial = truncates_exactly(p);
