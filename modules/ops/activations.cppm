@@ -6,7 +6,8 @@
 //         degree 5 on [3, 10) | x;  fit error <= 4.6e-4; total <= 1e-3 (tested)
 //   cost (rss3): 8 rounds (comparisons overlap the polynomials; tested);
 //   rss3 dcf: the pieces selected by a ring one-hot and dot_trunc
-//   (piecewise.cppm): SiLU 5, GeLU 6, silu_times 6 (tested)
+//   (piecewise.cppm): SiLU 5, GeLU 6, silu_times 6; where truncation is
+//   exact, with truncation pairs: SiLU 4, GeLU 5, silu_times 5 (tested)
 export module mpcache.ops:activations;
 import mpcache.std;
 import mpcache.core;

@@ -10,7 +10,8 @@
 // so that coefficient rounding (2^-(f+1) each) costs at most sum|c| 2^-(f+1).
 //   cost (rss3): max(msb_bits: 6 at 64 bits, 2 + ceil(log2 degree)) + 2 rounds;
 //   rss3 dcf: max(msb_arith: 2, 2 + ceil(log2 degree)) + 1; where truncation
-//   is exact the polynomials take 1 + ceil(log2 degree) (polynomial, below)
+//   is exact the polynomials of degree >= 3 take ceil(log2 degree)
+//   (polynomial, below)
 export module mpcache.ops:piecewise;
 import mpcache.std;
 import mpcache.core;
@@ -43,30 +44,56 @@ inline int folded_coefficient_bits(const Piece& piece, int frac_bits) {
   const int bits = std::min(frac_bits, 60 - 2 * frac_bits - static_cast<int>(std::ceil(std::log2(total + 1))));
   return bits >= 8 ? bits : 0;
 }
+
+// t^2 straight from x (polynomial, below) reaches t^2 2^60 before its
+// truncation (in range, |t| <= 1), with 1/h^2 at 60 - 2f >= f fraction
+// bits where f <= 20. Out of range it may wrap; that piece's indicator is
+// 0 there.
+inline bool square_beside_t_fits(int frac_bits) { return 3 * frac_bits <= 60; }
 }  // namespace detail
 
 // c_0 + c_1 t + ... for t = (x - center) / half_width: t, then its powers in
 // log depth, then one truncation of the weighted sum. Where truncation is
 // exact (truncates_exactly) the round that would fill the top powers
 // t^(m+1..d) instead multiplies t^m by sum_{k>m} c_k t^(k-m) while the
-// lower terms are truncated: the sum's own truncation round goes.
+// lower terms are truncated: the sum's own truncation round goes; and t^2
+// is formed from x beside t's truncation, which would otherwise be a round
+// alone (probabilistic truncation hides it in party 0's message).
 template <Protocol P>
 Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece& piece) {
   const Shape s = P::shape(x);
   const int f = p.frac_bits();
   const FixedPoint fp(f);
   const double scale = fp.scale();
-  // t = trunc(x / h - center / h at scale 2^(2f)).
-  auto t_wide = p.add_public(
-      p.mul_public(x, ring_filled(s, fp.encode(1.0 / piece.half_width))),
-      ring_filled(s, static_cast<Ring>(static_cast<std::int64_t>(
-                         std::llround(-piece.center / piece.half_width * scale * scale)))));
   const std::size_t degree = piece.coefficients.size() - 1;
   std::vector<typename P::Share> power(degree + 1);
-  power[1] = co_await p.truncate(t_wide, f);
   const int folded_bits = degree >= 2 && truncates_exactly(p) ? detail::folded_coefficient_bits(piece, f) : 0;
-  // Log-depth powers: round r fills (2^(r-1), 2^r] from products of known ones.
   std::size_t known = 1;
+  if (folded_bits > 0 && degree >= 3 && detail::square_beside_t_fits(f)) {
+    // t's truncation would be a round alone: t^2 = (x - center)^2 / h^2
+    // comes from x in the same round. 1/h and 1/h^2 carry W = 60 - 2f
+    // fraction bits, so that t and t^2 agree to about 2^-W: each power's
+    // error weighs with its coefficient, and sum |c_k| reaches 21 (GeLU).
+    const int wide = 60 - 2 * f;
+    const FixedPoint fine(wide);
+    const double h = piece.half_width;
+    const auto centered = p.add_public(x, ring_filled(s, fp.encode(-piece.center)));
+    const auto t_fine = p.mul_public(centered, ring_filled(s, fine.encode(1.0 / h)));
+    const auto square_factor = p.mul_public(centered, ring_filled(s, fine.encode(1.0 / (h * h))));
+    P ps = p.fork();  // the truncation alone on p, as exp_by_polynomial's
+    auto [t, t2] = co_await when_all(p.truncate(t_fine, wide), ps.mul_trunc(square_factor, centered, f + wide));
+    power[1] = std::move(t);
+    power[2] = std::move(t2);
+    known = 2;
+  } else {
+    // t = trunc(x / h - center / h at scale 2^(2f)).
+    auto t_wide = p.add_public(
+        p.mul_public(x, ring_filled(s, fp.encode(1.0 / piece.half_width))),
+        ring_filled(s, static_cast<Ring>(static_cast<std::int64_t>(
+                           std::llround(-piece.center / piece.half_width * scale * scale)))));
+    power[1] = co_await p.truncate(t_wide, f);
+  }
+  // Log-depth powers: round r fills (known, 2 known] from products of known ones.
   for (; known < degree; known *= 2) {
     if (folded_bits > 0 && 2 * known >= degree) break;  // the last round, folded below
     std::vector<P> forks;
