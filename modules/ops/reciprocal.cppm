@@ -135,6 +135,22 @@ Task<typename P::Share> times_weight_of_arith(P& p, const typename P::Share& one
   co_return reshape<P>(co_await p.dot_trunc(one_hot, weighted_copies(p, x, weights), bits), P::shape(x));
 }
 
+// Each of `outputs` times `factor` (..., 1), broadcast over its rows'
+// last axis when `rows`, truncated by `bits`: one round.
+template <Protocol P>
+Task<std::vector<typename P::Share>> rows_times(P& p, const std::vector<typename P::Share>& outputs,
+                                                const typename P::Share& factor, bool rows, int bits) {
+  using Share = typename P::Share;
+  // The row factors must outlive the tasks, which start inside when_all.
+  std::vector<Share> row_factors;
+  for (const Share& o : outputs) row_factors.push_back(rows ? broadcast_last<P>(factor, P::shape(o).back()) : factor);
+  std::vector<P> forks;
+  std::vector<Task<Share>> products;
+  for (std::size_t i = 0; i < outputs.size(); ++i) forks.push_back(p.fork());
+  for (std::size_t i = 0; i < outputs.size(); ++i) products.push_back(forks[i].mul_trunc(outputs[i], row_factors[i], bits));
+  co_return co_await when_all(std::move(products));
+}
+
 // Bits of a fixed-point value below 2^max_log2 (real).
 inline int value_width(int frac_bits, int max_log2) { return frac_bits + max_log2; }
 
@@ -183,6 +199,55 @@ Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log
   P pe2 = p.fork(), pz1 = p.fork();
   auto [e2, z1] = co_await when_all(pe2.mul_trunc(e, e), pz1.mul_trunc(z0, p.add_public(e, one)));
   co_return co_await p.mul_trunc(z1, p.add_public(e2, one), f + G);
+}
+
+// m_i / x for the multiplicands m_i (..., d_i) that `make(q)` returns and
+// positive x (..., 1), as reciprocal's (same range and relative error).
+// `make` runs while the highest bit of x is found. Where the one-hot is
+// arithmetic (rss3 dcf), s is known a round before x', so each m_i is
+// carried through the products of z instead of z0: m_i s beside x', then
+// m_i s y0 beside e, m_i s y0 (1 + e) beside e^2, and (1 + e^2) last: the
+// products with the m_i add no round to the reciprocal's 6. Elsewhere, 1/x
+// then one product.
+template <Protocol P, class Make>
+Task<std::vector<typename P::Share>> reciprocal_then(P& p, const typename P::Share& x, Make make,
+                                                     int max_log2 = reciprocal_max_log2) {
+  using Share = typename P::Share;
+  const int f = p.frac_bits();
+  if constexpr (detail::ArithmeticOneHot<P> && !ExactReals<P>) {
+    const int width = detail::value_width(f, max_log2);
+    if (detail::arithmetic_one_hot_pays(p, width, x)) {
+      constexpr int K = reciprocal_scale_bits, G = reciprocal_guard_bits;
+      const Shape shape = P::shape(x);
+      const FixedPoint fp(f);
+      const RingTensor one = ring_filled(shape, fp.encode(1.0));
+      const auto weights = detail::normaliser_weights(width);
+      P pb = p.fork(), pm = p.fork();
+      auto [hot, ms] = co_await when_all(detail::highest_bit_arith(pb, x, width), make(pm));
+      const Share s = detail::weighted_bits<P>(hot, weights);
+      // x' and m_i s / 2^(K-f+1) (m_i / x times x', at 2^(f+G)).
+      P px = p.fork(), ps = p.fork();
+      auto [xn, scaled] = co_await when_all(detail::times_weight_of_arith(px, hot, x, weights, K - f + 1),
+                                            detail::rows_times(ps, ms, s, true, K - f + 1 - G));
+      const Share y0 = p.add_public(p.neg(p.add(xn, xn)), ring_filled(shape, fp.encode(2.9142)));
+      P pe = p.fork(), py = p.fork();
+      auto [xy, times_y0] = co_await when_all(pe.mul_trunc(xn, y0), detail::rows_times(py, scaled, y0, true, f));
+      const Share e = p.add_public(p.neg(xy), one);
+      P pe2 = p.fork(), p1 = p.fork();
+      auto [e2, times_1e] =
+          co_await when_all(pe2.mul_trunc(e, e), detail::rows_times(p1, times_y0, p.add_public(e, one), true, f));
+      co_return co_await detail::rows_times(p, times_1e, p.add_public(e2, one), true, f + G);
+    }
+  }
+  P pi = p.fork(), pm = p.fork();
+  auto [inverse, ms] = co_await when_all(reciprocal(pi, x, max_log2), make(pm));
+  if constexpr (ExactReals<P>) {
+    std::vector<Share> out;
+    for (const Share& m : ms) out.push_back(co_await p.mul_trunc(m, broadcast_last<P>(inverse, P::shape(m).back())));
+    co_return out;
+  } else {
+    co_return co_await detail::rows_times(p, ms, inverse, true, f);
+  }
 }
 
 }  // namespace mpcache::ops

@@ -53,22 +53,6 @@ inline constexpr std::array<double, 5> rsqrt_polynomial{2.9228837662012177, -5.4
                                                         -4.331924622359294, 1.1244305836499602};
 
 namespace detail {
-// Each of `outputs` times `factor` (..., 1), broadcast over its rows'
-// last axis when `rows`, truncated by `bits`: one round.
-template <Protocol P>
-Task<std::vector<typename P::Share>> rows_times(P& p, const std::vector<typename P::Share>& outputs,
-                                                const typename P::Share& factor, bool rows, int bits) {
-  using Share = typename P::Share;
-  // The row factors must outlive the tasks, which start inside when_all.
-  std::vector<Share> row_factors;
-  for (const Share& o : outputs) row_factors.push_back(rows ? broadcast_last<P>(factor, P::shape(o).back()) : factor);
-  std::vector<P> forks;
-  std::vector<Task<Share>> products;
-  for (std::size_t i = 0; i < outputs.size(); ++i) forks.push_back(p.fork());
-  for (std::size_t i = 0; i < outputs.size(); ++i) products.push_back(forks[i].mul_trunc(outputs[i], row_factors[i], bits));
-  co_return co_await when_all(std::move(products));
-}
-
 // The exact way (top of this file), from x' (..., 1) at 2^f in [0.5, 1) and
 // the correction g at 2^(f + rsqrt_extra_bits): then(m g) q(x'), or q(x') g
 // without m.

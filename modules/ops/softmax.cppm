@@ -6,6 +6,8 @@
 //   error: <= 4e-3 absolute per entry for n <= 1024 (tested against float64)
 //   cost (rss3): max (a tournament_plan, 43 rounds for 2 rows of 1000) +
 //     exp (exp.cppm) + reciprocal (reciprocal.cppm, sums below 2^11) + 1;
+//     with rss3 dcf's arithmetic one-hot the product with the numerators
+//     ends with the reciprocal instead (reciprocal_then): no + 1.
 //     softmax_times (below) adds no round for its product with v where
 //     truncation is exact
 export module mpcache.ops:softmax;
@@ -38,27 +40,29 @@ Task<typename P::Share> softmax_numerators(P& p, const typename P::Share& x, con
   co_return e;
 }
 
-// 1 / sum of the numerators (..., 1): the sum lies in [1, n] up to exp's
-// error (the max's own term is exp(0)), so below 2n.
-template <Protocol P>
-Task<typename P::Share> inverse_sum(P& p, const typename P::Share& e) {
+// m_i / sum of the numerators e (..., n) for what make(q) returns
+// (reciprocal_then): the sum lies in [1, n] up to exp's error (the max's
+// own term is exp(0)), so below 2n.
+template <Protocol P, class Make>
+Task<std::vector<typename P::Share>> over_sum(P& p, const typename P::Share& e, Make make) {
   const std::size_t n = P::shape(e).back();
-  co_return co_await reciprocal(p, sum_last<P>(e), ceil_log2(2 * n));
+  co_return co_await reciprocal_then(p, sum_last<P>(e), make, ceil_log2(2 * n));
 }
 }  // namespace detail
 
 template <Protocol P>
 Task<typename P::Share> softmax_last(P& p, const typename P::Share& x,
                                      const std::optional<RingTensor>& mask = std::nullopt) {
+  using Share = typename P::Share;
   auto e = co_await detail::softmax_numerators(p, x, mask);
-  auto inv = co_await detail::inverse_sum(p, e);
-  co_return co_await p.mul_trunc(e, broadcast_last<P>(inv, P::shape(x).back()));
+  auto numerators = [&e](P&) -> Task<std::vector<Share>> { co_return std::vector<Share>{e}; };
+  co_return std::move((co_await detail::over_sum(p, e, numerators)).front());
 }
 
 // {softmax(x) v, softmax(x)} for x (..., n) and v (n, d). Where truncation
 // is exact (truncates_exactly) e v runs while the reciprocal of the sum is
-// computed, and both products with it share the last round: one round less
-// than softmax then its product with v. The unnormalised sum of n products
+// computed, and both products with it end with the reciprocal (one round
+// less than softmax then its product with v). The unnormalised sum of n products
 // reaches n |v| 2^(2f) before its truncation; under probabilistic
 // truncation its failure probability grows with it (at n = 512 a few
 // elements per prefill failed and garbled whole generations), so there the
@@ -72,14 +76,13 @@ Task<std::pair<typename P::Share, typename P::Share>> softmax_times(P& p, const 
     auto out = co_await p.matmul_trunc(probs, v);
     co_return std::pair{std::move(out), std::move(probs)};
   }
+  using Share = typename P::Share;
   auto e = co_await detail::softmax_numerators(p, x, mask);
-  P pi = p.fork(), pv = p.fork();
-  auto [inv, ev] = co_await when_all(detail::inverse_sum(pi, e), pv.matmul_trunc(e, v));
-  const std::size_t n = P::shape(x).back(), d = P::shape(v).back();
-  const auto inv_d = broadcast_last<P>(inv, d), inv_n = broadcast_last<P>(inv, n);
-  P po = p.fork(), pp = p.fork();
-  auto [out, probs] = co_await when_all(po.mul_trunc(ev, inv_d), pp.mul_trunc(e, inv_n));
-  co_return std::pair{std::move(out), std::move(probs)};
+  auto times_v_and_itself = [&](P& q) -> Task<std::vector<Share>> {
+    co_return std::vector<Share>{co_await q.matmul_trunc(e, v), e};
+  };
+  auto out = co_await detail::over_sum(p, e, times_v_and_itself);
+  co_return std::pair{std::move(out[0]), std::move(out[1])};
 }
 
 }  // namespace mpcache::ops
