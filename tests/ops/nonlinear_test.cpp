@@ -87,6 +87,41 @@ TEST_CASE("reciprocal narrowed to x < 2^11 (a softmax sum): the same bound on [1
   }
 }
 
+// reciprocal_then carries each multiplicand through the Newton products
+// where rss3 dcf's one-hot is arithmetic (and takes 1/x then one product
+// elsewhere): m / x within the reciprocal's relative bound, under both
+// truncations and both comparisons.
+TEST_CASE("reciprocal_then: m / x within 2e-4 relative on [1/8, 2^11), rss3 dcf and circuit") {
+  const std::size_t n = 400, d = 3;
+  RealTensor x = RealTensor::from_shape({n, 1});
+  for (std::size_t i = 0; i < n; ++i)
+    x(i, 0) = std::min(std::exp2(-3.0 + 14.0 * static_cast<double>(i) / (n - 1)), 0x1p11 - 0x1p-18);
+  const RealTensor m = mpcache::testing::random_real({n, d}, -4, 4, 405);
+  FixedPoint fp;
+  const RingTensor xe = fp.encode(x), me = fp.encode(m);
+  for (auto comparisons : {Rss3Comparisons::circuit, Rss3Comparisons::dcf})
+    for (bool exact : {false, true}) {
+      CAPTURE(exact);
+      CAPTURE(comparisons == Rss3Comparisons::dcf);
+      auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
+        auto a = co_await share_of(p, 0, xe);
+        auto b = co_await share_of(p, 1, me);
+        auto make = [&b](P&) -> Task<std::vector<typename P::Share>> { co_return std::vector{b}; };
+        co_return co_await p.reveal((co_await ops::reciprocal_then(p, a, make, 11)).front());
+      }, Rss3Options{.exact_truncation = exact, .comparisons = comparisons});
+      const RealTensor y = fp.decode(secure.results[0]);
+      double worst = 0;
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t k = 0; k < d; ++k) {
+          const double want = m(i, k) / x(i, 0);
+          const double bound = (2e-4 + 0x1p-18 / x(i, 0)) * std::fabs(want) + 0x1p-15;
+          worst = std::max(worst, std::fabs(y(i, k) - want) / bound);
+          CHECK(std::fabs(y(i, k) - want) <= bound);
+        }
+      MESSAGE("reciprocal_then: largest error " << worst << " of its bound");
+    }
+}
+
 TEST_CASE("softmax with scores up to +-4095, close maxima, one row of equal scores") {
   const std::size_t rows = 3, n = 70;
   RealTensor x = mpcache::testing::random_real({rows, n}, -4000, 4000, 402);
