@@ -404,7 +404,8 @@ class Decoder {
     auto scope = cost_scope(p, CostTag::norm);
     std::vector<const Weight<P>*> weights;
     for (const auto& pr : projections) weights.push_back(pr.first);
-    auto out = co_await ops::norm_project(p, h, expand_weight(p, gamma), expand_weight(p, beta), c_.norm_eps, weights);
+    auto out = co_await ops::norm_project(p, h, expand_weight(p, gamma), expand_weight(p, beta), c_.norm_eps, weights,
+                                          w_.centered_residual);
     for (std::size_t i = 0; i < out.size(); ++i)
       out[i] = with_bias(p, std::move(out[i]), expand_weight(p, *projections[i].second));
     co_return out;

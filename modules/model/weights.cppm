@@ -184,6 +184,10 @@ struct DecoderWeights {
   Weight<P> final_norm;                          // (hidden)
   std::optional<Weight<P>> final_norm_bias;
   Weight<P> lm_head;                             // (hidden, vocab)
+  // Every write to the residual stream (embedding, positions, the output
+  // projections and their biases) has rows of mean zero, so the stream's
+  // rows do too and a LayerNorm need not compute its mean (load_gpt2).
+  bool centered_residual = false;
 
   // Bytes of weights this party holds (rss3: 8 per weight, see CompactWeights).
   std::size_t resident_bytes() const {
@@ -363,10 +367,35 @@ inline std::optional<RealTensor> columns(const std::optional<RealTensor>& w, std
 }
 }  // namespace detail
 
+namespace detail {
+// w (..., h) with each row's mean over h subtracted (the owner's plaintext;
+// nullopt elsewhere).
+inline std::optional<RealTensor> rows_centered(std::optional<RealTensor> w) {
+  if (!w) return w;
+  const std::size_t h = w->shape().back(), rows = w->size() / h;
+  for (std::size_t r = 0; r < rows; ++r) {
+    double* row = w->data() + r * h;
+    double mean = 0;
+    for (std::size_t i = 0; i < h; ++i) mean += row[i];
+    mean /= static_cast<double>(h);
+    for (std::size_t i = 0; i < h; ++i) row[i] -= mean;
+  }
+  return w;
+}
+}  // namespace detail
+
 // GPT-2 in Hugging Face layout (Conv1D weights are already [in, out]; the
 // fused c_attn is split into q, k, v). Names may carry a "transformer."
 // prefix (GPT2LMHeadModel) or not (GPT2Model, and the published gpt2
 // checkpoint); the head is wte when tied (the default), else lm_head.weight.
+//
+// The owner centres every write to the residual stream (wte and wpe rows,
+// both c_proj weights over their output axis, their biases): then each
+// residual row has mean zero, LayerNorm(h) = (h / rms(h)) gamma + beta,
+// and the private LayerNorm skips its mean, a round alone under exact
+// truncation (SliceGPT's computational invariance, Ashkboos et al. 2024).
+// The function is the same: LayerNorm removes any row mean, and the head
+// reads wte as stored. Only the residual stream's values differ.
 template <Protocol P>
 Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource& source, PartyId owner = 0) {
   if (c.architecture != Architecture::gpt2)
@@ -386,8 +415,10 @@ Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource
   DecoderWeights<P> w;
   w.config = c;
   detail::OwnerPacing<P> pacing(p, owner);
-  w.embed = co_await secret_weight(p, owner, get("wte.weight", {v, h}), {v, h});
-  w.positions = co_await secret_weight(p, owner, get("wpe.weight", {c.max_positions, h}), {c.max_positions, h});
+  w.centered_residual = true;
+  w.embed = co_await secret_weight(p, owner, detail::rows_centered(get("wte.weight", {v, h})), {v, h});
+  w.positions = co_await secret_weight(p, owner, detail::rows_centered(get("wpe.weight", {c.max_positions, h})),
+                                       {c.max_positions, h});
   for (std::size_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "h." + std::to_string(l) + ".";
     LayerWeights<P> lw;
@@ -401,14 +432,15 @@ Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource
     lw.bq = co_await secret_weight(p, owner, detail::columns(attn_b, 0, h, qs), {h});
     lw.bk = co_await secret_weight(p, owner, detail::columns(attn_b, h, 2 * h), {h});
     lw.bv = co_await secret_weight(p, owner, detail::columns(attn_b, 2 * h, 3 * h), {h});
-    lw.wo = co_await secret_weight(p, owner, get(pre + "attn.c_proj.weight", {h, h}), {h, h});
-    lw.bo = co_await secret_weight(p, owner, get(pre + "attn.c_proj.bias", {h}), {h});
+    lw.wo = co_await secret_weight(p, owner, detail::rows_centered(get(pre + "attn.c_proj.weight", {h, h})), {h, h});
+    lw.bo = co_await secret_weight(p, owner, detail::rows_centered(get(pre + "attn.c_proj.bias", {h})), {h});
     lw.post_norm = co_await secret_weight(p, owner, get(pre + "ln_2.weight", {h}), {h});
     lw.post_norm_bias = co_await secret_weight(p, owner, get(pre + "ln_2.bias", {h}), {h});
     lw.up = co_await secret_weight(p, owner, get(pre + "mlp.c_fc.weight", {h, inter}), {h, inter});
     lw.b_up = co_await secret_weight(p, owner, get(pre + "mlp.c_fc.bias", {inter}), {inter});
-    lw.down = co_await secret_weight(p, owner, get(pre + "mlp.c_proj.weight", {inter, h}), {inter, h});
-    lw.b_down = co_await secret_weight(p, owner, get(pre + "mlp.c_proj.bias", {h}), {h});
+    lw.down = co_await secret_weight(p, owner, detail::rows_centered(get(pre + "mlp.c_proj.weight", {inter, h})),
+                                   {inter, h});
+    lw.b_down = co_await secret_weight(p, owner, detail::rows_centered(get(pre + "mlp.c_proj.bias", {h})), {h});
     w.layers.push_back(std::move(lw));
     co_await pacing.layer_done();
   }

@@ -220,10 +220,14 @@ Task<typename P::Share> rms_norm(P& p, const typename P::Share& x, const typenam
 // the same values up to truncation. weights[i]: (d, out_i), shares or any
 // weight type P's matmul_trunc takes (rss3's compact Rss3Weight). The projection
 // matmuls are charged to CostTag::linear, the rest to the caller's tag.
+// With rows_mean_zero (h's rows have mean zero by construction, as GPT-2's
+// residual stream with centred writers, load_gpt2), LayerNorm's variance
+// is the mean square: its mean is not computed (under exact truncation a
+// round alone). The float64 reference computes it all the same.
 template <Protocol P, class W = typename P::Share>
 Task<std::vector<typename P::Share>> norm_project(P& p, const typename P::Share& h, const typename P::Share& gamma,
                                                   const std::optional<typename P::Share>& beta, double eps,
-                                                  const std::vector<const W*>& weights) {
+                                                  const std::vector<const W*>& weights, bool rows_mean_zero = false) {
   using Share = typename P::Share;
   const std::size_t d = P::shape(h).back();
   const Shape lead = detail::leading_shape<P>(h);
@@ -255,7 +259,7 @@ Task<std::vector<typename P::Share>> norm_project(P& p, const typename P::Share&
     co_return co_await project(p, x, false);
   } else {
     std::optional<detail::NormParts<P>> parts;
-    if (beta) parts = co_await detail::layer_parts(p, h, gamma, eps);
+    if (beta && !rows_mean_zero) parts = co_await detail::layer_parts(p, h, gamma, eps);
     else parts = co_await detail::rms_parts(p, h, gamma, eps);
     auto then = [&](P& q, const Share& factor) { return project(q, factor, beta.has_value()); };
     auto out = co_await rsqrt_then(p, parts->spread, std::optional<Share>(std::move(parts->numerator)), then,

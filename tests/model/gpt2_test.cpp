@@ -128,6 +128,30 @@ TEST_SUITE("gpt2") {
     CHECK(testing::max_abs(d2) > 1e-3);  // not a vacuous comparison
   }
 
+  // (The forward above, against the checkpoint's own weights, shows the
+  // function unchanged.)
+  TEST_CASE("load_gpt2 centres every write to the residual stream, so LayerNorm may skip its mean") {
+    const ModelConfig c = tiny_gpt2();
+    Ref p;
+    auto w = run(load_decoder(p, c, random_weights(13, 0.2)));
+    CHECK(w.centered_residual);
+    auto worst_row_mean = [&](const RealTensor& t) {
+      const std::size_t h = t.shape().back();
+      double worst = 0;
+      for (std::size_t r = 0; r < t.size() / h; ++r) {
+        double mean = 0;
+        for (std::size_t i = 0; i < h; ++i) mean += t.data()[r * h + i] / static_cast<double>(h);
+        worst = std::max(worst, std::abs(mean));
+      }
+      return worst;
+    };
+    const auto& layer = w.layers.back();
+    for (const RefShare* weight : std::vector<const RefShare*>{&w.embed, &*w.positions, &layer.wo, &*layer.bo,
+                                                               &layer.down, &*layer.b_down})
+      CHECK(worst_row_mean(p.to_real(*weight)) < 1e-12);
+    CHECK(worst_row_mean(p.to_real(layer.wq)) > 1e-6);  // the others as stored
+  }
+
   TEST_CASE("GPT-2 on plain agrees with ref within fixed-point error") {
     const ModelConfig c = tiny_gpt2();
     const WeightSource source = random_weights(12, 0.2);

@@ -571,4 +571,16 @@ TEST_CASE("round counts where truncation is exact, with truncation pairs and dcf
   CHECK(rsqrt_rounds == 6);
   CHECK(rms_rounds == 7);
   CHECK(layer_rounds == 8);
+  // norm_project over rows of mean zero (GPT-2's centred residual stream,
+  // load_gpt2): LayerNorm skips its mean, RMSNorm's rounds.
+  auto project_rounds = [&](bool layer, bool mean_zero) {
+    return rounds_with_every_shift([&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+      const Rss3Share w = ops::reshape<Rss3>(a, {8, 1});
+      const std::vector<const Rss3Share*> weights{&w};
+      const auto beta = layer ? std::optional<Rss3Share>(a) : std::nullopt;
+      co_return (co_await ops::norm_project(p, row(a), a, beta, 1e-5, weights, mean_zero)).front();
+    });
+  };
+  CHECK(project_rounds(true, true) == project_rounds(false, false));
+  CHECK(project_rounds(true, true) + 1 == project_rounds(true, false));
 }
