@@ -17,12 +17,19 @@
 //     is exact; a backend whose fraction bits leave too little room (f > 24)
 //     takes the squarings.
 // The clipping comparison runs concurrently, then one select.
+// Where comparisons are cheap one-round DCFs as well (rss3 dcf,
+// detail::splines_pay), a spline of five degree-4 pieces on [-14, -8, -5,
+// -3, -1.5, 0] and 0 below -14 (least squares on Chebyshev nodes) by
+// piecewise: the breakpoints' comparisons (the clip among them) run while
+// each piece takes 2 product rounds, then one select.
 //   range: x <= 0 (fixed point, 18 fraction bits)
 //   error: |exp_neg(x) - exp(x)| <= 2.5e-3 on [-14, 0], <= 1e-6 below
-//     (tested; the exact way's own error is about 1.1e-4, the squarings' 1.2e-3)
+//     (tested; the exact way's own error is about 1.1e-4, the spline's
+//     6.4e-5, the squarings' 1.2e-3)
 //   cost (rss3, tested): probabilistic 10 rounds = max(truncate + 8
 //     squarings, comparison) + select; exact, with truncation pairs and
-//     dcf comparisons, 5 = max(4, comparison: 2) + select
+//     dcf comparisons, the spline: 3 = max(2, msb_arith 2) + select (the
+//     polynomial took 5 = max(4, comparison: 2) + select)
 export module mpcache.ops:exp;
 import mpcache.std;
 import mpcache.core;
@@ -30,6 +37,7 @@ import mpcache.async;
 import mpcache.proto;
 import :layout;
 import :compare;
+import :piecewise;
 
 export namespace mpcache::ops {
 
@@ -41,6 +49,31 @@ inline constexpr std::array<double, 9> exp_polynomial = {
     0.018345756295732218, 0.073183446355404552, 0.14487676818420217,
     0.19663288352640348,  0.20931127477443615,  0.14929777670985764,
     0.065614570500848748, 0.076293173253452834, 0.066395745720454008};
+
+// The spline (dcf comparisons, exact truncation): exp on [-14, 0], the
+// last piece (fitted on [-1.5, 0]) taking x >= -1.5.
+inline const Piecewise& exp_spline_spec() {
+  using K = Piece::Kind;
+  static const Piecewise spec{
+      {-14.0, -8.0, -5.0, -3.0, -1.5},
+      {Piece{K::zero, 0, 1, {}},
+       Piece{K::polynomial, -11.0, 3.0,
+             {1.73994655795876e-05, 3.58789052550864e-05, 6.29581776828457e-05, 0.000128236143617556,
+              8.7037287912951e-05}},
+       Piece{K::polynomial, -6.5, 1.5,
+             {0.00150423644519845, 0.00222311776259032, 0.00167712823492346, 0.000971511738291163,
+              0.000354526988878476}},
+       Piece{K::polynomial, -4.0, 1.0,
+             {0.0183164590385011, 0.0182663269329375, 0.00914310750874082, 0.00324823092516845,
+              0.000802113689020038}},
+       Piece{K::polynomial, -2.25, 0.75,
+             {0.105400053173182, 0.0789830516402675, 0.0296286458750191, 0.00767511442722801,
+              0.00142908244518625}},
+       Piece{K::polynomial, -0.75, 0.75,
+             {0.472370266319293, 0.353977479278135, 0.13278637838703, 0.0343974764421002,
+              0.00640470317516616}}}};
+  return spec;
+}
 
 namespace detail {
 template <Protocol P>
@@ -96,6 +129,7 @@ Task<typename P::Share> exp_unclipped(P& p, const typename P::Share& x) {
 template <Protocol P>
 Task<typename P::Share> exp_neg(P& p, const typename P::Share& x) {
   if constexpr (ExactReals<P>) co_return p.map_real(x, [](double v) { return std::exp(v); });
+  if (detail::splines_pay(p, x)) co_return co_await piecewise(p, x, exp_spline_spec());
   const Shape s = P::shape(x);
   const FixedPoint fp(p.frac_bits());
   const auto clip = public_share(p, x, ring_filled(s, fp.encode(exp_clip_below)));

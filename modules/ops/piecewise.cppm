@@ -50,6 +50,23 @@ inline int folded_coefficient_bits(const Piece& piece, int frac_bits) {
 // bits where f <= 20. Out of range it may wrap; that piece's indicator is
 // 0 there.
 inline bool square_beside_t_fits(int frac_bits) { return 3 * frac_bits <= 60; }
+
+// Whether splines of degree-4 pieces (more breakpoints, 2 rounds per piece)
+// pay against a few high-degree pieces for x's values: where truncation is
+// exact (the pieces' t^2 beside t) and comparisons are one-round DCFs with
+// an arithmetic one-hot (rss3 dcf), extra breakpoints cost a little
+// offline key material and 8 bytes online each; on the circuit each is a
+// 64-bit msb_bits, and the old pieces stay.
+template <Protocol P>
+bool splines_pay(const P& p, const typename P::Share& x) {
+  if (!truncates_exactly(p) || !square_beside_t_fits(p.frac_bits())) return false;
+  if constexpr (ArithmeticOneHot<P>) {
+    const std::size_t values = element_count(P::shape(x));
+    return arithmetic_select_pays(p, ring_bits, values, values, 2);
+  } else {
+    return false;
+  }
+}
 }  // namespace detail
 
 // c_0 + c_1 t + ... for t = (x - center) / half_width: t, then its powers in
@@ -80,7 +97,7 @@ Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece
     const auto centered = p.add_public(x, ring_filled(s, fp.encode(-piece.center)));
     const auto t_fine = p.mul_public(centered, ring_filled(s, fine.encode(1.0 / h)));
     const auto square_factor = p.mul_public(centered, ring_filled(s, fine.encode(1.0 / (h * h))));
-    P ps = p.fork();  // the truncation alone on p, as exp_by_polynomial's
+    P ps = p.fork();  // the truncation alone on p, as the folded sum's below
     auto [t, t2] = co_await when_all(p.truncate(t_fine, wide), ps.mul_trunc(square_factor, centered, f + wide));
     power[1] = std::move(t);
     power[2] = std::move(t2);
@@ -113,7 +130,8 @@ Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece
                                       ring_filled(s, FixedPoint(f + g).encode(c[0])));
     const auto high_factor = weighted_terms<P>(p, powers.subspan(1, degree - known), c.subspan(known + 1), g);
     // The truncation alone on p itself, the product on a burst's first fork
-    // (half of p's truncation pairs; see exp_by_polynomial).
+    // (half of p's truncation pairs, rss3_pairs.cppm; a truncation alone
+    // needs none).
     P ph = p.fork();
     auto [low, high] = co_await when_all(p.truncate(low_sum, g), ph.mul_trunc(power[known], high_factor, f + g));
     co_return p.add(low, high);

@@ -34,15 +34,18 @@ RealTensor evaluate(const RealTensor& x, F f, double backend_tolerance, Rss3Opti
 }
 }  // namespace
 
-// Both ways (exp.cppm): the squarings under probabilistic truncation, the
-// polynomial where truncation is exact (plain, which takes the squarings,
-// stays within the bound of either).
+// The three ways (exp.cppm): the squarings under probabilistic truncation,
+// the polynomial where truncation is exact, the spline where comparisons
+// are rss3 dcf's too (plain, which takes the squarings, stays within the
+// bound of each).
 TEST_CASE("exp_neg: within 2.5e-3 of exp on [-14, 0] and within 1e-6 below; 3e-4 where truncation is exact") {
   const RealTensor x = linspace(-20.0, 0.0, 4001);
-  for (bool exact : {false, true}) {
+  for (auto [exact, comparisons] : {std::pair{false, Rss3Comparisons::circuit}, std::pair{true, Rss3Comparisons::circuit},
+                                    std::pair{true, Rss3Comparisons::dcf}}) {
     CAPTURE(exact);
+    CAPTURE(comparisons == Rss3Comparisons::dcf);
     auto y = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::exp_neg(p, a); },
-                      2.5e-3, Rss3Options{.exact_truncation = exact});
+                      2.5e-3, Rss3Options{.exact_truncation = exact, .comparisons = comparisons});
     const double bound = exact ? 3e-4 : 2.5e-3;
     double worst = 0;
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -55,7 +58,9 @@ TEST_CASE("exp_neg: within 2.5e-3 of exp on [-14, 0] and within 1e-6 below; 3e-4
       }
     }
     MESSAGE("exp_neg max error on [-14, 0], " << std::string(exact ? "exact" : "probabilistic")
-                                               << " truncation: " << worst);
+                                               << " truncation, "
+                                               << std::string(comparisons == Rss3Comparisons::dcf ? "dcf" : "circuit")
+                                               << ": " << worst);
   }
 }
 
@@ -91,11 +96,11 @@ TEST_CASE("reciprocal narrowed to x < 2^11 (a softmax sum): the same bound on [1
 // where rss3 dcf's one-hot is arithmetic (and takes 1/x then one product
 // elsewhere): m / x within the reciprocal's relative bound, under both
 // truncations and both comparisons.
-TEST_CASE("reciprocal_then: m / x within 2e-4 relative on [1/8, 2^11), rss3 dcf and circuit") {
+TEST_CASE("reciprocal_then: m / x within 2e-4 relative on [1, 2^11) (softmax sums), rss3 dcf and circuit") {
   const std::size_t n = 400, d = 3;
   RealTensor x = RealTensor::from_shape({n, 1});
   for (std::size_t i = 0; i < n; ++i)
-    x(i, 0) = std::min(std::exp2(-3.0 + 14.0 * static_cast<double>(i) / (n - 1)), 0x1p11 - 0x1p-18);
+    x(i, 0) = std::min(std::exp2(11.0 * static_cast<double>(i) / (n - 1)), 0x1p11 - 0x1p-18);
   const RealTensor m = mpcache::testing::random_real({n, d}, -4, 4, 405);
   FixedPoint fp;
   const RingTensor xe = fp.encode(x), me = fp.encode(m);
@@ -108,7 +113,7 @@ TEST_CASE("reciprocal_then: m / x within 2e-4 relative on [1/8, 2^11), rss3 dcf 
         auto b = co_await share_of(p, 1, me);
         auto make = [&b](P&) -> Task<std::vector<typename P::Share>> { co_return std::vector{b}; };
         co_return co_await p.reveal((co_await ops::reciprocal_then(p, a, make, 11)).front());
-      }, Rss3Options{.exact_truncation = exact, .comparisons = comparisons});
+      }, Rss3Options{.exact_truncation = exact, .comparisons = comparisons, .insecure_seed = 3});
       const RealTensor y = fp.decode(secure.results[0]);
       double worst = 0;
       for (std::size_t i = 0; i < n; ++i)
@@ -116,6 +121,7 @@ TEST_CASE("reciprocal_then: m / x within 2e-4 relative on [1/8, 2^11), rss3 dcf 
           const double want = m(i, k) / x(i, 0);
           const double bound = (2e-4 + 0x1p-18 / x(i, 0)) * std::fabs(want) + 0x1p-15;
           worst = std::max(worst, std::fabs(y(i, k) - want) / bound);
+          CAPTURE(x(i, 0));
           CHECK(std::fabs(y(i, k) - want) <= bound);
         }
       MESSAGE("reciprocal_then: largest error " << worst << " of its bound");
@@ -223,7 +229,7 @@ TEST_CASE("softmax_times: softmax(x) v and softmax(x) against float64, masked or
   }
 }
 
-TEST_CASE("exp_neg's rounds: 10 by squarings; exact, 9 (circuit), 5 with truncation pairs and dcf") {
+TEST_CASE("exp_neg's rounds: 10 by squarings; exact, 9 (circuit), 3 with truncation pairs and dcf") {
   FixedPoint fp;
   const RingTensor x = fp.encode(linspace(-10, 0, 32));
   auto exp_op = [](Rss3& p, const Rss3Share& a) { return ops::exp_neg(p, a); };
@@ -232,24 +238,32 @@ TEST_CASE("exp_neg's rounds: 10 by squarings; exact, 9 (circuit), 5 with truncat
   // Exact, two rounds per truncation: max(4 x 2, comparison: 8) + select.
   CHECK(mpcache::testing::measure_op(x, exp_op, Rss3Options{.exact_truncation = true, .insecure_seed = 1}).rounds ==
         9);
-  // With pairs at every shift it truncates by (3, f + 6, f, f + G with G =
-  // f) and dcf comparisons: max(4, msb_arith: 2) + select.
+  // With dcf comparisons the spline (piecewise), with pairs at every shift
+  // it truncates by (60 - f for t^2, 2f for the folded sum's product):
+  // max(2, msb_arith: 2) + dot_trunc (the polynomial took 5).
   const int f = default_frac_bits;
   const Rss3Options pairs{.exact_truncation = true, .comparisons = Rss3Comparisons::dcf, .insecure_seed = 1,
                           .truncation_pairs_budget = std::uint64_t{64} << 20};
-  CHECK(mpcache::testing::measure_op_with_pairs(x, exp_op, pairs, {3, f, f + 6, 2 * f}, 4096).rounds == 5);
+  CHECK(mpcache::testing::measure_op_with_pairs(x, exp_op, pairs, {60 - f, 2 * f}, 4096).rounds == 3);
 }
 
-// Exact truncation folds each polynomial's last truncation (piecewise.cppm).
+// Exact truncation folds each piece's last truncation (piecewise.cppm) and,
+// with dcf comparisons, takes the splines (activations.cppm); plain keeps
+// the high-degree pieces, so there the two backends differ by both fits'
+// errors.
 TEST_CASE("GeLU and SiLU within 1e-3 of float64 over [-12, 12], under either truncation") {
   const RealTensor x = linspace(-12.0, 12.0, 2401);
-  for (bool exact : {false, true}) {
+  for (auto [exact, comparisons] : {std::pair{false, Rss3Comparisons::circuit}, std::pair{true, Rss3Comparisons::circuit},
+                                    std::pair{true, Rss3Comparisons::dcf}}) {
     CAPTURE(exact);
-    const Rss3Options options{.exact_truncation = exact};
+    CAPTURE(comparisons == Rss3Comparisons::dcf);
+    const Rss3Options options{.exact_truncation = exact, .comparisons = comparisons};
+    // (exact, not just dcf: MPCACHE_TEST_RSS3_COMPARISONS=dcf runs every case on dcf)
+    const double backends_apart = exact ? 6e-4 : 1e-4;
     auto g = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::gelu(p, a); },
-                      1e-4, options);
+                      backends_apart, options);
     auto s = evaluate(x, []<class P>(P& p, const typename P::Share& a) { return ops::silu(p, a); },
-                      1e-4, options);
+                      backends_apart, options);
     double worst_g = 0, worst_s = 0;
     for (std::size_t i = 0; i < x.size(); ++i) {
       const double v = x(i);
@@ -290,6 +304,17 @@ TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds, larg
     co_return co_await ops::silu_times(p, a, a);
   });
   CHECK(cost.rounds == 8);
+  // The spline (exact truncation, dcf comparisons), within the same bound.
+  auto [spline, spline_plain] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
+    auto a = co_await share_of(p, 0, xe);
+    auto b = co_await share_of(p, 1, ye);
+    co_return co_await p.reveal(co_await ops::silu_times(p, a, b));
+  }, Rss3Options{.exact_truncation = true, .comparisons = Rss3Comparisons::dcf});
+  const RealTensor by_spline = fp.decode(spline.results[0]);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double want = x(i) / (1 + std::exp(-x(i))) * y(i);
+    CHECK(std::fabs(by_spline(i) - want) <= 1e-3 * std::fabs(y(i)) + 0x1p-17 + 1e-6 * std::fabs(want));
+  }
 }
 
 // Both ways (rsqrt.cppm): y0 and the series; where truncation is exact, a
@@ -533,13 +558,16 @@ TEST_CASE("round counts where truncation is exact, with truncation pairs and dcf
   // polynomial piece's t^2, piecewise.cppm).
   const std::vector<int> shifts{3, f, f + 1, f + 4, f + 5, f + 6, 2 * f, 60 - f};
   auto rounds_of = [&](auto op) { return mpcache::testing::measure_op_with_pairs(x, op, pairs, shifts, 4096).rounds; };
-  // Piecewise: max(msb_arith 2, t 1 + powers ceil(log2 degree) with the sum
-  // folded in) + dot_trunc 1, with t^2 formed beside t: SiLU (degree 8) 3,
-  // GeLU (degree 10) 4.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 4);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 5);
+  // Piecewise: max(msb_arith 2, the pieces) + dot_trunc 1. The splines'
+  // degree-4 pieces take 2 (t and t^2 at once, then the sum folded in):
+  // SiLU and GeLU 3 (with the degree-8 and -10 pieces: 4 and 5).
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 3);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 3);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+          co_return co_await ops::piecewise(p, a, ops::gelu_spec());  // (its defaults must outlive it)
+        }) == 5);
   // silu_times: the product with y after the polynomial.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu_times(p, a, a); }) == 5);
+  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu_times(p, a, a); }) == 4);
   // softmax then its product with v, against softmax_times: one round less.
   const auto row = [](const Rss3Share& a) { return ops::reshape<Rss3>(a, {1, 8}); };
   const auto column = [](const Rss3Share& a) { return ops::reshape<Rss3>(a, {8, 1}); };

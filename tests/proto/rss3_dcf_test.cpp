@@ -222,8 +222,12 @@ TEST_CASE("rss3 dcf: argmax, ReLU and GeLU give the circuit path's results") {
         },
         {.exact_truncation = true, .comparisons = comparisons, .insecure_seed = 21});
   };
+  // Under exact truncation the dcf path takes GeLU's spline of degree-4
+  // pieces (ops::detail::splines_pay), the circuit the high-degree pieces:
+  // they agree to both fits' errors (4.1e-4 and 1.1e-4), 6e-4 in fixed point.
   mpcache::testing::check_comparison_results(logits, run(Rss3Comparisons::dcf).results[0],
-                                             run(Rss3Comparisons::circuit).results[0]);
+                                             run(Rss3Comparisons::circuit).results[0],
+                                             static_cast<std::int64_t>(std::ldexp(6e-4, default_frac_bits)));
 }
 
 TEST_CASE("rss3: parties whose comparisons differ are refused at setup") {

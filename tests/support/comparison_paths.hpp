@@ -29,7 +29,7 @@ Task<std::vector<RingTensor>> comparison_results(P& p, const RingTensor& logits,
 
 // d (dcf) against c (circuit) and the clear answers.
 inline void check_comparison_results(const RingTensor& logits, const std::vector<RingTensor>& d,
-                                     const std::vector<RingTensor>& c) {
+                                     const std::vector<RingTensor>& c, std::int64_t gelu_apart = 64) {
   CHECK(d[0] == c[0]);
   CHECK(d[1] == c[1]);
   CHECK(d[2] == c[2]);
@@ -46,9 +46,10 @@ inline void check_comparison_results(const RingTensor& logits, const std::vector
   }
   // GeLU's pieces are chosen by comparisons (identical in both runs); its
   // polynomials truncate, and exact truncation's result (floor or one more)
-  // depends on the masks, which the dcf path draws differently.
+  // depends on the masks, which the dcf path draws differently: within
+  // gelu_apart units (more where the paths take different pieces).
   for (std::size_t i = 0; i < logits.size(); ++i)
-    CHECK(std::abs(static_cast<std::int64_t>(d[3].data()[i] - c[3].data()[i])) <= 64);
+    CHECK(std::abs(static_cast<std::int64_t>(d[3].data()[i] - c[3].data()[i])) <= gelu_apart);
 }
 
 }  // namespace mpcache::testing
