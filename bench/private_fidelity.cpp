@@ -35,6 +35,7 @@ struct Settings : HeldOutRun {
   // truncation-audit preset), so a study can repeat a run with other draws.
   std::uint64_t seed = 7;
   std::string truncation = "probabilistic";  // or exact (see rss3.cppm)
+  std::string comparisons = "circuit";       // or dcf (keys dealt inline; rss3.cppm)
 };
 
 // Logits of the last row as reals, one vector per step.
@@ -56,7 +57,10 @@ PrivateRun run_private(const Settings& s, const ModelConfig& c, const std::vecto
   const FixedPoint fp;
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
     auto state = co_await Rss3Party::setup(network.endpoint(id),
-                                           {.exact_truncation = s.truncation == "exact", .insecure_seed = s.seed});
+                                           {.exact_truncation = s.truncation == "exact",
+                                            .comparisons = s.comparisons == "dcf" ? Rss3Comparisons::dcf
+                                                                                  : Rss3Comparisons::circuit,
+                                            .insecure_seed = s.seed});
     Rss3 p = state->session();
     const WeightSource source = id == 1 ? weights_from_file(s.model_dir + "/model.safetensors") : no_weights();
     auto weights = co_await load_decoder(p, c, source, /*owner=*/1);
@@ -115,6 +119,7 @@ struct Tally {
             {"budget", s.budget},
             {"seed", s.seed},
             {"truncation", s.truncation},
+            {"comparisons", s.comparisons},
             {"prompt_bytes", s.prompt_bytes},
             {"steps", steps},
             {"agreement", double(exact) / double(steps)},
@@ -134,6 +139,10 @@ int private_fidelity_main(int argc, char** argv) {
   app.add_option("--seed", s.seed, "the parties' key seed (other draws of rss3's randomness)");
   app.add_option("--truncation", s.truncation, "probabilistic (one round, may fail) or exact (rss3.cppm)")
       ->check(CLI::IsMember({"exact", "probabilistic"}));
+  app.add_option("--comparisons", s.comparisons,
+                 "circuit (default) or dcf: one-round DCF comparisons, keys dealt inline (with exact truncation "
+                 "the activations and exp take their splines, ops::detail::splines_pay)")
+      ->check(CLI::IsMember({"circuit", "dcf"}));
   CLI11_PARSE(app, argc, argv);
   try {
     check_policies<Ref>(s.policies, s.budget);
