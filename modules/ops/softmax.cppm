@@ -55,7 +55,8 @@ Task<typename P::Share> softmax_last(P& p, const typename P::Share& x,
                                      const std::optional<RingTensor>& mask = std::nullopt) {
   using Share = typename P::Share;
   auto e = co_await detail::softmax_numerators(p, x, mask);
-  auto numerators = [&e](P&) -> Task<std::vector<Share>> { co_return std::vector<Share>{e}; };
+  // (over_sum has summed e before it asks for the multiplicands: e moves.)
+  auto numerators = [&e](P&) -> Task<std::vector<Share>> { co_return std::vector<Share>{std::move(e)}; };
   co_return std::move((co_await detail::over_sum(p, e, numerators)).front());
 }
 
@@ -79,7 +80,8 @@ Task<std::pair<typename P::Share, typename P::Share>> softmax_times(P& p, const 
   using Share = typename P::Share;
   auto e = co_await detail::softmax_numerators(p, x, mask);
   auto times_v_and_itself = [&](P& q) -> Task<std::vector<Share>> {
-    co_return std::vector<Share>{co_await q.matmul_trunc(e, v), e};
+    auto ev = co_await q.matmul_trunc(e, v);
+    co_return std::vector<Share>{std::move(ev), std::move(e)};  // e summed already (over_sum)
   };
   auto out = co_await detail::over_sum(p, e, times_v_and_itself);
   co_return std::pair{std::move(out[0]), std::move(out[1])};
