@@ -33,6 +33,7 @@ export namespace mpcache::ops {
 inline constexpr int reciprocal_scale_bits = 40;    // K
 inline constexpr int reciprocal_max_log2 = 23;      // default range: x < 2^23
 inline constexpr int reciprocal_guard_bits = 4;     // z carried at 2^(f+4)
+inline constexpr double reciprocal_guess = 2.9142;  // y0 = 2.9142 - 2x' (step 3 above)
 
 namespace detail {
 // The thresholds 2^(low_bits + t) (t < w) of a highest-bit search over
@@ -190,7 +191,7 @@ Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log
     co_return std::pair{std::move(s), std::move(xn)};
   };
   auto [s, xn] = co_await normalised();
-  auto y0 = p.add_public(p.neg(p.add(xn, xn)), ring_filled(shape, fp.encode(2.9142)));
+  auto y0 = p.add_public(p.neg(p.add(xn, xn)), ring_filled(shape, fp.encode(reciprocal_guess)));
   const RingTensor one = ring_filled(shape, fp.encode(1.0));
   // e = 1 - x' y0 and z0 = y0 s (the unrefined 1/x at scale 2^(f+G)).
   P pe = p.fork(), pz = p.fork();
@@ -229,7 +230,7 @@ Task<std::vector<typename P::Share>> reciprocal_then(P& p, const typename P::Sha
       P px = p.fork(), ps = p.fork();
       auto [xn, scaled] = co_await when_all(detail::times_weight_of_arith(px, hot, x, weights, K - f + 1),
                                             detail::rows_times(ps, ms, s, true, K - f + 1 - G));
-      const Share y0 = p.add_public(p.neg(p.add(xn, xn)), ring_filled(shape, fp.encode(2.9142)));
+      const Share y0 = p.add_public(p.neg(p.add(xn, xn)), ring_filled(shape, fp.encode(reciprocal_guess)));
       P pe = p.fork(), py = p.fork();
       auto [xy, times_y0] = co_await when_all(pe.mul_trunc(xn, y0), detail::rows_times(py, scaled, y0, true, f));
       const Share e = p.add_public(p.neg(xy), one);
