@@ -203,7 +203,9 @@ Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log
 }
 
 // m_i / x for the multiplicands m_i (..., d_i) that `make(q)` returns and
-// positive x (..., 1), as reciprocal's (same range and relative error).
+// positive x (..., 1): reciprocal's range and relative error, tested on
+// softmax sums (x in [1, 2^11)); its dcf path carries m_i s without z0's
+// guard bits, which only larger x would need.
 // `make` runs while the highest bit of x is found. Where the one-hot is
 // arithmetic (rss3 dcf), s is known a round before x', so each m_i is
 // carried through the products of z instead of z0: m_i s beside x', then
