@@ -147,6 +147,19 @@ inline RingTensor top_is_one(const Shape& shape, std::size_t w) {
   return top;
 }
 
+// one_hot_t = combine(below_{t+1}, below_t) on the last axis of w, with
+// below_w taken as 0 here: combine is linear (XOR for bits, a difference
+// for ring 0/1), component-wise, so the public 1 of below_w goes in once,
+// after (top_is_one).
+template <class P, class S, class Combine>
+S adjacent_combined(const S& below, std::size_t w, Combine combine) {
+  return P::apply(below, [w, combine](const RingTensor& t) {
+    RingTensor out = RingTensor::from_shape(shape_of(t));
+    for (std::size_t i = 0; i < t.size(); ++i) out.data()[i] = combine(i % w + 1 < w ? t.data()[i + 1] : 0, t.data()[i]);
+    return out;
+  });
+}
+
 // x - c_j on a new last axis (..., k).
 template <Protocol P>
 typename P::Share minus_each(const P& p, const typename P::Share& x, const std::vector<Ring>& thresholds) {

@@ -9,6 +9,7 @@ export import :one_hot;
 export import :gather;
 export import :topk;
 export import :exp;
+export import :octaves;
 export import :reciprocal;
 export import :softmax;
 export import :piecewise;

@@ -27,11 +27,13 @@ import mpcache.async;
 import mpcache.proto;
 import :layout;
 import :compare;
+import :octaves;
 
 export namespace mpcache::ops {
 
 inline constexpr int reciprocal_scale_bits = 40;    // K
 inline constexpr int reciprocal_max_log2 = 23;      // default range: x < 2^23
+inline constexpr int reciprocal_min_log2 = -3;      // and x >= 1/8
 inline constexpr int reciprocal_guard_bits = 4;     // z carried at 2^(f+4)
 inline constexpr double reciprocal_guess = 2.9142;  // y0 = 2.9142 - 2x' (step 3 above)
 
@@ -50,19 +52,6 @@ inline std::vector<Ring> highest_bit_thresholds(int width, int low_bits = 0) {
   std::vector<Ring> powers(static_cast<std::size_t>(width));
   for (std::size_t t = 0; t < powers.size(); ++t) powers[t] = Ring{1} << (t + static_cast<std::size_t>(low_bits));
   return powers;
-}
-
-// one_hot_t = combine(below_{t+1}, below_t) on the last axis of w, with
-// below_w taken as 0 here: combine is linear (XOR for bits, a difference
-// for ring 0/1), component-wise, so the public 1 of below_w goes in once,
-// after (top_is_one).
-template <class P, class S, class Combine>
-S adjacent_combined(const S& below, std::size_t w, Combine combine) {
-  return P::apply(below, [w, combine](const RingTensor& t) {
-    RingTensor out = RingTensor::from_shape(shape_of(t));
-    for (std::size_t i = 0; i < t.size(); ++i) out.data()[i] = combine(i % w + 1 < w ? t.data()[i + 1] : 0, t.data()[i]);
-    return out;
-  });
 }
 
 // One-hot (boolean bits, shape (..., w)) of the highest set bit p of
@@ -168,6 +157,10 @@ Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log
   if constexpr (ExactReals<P>) co_return p.map_real(x, [](double v) { return 1.0 / v; });
   constexpr int K = reciprocal_scale_bits, G = reciprocal_guard_bits;
   const int f = p.frac_bits();
+  if constexpr (detail::ArithmeticOneHot<P>) {  // octaves.cppm: 3 rounds
+    const auto plan = detail::octave_plan(octave_reciprocal, f, reciprocal_min_log2, max_log2, 1.0, f);
+    if (detail::octave_power_pays(p, x, plan)) co_return co_await detail::octave_power(p, x, plan, octave_reciprocal, 1.0, f);
+  }
   const Shape shape = P::shape(x);
   const FixedPoint fp(f);
   const int width = detail::value_width(f, max_log2);
@@ -218,6 +211,16 @@ Task<std::vector<typename P::Share>> reciprocal_then(P& p, const typename P::Sha
   using Share = typename P::Share;
   const int f = p.frac_bits();
   if constexpr (detail::ArithmeticOneHot<P> && !ExactReals<P>) {
+    // 1/x at 2^(f+G) by octave pieces (3 rounds) while make runs, then the
+    // products: 4 rounds.
+    const int S = f + reciprocal_guard_bits;
+    const auto plan = detail::octave_plan(octave_reciprocal, f, reciprocal_min_log2, max_log2, 1.0, S);
+    if (detail::octave_power_pays(p, x, plan)) {
+      P pi = p.fork(), pm = p.fork();
+      auto [inverse, ms] =
+          co_await when_all(detail::octave_power(pi, x, plan, octave_reciprocal, 1.0, S), make(pm));
+      co_return co_await detail::rows_times(p, ms, inverse, true, S);
+    }
     const int width = detail::value_width(f, max_log2);
     if (detail::arithmetic_one_hot_pays(p, width, x)) {
       constexpr int K = reciprocal_scale_bits, G = reciprocal_guard_bits;

@@ -30,6 +30,7 @@ import mpcache.core;
 import mpcache.async;
 import mpcache.proto;
 import :layout;
+import :octaves;
 import :reciprocal;
 
 export namespace mpcache::ops {
@@ -38,6 +39,8 @@ export namespace mpcache::ops {
 // above 2^13 (outlier activations); a narrower highest-bit search (32 bits,
 // two rounds fewer) would turn those rows into garbage.
 inline constexpr int rsqrt_max_log2 = 23;
+// The octave pieces' range starts at 2^-17: a norm's eps (1e-5) is above it.
+inline constexpr int rsqrt_min_log2 = -17;
 inline constexpr int rsqrt_slope_guard_bits = 2;  // -b 2^(K-t) keeps 2 more bits
 inline constexpr int rsqrt_extra_bits = 2;  // g and y0 g carried at 2^(f+2)
 inline constexpr int rsqrt_series_shift = 4;  // the series carried at 2^(f-4)
@@ -117,6 +120,19 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
     throw Error(ErrorCode::invalid_argument, "rsqrt of a value with " + std::to_string(extra_bits) +
                                                  " extra fraction bits: needs exact truncation and at most 12");
   const int X = extra_bits;
+  if constexpr (detail::ArithmeticOneHot<P>) {
+    // octaves.cppm: 1/sqrt(x) g in 3 rounds, `then` of m meanwhile, and
+    // the rows' product: 4 rounds.
+    const int S = m ? f + E : f;
+    const auto plan = detail::octave_plan(octave_rsqrt, f + X, rsqrt_min_log2, rsqrt_max_log2, output_scale, S);
+    if (detail::octave_power_pays(p, x, plan)) {
+      if (!m) co_return co_await then(p, co_await detail::octave_power(p, x, plan, octave_rsqrt, output_scale, S));
+      P pr = p.fork(), pt = p.fork();
+      auto [factor, outputs] =
+          co_await when_all(detail::octave_power(pr, x, plan, octave_rsqrt, output_scale, S), then(pt, *m));
+      co_return co_await detail::rows_times(p, outputs, factor, true, S);
+    }
+  }
   std::vector<Ring> scale(width), slope(width), correction(width);
   for (int t = 0; t < width; ++t) {
     scale[t] = Ring{1} << (K - t);
