@@ -273,6 +273,8 @@ std::size_t memory_budget_of(const GenerateOptions& o) {
 
 // --truncation exact+offline: bytes of truncation pairs each party may hold.
 constexpr std::uint64_t truncation_pairs_budget = std::uint64_t{256} << 20;
+// --comparisons dcf+offline: bytes of DCF keys each party's store may hold.
+constexpr std::uint64_t comparison_store_budget = std::uint64_t{1} << 30;
 
 GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<std::uint32_t>* prompt,
                       const text::Tokenizer* tok, ComputePool* pool) {
@@ -292,7 +294,12 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
   // exact+offline: truncation pairs, made between decode steps (Rss3::refill_truncation_pairs).
   if (o.truncation == "exact+offline") job.rss3.truncation_pairs_budget = truncation_pairs_budget;
   job.rss3.compact_weights = o.compact_weights;
+  // dcf: one-round comparisons from DCF keys; dcf+offline: the keys dealt
+  // into stores between decode steps (Rss3::refill_comparisons).
+  job.rss3.comparisons = o.comparisons == "circuit" ? Rss3Comparisons::circuit : Rss3Comparisons::dcf;
+  if (o.comparisons == "dcf+offline") job.rss3.offline_budget = comparison_store_budget;
   job.add2.exact_truncation = o.truncation != "probabilistic";
+  job.add2.comparisons = o.comparisons == "circuit" ? Add2Comparisons::circuit : Add2Comparisons::dcf;
   job.rss3.pool = job.add2.pool = pool;
   return job;
 }
@@ -309,7 +316,8 @@ void print_header(const GenerateOptions& o, const std::string& where, const Prom
               o.protocol == "add2" ? "add2 (2 parties, party 2 deals)" : "rss3", where.c_str());
   std::printf("  model %s, policy %s", o.model_dir.c_str(), o.policy.c_str());
   if (o.policy != "full") std::printf(" (budget %zu tokens per KV head)", o.budget);
-  std::printf(", %s truncation, prefill memory budget %g MiB", o.truncation.c_str(),
+  std::printf(", %s truncation, %s comparisons, prefill memory budget %g MiB", o.truncation.c_str(),
+              o.comparisons.c_str(),
               double(memory_budget_of(o)) / double(1 << 20));
   std::string shown = escaped(prompt.text);
   if (shown.size() > 160)
@@ -355,6 +363,7 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
   summary["budget"] = o.budget;
   summary["protocol"] = o.protocol;
   summary["truncation"] = o.truncation;
+  summary["comparisons"] = o.comparisons;
   summary["memory_budget"] = memory_budget_of(o);
   summary["model"] = o.model_dir;
   summary["tokenizer"] = tok.name();
@@ -554,7 +563,7 @@ int run_launcher(const GenerateOptions& o, const Prompt& prompt, const text::Tok
     jobs::PartyProcess p;
     p.args = {self, "generate", "--config", cluster.config_path(), "--id", std::to_string(i), "--model",
               o.model_dir, "--tokens", std::to_string(o.tokens), "--policy", o.policy, "--budget",
-              std::to_string(o.budget), "--protocol", o.protocol, "--truncation", o.truncation, "--json",
+              std::to_string(o.budget), "--protocol", o.protocol, "--truncation", o.truncation, "--comparisons", o.comparisons, "--json",
               cluster.file("party-" + std::to_string(i) + ".jsonl")};
     const auto network_args = o.network.args();
     p.args.insert(p.args.end(), network_args.begin(), network_args.end());
@@ -636,6 +645,10 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
   (void)parse_generation_protocol(o.protocol);
   if (o.truncation == "exact+offline" && o.protocol == "add2")
     throw Error(ErrorCode::invalid_argument, "--truncation exact+offline: truncation pairs are rss3's; add2 has none");
+  if (o.comparisons == "dcf+offline" && o.protocol == "add2")
+    throw Error(ErrorCode::invalid_argument,
+                "--comparisons dcf+offline: the stores of keys dealt ahead are rss3's; add2's dealer deals online "
+                "(--comparisons dcf)");
   if (o.budget == 0) o.budget = kv::default_budget(o.policy);
   (void)kv::make_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
   // The model's shape is public: every party reads config.json first.

@@ -36,6 +36,7 @@ struct GenerateOptions {
   std::string policy = "mpcache";    // mpcache | mpcache-paper | full
   std::string protocol = "rss3";     // rss3 | add2 (party 2 is the dealer)
   std::string truncation = "exact";  // exact | probabilistic (one round less per product, may fail: rss3.cppm)
+  std::string comparisons = "circuit";  // circuit | dcf (one-round comparisons, keys dealt inline) | dcf+offline (rss3: dealt ahead)
   bool compact_weights = false;      // rss3: 8 bytes per weight and party, decode slower (Rss3Options)
   jobs::NetworkChoice network;       // TCP parties: backend, spin, encryption, emulated link
   int timeout_ms = -1;               // peer silence deadline (-1: the config's, else default_generate_timeout_ms)

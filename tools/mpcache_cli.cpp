@@ -70,6 +70,11 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
       ->check(CLI::IsMember({"rss3", "add2"}));
   gen_cmd->add_option("--truncation", gen.truncation, generate_truncation_help)
       ->check(CLI::IsMember({"exact", "exact+offline", "probabilistic"}));
+  gen_cmd->add_option("--comparisons", gen.comparisons,
+                      "circuit (default), dcf (one online round per comparison, DCF keys dealt inline by the party "
+                      "outside each pair, or add2's dealer), or dcf+offline (rss3: keys dealt into 1 GiB stores "
+                      "between decode steps, from the previous step's demand)")
+      ->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
   gen_cmd->add_flag("--compact-weights", gen.compact_weights, mpcache::jobs::compact_weights_help);
   mpcache::jobs::add_network_options(*gen_cmd, gen.network);
   gen_cmd->add_option("--timeout-ms", gen.timeout_ms, "set-up and peer silence deadline (default: the config's; launcher 60000)")

@@ -171,13 +171,18 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       }
       if (told_to_stop) break;
       // Offline, outside the step's window: truncation pairs for it (rss3
-      // with Rss3Options::truncation_pairs_budget), from the last step's
+      // with Rss3Options::truncation_pairs_budget) and DCF keys into the
+      // dealers' stores (Rss3Options::offline_budget), from the last step's
       // demand; for the first, the prefill's per prompt token.
-      if constexpr (requires { p.refill_truncation_pairs(std::size_t{}, std::size_t{}); }) {
-        if (co_await p.refill_truncation_pairs(16, step == 1 ? std::max<std::size_t>(request.prompt_length, 1) : 1)) {
-          before = snapshot();
-          t0 = Clock::now();
-        }
+      const std::size_t steps_behind = step == 1 ? std::max<std::size_t>(request.prompt_length, 1) : 1;
+      bool offline = false;
+      if constexpr (requires { p.refill_truncation_pairs(std::size_t{}, std::size_t{}); })
+        offline = co_await p.refill_truncation_pairs(16, steps_behind);
+      if constexpr (requires { p.refill_comparisons(std::size_t{}); })
+        offline = co_await p.refill_comparisons(steps_behind) || offline;
+      if (offline) {
+        before = snapshot();
+        t0 = Clock::now();
       }
       logits = co_await decoder.decode(p, policy, request.client, next);
     }

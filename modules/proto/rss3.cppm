@@ -321,6 +321,8 @@ class Rss3Party {
   std::unique_ptr<Rss3DcfStore> store_;
   std::map<int, Rss3TruncationStore> pairs_;  // by shift
   std::map<int, std::uint64_t> keyless_demand_;  // per shift, since the last refill: calls with no plan key
+  // dcf_stats_.demand at the last Rss3::refill_comparisons.
+  std::map<int, std::array<std::uint64_t, 3>> demand_at_refill_;
   Rss3TruncationPlan plan_;
   Rss3TruncationStats truncation_stats_;
 };
@@ -363,6 +365,13 @@ class Rss3 {
   // reserves from what is held). Nothing without truncation pairs: returns
   // whether this party has them.
   Task<bool> refill_truncation_pairs(std::size_t multiple, std::size_t steps = 1);
+  // Collective, at a quiet point between steps, with comparisons = dcf and
+  // an offline store (Rss3Options::offline_budget > 0): per slot, tops the
+  // store up to the most any dealer compared since the last refill, per step
+  // over `steps` (after a prefill of T tokens, T), + 5% + 64, within the
+  // budget (Rss3Party::prepare_comparisons). Nothing without a store:
+  // returns whether this party has one.
+  Task<bool> refill_comparisons(std::size_t steps = 1);
   // What this stream's messages count as (CostCounters::by_tag).
   CostTag cost_tag() const noexcept { return tag_; }
   void set_cost_tag(CostTag tag) noexcept { tag_ = tag; }

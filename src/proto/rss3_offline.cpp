@@ -128,4 +128,24 @@ Task<std::size_t> Rss3Party::prepare_comparisons(int width, std::size_t count) {
   co_return static_cast<std::size_t>(least);
 }
 
+// The demand since the last refill is the same at every party (each counts
+// every dealer's elements), so all three top up alike.
+Task<bool> Rss3::refill_comparisons(std::size_t steps) {
+  Rss3Party& party = *party_;
+  if (!dcf_store()) co_return false;
+  if (steps == 0) throw Error(ErrorCode::invalid_argument, "refill_comparisons over 0 steps");
+  std::map<int, std::uint64_t> want;
+  for (const auto& [slot, per_dealer] : party.dcf_stats_.demand) {
+    const auto before = party.demand_at_refill_.find(slot);
+    for (std::size_t d = 0; d < 3; ++d) {
+      const std::uint64_t used = per_dealer[d] - (before == party.demand_at_refill_.end() ? 0 : before->second[d]);
+      want[slot] = std::max(want[slot], (used + steps - 1) / steps);
+    }
+  }
+  party.demand_at_refill_ = party.dcf_stats_.demand;
+  for (const auto& [slot, n] : want)
+    if (n > 0) (void)co_await party.prepare_comparisons(slot, n + n / 20 + 64);
+  co_return true;
+}
+
 }  // namespace mpcache

@@ -26,4 +26,29 @@ TEST_SUITE("rss3 dcf generation") {
       testing::check_near_float64_argmax(name, prompt, dcf);
     }
   }
+
+  // The offline phase through the public API: generate_party fills the
+  // dealers' stores between decode steps (Rss3::refill_comparisons), so a
+  // decode step's comparisons take their keys from the store instead of a
+  // dealer's message: the same tokens in fewer rounds per step.
+  TEST_CASE("generate_party with an offline store of DCF keys: the same tokens, fewer rounds per decode step") {
+    constexpr std::size_t tokens = 4;
+    const auto prompt = testing::fixture_prompt();
+    std::array<std::vector<std::uint64_t>, 3> inline_rounds, store_rounds;
+    const auto dealt_inline = testing::generate_results(prompt, GenerationProtocol::rss3, "mpcache", std::nullopt,
+                                                        tokens, {}, Rss3Comparisons::dcf, 0, &inline_rounds)[0];
+    const auto from_store = testing::generate_results(prompt, GenerationProtocol::rss3, "mpcache", std::nullopt,
+                                                      tokens, {}, Rss3Comparisons::dcf, 0, &store_rounds,
+                                                      std::uint64_t{256} << 20)[0];
+    REQUIRE(from_store.tokens.size() == tokens);
+    CHECK(from_store.tokens == dealt_inline.tokens);
+    testing::check_near_float64_argmax("mpcache", prompt, from_store.tokens);
+    REQUIRE(store_rounds[0].size() == tokens);
+    for (std::size_t step = 1; step < tokens; ++step) {
+      CAPTURE(step);
+      CHECK(store_rounds[0][step] < inline_rounds[0][step]);
+    }
+    MESSAGE("rounds of decode step 2: keys dealt inline " << inline_rounds[0][2] << ", from the store "
+                                                          << store_rounds[0][2]);
+  }
 }

@@ -29,7 +29,8 @@ inline std::array<GenerationResult, 3> generate_results(const std::vector<std::u
                                                         const std::vector<std::uint32_t>& stops = {},
                                                         Rss3Comparisons comparisons = Rss3Comparisons::circuit,
                                                         std::uint64_t truncation_pairs_budget = 0,
-                                                        std::array<std::vector<std::uint64_t>, 3>* step_rounds = nullptr) {
+                                                        std::array<std::vector<std::uint64_t>, 3>* step_rounds = nullptr,
+                                                        std::uint64_t offline_budget = 0) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
@@ -40,7 +41,7 @@ inline std::array<GenerationResult, 3> generate_results(const std::vector<std::u
     job.budget = budget;
     job.new_tokens = tokens;
     job.rss3 = {.exact_truncation = true, .comparisons = comparisons, .insecure_seed = 5,
-                .truncation_pairs_budget = truncation_pairs_budget};
+                .offline_budget = offline_budget, .truncation_pairs_budget = truncation_pairs_budget};
     job.add2 = {.exact_truncation = true, .insecure_seed = 5};
     if (id == 0) {
       job.prompt = prompt;
