@@ -40,6 +40,11 @@ inline constexpr int scope_shift = 48;
 inline constexpr ScopeId no_scope = 0;
 inline constexpr ScopeId max_scope = 0xFFFE;
 inline constexpr ScopeId stream_scope(StreamId stream) noexcept { return ScopeId(stream >> scope_shift); }
+// A derived stream id (a 64-bit hash) in no scope: its top 16 bits cleared,
+// so that cancelling a session's scope can never end it by chance.
+inline constexpr StreamId without_scope(StreamId stream) noexcept {
+  return stream & ((StreamId{1} << scope_shift) - 1);
+}
 // The stream of Endpoint::cancel_scope's messages: 2 bytes scope, then why.
 inline constexpr StreamId scope_cancel_stream = ~StreamId{0} - 3;
 

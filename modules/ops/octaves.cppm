@@ -144,12 +144,17 @@ inline OctaveWeights octave_weights(const OctavePlan& plan, const OctaveGroup& g
   return w;
 }
 
-// Whether octave_power should serve here: exact truncation (its squares and
-// dot sums reach 2^59) and an arithmetic one-hot that the cost model
-// prefers (rss3 dcf).
+// Values (rows) up to which octave pieces serve on a boolean one-hot (the
+// circuit's msb_bits, then bit_dot): each value compares 4 to 8 times more
+// than the normalisation does, at about 55 bits, so a decode step's few norm
+// rows and softmax sums gain their rounds for some hundred kB, while a long
+// prefill's rows would pay hundreds of MB for the same rounds.
+inline constexpr std::size_t octave_bits_max_values = 256;
+
+// Whether octave_power takes an arithmetic one-hot: where the cost model
+// prefers it for that many comparisons (rss3 dcf).
 template <Protocol P>
-bool octave_power_pays(const P& p, const typename P::Share& x, const OctavePlan& plan) {
-  if (!truncates_exactly(p)) return false;
+bool octave_arithmetic(const P& p, const typename P::Share& x, const OctavePlan& plan) {
   if constexpr (ArithmeticOneHot<P>) {
     const std::size_t values = element_count(P::shape(x));
     const std::size_t pieces = plan.thresholds.size();
@@ -159,18 +164,49 @@ bool octave_power_pays(const P& p, const typename P::Share& x, const OctavePlan&
   }
 }
 
+// Whether octave_power should serve here: exact truncation (its squares and
+// dot sums reach 2^59), and an arithmetic one-hot (octave_arithmetic) or few
+// enough values for a boolean one (octave_bits_max_values).
+template <Protocol P>
+bool octave_power_pays(const P& p, const typename P::Share& x, const OctavePlan& plan) {
+  if (!truncates_exactly(p)) return false;
+  return octave_arithmetic(p, x, plan) || element_count(P::shape(x)) <= octave_bits_max_values;
+}
+
+// The pieces' one-hot and the dots of octave_power, on a ring 0/1 one-hot
+// (msb_arith, dot_trunc: 1 round) or a boolean one (msb_bits, bit_dot: B2A
+// fused with the product, 2 rounds on rss3).
+template <class P, bool arithmetic>
+struct OctaveOneHot {
+  using Hot = std::conditional_t<arithmetic, typename P::Share, typename P::Bits>;
+  static Task<Hot> pieces(P& q, const typename P::Share& x, const OctavePlan& plan) {
+    const std::size_t n = plan.thresholds.size();
+    if constexpr (arithmetic) {
+      const auto below = co_await below_each(q, x, plan.thresholds, plan.high + 1);
+      const auto hot = adjacent_combined<P>(below, n, [](Ring above, Ring at) { return above - at; });
+      co_return q.add_public(hot, top_is_one(P::shape(below), n));
+    } else {
+      const auto below = co_await below_each_bits(q, x, plan.thresholds, plan.high + 1);
+      const auto hot = adjacent_combined<P>(below, n, [](Ring above, Ring at) { return above ^ at; });
+      co_return q.bits_xor_public(hot, top_is_one(P::shape(below), n));
+    }
+  }
+  static Task<typename P::Share> dot(P& q, const Hot& hot, const typename P::Share& values, int bits) {
+    if constexpr (arithmetic) co_return co_await q.dot_trunc(hot, values, bits);
+    else co_return co_await q.bit_dot(hot, values, bits);
+  }
+};
+
 // scale * x^e (x (..., 1) at 2^plan.frac_bits) at 2^out_bits, by the plan
-// (octave_plan with the same power, scale and out_bits). 3 rounds.
-template <ArithmeticOneHot P>
-Task<typename P::Share> octave_power(P& p, const typename P::Share& x, const OctavePlan& plan,
-                                     const OctavePower& power, double scale, int out_bits) {
+// (octave_plan with the same power, scale and out_bits): 3 rounds on an
+// arithmetic one-hot; on a boolean one, msb_bits + bit_dot.
+template <Protocol P, bool arithmetic>
+Task<typename P::Share> octave_power_with(P& p, const typename P::Share& x, const OctavePlan& plan,
+                                          const OctavePower& power, double scale, int out_bits) {
   using Share = typename P::Share;
+  using OneHot = OctaveOneHot<P, arithmetic>;
   const std::size_t n = plan.thresholds.size();
-  auto pieces = [&](P& q) -> Task<Share> {
-    const auto below = co_await below_each(q, x, plan.thresholds, plan.high + 1);
-    const auto hot = adjacent_combined<P>(below, n, [](Ring above, Ring at) { return above - at; });
-    co_return q.add_public(hot, top_is_one(P::shape(below), n));
-  };
+  auto pieces = [&](P& q) { return OneHot::pieces(q, x, plan); };
   // Z and Y of one group: its truncation (if any), then its square.
   auto powers_of = [&](P& q, const OctaveGroup& g) -> Task<std::pair<Share, Share>> {
     Share z = g.shift > 0 ? co_await q.truncate(x, g.shift) : x;
@@ -200,11 +236,19 @@ Task<typename P::Share> octave_power(P& p, const typename P::Share& x, const Oct
   std::vector<Task<Share>> dots;
   for (std::size_t g = 0; g < plan.groups.size(); ++g) forks.push_back(p.fork());
   for (std::size_t g = 0; g < plan.groups.size(); ++g)
-    dots.push_back(forks[g].dot_trunc(hot, values[g], plan.groups[g].dot_shift));
+    dots.push_back(OneHot::dot(forks[g], hot, values[g], plan.groups[g].dot_shift));
   auto sums = co_await when_all(std::move(dots));
   Share total = std::move(sums.front());
   for (std::size_t g = 1; g < sums.size(); ++g) total = p.add(total, sums[g]);
   co_return reshape<P>(total, P::shape(x));
+}
+
+template <Protocol P>
+Task<typename P::Share> octave_power(P& p, const typename P::Share& x, const OctavePlan& plan,
+                                     const OctavePower& power, double scale, int out_bits) {
+  if constexpr (ArithmeticOneHot<P>)
+    if (octave_arithmetic(p, x, plan)) co_return co_await octave_power_with<P, true>(p, x, plan, power, scale, out_bits);
+  co_return co_await octave_power_with<P, false>(p, x, plan, power, scale, out_bits);
 }
 }  // namespace detail
 

@@ -157,7 +157,7 @@ Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log
   if constexpr (ExactReals<P>) co_return p.map_real(x, [](double v) { return 1.0 / v; });
   constexpr int K = reciprocal_scale_bits, G = reciprocal_guard_bits;
   const int f = p.frac_bits();
-  if constexpr (detail::ArithmeticOneHot<P>) {  // octaves.cppm: 3 rounds
+  {  // octaves.cppm: 3 rounds (rss3 dcf), or msb_bits + bit_dot
     const auto plan = detail::octave_plan(octave_reciprocal, f, reciprocal_min_log2, max_log2, 1.0, f);
     if (detail::octave_power_pays(p, x, plan)) co_return co_await detail::octave_power(p, x, plan, octave_reciprocal, 1.0, f);
   }
@@ -210,9 +210,9 @@ Task<std::vector<typename P::Share>> reciprocal_then(P& p, const typename P::Sha
                                                      int max_log2 = reciprocal_max_log2) {
   using Share = typename P::Share;
   const int f = p.frac_bits();
-  if constexpr (detail::ArithmeticOneHot<P> && !ExactReals<P>) {
-    // 1/x at 2^(f+G) by octave pieces (3 rounds) while make runs, then the
-    // products: 4 rounds.
+  if constexpr (!ExactReals<P>) {
+    // 1/x at 2^(f+G) by octave pieces (3 rounds on rss3 dcf) while make
+    // runs, then the products: 4 rounds.
     const int S = f + reciprocal_guard_bits;
     const auto plan = detail::octave_plan(octave_reciprocal, f, reciprocal_min_log2, max_log2, 1.0, S);
     if (detail::octave_power_pays(p, x, plan)) {
@@ -221,6 +221,8 @@ Task<std::vector<typename P::Share>> reciprocal_then(P& p, const typename P::Sha
           co_await when_all(detail::octave_power(pi, x, plan, octave_reciprocal, 1.0, S), make(pm));
       co_return co_await detail::rows_times(p, ms, inverse, true, S);
     }
+  }
+  if constexpr (detail::ArithmeticOneHot<P> && !ExactReals<P>) {
     const int width = detail::value_width(f, max_log2);
     if (detail::arithmetic_one_hot_pays(p, width, x)) {
       constexpr int K = reciprocal_scale_bits, G = reciprocal_guard_bits;

@@ -120,9 +120,9 @@ Task<std::vector<typename P::Share>> rsqrt_then(P& p, const typename P::Share& x
     throw Error(ErrorCode::invalid_argument, "rsqrt of a value with " + std::to_string(extra_bits) +
                                                  " extra fraction bits: needs exact truncation and at most 12");
   const int X = extra_bits;
-  if constexpr (detail::ArithmeticOneHot<P>) {
-    // octaves.cppm: 1/sqrt(x) g in 3 rounds, `then` of m meanwhile, and
-    // the rows' product: 4 rounds.
+  {
+    // octaves.cppm: 1/sqrt(x) g in 3 rounds (rss3 dcf; on the circuit
+    // msb_bits + bit_dot), `then` of m meanwhile, and the rows' product.
     const int S = m ? f + E : f;
     const auto plan = detail::octave_plan(octave_rsqrt, f + X, rsqrt_min_log2, rsqrt_max_log2, output_scale, S);
     if (detail::octave_power_pays(p, x, plan)) {

@@ -192,7 +192,7 @@ class Add2 {
   using Costs = Add2Costs;
   using DcfCosts = Add2DcfCosts;  // the cost model under comparisons = dcf
 
-  Add2(Add2Party& party, StreamId stream) : party_(&party), stream_(stream) {}
+  Add2(Add2Party& party, StreamId stream) : party_(&party), stream_(without_scope(stream)) {}  // as Rss3's
   Add2(Add2&&) noexcept = default;
   Add2& operator=(Add2&&) noexcept = default;
   Add2(const Add2&) = delete;

@@ -335,7 +335,11 @@ class Rss3 {
   using DcfCosts = Rss3DcfCosts;  // the cost model under comparisons = dcf
   using DcfStoreCosts = Rss3DcfStoreCosts;  // ... with an offline store
 
-  Rss3(Rss3Party& party, StreamId stream, bool scoped = false) : party_(&party), stream_(stream), scoped_(scoped) {}
+  // An unscoped stream keeps no scope bits (without_scope): a hash's top
+  // bits would otherwise name some session's scope, and that session's
+  // cancellation (a client gone) would end this stream too.
+  Rss3(Rss3Party& party, StreamId stream, bool scoped = false)
+      : party_(&party), stream_(scoped ? stream : without_scope(stream)), scoped_(scoped) {}
   Rss3(Rss3&&) noexcept = default;
   Rss3& operator=(Rss3&&) noexcept = default;
   // Copies would reuse the stream's randomness: forbidden, use fork().

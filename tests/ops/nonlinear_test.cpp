@@ -349,7 +349,6 @@ TEST_CASE("rsqrt: relative error within 1e-3 on [2^-10, 2^23), under either trun
 // dot_trunc may round up). In batches of 100: on larger ones rss3's costs
 // of inline dcf keys choose the series instead (the old bound, tested above).
 TEST_CASE("octave pieces: 1/x on [1/8, 2^22] and 1/sqrt(x) on [2^-17, 2^23) within q's error and 2 ulps per group") {
-  if (mpcache::testing::testing_add2()) return;  // add2 has no arithmetic one-hot: the series (tested above)
   const Rss3Options dcf_exact{.exact_truncation = true, .comparisons = Rss3Comparisons::dcf, .insecure_seed = 5};
   const std::size_t n = 1500, batch = 100;
   auto check_power = [&](auto op, const ops::OctavePower& power, double low, double high, double tolerance) {
