@@ -1,4 +1,7 @@
-// 1/x for positive x by normalisation and a factored Newton series (as
+// 1/x for positive x. Where truncation is exact and
+// detail::octave_power_pays (rss3 dcf, or few values on the circuit), by
+// octave pieces (octaves.cppm: 3 rounds with dcf, range x >= 1/8).
+// Otherwise by normalisation and a factored Newton series (as
 // SPU/PUMA normalise; the series replaces their sequential Newton steps):
 //   1. comparisons x < 2^t for every t < w in one batch give the highest
 //      set bit p; w = f + max_log2 covers x < 2^max_log2;
@@ -203,7 +206,9 @@ Task<typename P::Share> reciprocal(P& p, const typename P::Share& x, int max_log
 // arithmetic (rss3 dcf), s is known a round before x', so each m_i is
 // carried through the products of z instead of z0: m_i s beside x', then
 // m_i s y0 beside e, m_i s y0 (1 + e) beside e^2, and (1 + e^2) last: the
-// products with the m_i add no round to the reciprocal's 6. Elsewhere, 1/x
+// products with the m_i add no round to the reciprocal's 6 (under
+// probabilistic truncation: exact truncation takes the octave pieces, then
+// one product). Elsewhere, 1/x
 // then one product.
 template <Protocol P, class Make>
 Task<std::vector<typename P::Share>> reciprocal_then(P& p, const typename P::Share& x, Make make,

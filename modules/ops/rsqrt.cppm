@@ -15,6 +15,10 @@
 // exact truncation is safe at.
 //   rounds after the highest bit's A2B: x'^2 and m g | q, then(m g) |
 //   then(m g) q: three, where y0 and the series take four.
+// Where truncation is exact and detail::octave_power_pays (rss3 dcf, or few
+// values on the circuit), neither: octave pieces (octaves.cppm), 3 rounds
+// with dcf on [2^-17, 2^23), with `then` running on m beside the
+// comparisons and the rows' product after.
 // rsqrt_times(x, m) multiplies m (..., d) by rsqrt(x) (..., 1) in the last
 // product, so a norm pays no extra round for it; rsqrt_then also applies a
 // row-linear map (a norm's projections) while the series is computed.
