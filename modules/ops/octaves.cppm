@@ -1,6 +1,8 @@
 // scale * x^e for positive x (1/x: e = -1; 1/sqrt(x): e = -1/2) in one
-// round after x's comparisons, where truncation is exact and the one-hot is
-// arithmetic (rss3 dcf: detail::octave_power_pays):
+// product after x's comparisons, where truncation is exact
+// (detail::octave_power_pays). Below with an arithmetic one-hot (rss3 dcf);
+// on a boolean one (the circuit's msb_bits, then bit_dot: B2A fused with
+// the product) for at most octave_bits_max_values values, the same steps:
 //   1. pieces: x < c_j for the starts c_j = 2^(T + k/P) of P pieces per
 //      octave (T over the range's bit positions, k < P), one batch of
 //      msb_arith (2 rounds); one_hot_j = [c_j <= x < c_{j+1}] locally;
@@ -14,14 +16,15 @@
 // The one-hot is 0 below the range (the result is 0 there) and marks the
 // top piece above it (extrapolated).
 // Reciprocals and norms thus take 3 rounds where normalising x (x' by a
-// dot_trunc) and then a polynomial or series in x' took 4 to 5: the
+// dot_trunc) and then a polynomial or series in x' took 6 (rss3 dcf): the
 // squares form beside the comparisons, and the pieces make a quadratic
 // enough.
 //   cost: msb_arith over (range's octaves) P comparisons of (high + 1) bits;
 //     per group a truncation (where sigma > 0) and a square of (..., 1),
 //     and a dot_trunc of (..., pieces); 3 rounds (tested)
 //   error: q's relative error (octave_reciprocal, octave_rsqrt below) plus
-//     2^-19 relative from Z and Y, plus an ulp of the result per group
+//     2^-19 relative from Z and Y, plus an ulp or two of the result per
+//     group (tested against 2 per group)
 export module mpcache.ops:octaves;
 import mpcache.std;
 import mpcache.core;
