@@ -21,7 +21,7 @@
 // enough.
 //   cost: msb_arith over (range's octaves) P comparisons of (high + 1) bits;
 //     per group a truncation (where sigma > 0) and a square of (..., 1),
-//     and a dot_trunc of (..., pieces); 3 rounds (tested)
+//     and a dot_trunc over the group's pieces; 3 rounds (tested)
 //   error: q's relative error (octave_reciprocal, octave_rsqrt below) plus
 //     2^-19 relative from Z and Y, plus an ulp or two of the result per
 //     group (tested against 2 per group)
@@ -66,6 +66,10 @@ struct OctavePlan {
   std::vector<Ring> thresholds;   // ceil(c_j): x < ceil(c_j) iff x < c_j
   std::vector<OctaveGroup> groups;
   int position_of(std::size_t piece, int per_octave) const { return low + static_cast<int>(piece) / per_octave; }
+  // The pieces of a group of positions [first, end): [first_piece, end_piece).
+  std::pair<std::size_t, std::size_t> pieces_of(const OctaveGroup& g, int per_octave) const {
+    return {static_cast<std::size_t>((g.first - low) * per_octave), static_cast<std::size_t>((g.end - low) * per_octave)};
+  }
 };
 
 // The product of a group's largest Z with itself stays below 2^62.
@@ -122,7 +126,7 @@ inline OctavePlan octave_plan(const OctavePower& power, int frac_bits, int min_l
   return plan;
 }
 
-// A group's weights (a_j, b_j, d_j) on every piece (0 outside the group):
+// A group's weights (a_j, b_j, d_j) on its own pieces (OctavePlan::pieces_of):
 // scale c_j^e q(x / c_j) = a_j + b_j Z + d_j Y at 2^(out_bits + dot_shift).
 struct OctaveWeights {
   std::vector<Ring> constant, linear, square;
@@ -130,19 +134,17 @@ struct OctaveWeights {
 
 inline OctaveWeights octave_weights(const OctavePlan& plan, const OctaveGroup& g, const OctavePower& power,
                                     double scale, int out_bits) {
-  const std::size_t n = plan.starts.size();
-  OctaveWeights w{std::vector<Ring>(n, 0), std::vector<Ring>(n, 0), std::vector<Ring>(n, 0)};
+  const auto [begin, end] = plan.pieces_of(g, power.per_octave);
+  OctaveWeights w;
   const auto& q = power.quadratic;
   auto ring = [](double v) { return static_cast<Ring>(std::llround(v)); };
-  for (std::size_t j = 0; j < n; ++j) {
-    const int T = plan.position_of(j, power.per_octave);
-    if (T < g.first || T >= g.end) continue;
+  for (std::size_t j = begin; j < end; ++j) {
     const double c = plan.starts[j];
     const double at_start = std::ldexp(scale * std::pow(std::ldexp(c, -plan.frac_bits), power.exponent),
                                        out_bits + g.dot_shift);
-    w.constant[j] = ring(at_start * q[0]);
-    w.linear[j] = ring(at_start * q[1] * std::ldexp(1.0, g.shift) / c);
-    w.square[j] = ring(at_start * q[2] * std::ldexp(1.0, 2 * g.shift + g.square_shift) / (c * c));
+    w.constant.push_back(ring(at_start * q[0]));
+    w.linear.push_back(ring(at_start * q[1] * std::ldexp(1.0, g.shift) / c));
+    w.square.push_back(ring(at_start * q[2] * std::ldexp(1.0, 2 * g.shift + g.square_shift) / (c * c)));
   }
   return w;
 }
@@ -208,7 +210,6 @@ Task<typename P::Share> octave_power_with(P& p, const typename P::Share& x, cons
                                           const OctavePower& power, double scale, int out_bits) {
   using Share = typename P::Share;
   using OneHot = OctaveOneHot<P, arithmetic>;
-  const std::size_t n = plan.thresholds.size();
   auto pieces = [&](P& q) { return OneHot::pieces(q, x, plan); };
   // Z and Y of one group: its truncation (if any), then its square.
   auto powers_of = [&](P& q, const OctaveGroup& g) -> Task<std::pair<Share, Share>> {
@@ -225,21 +226,27 @@ Task<typename P::Share> octave_power_with(P& p, const typename P::Share& x, cons
   };
   P pc = p.fork(), pz = p.fork();
   auto [hot, powers] = co_await when_all(pieces(pc), all_powers(pz));
-  // The values must outlive the dots, which start inside when_all.
+  // Each group's dot covers its own pieces only (the others' terms are 0):
+  // a boolean dot's bytes grow with its terms. The slices and values must
+  // outlive the dots, which start inside when_all.
+  std::vector<typename OneHot::Hot> hots;
   std::vector<Share> values;
   for (std::size_t g = 0; g < plan.groups.size(); ++g) {
+    const auto [begin, end] = plan.pieces_of(plan.groups[g], power.per_octave);
+    hots.push_back(P::apply(hot, [begin, end](const RingTensor& t) { return ring_slice_last(t, begin, end); }));
     const auto w = octave_weights(plan, plan.groups[g], power, scale, out_bits);
     const auto& [z, y] = powers[g];
     const Shape s = P::shape(x);
-    values.push_back(p.add_public(p.add(p.mul_public(repeat_last<P>(z, n), tiled_last(s, w.linear)),
-                                        p.mul_public(repeat_last<P>(y, n), tiled_last(s, w.square))),
+    const std::size_t k = end - begin;
+    values.push_back(p.add_public(p.add(p.mul_public(repeat_last<P>(z, k), tiled_last(s, w.linear)),
+                                        p.mul_public(repeat_last<P>(y, k), tiled_last(s, w.square))),
                                   tiled_last(s, w.constant)));
   }
   std::vector<P> forks;
   std::vector<Task<Share>> dots;
   for (std::size_t g = 0; g < plan.groups.size(); ++g) forks.push_back(p.fork());
   for (std::size_t g = 0; g < plan.groups.size(); ++g)
-    dots.push_back(OneHot::dot(forks[g], hot, values[g], plan.groups[g].dot_shift));
+    dots.push_back(OneHot::dot(forks[g], hots[g], values[g], plan.groups[g].dot_shift));
   auto sums = co_await when_all(std::move(dots));
   Share total = std::move(sums.front());
   for (std::size_t g = 1; g < sums.size(); ++g) total = p.add(total, sums[g]);
