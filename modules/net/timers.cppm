@@ -12,9 +12,16 @@ using SteadyClock = std::chrono::steady_clock;
 // Callbacks at points in time, run by the event loop that owns the queue.
 class TimerQueue {
  public:
-  void at(SteadyClock::time_point when, std::function<void()> fn) {
-    timers_.emplace(when, std::move(fn));  // equal times keep insertion order
+  using Id = std::uint64_t;
+  // Equal times keep insertion order. The id lets the caller cancel it.
+  Id at(SteadyClock::time_point when, std::function<void()> fn) {
+    const Id id = ++last_id_;
+    when_by_id_.emplace(id, when);
+    timers_.emplace(when, Entry{id, std::move(fn)});
+    return id;
   }
+  // Removes a timer that has not fired; false if it fired or is unknown.
+  bool cancel(Id id);
   bool empty() const noexcept { return timers_.empty(); }
   std::optional<SteadyClock::time_point> next() const {
     if (timers_.empty()) return std::nullopt;
@@ -24,7 +31,42 @@ class TimerQueue {
   std::size_t fire_due();
 
  private:
-  std::multimap<SteadyClock::time_point, std::function<void()>> timers_;
+  struct Entry {
+    Id id = 0;
+    std::function<void()> fn;
+  };
+  std::multimap<SteadyClock::time_point, Entry> timers_;
+  std::map<Id, SteadyClock::time_point> when_by_id_;  // timers not yet fired, to find one to cancel
+  Id last_id_ = 0;
+};
+
+// Timers that end with their owner: the ones it set and that have not
+// fired are cancelled when it is destroyed. A queue outlives the objects
+// that set timers on it (a transport's, which at shutdown waits until its
+// queue is empty, for emulated links to deliver), so an owner's far-off
+// timer (a 30-second drain deadline) would otherwise hold that wait.
+class OwnedTimers {
+ public:
+  explicit OwnedTimers(TimerQueue& queue) : queue_(queue) {}
+  ~OwnedTimers() {
+    for (TimerQueue::Id id : pending_) queue_.cancel(id);
+  }
+  OwnedTimers(const OwnedTimers&) = delete;
+  OwnedTimers& operator=(const OwnedTimers&) = delete;
+  void at(SteadyClock::time_point when, std::function<void()> fn) {
+    auto id = make_shared<TimerQueue::Id>(0);
+    // Never runs after our destructor (it cancels the timer), so `this` is alive.
+    *id = queue_.at(when, [this, id, fn = std::move(fn)] {
+      pending_.erase(*id);
+      fn();
+    });
+    pending_.insert(*id);
+  }
+  std::size_t pending() const noexcept { return pending_.size(); }
+
+ private:
+  TimerQueue& queue_;
+  std::set<TimerQueue::Id> pending_;
 };
 
 // Timers as the only I/O source of a loop (the in-process transport): when

@@ -68,7 +68,7 @@ struct Sequence {
 struct Server::Impl {
   Scheduler& scheduler;
   Endpoint& mesh;
-  TimerQueue& timers;
+  OwnedTimers timers;  // cancelled with us: the transport's shutdown waits for its queue to empty
   ServeOptions options;
   ModelConfig config;
   std::unique_ptr<Rss3Party> party;
