@@ -260,19 +260,22 @@ void run(const std::string& policy, const Settings& settings) {
                 double(filled_r) / double(filled_steps) / double(c.num_layers), double(filled_b) / double(filled_steps) / 1e6,
                 double(filled_off) / double(filled_steps) / 1e6, filled_s / double(filled_steps),
                 static_cast<unsigned long long>(filled_dry));
-  if (tokens > 0) {  // where the last step's rounds went, at the party with the longest chain
+  // Where a phase's rounds and bytes went, at the party with the longest chain.
+  auto print_by_operator = [&](const char* what, std::size_t from, std::size_t to) {
     std::size_t busiest_party = 0;
     for (std::size_t i = 1; i < 3; ++i)
-      if (ends[tokens + 1][i].rounds > ends[tokens + 1][busiest_party].rounds) busiest_party = i;
-    const CostCounters last = ends[tokens + 1][busiest_party] - marks[tokens][busiest_party];
-    std::printf("  last step by operator (rounds, MB, wall s of the three parties on one thread):");
+      if (ends[to][i].rounds > ends[to][busiest_party].rounds) busiest_party = i;
+    const CostCounters part = ends[to][busiest_party] - marks[from][busiest_party];
+    std::printf("  %s by operator (rounds, MB, wall s of the three parties on one thread):", what);
     for (std::size_t t = 0; t < cost_tag_count; ++t)
-      if (last.by_tag[t].rounds > 0 || last.by_tag[t].payload_bytes_sent > 0)
+      if (part.by_tag[t].rounds > 0 || part.by_tag[t].payload_bytes_sent > 0)
         std::printf(" %s %llu %.2f %.3f;", std::string(cost_tag_name(static_cast<CostTag>(t))).c_str(),
-                    static_cast<unsigned long long>(last.by_tag[t].rounds), double(last.by_tag[t].payload_bytes_sent) / 1e6,
-                    last.by_tag[t].seconds);
+                    static_cast<unsigned long long>(part.by_tag[t].rounds), double(part.by_tag[t].payload_bytes_sent) / 1e6,
+                    part.by_tag[t].seconds);
     std::printf("\n");
-  }
+  };
+  print_by_operator("prefill", 0, 1);
+  if (tokens > 0) print_by_operator("last step", tokens, tokens + 1);
 }
 
 }  // namespace
