@@ -295,7 +295,8 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
   if (o.truncation == "exact+offline") job.rss3.truncation_pairs_budget = truncation_pairs_budget;
   job.rss3.compact_weights = o.compact_weights;
   // dcf: one-round comparisons from DCF keys; dcf+offline: the keys dealt
-  // into stores between decode steps (Rss3::refill_comparisons).
+  // into stores between decode steps (Rss3::refill_comparisons), and the
+  // prefill on the circuit (generate_party).
   job.rss3.comparisons = o.comparisons == "circuit" ? Rss3Comparisons::circuit : Rss3Comparisons::dcf;
   if (o.comparisons == "dcf+offline") job.rss3.offline_budget = comparison_store_budget;
   job.add2.exact_truncation = o.truncation != "probabilistic";

@@ -148,6 +148,11 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       observer.prefill_layer({layer, c.num_layers, request.prompt_length, snapshot() - prefill_start});
     };
 
+  bool prefill_on_circuit = false;
+  auto set_compare_on_circuit = [&](bool on) {
+    if constexpr (requires { p.compare_on_circuit(on); }) p.compare_on_circuit(on);
+  };
+  if constexpr (requires { p.compare_on_circuit(true); }) prefill_on_circuit = p.dcf_store();
   std::vector<std::uint32_t> generated;
   std::optional<std::uint32_t> next;  // the last chosen token, at the client
   typename P::Share logits;
@@ -160,6 +165,11 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
     CostCounters before = snapshot();
     auto t0 = Clock::now();
     if (step == 0) {
+      // Under an offline store of DCF keys the prefill and its token choice
+      // compare on the circuit (Rss3::compare_on_circuit): no store holds
+      // their keys, which would be dealt inline, gigabytes for a prompt;
+      // the decode steps take theirs from the store.
+      if (prefill_on_circuit) set_compare_on_circuit(true);
       logits = co_await decoder.prefill(p, policy, request.client, std::move(request.prompt),
                                         request.prompt_length, std::move(layer_done));
     } else {
@@ -173,7 +183,9 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       // Offline, outside the step's window: truncation pairs for it (rss3
       // with Rss3Options::truncation_pairs_budget) and DCF keys into the
       // dealers' stores (Rss3Options::offline_budget), from the last step's
-      // demand; for the first, the prefill's per prompt token.
+      // demand; for the first, the prefill's per prompt token (DCF keys:
+      // none, the prefill compared on the circuit, so the first step's are
+      // dealt inline).
       const std::size_t steps_behind = step == 1 ? std::max<std::size_t>(request.prompt_length, 1) : 1;
       bool offline = false;
       if constexpr (requires { p.refill_truncation_pairs(std::size_t{}, std::size_t{}); })
@@ -187,6 +199,7 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       logits = co_await decoder.decode(p, policy, request.client, next);
     }
     auto opened = co_await p.reveal_to(request.client, co_await next_token(p, logits));  // only the client learns it
+    if (step == 0 && prefill_on_circuit) set_compare_on_circuit(false);
     next.reset();
     bool go_on = true;
     if (opened) {

@@ -30,11 +30,15 @@ TEST_SUITE("rss3 dcf generation") {
   // The offline phase through the public API: generate_party fills the
   // dealers' stores between decode steps (Rss3::refill_comparisons), so a
   // decode step's comparisons take their keys from the store instead of a
-  // dealer's message: the same tokens in fewer rounds per step.
+  // dealer's message: the same tokens in fewer rounds per step. The
+  // prefill, whose keys no store holds, compares on the circuit
+  // (Rss3::compare_on_circuit): its rounds are the circuit's to the round.
   TEST_CASE("generate_party with an offline store of DCF keys: the same tokens, fewer rounds per decode step") {
     constexpr std::size_t tokens = 4;
     const auto prompt = testing::fixture_prompt();
-    std::array<std::vector<std::uint64_t>, 3> inline_rounds, store_rounds;
+    std::array<std::vector<std::uint64_t>, 3> inline_rounds, store_rounds, circuit_rounds;
+    (void)testing::generate_results(prompt, GenerationProtocol::rss3, "mpcache", std::nullopt, 1, {},
+                                    Rss3Comparisons::circuit, 0, &circuit_rounds);
     const auto dealt_inline = testing::generate_results(prompt, GenerationProtocol::rss3, "mpcache", std::nullopt,
                                                         tokens, {}, Rss3Comparisons::dcf, 0, &inline_rounds)[0];
     const auto from_store = testing::generate_results(prompt, GenerationProtocol::rss3, "mpcache", std::nullopt,
@@ -44,11 +48,15 @@ TEST_SUITE("rss3 dcf generation") {
     CHECK(from_store.tokens == dealt_inline.tokens);
     testing::check_near_float64_argmax("mpcache", prompt, from_store.tokens);
     REQUIRE(store_rounds[0].size() == tokens);
+    REQUIRE(circuit_rounds[0].size() == 1);
+    CHECK(store_rounds[0][0] == circuit_rounds[0][0]);  // the prefill and its token choice
+    CHECK(inline_rounds[0][0] < circuit_rounds[0][0]);  // DCFs dealt inline there: fewer rounds, gigabytes more
     for (std::size_t step = 1; step < tokens; ++step) {
       CAPTURE(step);
       CHECK(store_rounds[0][step] < inline_rounds[0][step]);
     }
-    MESSAGE("rounds of decode step 2: keys dealt inline " << inline_rounds[0][2] << ", from the store "
-                                                          << store_rounds[0][2]);
+    MESSAGE("rounds of the prefill: circuit " << circuit_rounds[0][0] << ", keys dealt inline " << inline_rounds[0][0]
+                                              << "; of decode step 2: keys dealt inline " << inline_rounds[0][2]
+                                              << ", from the store " << store_rounds[0][2]);
   }
 }
