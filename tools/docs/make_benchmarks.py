@@ -292,6 +292,21 @@ def cost_section(rows):
                         ["{} / {}".format(fmt_int(b[op]["rounds"]), fmt_bytes(b[op]["bytes"])) if op in b else "-"
                          for op in ops])
         lines += table(["arm", "length"] + ops, body)
+        # On the WAN (rows that carry it): each operator's share of the
+        # modelled time, and how much of the whole is round trips.
+        wan = [r for r in decode if all("wan_share" in v for v in r["breakdown"].values())]
+        if wan:
+            lines += ["", "Per decoded token on the WAN: each operator's share of `model_wan_s`, and the part of "
+                      "`model_wan_s` that is round trips (rounds x 40 ms):", ""]
+            body = []
+            for r in wan:
+                b = r["breakdown"]
+                total = r.get("model_wan_s") or 0
+                waits = r.get("rounds", 0) * 0.040
+                body.append([r.get("arm", "?"), fmt_num(r.get("length")), fmt_seconds(total),
+                             "{:.0f}%".format(100 * waits / total) if total else "-"] +
+                            ["{:.0f}%".format(100 * b[op]["wan_share"]) if op in b else "-" for op in ops])
+            lines += table(["arm", "length", "model_wan_s", "round trips"] + ops, body)
     return lines
 
 
