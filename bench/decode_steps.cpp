@@ -13,7 +13,7 @@
 // width the previous step's demand + 5% + 64, within --offline-budget):
 // those bytes and seconds are printed as offline, apart from the online
 // step; step 0 has no previous step and runs dry (its ran-dry count says
-// so). With --truncation exact+offline (rss3) they also make truncation
+// so), and the prefill compares on the circuit (as generate_party). With --truncation exact+offline (rss3) they also make truncation
 // pairs before each decode step (Rss3::refill_truncation_pairs, per
 // shift: 16 times the previous step's exact fused truncations + 64, within
 // --offline-budget; the session's stream takes them and its forks take
@@ -139,10 +139,16 @@ void run(const std::string& policy, const Settings& settings) {
       stats[0][id] = before_prepare[0][id] = state->dcf_stats();
       pair_stats[0][id] = pairs_before_prepare[0][id] = state->truncation_stats();
     }
+    // As generate_party: under a store the prefill and its token choice
+    // compare on the circuit, since no store holds their keys.
+    if constexpr (!add2)
+      if (settings.offline) p.compare_on_circuit(true);
     auto logits = co_await decoder.prefill(p, pol, 0, std::move(mine), prompt.size());
     for (std::size_t step = 0; step <= tokens; ++step) {
       // token choice (argmax over the vocabulary, opened to the client) + one decode
       auto token = co_await p.reveal_to(0, co_await next_token(p, logits));
+      if constexpr (!add2)
+        if (step == 0 && settings.offline) p.compare_on_circuit(false);
       std::optional<std::uint32_t> next;
       if (token) next = static_cast<std::uint32_t>((*token)(0, 0));
       ends[step + 1][id] = network.endpoint(id).costs();
@@ -151,7 +157,8 @@ void run(const std::string& policy, const Settings& settings) {
         pairs_before_prepare[step + 1][id] = state->truncation_stats();
         // After the prefill, its demand per prompt token stands in for a step's.
         if (settings.pairs && step < tokens)
-          (void)co_await p.refill_truncation_pairs(16, step == 0 ? std::max<std::size_t>(prompt.size(), 1) : 1);
+          (void)co_await p.refill_truncation_pairs(step == 0 && settings.offline ? 0 : 16,  // as generate_party
+                                                   step == 0 ? std::max<std::size_t>(prompt.size(), 1) : 1);
         // Fill the stores for the next step from the previous one's demand
         // (the same at every party, so all prepare alike).
         if (settings.offline && step >= 1 && step < tokens)

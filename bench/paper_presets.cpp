@@ -40,9 +40,10 @@
 //    party outside each pair) or dcf+offline (rss3: before each decode step
 //    the parties fill their stores from the previous step's demand, within
 //    --offline-budget, outside the step's window; the first step has no
-//    previous one and runs dry). Store rows add the offline bytes (busiest
-//    dealer) and seconds (slowest party) per token and the parts that ran
-//    dry.
+//    previous one and runs dry; the prefill, or the policy's look at a
+//    prepared cache, compares on the circuit, as generate_party does).
+//    Store rows add the offline bytes (busiest dealer) and seconds
+//    (slowest party) per token and the parts that ran dry.
 //  * "truncation" (--truncation): probabilistic (the default, as the paper),
 //    exact, or exact+offline (rss3: truncation pairs made after a real
 //    prefill from its demand per prompt token, and before each decode step
@@ -312,11 +313,20 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
                             r.config.num_layers);
   Decoder<P> decoder(weights, DecoderOptions{r.memory_budget, PrefillLogits::last});  // next_token reads the last
   // Truncation pairs for this session and its forks, from the demand since
-  // the last refill over `steps` tokens.
-  auto refill_pairs = [&](std::size_t steps) -> Task<void> {
+  // the last refill over `steps` tokens; `multiple` 0: none (after a prefill
+  // on the circuit, as generate_party: its shifts are not the decode's).
+  auto refill_pairs = [&](std::size_t steps, std::size_t multiple = 16) -> Task<void> {
     if constexpr (std::is_same_v<P, Rss3>)
-      if (r.pairs()) (void)co_await p.refill_truncation_pairs(16, steps);
+      if (r.pairs()) (void)co_await p.refill_truncation_pairs(multiple, steps);
   };
+  // As generate_party: under an offline store of DCF keys the prefill (or
+  // the policy's look at a prepared cache) compares on the circuit, since
+  // no store holds its keys (Rss3::compare_on_circuit).
+  auto prefill_on_circuit = [&](bool on) {
+    if constexpr (std::is_same_v<P, Rss3>)
+      if (r.store()) p.compare_on_circuit(on);
+  };
+  prefill_on_circuit(true);
   if (r.real_prefill) {
     std::optional<std::vector<std::uint32_t>> prompt;
     if (id == 0) {
@@ -327,7 +337,7 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
     auto logits = co_await decoder.prefill(p, policy, 0, std::move(prompt), r.length);
     (void)co_await p.reveal_to(0, co_await next_token(p, logits));
     mark(prefilled);
-    co_await refill_pairs(std::max<std::size_t>(r.length, 1));
+    co_await refill_pairs(std::max<std::size_t>(r.length, 1), r.store() ? 0 : 16);
   } else {
     // Random shares of the stated length; every layer and head holds the
     // same shares (values do not change costs; memory is the cache's).
@@ -391,6 +401,7 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
       mark(prefilled);
     }
   }
+  prefill_on_circuit(false);
   if (!r.decode) co_return;
   std::uint32_t token = 1;
   for (std::size_t s = 0; s < r.steps; ++s) {

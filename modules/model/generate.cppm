@@ -189,7 +189,11 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       const std::size_t steps_behind = step == 1 ? std::max<std::size_t>(request.prompt_length, 1) : 1;
       bool offline = false;
       if constexpr (requires { p.refill_truncation_pairs(std::size_t{}, std::size_t{}); })
-        offline = co_await p.refill_truncation_pairs(16, steps_behind);
+        // After a prefill on the circuit, none from its demand: its shifts
+        // are the circuit's, and pairs for them would hold the budget that
+        // the decode steps' shifts need (the first step truncates in two
+        // rounds, its calls reserve the next's).
+        offline = co_await p.refill_truncation_pairs(step == 1 && prefill_on_circuit ? 0 : 16, steps_behind);
       if constexpr (requires { p.refill_comparisons(std::size_t{}); })
         offline = co_await p.refill_comparisons(steps_behind) || offline;
       if (offline) {
