@@ -222,6 +222,14 @@ def is_cost(rows):
     return all("phase" in r and "rounds" in r and "bytes_per_party" in r for r in rows)
 
 
+
+def arm_label(r, rows):
+    """The row's arm, with its comparisons where the file runs several side by side."""
+    label = r.get("arm", r.get("policy", "?"))
+    if len({x.get("comparisons") for x in rows}) > 1 and r.get("comparisons"):
+        label += " ({})".format(r["comparisons"])
+    return label
+
 def cost_section(rows):
     lines = []
     shapes = first_seen("{} ({} layers, hidden {}, {} heads)".format(r.get("model", "?"), r.get("layers", "?"),
@@ -255,7 +263,7 @@ def cost_section(rows):
     header.append("peak RSS / party")
     body = []
     for r in rows:
-        row = [r.get("arm", r.get("policy", "?")), fmt_num(r.get("length")), r["phase"], r.get("cache", "-"),
+        row = [arm_label(r, rows), fmt_num(r.get("length")), r["phase"], r.get("cache", "-"),
                fmt_int(r["rounds"]), fmt_bytes(r["bytes_per_party"])]
         if has_offline:
             row.append(fmt_bytes(r.get("offline_bytes")))
@@ -288,7 +296,7 @@ def cost_section(rows):
         body = []
         for r in decode:
             b = r["breakdown"]
-            body.append([r.get("arm", "?"), fmt_num(r.get("length"))] +
+            body.append([arm_label(r, rows), fmt_num(r.get("length"))] +
                         ["{} / {}".format(fmt_int(b[op]["rounds"]), fmt_bytes(b[op]["bytes"])) if op in b else "-"
                          for op in ops])
         lines += table(["arm", "length"] + ops, body)
@@ -303,7 +311,7 @@ def cost_section(rows):
                 b = r["breakdown"]
                 total = r.get("model_wan_s") or 0
                 waits = r.get("rounds", 0) * 0.040
-                body.append([r.get("arm", "?"), fmt_num(r.get("length")), fmt_seconds(total),
+                body.append([arm_label(r, rows), fmt_num(r.get("length")), fmt_seconds(total),
                              "{:.0f}%".format(100 * waits / total) if total else "-"] +
                             ["{:.0f}%".format(100 * b[op]["wan_share"]) if op in b else "-" for op in ops])
             lines += table(["arm", "length", "model_wan_s", "round trips"] + ops, body)
