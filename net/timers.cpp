@@ -7,15 +7,9 @@ module mpcache.net;
 namespace mpcache {
 
 bool TimerQueue::cancel(Id id) {
-  const auto found = when_by_id_.find(id);
-  if (found == when_by_id_.end()) return false;
-  auto [first, last] = timers_.equal_range(found->second);
-  for (auto it = first; it != last; ++it)
-    if (it->second.id == id) {
-      timers_.erase(it);
-      break;
-    }
-  when_by_id_.erase(found);
+  const auto it = std::find_if(timers_.begin(), timers_.end(), [id](const auto& t) { return t.second.id == id; });
+  if (it == timers_.end()) return false;
+  timers_.erase(it);
   return true;
 }
 
@@ -25,7 +19,6 @@ std::size_t TimerQueue::fire_due() {
   while (!timers_.empty() && timers_.begin()->first <= now) {
     auto entry = std::move(timers_.begin()->second);
     timers_.erase(timers_.begin());
-    when_by_id_.erase(entry.id);
     entry.fn();
     ++n;
   }

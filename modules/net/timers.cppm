@@ -16,11 +16,12 @@ class TimerQueue {
   // Equal times keep insertion order. The id lets the caller cancel it.
   Id at(SteadyClock::time_point when, std::function<void()> fn) {
     const Id id = ++last_id_;
-    when_by_id_.emplace(id, when);
     timers_.emplace(when, Entry{id, std::move(fn)});
     return id;
   }
   // Removes a timer that has not fired; false if it fired or is unknown.
+  // A scan: cancels are rare (an owner's end), while link emulation sets a
+  // timer per batch, which an index would tax.
   bool cancel(Id id);
   bool empty() const noexcept { return timers_.empty(); }
   std::optional<SteadyClock::time_point> next() const {
@@ -36,7 +37,6 @@ class TimerQueue {
     std::function<void()> fn;
   };
   std::multimap<SteadyClock::time_point, Entry> timers_;
-  std::map<Id, SteadyClock::time_point> when_by_id_;  // timers not yet fired, to find one to cancel
   Id last_id_ = 0;
 };
 
