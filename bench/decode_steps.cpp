@@ -157,8 +157,7 @@ void run(const std::string& policy, const Settings& settings) {
         pairs_before_prepare[step + 1][id] = state->truncation_stats();
         // After the prefill, its demand per prompt token stands in for a step's.
         if (settings.pairs && step < tokens)
-          (void)co_await p.refill_truncation_pairs(step == 0 && settings.offline ? 0 : 16,  // as generate_party
-                                                   step == 0 ? std::max<std::size_t>(prompt.size(), 1) : 1);
+          (void)co_await p.refill_truncation_pairs(16, step == 0 ? std::max<std::size_t>(prompt.size(), 1) : 1);
         // Fill the stores for the next step from the previous one's demand
         // (the same at every party, so all prepare alike).
         if (settings.offline && step >= 1 && step < tokens)

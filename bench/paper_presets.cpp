@@ -313,11 +313,10 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
                             r.config.num_layers);
   Decoder<P> decoder(weights, DecoderOptions{r.memory_budget, PrefillLogits::last});  // next_token reads the last
   // Truncation pairs for this session and its forks, from the demand since
-  // the last refill over `steps` tokens; `multiple` 0: none (after a prefill
-  // on the circuit, as generate_party: its shifts are not the decode's).
-  auto refill_pairs = [&](std::size_t steps, std::size_t multiple = 16) -> Task<void> {
+  // the last refill over `steps` tokens.
+  auto refill_pairs = [&](std::size_t steps) -> Task<void> {
     if constexpr (std::is_same_v<P, Rss3>)
-      if (r.pairs()) (void)co_await p.refill_truncation_pairs(multiple, steps);
+      if (r.pairs()) (void)co_await p.refill_truncation_pairs(16, steps);
   };
   // As generate_party: under an offline store of DCF keys the prefill (or
   // the policy's look at a prepared cache) compares on the circuit, since
@@ -337,7 +336,8 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
     auto logits = co_await decoder.prefill(p, policy, 0, std::move(prompt), r.length);
     (void)co_await p.reveal_to(0, co_await next_token(p, logits));
     mark(prefilled);
-    co_await refill_pairs(std::max<std::size_t>(r.length, 1), r.store() ? 0 : 16);
+    prefill_on_circuit(false);  // before the refill: it forgets the circuit's truncations
+    co_await refill_pairs(std::max<std::size_t>(r.length, 1));
   } else {
     // Random shares of the stated length; every layer and head holds the
     // same shares (values do not change costs; memory is the cache's).

@@ -183,17 +183,15 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       // Offline, outside the step's window: truncation pairs for it (rss3
       // with Rss3Options::truncation_pairs_budget) and DCF keys into the
       // dealers' stores (Rss3Options::offline_budget), from the last step's
-      // demand; for the first, the prefill's per prompt token (DCF keys:
-      // none, the prefill compared on the circuit, so the first step's are
-      // dealt inline).
+      // demand; for the first, the prefill's per prompt token (none after a
+      // prefill on the circuit: its keys were not the store's, and
+      // compare_on_circuit(false) forgot its truncations, whose shifts are
+      // not the decode's; the first step deals its keys inline and
+      // truncates in two rounds).
       const std::size_t steps_behind = step == 1 ? std::max<std::size_t>(request.prompt_length, 1) : 1;
       bool offline = false;
       if constexpr (requires { p.refill_truncation_pairs(std::size_t{}, std::size_t{}); })
-        // After a prefill on the circuit, none from its demand: its shifts
-        // are the circuit's, and pairs for them would hold the budget that
-        // the decode steps' shifts need (the first step truncates in two
-        // rounds, its calls reserve the next's).
-        offline = co_await p.refill_truncation_pairs(step == 1 && prefill_on_circuit ? 0 : 16, steps_behind);
+        offline = co_await p.refill_truncation_pairs(16, steps_behind);
       if constexpr (requires { p.refill_comparisons(std::size_t{}); })
         offline = co_await p.refill_comparisons(steps_behind) || offline;
       if (offline) {

@@ -360,7 +360,14 @@ class Rss3 {
   // and no store holds them, so their keys would be dealt inline (our
   // model, 64 tokens: 2.2 GB and 43 s, against 95 MB and 0.3 s on the
   // circuit). Party-wide: not for a party whose sessions run at once.
-  void compare_on_circuit(bool on) noexcept { party_->on_circuit_for_now_ = on; }
+  // Switching back forgets the truncations counted on the circuit for the
+  // next refill (refill_truncation_pairs' calls with no plan key): their
+  // shifts are the circuit's, and pairs for them, at least 2^16 per shift,
+  // would hold the budget the DCF path's shifts need.
+  void compare_on_circuit(bool on) noexcept {
+    if (!on && party_->on_circuit_for_now_) party_->keyless_demand_.clear();
+    party_->on_circuit_for_now_ = on;
+  }
   bool exact_truncation() const noexcept { return party_->options_.exact_truncation; }
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }
