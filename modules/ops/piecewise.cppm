@@ -168,9 +168,10 @@ S piece_indicators(const S& below, std::size_t cuts, const std::vector<std::size
   });
 }
 
-// The pieces' values side by side on a new last axis: the first c pieces
-// (..., c) (the first alone: (...)) and the next (...) make (..., c + 1),
-// each element copied once per step and no reshaped copies between.
+// The pieces' values side by side on a new last axis (..., c): in one pass
+// where the backend applies over many shares (ApplyN), else the first c
+// pieces (..., c) and the next (...) make (..., c + 1), each element copied
+// once per step and no reshaped copies between.
 template <Protocol P>
 typename P::Share side_by_side(const std::vector<typename P::Share>& values, const Shape& s) {
   auto widen = [&s](std::size_t c) {
@@ -185,6 +186,22 @@ typename P::Share side_by_side(const std::vector<typename P::Share>& values, con
       return out;
     };
   };
+  if constexpr (ApplyN<P>) {
+    std::vector<const typename P::Share*> each;
+    for (const auto& v : values) each.push_back(&v);
+    return P::apply_n(std::span<const typename P::Share* const>(each), [&s](std::span<const RingTensor* const> parts) {
+      const std::size_t c = parts.size();
+      Shape shape = s;
+      shape.push_back(c);
+      RingTensor out = RingTensor::from_shape(std::move(shape));
+      for (std::size_t j = 0; j < c; ++j) {
+        const Ring* from = parts[j]->data();
+        Ring* to = out.data() + j;
+        for (std::size_t e = 0, n = parts[j]->size(); e < n; ++e) to[e * c] = from[e];
+      }
+      return out;
+    });
+  }
   Shape column = s;
   column.push_back(1);
   typename P::Share out = values.size() == 1 ? reshape<P>(values[0], column) : P::apply2(values[0], values[1], widen(1));

@@ -62,6 +62,13 @@ class Plain {
   static Bits apply(const Bits& a, F&& f) { return {f(a.value)}; }
   template <class F>
   static Share apply2(const Share& a, const Share& b, F&& f) { return {f(a.value, b.value)}; }
+  // The ApplyN hook (protocol.cppm).
+  template <class F>
+  static Share apply_n(std::span<const Share* const> shares, F&& f) {
+    std::vector<const RingTensor*> values;
+    for (const Share* a : shares) values.push_back(&a->value);
+    return {f(std::span<const RingTensor* const>(values))};
+  }
 
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
   Task<RingTensor> reveal(const Share& a);
@@ -95,6 +102,11 @@ class Plain {
   Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0,
                       std::source_location where = std::source_location::current());
   Task<RingTensor> reveal_bits(const Bits& x);
+  // sum over the last axis of a b, truncated by `bits` (0: none), (..., k)
+  // -> (...): rss3's dot_trunc in the clear, so that ops which sum products
+  // in one round plan and compute here as they do there.
+  Task<Share> dot_trunc(const Share& a, const Share& b, int bits = 0,
+                        std::source_location where = std::source_location::current());
 
  private:
   RingTensor audited(const RingTensor& before, int bits, std::source_location where) const;

@@ -71,6 +71,16 @@ concept Protocol =
       { p.reveal_bits(x) } -> std::same_as<Task<RingTensor>>;
     };
 
+// Optional: apply over many shares at once, component-wise: f gets the
+// same component of each share (a span of tensors) and returns that
+// component of the result. Stacking k shares side by side then copies each
+// element once, where a chain of apply2 copies it up to k times (rss3 and
+// plain, whose components are plain tensors).
+template <class P>
+concept ApplyN = Protocol<P> && requires(std::span<const typename P::Share* const> shares) {
+  { P::apply_n(shares, [](std::span<const RingTensor* const> t) { return *t[0]; }) } -> std::same_as<typename P::Share>;
+};
+
 // Optional: sum_i a_i b_i for the communication of one product, each term
 // (a_i, b_i) asked for when it is needed and dropped before the next, so
 // that a long operand can stream from storage (rss3 sums its local products,

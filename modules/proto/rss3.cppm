@@ -409,6 +409,13 @@ class Rss3 {
   static Share apply2(const Share& a, const Share& b, F&& f) {
     return {f(a.own, b.own), f(a.next, b.next)};
   }
+  // The ApplyN hook (protocol.cppm): f(span of each share's component).
+  template <class F>
+  static Share apply_n(std::span<const Share* const> shares, F&& f) {
+    std::vector<const RingTensor*> own, next;
+    for (const Share* a : shares) own.push_back(&a->own), next.push_back(&a->next);
+    return {f(std::span<const RingTensor* const>(own)), f(std::span<const RingTensor* const>(next))};
+  }
 
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
   // Weights (Rss3Weight; src/proto/rss3_weights.cpp), at 8 bytes per

@@ -125,5 +125,13 @@ Task<PlainShare> Plain::bit_dot(const Bits& b, const Share& x, int bits, std::so
   RingTensor summed = ring_reshape(ring_weighted_sum_last(picked, std::vector<Ring>(k, Ring{1})), s);
   co_return PlainShare{bits > 0 ? audited(summed, bits, where) : std::move(summed)};
 }
+Task<PlainShare> Plain::dot_trunc(const Share& a, const Share& b, int bits, std::source_location where) {
+  require_same_shape(a.value, b.value, "plain dot_trunc");
+  const Shape s = shape_of(a.value);
+  if (s.empty() || s.back() == 0)
+    throw Error(ErrorCode::invalid_argument, "plain dot_trunc over an empty last axis, shape " + shape_string(s));
+  RingTensor summed = ring_weighted_sum_last(ring_mul(a.value, b.value), std::vector<Ring>(s.back(), Ring{1}));
+  co_return PlainShare{bits > 0 ? audited(summed, bits, where) : std::move(summed)};
+}
 
 }  // namespace mpcache
