@@ -8,6 +8,11 @@
 // one dot_trunc: a product's round where bit_dot took two.
 // A polynomial piece is fitted in t = (x - center) / half_width, t in [-1, 1],
 // so that coefficient rounding (2^-(f+1) each) costs at most sum|c| 2^-(f+1).
+// piecewise_selected evaluates one polynomial per element instead of every
+// piece: the comparisons first, then each element's piece's coefficients,
+// selected locally, weigh the powers of its own t. About half the bytes
+// and 5 rounds more; detail::selecting_first_pays says where that wins on
+// the LAN (a prefill's MLP). piecewise does not choose it yet (see there).
 //   cost (rss3): max(msb_bits: 6 at 64 bits, 2 + ceil(log2 degree)) + 2 rounds;
 //   rss3 dcf: max(msb_arith: 2, 2 + ceil(log2 degree)) + 1; where truncation
 //   is exact the polynomials of degree >= 3 take ceil(log2 degree)
@@ -210,6 +215,241 @@ typename P::Share side_by_side(const std::vector<typename P::Share>& values, con
 }
 }  // namespace detail
 
+namespace detail {
+// A backend that sums products over the last axis at the cost of one
+// product (rss3; plain, so that it computes what rss3 computes).
+template <class P>
+concept SumsProducts = Protocol<P> && requires(P& p, const typename P::Share& a, int bits) {
+  { p.dot_trunc(a, a, bits) } -> std::same_as<Task<typename P::Share>>;
+};
+
+inline std::size_t max_degree(const Piecewise& spec) {
+  std::size_t degree = 0;
+  for (const Piece& piece : spec.pieces)
+    if (piece.kind == Piece::Kind::polynomial) degree = std::max(degree, piece.coefficients.size() - 1);
+  return degree;
+}
+
+// Piece j's value of one selected quantity, as a real: selected(...) below
+// weighs the comparisons with differences of these.
+struct SelectedColumn {
+  enum class Of { scale, offset, coefficient, identity } of;
+  std::size_t k = 0;  // the coefficient's degree
+  double value(const Piece& piece) const {
+    const bool poly = piece.kind == Piece::Kind::polynomial;
+    switch (of) {
+      case Of::scale: return poly ? 1.0 / piece.half_width : 0.0;
+      case Of::offset: return poly ? -piece.center / piece.half_width : 0.0;
+      case Of::coefficient: return poly && k < piece.coefficients.size() ? piece.coefficients[k] : 0.0;
+      case Of::identity: return piece.kind == Piece::Kind::identity ? 1.0 : 0.0;
+    }
+    return 0.0;
+  }
+};
+
+// (n, columns): each element's piece's value of each column, fixed point,
+// from below (n, cuts), the arithmetic 0/1 of [x < b_i]. The element in
+// piece j has below_i = 1 exactly for i >= j, so v_j = v_last +
+// sum_i below_i (v_i - v_{i+1}): one local product with public weights.
+template <Protocol P>
+typename P::Share selected(const P& p, const typename P::Share& below, const Piecewise& spec,
+                           const std::vector<SelectedColumn>& columns) {
+  const std::size_t cuts = spec.breakpoints.size(), q = columns.size();
+  const std::size_t n = P::shape(below)[0];
+  const FixedPoint fp(p.frac_bits());
+  std::vector<Ring> weights(cuts * q);  // [i][c]
+  std::vector<Ring> last(q);
+  for (std::size_t c = 0; c < q; ++c) {
+    for (std::size_t i = 0; i < cuts; ++i)
+      weights[i * q + c] = fp.encode(columns[c].value(spec.pieces[i])) - fp.encode(columns[c].value(spec.pieces[i + 1]));
+    last[c] = fp.encode(columns[c].value(spec.pieces[cuts]));
+  }
+  // A (n, cuts) x (cuts, q) product with q and cuts a few: a plain loop
+  // (the matmul kernel's packing costs more than the product here).
+  const auto weighted = P::apply(below, [&](const RingTensor& b) {
+    RingTensor out = RingTensor::from_shape({n, q});
+    for (std::size_t e = 0; e < n; ++e) {
+      const Ring* row = b.data() + e * cuts;
+      Ring* to = out.data() + e * q;
+      for (std::size_t c = 0; c < q; ++c) {
+        Ring sum = 0;
+        for (std::size_t i = 0; i < cuts; ++i) sum += row[i] * weights[i * q + c];
+        to[c] = sum;
+      }
+    }
+    return out;
+  });
+  return p.add_public(weighted, tiled_last(Shape{n}, last));
+}
+}  // namespace detail
+
+// The same function as piecewise (below), for backends that sum products in
+// one (detail::SumsProducts): the comparisons first, then one polynomial
+// per element. B2A makes [x < b_i] arithmetic; each element's piece then
+// gives, locally, its t = x / h - c / h (one product), its coefficients and
+// its identity weight. With m = ceil(d/2) for the highest degree d:
+//   t^2..t^m           log-depth products
+//   low  = c_0 + c_1 t + .. + c_m t^m + [identity] x    one sum of products
+//   high = c_{m+1} t + .. + c_d t^(d-m)                  one, beside it
+//   f(x) = low + t^m high                                one product
+// and with `times` y, t^m y beside low and high, then low y + high (t^m y)
+// in one sum of products. Zero and identity pieces have t = 0, so no power
+// leaves [-1, 1] and nothing wraps. Each product is that of one element,
+// where piecewise pays one per piece and power; but its levels follow the
+// comparisons instead of running beside them (rss3 circuit, SiLU with y:
+// 13 rounds where piecewise takes 8; tested).
+template <Protocol P>
+  requires detail::SumsProducts<P>
+Task<typename P::Share> piecewise_selected(P& p, const typename P::Share& x, const Piecewise& spec,
+                                           const std::optional<typename P::Share>& times = std::nullopt,
+                                           int times_shift = 0) {
+  using Col = detail::SelectedColumn;
+  const std::size_t cuts = spec.breakpoints.size();
+  if (cuts == 0 || spec.pieces.size() != cuts + 1)
+    throw Error(ErrorCode::invalid_argument, "piecewise_selected: " + std::to_string(spec.pieces.size()) +
+                                                 " pieces for " + std::to_string(cuts) + " breakpoints");
+  const Shape s = P::shape(x);
+  const Shape flat{element_count(s)};
+  const int f = p.frac_bits();
+  const FixedPoint fp(f);
+  const auto xf = reshape<P>(x, flat);
+  std::optional<typename P::Share> yf;
+  if (times) yf = reshape<P>(*times, flat);
+  std::vector<Ring> breakpoints;
+  for (double b : spec.breakpoints) breakpoints.push_back(fp.encode(b));
+  const auto below = co_await p.bit_to_arith(co_await below_each_bits(p, xf, breakpoints));
+
+  const std::size_t degree = detail::max_degree(spec);
+  const std::size_t m = (degree + 1) / 2;
+  std::vector<typename P::Share> power(m + 1);
+  if (m > 0) {
+    const auto scale = reshape<P>(detail::selected(p, below, spec, {Col{Col::Of::scale}}), flat);
+    const auto offset = reshape<P>(detail::selected(p, below, spec, {Col{Col::Of::offset}}), flat);
+    power[1] = p.add(co_await p.mul_trunc(scale, xf), offset);
+  }
+  for (std::size_t known = 1; known < m; known *= 2) {
+    std::vector<P> forks;
+    std::vector<Task<typename P::Share>> products;
+    const std::size_t upto = std::min(m, 2 * known);
+    for (std::size_t k = known + 1; k <= upto; ++k) forks.push_back(p.fork());
+    for (std::size_t k = known + 1; k <= upto; ++k)
+      products.push_back(forks[k - known - 1].mul_trunc(power[known], power[k - known]));
+    auto results = co_await when_all(std::move(products));
+    for (std::size_t k = known + 1; k <= upto; ++k) power[k] = std::move(results[k - known - 1]);
+  }
+
+  // low's terms: 1, t..t^m, x against c_0..c_m and the identity weight.
+  std::vector<Col> low_columns;
+  std::vector<typename P::Share> low_terms{public_share(p, xf, ring_filled(flat, fp.encode(1.0)))};
+  for (std::size_t k = 0; k <= m; ++k) low_columns.push_back(Col{Col::Of::coefficient, k});
+  for (std::size_t k = 1; k <= m; ++k) low_terms.push_back(power[k]);
+  low_columns.push_back(Col{Col::Of::identity});
+  low_terms.push_back(xf);
+  const auto low_weights = detail::selected(p, below, spec, low_columns);
+  const auto low_values = detail::side_by_side<P>(low_terms, flat);
+  std::vector<Task<typename P::Share>> work;
+  std::vector<P> forks;
+  for (int i = 0; i < 2; ++i) forks.push_back(p.fork());
+  work.push_back(p.dot_trunc(low_weights, low_values, f));
+  std::optional<typename P::Share> high_weights, high_values;
+  if (degree > m) {
+    std::vector<Col> high_columns;
+    std::vector<typename P::Share> high_terms;
+    for (std::size_t k = m + 1; k <= degree; ++k) {
+      high_columns.push_back(Col{Col::Of::coefficient, k});
+      high_terms.push_back(power[k - m]);
+    }
+    high_weights = detail::selected(p, below, spec, high_columns);
+    high_values = detail::side_by_side<P>(high_terms, flat);
+    work.push_back(forks[0].dot_trunc(*high_weights, *high_values, f));
+    if (yf) work.push_back(forks[1].mul_trunc(power[m], *yf));
+  }
+  auto done = co_await when_all(std::move(work));
+  typename P::Share out;
+  if (degree <= m) {
+    out = yf ? co_await p.mul_trunc(done[0], *yf, f + times_shift) : std::move(done[0]);
+  } else if (!yf) {
+    out = p.add(done[0], co_await p.mul_trunc(power[m], done[1]));
+  } else {
+    const auto left = detail::side_by_side<P>(std::vector<typename P::Share>{done[0], done[1]}, flat);
+    const auto right = detail::side_by_side<P>(std::vector<typename P::Share>{*yf, done[2]}, flat);
+    out = co_await p.dot_trunc(left, right, f + times_shift);
+  }
+  co_return reshape<P>(out, s);
+}
+
+namespace detail {
+// Products (each with its truncation) and their levels that polynomial()
+// takes for one piece, for the plan below.
+struct PieceProducts {
+  std::size_t products = 0;
+  std::size_t levels = 0;
+};
+inline PieceProducts polynomial_products(const Piece& piece, bool exact, int frac_bits) {
+  const std::size_t d = piece.coefficients.size() - 1;
+  const bool folded = d >= 2 && exact && folded_coefficient_bits(piece, frac_bits) > 0;
+  PieceProducts c{1, 1};
+  std::size_t known = 1;
+  if (folded && d >= 3 && square_beside_t_fits(frac_bits)) c.products = 2, known = 2;
+  for (; known < d; known *= 2) {
+    if (folded && 2 * known >= d) break;
+    c.products += std::min(d, 2 * known) - known;
+    ++c.levels;
+  }
+  c.products += folded ? 2 : 1;  // the folded pair, or the sum's truncation
+  ++c.levels;
+  return c;
+}
+
+// Whether piecewise_selected beats piecewise's every-piece form for n
+// elements on costs C, by rounds x RTT + bytes / bandwidth on the LAN (as
+// the argmax tournament plans). A product with its truncation costs a
+// product, and where truncation is exact a truncation more and 2 rounds
+// (1 with pairs: counted as 2, which leans towards the every-piece form).
+template <CostModel C>
+bool selecting_first_pays(const Piecewise& spec, std::size_t n, bool exact, bool times, int frac_bits) {
+  const std::size_t cuts = spec.breakpoints.size();
+  if (cuts == 0 || spec.pieces.size() != cuts + 1) return false;
+  const std::uint64_t product_rounds = exact ? 2 : 1;
+  // (A fused product truncates in its own message; exact truncation adds
+  // party 0's part of the wrap, counted as a truncation.)
+  const double product_bytes = double((exact ? C::mul(n) + C::truncate(n) : C::mul(n)).max_bytes());
+  const OpCost compare = C::msb_bits(ring_bits, n * cuts, 0);
+  std::size_t live = 0, every_products = 0, every_levels = 0;
+  for (const Piece& piece : spec.pieces) {
+    if (piece.kind == Piece::Kind::zero) continue;
+    ++live;
+    PieceProducts c = piece.kind == Piece::Kind::polynomial ? polynomial_products(piece, exact, frac_bits) : PieceProducts{};
+    if (times) ++c.products, ++c.levels;
+    every_products += c.products;
+    every_levels = std::max(every_levels, c.levels);
+  }
+  if (live == 0) return false;
+  const OpCost select = C::bit_dot(n * live, live);
+  const double every_rounds = double(std::max<std::uint64_t>(compare.rounds, every_levels * product_rounds) + select.rounds);
+  const double every_bytes = double(compare.max_bytes() + select.max_bytes()) + double(every_products) * product_bytes;
+
+  const std::size_t degree = max_degree(spec), m = (degree + 1) / 2;
+  const std::size_t levels = (m > 0 ? 1 + ceil_log2(m) : 0) + 1 + (degree > m || times ? 1 : 0);
+  const std::size_t products = (m > 0 ? m : 0) + 1 + (degree > m ? 1 + (times ? 1 : 0) : 0) + (degree > m || times ? 1 : 0);
+  const OpCost to_arith = C::bit_to_arith(n * cuts);
+  const double selected_rounds = double(compare.rounds + to_arith.rounds + levels * product_rounds);
+  const double selected_bytes = double(compare.max_bytes() + to_arith.max_bytes()) + double(products) * product_bytes;
+  const Link lan = lan_link();
+  return lan.seconds(selected_rounds, selected_bytes) < lan.seconds(every_rounds, every_bytes);
+}
+
+template <Protocol P>
+bool selecting_first_pays(const P& p, const Piecewise& spec, std::size_t n, bool times) {
+  return with_costs(p, [&]<CostModel C>() {
+    return selecting_first_pays<C>(spec, n, truncates_exactly(p), times, p.frac_bits());
+  });
+}
+}  // namespace detail
+
+// (Not yet planned between this form and piecewise_selected: choosing the
+// selected form for a prefill's activation changes the prefill rows of
+// committed benchmark results, which are to be re-measured with it.)
 // With `times`, returns f(x) * times / 2^times_shift: each piece's value is
 // multiplied by it while the comparisons run, so the product costs no extra
 // round. (Pieces outside their segment may overflow; the exact 0 of their
