@@ -56,6 +56,19 @@ inline int folded_coefficient_bits(const Piece& piece, int frac_bits) {
 // 0 there.
 inline bool square_beside_t_fits(int frac_bits) { return 3 * frac_bits <= 60; }
 
+// One level of log-depth powers: power[k] for k in (known, upto], each
+// power[known] power[k - known], concurrently (one round).
+template <Protocol P>
+Task<void> next_powers(P& p, std::vector<typename P::Share>& power, std::size_t known, std::size_t upto) {
+  std::vector<P> forks;
+  std::vector<Task<typename P::Share>> products;
+  for (std::size_t k = known + 1; k <= upto; ++k) forks.push_back(p.fork());
+  for (std::size_t k = known + 1; k <= upto; ++k)
+    products.push_back(forks[k - known - 1].mul_trunc(power[known], power[k - known]));
+  auto results = co_await when_all(std::move(products));
+  for (std::size_t k = known + 1; k <= upto; ++k) power[k] = std::move(results[k - known - 1]);
+}
+
 // Whether splines of degree-4 pieces (more breakpoints, 2 rounds per piece)
 // pay against a few high-degree pieces for x's values: where truncation is
 // exact (the pieces' t^2 beside t) and comparisons are one-round DCFs with
@@ -118,14 +131,7 @@ Task<typename P::Share> polynomial(P& p, const typename P::Share& x, const Piece
   // Log-depth powers: round r fills (known, 2 known] from products of known ones.
   for (; known < degree; known *= 2) {
     if (folded_bits > 0 && 2 * known >= degree) break;  // the last round, folded below
-    std::vector<P> forks;
-    std::vector<Task<typename P::Share>> products;
-    const std::size_t upto = std::min(degree, 2 * known);
-    for (std::size_t k = known + 1; k <= upto; ++k) forks.push_back(p.fork());
-    for (std::size_t k = known + 1; k <= upto; ++k)
-      products.push_back(forks[k - known - 1].mul_trunc(power[known], power[k - known]));
-    auto results = co_await when_all(std::move(products));
-    for (std::size_t k = known + 1; k <= upto; ++k) power[k] = std::move(results[k - known - 1]);
+    co_await detail::next_powers(p, power, known, std::min(degree, 2 * known));
   }
   if (folded_bits > 0) {
     const int g = folded_bits;
@@ -327,16 +333,7 @@ Task<typename P::Share> piecewise_selected(P& p, const typename P::Share& x, con
     const auto offset = reshape<P>(detail::selected(p, below, spec, {Col{Col::Of::offset}}), flat);
     power[1] = p.add(co_await p.mul_trunc(scale, xf), offset);
   }
-  for (std::size_t known = 1; known < m; known *= 2) {
-    std::vector<P> forks;
-    std::vector<Task<typename P::Share>> products;
-    const std::size_t upto = std::min(m, 2 * known);
-    for (std::size_t k = known + 1; k <= upto; ++k) forks.push_back(p.fork());
-    for (std::size_t k = known + 1; k <= upto; ++k)
-      products.push_back(forks[k - known - 1].mul_trunc(power[known], power[k - known]));
-    auto results = co_await when_all(std::move(products));
-    for (std::size_t k = known + 1; k <= upto; ++k) power[k] = std::move(results[k - known - 1]);
-  }
+  for (std::size_t known = 1; known < m; known *= 2) co_await detail::next_powers(p, power, known, std::min(m, 2 * known));
 
   // low's terms: 1, t..t^m, x against c_0..c_m and the identity weight.
   std::vector<Col> low_columns;

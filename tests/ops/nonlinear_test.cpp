@@ -12,11 +12,7 @@ using mpcache::testing::share_of;
 using mpcache::testing::run_both;
 
 namespace {
-RealTensor linspace(double lo, double hi, std::size_t n) {
-  RealTensor x = RealTensor::from_shape({n});
-  for (std::size_t i = 0; i < n; ++i) x(i) = lo + (hi - lo) * static_cast<double>(i) / (n - 1);
-  return x;
-}
+using mpcache::testing::linspace;
 
 // Runs f on rss3 and plain; returns the decoded rss3 result and checks that
 // plain agrees within `backend_tolerance`.

@@ -11,15 +11,11 @@ import mpcache.ops;
 #include "../support/parties.hpp"
 
 using namespace mpcache;
+using mpcache::testing::linspace;
 using mpcache::testing::run_both;
 using mpcache::testing::share_of;
 
 namespace {
-RealTensor grid(double lo, double hi, std::size_t n) {
-  RealTensor x = RealTensor::from_shape({n});
-  for (std::size_t i = 0; i < n; ++i) x(i) = lo + (hi - lo) * static_cast<double>(i) / (n - 1);
-  return x;
-}
 
 double silu(double v) { return v / (1 + std::exp(-v)); }
 double gelu(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
@@ -35,7 +31,7 @@ Task<typename P::Share> selected_or_not(P& p, const typename P::Share& x, const 
 }  // namespace
 
 TEST_CASE("piecewise_selected: GeLU and SiLU within 1e-3 of float64, outliers included, either truncation") {
-  RealTensor x = grid(-12.0, 12.0, 2402);
+  RealTensor x = linspace(-12.0, 12.0, 2402);
   x(0) = -4095.0, x(2401) = 4095.0;  // far outside every polynomial piece
   FixedPoint fp;
   const RingTensor encoded = ring_reshape(fp.encode(x), {2, 1201});
@@ -66,7 +62,7 @@ TEST_CASE("piecewise_selected: GeLU and SiLU within 1e-3 of float64, outliers in
 
 TEST_CASE("piecewise_selected: silu_times' product, unshifted and at 2^-4, within 1e-3 |y|") {
   const std::size_t n = 1201;
-  RealTensor x = grid(-12.0, 12.0, n);
+  RealTensor x = linspace(-12.0, 12.0, n);
   const RealTensor y = mpcache::testing::random_real({n}, -5, 5, 404);
   x(0) = -4095.0, x(n - 1) = 4095.0;
   FixedPoint fp;

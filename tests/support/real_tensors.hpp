@@ -1,5 +1,5 @@
 // Float64 comparisons for tests: the largest error between two tensors of
-// one shape, the largest magnitude, a tensor scaled. Include after the
+// one shape, the largest magnitude, a tensor scaled, a grid. Include after the
 // `import` lines.
 #pragma once
 
@@ -24,6 +24,13 @@ inline double max_abs(const RealTensor& a) {
 inline RealTensor scaled(RealTensor a, double s) {
   for (double& v : a) v *= s;
   return a;
+}
+
+// n evenly spaced values from lo to hi, both included.
+inline RealTensor linspace(double lo, double hi, std::size_t n) {
+  RealTensor x = RealTensor::from_shape({n});
+  for (std::size_t i = 0; i < n; ++i) x(i) = lo + (hi - lo) * static_cast<double>(i) / (n - 1);
+  return x;
 }
 
 }  // namespace mpcache::testing
