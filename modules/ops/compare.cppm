@@ -129,7 +129,9 @@ inline RingTensor tiled_last(Shape shape, const std::vector<Ring>& values) {
   const std::size_t k = values.size();
   shape.push_back(k);
   RingTensor out = RingTensor::from_shape(shape);
-  for (std::size_t i = 0; i < out.size(); ++i) out.data()[i] = values[i % k];
+  Ring* to = out.data();
+  for (std::size_t row = 0, rows = k > 0 ? out.size() / k : 0; row < rows; ++row, to += k)
+    std::copy(values.begin(), values.end(), to);
   return out;
 }
 

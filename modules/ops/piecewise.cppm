@@ -205,11 +205,9 @@ typename P::Share side_by_side(const std::vector<typename P::Share>& values, con
       Shape shape = s;
       shape.push_back(c);
       RingTensor out = RingTensor::from_shape(std::move(shape));
-      for (std::size_t j = 0; j < c; ++j) {
-        const Ring* from = parts[j]->data();
-        Ring* to = out.data() + j;
-        for (std::size_t e = 0, n = parts[j]->size(); e < n; ++e) to[e * c] = from[e];
-      }
+      Ring* to = out.data();
+      for (std::size_t e = 0, n = parts[0]->size(); e < n; ++e)
+        for (std::size_t j = 0; j < c; ++j) *to++ = parts[j]->data()[e];
       return out;
     });
   }
@@ -271,19 +269,25 @@ typename P::Share selected(const P& p, const typename P::Share& below, const Pie
     last[c] = fp.encode(columns[c].value(spec.pieces[cuts]));
   }
   // A (n, cuts) x (cuts, q) product with q and cuts a few: a plain loop
-  // (the matmul kernel's packing costs more than the product here).
-  const auto weighted = P::apply(below, [&](const RingTensor& b) {
+  // (the matmul kernel's packing costs more than the product here), its
+  // inner sum unrolled for the usual cut counts.
+  auto product = [&]<std::size_t K>(const RingTensor& b, std::integral_constant<std::size_t, K>) {
+    const std::size_t k = K > 0 ? K : cuts;
     RingTensor out = RingTensor::from_shape({n, q});
-    for (std::size_t e = 0; e < n; ++e) {
-      const Ring* row = b.data() + e * cuts;
-      Ring* to = out.data() + e * q;
+    const Ring* row = b.data();
+    Ring* to = out.data();
+    for (std::size_t e = 0; e < n; ++e, row += k)
       for (std::size_t c = 0; c < q; ++c) {
         Ring sum = 0;
-        for (std::size_t i = 0; i < cuts; ++i) sum += row[i] * weights[i * q + c];
-        to[c] = sum;
+        for (std::size_t i = 0; i < k; ++i) sum += row[i] * weights[i * q + c];
+        *to++ = sum;
       }
-    }
     return out;
+  };
+  const auto weighted = P::apply(below, [&](const RingTensor& b) {
+    if (cuts == 3) return product(b, std::integral_constant<std::size_t, 3>{});
+    if (cuts == 4) return product(b, std::integral_constant<std::size_t, 4>{});
+    return product(b, std::integral_constant<std::size_t, 0>{});
   });
   return p.add_public(weighted, tiled_last(Shape{n}, last));
 }
