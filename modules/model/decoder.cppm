@@ -840,10 +840,11 @@ class Decoder {
     co_return p.add(h_in, co_await affine(p, hidden, lw.down, lw.b_down, hidden_shift));
   }
 
-  // The MLP's activation: silu(gate) * up (carried at 2^(f-4)), or gelu(up).
-  Task<Share> activation(P& p, const Share& first, const Share* second) {
-    if (second) co_return co_await ops::silu_times(p, first, *second, silu_output_shift);
-    co_return co_await ops::gelu(p, first);
+  // The MLP's activation: silu(gate) * up (carried at 2^(f-4)), or gelu(up);
+  // its form chosen as for plan_elements (the whole activation's, in waves).
+  Task<Share> activation(P& p, const Share& first, const Share* second, std::size_t plan_elements = 0) {
+    if (second) co_return co_await ops::silu_times(p, first, *second, silu_output_shift, plan_elements);
+    co_return co_await ops::gelu(p, first, plan_elements);
   }
 
   // The same over a prefill's rows in waves within the memory budget
@@ -857,7 +858,7 @@ class Decoder {
     for (const RowBlock& wave : waves) {
       const Share a = ops::rows<P>(first, wave.begin, wave.end);
       const Share b = second ? ops::rows<P>(*second, wave.begin, wave.end) : Share{};
-      auto part = co_await activation(p, a, second ? &b : nullptr);
+      auto part = co_await activation(p, a, second ? &b : nullptr, element_count(P::shape(first)));
       out = out ? ops::stack_rows<P>(*out, part) : std::move(part);
     }
     co_return std::move(*out);

@@ -8,11 +8,11 @@
 // one dot_trunc: a product's round where bit_dot took two.
 // A polynomial piece is fitted in t = (x - center) / half_width, t in [-1, 1],
 // so that coefficient rounding (2^-(f+1) each) costs at most sum|c| 2^-(f+1).
-// piecewise_selected evaluates one polynomial per element instead of every
-// piece: the comparisons first, then each element's piece's coefficients,
-// selected locally, weigh the powers of its own t. About half the bytes
-// and 5 rounds more; detail::selecting_first_pays says where that wins on
-// the LAN (a prefill's MLP). piecewise does not choose it yet (see there).
+// Where many elements make bytes cost more than rounds (on the LAN: a
+// prefill's MLP; detail::selecting_first_pays), piecewise_selected
+// evaluates one polynomial per element instead of every piece: the
+// comparisons first, then each element's piece's coefficients, selected
+// locally, weigh the powers of its own t. About half the bytes, 5 rounds more.
 //   cost (rss3): max(msb_bits: 6 at 64 bits, 2 + ceil(log2 degree)) + 2 rounds;
 //   rss3 dcf: max(msb_arith: 2, 2 + ceil(log2 degree)) + 1; where truncation
 //   is exact the polynomials of degree >= 3 take ceil(log2 degree)
@@ -448,17 +448,14 @@ bool selecting_first_pays(const P& p, const Piecewise& spec, std::size_t n, bool
 }
 }  // namespace detail
 
-// (Not yet planned between this form and piecewise_selected: choosing the
-// selected form for a prefill's activation changes the prefill rows of
-// committed benchmark results, which are to be re-measured with it.)
-// With `times`, returns f(x) * times / 2^times_shift: each piece's value is
+// Every piece on every element. With `times`, returns f(x) * times / 2^times_shift: each piece's value is
 // multiplied by it while the comparisons run, so the product costs no extra
 // round. (Pieces outside their segment may overflow; the exact 0 of their
 // indicator removes them.)
 template <Protocol P>
-Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecewise& spec,
-                                  const std::optional<typename P::Share>& times = std::nullopt,
-                                  int times_shift = 0) {
+Task<typename P::Share> piecewise_each(P& p, const typename P::Share& x, const Piecewise& spec,
+                                       const std::optional<typename P::Share>& times = std::nullopt,
+                                       int times_shift = 0) {
   const std::size_t cuts = spec.breakpoints.size();
   if (spec.pieces.size() != cuts + 1)
     throw Error(ErrorCode::invalid_argument, "piecewise: " + std::to_string(spec.pieces.size()) +
@@ -516,6 +513,31 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
   auto indicators = detail::piece_indicators<P>(below, cuts, live, [](Ring at, Ring before) { return at ^ before; });
   if (live.back() == cuts) indicators = p.bits_xor_public(indicators, detail::top_is_one(stacked, count));
   co_return reshape<P>(co_await p.bit_dot(indicators, detail::side_by_side<P>(done, s)), s);
+}
+
+// f(x) (times `times` / 2^times_shift) by whichever form costs less here:
+// piecewise_selected where the backend sums products and many elements make
+// the every-piece form's bytes cost more than the selected form's rounds
+// (detail::selecting_first_pays), else piecewise_each. plan_elements > 0:
+// choose as for that many elements (a caller that splits one activation
+// into waves passes the whole's count, so every wave computes what the
+// whole would, bit for bit).
+template <Protocol P>
+Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecewise& spec,
+                                  const std::optional<typename P::Share>& times = std::nullopt,
+                                  int times_shift = 0, std::size_t plan_elements = 0) {
+  if constexpr (detail::SumsProducts<P>) {
+    const std::size_t n = plan_elements > 0 ? plan_elements : element_count(P::shape(x));
+    const std::size_t cuts = spec.breakpoints.size();
+    std::size_t live = 0;
+    for (const Piece& piece : spec.pieces) live += piece.kind != Piece::Kind::zero;
+    bool arithmetic = false;  // piecewise_each's arithmetic one-hot: as few rounds and bytes
+    if constexpr (detail::ArithmeticOneHot<P>)
+      arithmetic = live > 0 && detail::arithmetic_select_pays(p, ring_bits, n * cuts, n, live);
+    if (!arithmetic && live > 0 && detail::selecting_first_pays(p, spec, n, times.has_value()))
+      co_return co_await piecewise_selected(p, x, spec, times, times_shift);
+  }
+  co_return co_await piecewise_each(p, x, spec, times, times_shift);
 }
 
 }  // namespace mpcache::ops

@@ -121,7 +121,7 @@ TEST_CASE("piecewise_selected's rounds and bytes on rss3, against every piece, a
     CHECK(selecting_first_pays<Rss3Costs>(ops::gelu_spec(), 65536, exact, false, f));
   }
   auto each_silu_times = [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
-    co_return co_await ops::piecewise(p, a, ops::silu_spec(), std::optional<Rss3Share>(a));
+    co_return co_await ops::piecewise_each(p, a, ops::silu_spec(), std::optional<Rss3Share>(a));
   };
   const RingTensor many = fp.encode(mpcache::testing::random_real({16, 4096}, -12.0, 12.0, 10));
   const OpCost selected = mpcache::testing::measure_op(many, selected_silu_times);
@@ -132,4 +132,17 @@ TEST_CASE("piecewise_selected's rounds and bytes on rss3, against every piece, a
   MESSAGE("silu_times over 65,536 elements, busiest party: selected " << selected.max_bytes() << " bytes, "
           << selected.rounds << " rounds; every piece " << each.max_bytes() << " bytes, " << each.rounds << " rounds");
   CHECK(2 * selected.max_bytes() < each.max_bytes());
+
+  // piecewise follows the plan: selected over the 65,536 elements, every
+  // piece on one decode row, and selected on that row when told it is a
+  // wave of 65,536 (waves of one activation compute what the whole would).
+  auto planned = [](std::size_t plan_elements) {
+    return [plan_elements](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+      co_return co_await ops::piecewise(p, a, ops::silu_spec(), std::optional<Rss3Share>(a), 0, plan_elements);
+    };
+  };
+  const RingTensor row = fp.encode(mpcache::testing::random_real({1, 1024}, -12.0, 12.0, 11));
+  CHECK(mpcache::testing::measure_op(many, planned(0)).rounds == 13);
+  CHECK(mpcache::testing::measure_op(row, planned(0)).rounds == 8);
+  CHECK(mpcache::testing::measure_op(row, planned(65536)).rounds == 13);
 }
