@@ -446,16 +446,32 @@ bool selecting_first_pays(const P& p, const Piecewise& spec, std::size_t n, bool
     return selecting_first_pays<C>(spec, n, truncates_exactly(p), times, p.frac_bits());
   });
 }
+
+// Whether piecewise_each selects its pieces with the arithmetic one-hot
+// (rss3 dcf: as few rounds and bytes as selecting first), planned for n
+// elements; the one place both piecewise and piecewise_each ask.
+template <Protocol P>
+bool arithmetic_one_hot_pays(const P& p, const Piecewise& spec, std::size_t n) {
+  if constexpr (ArithmeticOneHot<P>) {
+    std::size_t live = 0;
+    for (const Piece& piece : spec.pieces) live += piece.kind != Piece::Kind::zero;
+    return live > 0 && arithmetic_select_pays(p, ring_bits, n * spec.breakpoints.size(), n, live);
+  } else {
+    return false;
+  }
+}
 }  // namespace detail
 
-// Every piece on every element. With `times`, returns f(x) * times / 2^times_shift: each piece's value is
-// multiplied by it while the comparisons run, so the product costs no extra
-// round. (Pieces outside their segment may overflow; the exact 0 of their
-// indicator removes them.)
+// Every piece on every element. With `times`, returns f(x) * times /
+// 2^times_shift: each piece's value is multiplied by it while the
+// comparisons run, so the product costs no extra round. (Pieces outside
+// their segment may overflow; the exact 0 of their indicator removes them.)
+// plan_elements > 0: the select is planned for that many elements (see
+// piecewise).
 template <Protocol P>
 Task<typename P::Share> piecewise_each(P& p, const typename P::Share& x, const Piecewise& spec,
                                        const std::optional<typename P::Share>& times = std::nullopt,
-                                       int times_shift = 0) {
+                                       int times_shift = 0, std::size_t plan_elements = 0) {
   const std::size_t cuts = spec.breakpoints.size();
   if (spec.pieces.size() != cuts + 1)
     throw Error(ErrorCode::invalid_argument, "piecewise: " + std::to_string(spec.pieces.size()) +
@@ -502,7 +518,7 @@ Task<typename P::Share> piecewise_each(P& p, const typename P::Share& x, const P
   // Piece j's indicator: [x < b_j] - [x < b_{j-1}] (the breakpoints ascend;
   // first: [x < b_0], last: 1 - [x < b_last]); XOR for bits.
   if constexpr (detail::ArithmeticOneHot<P>) {
-    if (detail::arithmetic_select_pays(p, ring_bits, element_count(s) * cuts, element_count(s), count)) {
+    if (detail::arithmetic_one_hot_pays(p, spec, plan_elements > 0 ? plan_elements : element_count(s))) {
       auto [below, done] = co_await when_all(below_each(compare_fork, x, breakpoints), when_all(std::move(work)));
       auto indicators = detail::piece_indicators<P>(below, cuts, live, [](Ring at, Ring before) { return at - before; });
       if (live.back() == cuts) indicators = p.add_public(indicators, detail::top_is_one(stacked, count));
@@ -528,16 +544,11 @@ Task<typename P::Share> piecewise(P& p, const typename P::Share& x, const Piecew
                                   int times_shift = 0, std::size_t plan_elements = 0) {
   if constexpr (detail::SumsProducts<P>) {
     const std::size_t n = plan_elements > 0 ? plan_elements : element_count(P::shape(x));
-    const std::size_t cuts = spec.breakpoints.size();
-    std::size_t live = 0;
-    for (const Piece& piece : spec.pieces) live += piece.kind != Piece::Kind::zero;
-    bool arithmetic = false;  // piecewise_each's arithmetic one-hot: as few rounds and bytes
-    if constexpr (detail::ArithmeticOneHot<P>)
-      arithmetic = live > 0 && detail::arithmetic_select_pays(p, ring_bits, n * cuts, n, live);
-    if (!arithmetic && live > 0 && detail::selecting_first_pays(p, spec, n, times.has_value()))
+    // (selecting_first_pays is false when every piece is zero.)
+    if (!detail::arithmetic_one_hot_pays(p, spec, n) && detail::selecting_first_pays(p, spec, n, times.has_value()))
       co_return co_await piecewise_selected(p, x, spec, times, times_shift);
   }
-  co_return co_await piecewise_each(p, x, spec, times, times_shift);
+  co_return co_await piecewise_each(p, x, spec, times, times_shift, plan_elements);
 }
 
 }  // namespace mpcache::ops
