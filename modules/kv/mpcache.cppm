@@ -323,6 +323,9 @@ class MpCache {
       auto row = ops::reshape<P>(accumulated_attention<P>((*view.probs)[j], view.group, t, t - window), {1, t});
       scores = scores ? ops::stack_rows<P>(*scores, row) : row;
     }
+    // The kept test below compares sort keys with the k-th one's: the scores
+    // must be codes, so that the keys order the tokens as the top-k did.
+    scores = ops::detail::fixed_point_codes(p, *scores);
     // Accumulated attention sums at most t probabilities: |score| < 2t
     // (twice, for the approximations' error), so comparisons need only
     // frac + log2(t) + 3 bits, and the keys log2(t) more.

@@ -62,6 +62,23 @@ typename P::Share sort_key(const P& p, const typename P::Share& value,
   return p.add_public(p.sub(shifted, index), ring_filled(s, Ring(m - 1)));
 }
 
+// sort_key needs fixed-point codes (integers): then a larger value always
+// gives a larger key. Ring backends hold codes; an ExactReals backend holds
+// reals, and of two that differ by less than one code the one with the lower
+// index would get the larger key, against the values' order. Before keys are
+// built from values that a top-k also ranks, this rounds such reals to codes
+// (ties then break by index, as on the ring); on ring backends it is x.
+template <Protocol P>
+typename P::Share fixed_point_codes(const P& p, const typename P::Share& x) {
+  if constexpr (ExactReals<P>) {
+    const double scale = std::ldexp(1.0, p.frac_bits());
+    return p.map_real(x, [scale](double v) { return std::nearbyint(v * scale) / scale; });
+  } else {
+    (void)p;
+    return x;
+  }
+}
+
 template <Protocol P>
 typename P::Share take(const typename P::Share& a, const std::vector<std::size_t>& idx) {
   return P::apply(a, [&](const RingTensor& t) { return ring_take_last(t, idx); });

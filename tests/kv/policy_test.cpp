@@ -421,6 +421,35 @@ TEST_SUITE("kv policies") {
     CHECK(picked(kv::Similarity::bound) == expect(32));
   }
 
+  TEST_CASE("MPCache static eviction keeps as many tokens on ref as on the ring when scores differ by less than a code") {
+    // 48 tokens clearly kept (0..47), then two whose scores differ by far
+    // less than one fixed-point code: token 101 by 40e-12 more than token 100
+    // (a tie on the ring). Both are kept, at 49 and 50 of 50. Ref once kept
+    // only one: its sort keys ordered the sub-code difference by index, so
+    // the 49th token counted as below the 50th, and its slot held a zero row
+    // at position 0.
+    const Scene s = scene(200, 4, 1, 37);
+    RealTensor probs = RealTensor::zeros({199, 199});
+    for (std::size_t r = 0; r < 199; ++r) {
+      for (std::size_t c = 0; c < 48; ++c) probs(r, c) = 0x1p-6;
+      if (r >= 101) probs(r, 100) = 0x1p-8, probs(r, 101) = 0x1p-8 + 1e-12;
+    }
+    auto o = kv::MpCacheOptions::paper();
+    o.keep_ratio = 0.25;  // keep 50 of 199 prompt tokens
+    Ref r;
+    Plain q;
+    kv::MpCache<Ref> on_ref(48, o);
+    kv::MpCache<Plain> on_plain(48, o);
+    const auto got = sorted(select_once(r, on_ref, s, probs));
+    CHECK(got == sorted(select_once(q, on_plain, s, probs)));
+    // The first cluster (0..15), one picked of 16..31 and 32..47, and the
+    // tail: both near-tied tokens and the new one.
+    REQUIRE(got.size() == 35);
+    CHECK(std::adjacent_find(got.begin(), got.end()) == got.end());  // no position twice
+    CHECK(std::vector<long>(got.end() - 3, got.end()) == std::vector<long>{100, 101, 199});
+    for (std::size_t i = 0; i + 3 < got.size(); ++i) CHECK(got[i] < 48);
+  }
+
   TEST_CASE("MPCache static eviction keeps the attended tokens; odd layers reuse the indices") {
     Ref p;
     const Scene s = scene(200, 4, 1, 31);
