@@ -356,10 +356,10 @@ class Rss3 {
   // flight. With comparisons = dcf, `on` makes the party compare on the
   // circuit, and plan on the circuit's costs, until called again with
   // false; its store and keys stay. generate_party does so for a prefill
-  // under an offline store: a prefill's comparisons grow with the prompt
-  // and no store holds them, so their keys would be dealt inline (our
-  // model, 64 tokens: 2.2 GB and 43 s, against 95 MB and 0.3 s on the
-  // circuit). Party-wide: not for a party whose sessions run at once.
+  // under DCF comparisons, with or without a store: a prefill's
+  // comparisons grow with the prompt and no store holds them, so their
+  // keys would be dealt inline (our model, 64 tokens: 2.2 GB and 43 s,
+  // against 95 MB and 0.3 s on the circuit). Party-wide: not for a party whose sessions run at once.
   // Switching back forgets the truncations counted on the circuit for the
   // next refill (refill_truncation_pairs' calls with no plan key): their
   // shifts are the circuit's, and pairs for them, at least 2^16 per shift,
