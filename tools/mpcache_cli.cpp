@@ -72,8 +72,9 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
       ->check(CLI::IsMember({"exact", "exact+offline", "probabilistic"}));
   gen_cmd->add_option("--comparisons", gen.comparisons,
                       "circuit (default), dcf (one online round per comparison, DCF keys dealt inline by the party "
-                      "outside each pair, or add2's dealer; rss3's prefill compares on the circuit), or dcf+offline (rss3: keys dealt into 1 GiB stores "
-                      "between decode steps, from the previous step's demand; the prefill compares on the circuit)")
+                      "outside each pair, or add2's dealer; rss3's prefill compares on the circuit), or dcf+offline "
+                      "(rss3: keys dealt into 1 GiB stores between decode steps, from the previous step's demand; "
+                      "the prefill compares on the circuit)")
       ->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
   gen_cmd->add_flag("--compact-weights", gen.compact_weights, mpcache::jobs::compact_weights_help);
   mpcache::jobs::add_network_options(*gen_cmd, gen.network);

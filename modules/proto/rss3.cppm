@@ -359,7 +359,8 @@ class Rss3 {
   // under DCF comparisons, with or without a store: a prefill's
   // comparisons grow with the prompt and no store holds them, so their
   // keys would be dealt inline (our model, 64 tokens: 2.2 GB and 43 s,
-  // against 95 MB and 0.3 s on the circuit). Party-wide: not for a party whose sessions run at once.
+  // against 95 MB and 0.3 s on the circuit). Party-wide: not for a party
+  // whose sessions run at once.
   // Switching back forgets the truncations counted on the circuit for the
   // next refill (refill_truncation_pairs' calls with no plan key): their
   // shifts are the circuit's, and pairs for them, at least 2^16 per shift,

@@ -425,9 +425,9 @@ TEST_SUITE("kv policies") {
     // 48 tokens clearly kept (0..47), then two whose scores differ by far
     // less than one fixed-point code: token 101 by 40e-12 more than token 100
     // (a tie on the ring). Both are kept, at 49 and 50 of 50. Ref once kept
-    // only one: its sort keys ordered the sub-code difference by index, so
-    // the 49th token counted as below the 50th, and its slot held a zero row
-    // at position 0.
+    // only one of the two: its sort keys ordered the sub-code difference by
+    // index, so the 49th token counted as below the 50th, and its slot held
+    // a zero row at position 0.
     const Scene s = scene(200, 4, 1, 37);
     RealTensor probs = RealTensor::zeros({199, 199});
     for (std::size_t r = 0; r < 199; ++r) {
