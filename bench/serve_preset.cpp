@@ -12,7 +12,8 @@
 // own steps, interleaved), so that the batched rows have their baseline
 // beside them; rows carry the mean batch (sessions per batched step).
 //
-//   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--max-batch 8,1] [--tokens 8] [--json]
+//   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--max-batch 8,1] [--tokens 8]
+//                                [--comparisons circuit|dcf] [--json]
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <csignal>
 #include <cstdio>
@@ -71,6 +72,7 @@ struct Settings {
   std::size_t tokens = 8;
   std::size_t prompt_bytes = 64;
   std::vector<int> clients = {1, 2, 4, 8};
+  std::string comparisons = "circuit";  // the servers' --comparisons
 };
 
 // Three servers over `link`, then one batch per client count.
@@ -99,7 +101,8 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     servers.push_back(std::make_unique<jobs::BackgroundProcess>(
         std::vector<std::string>{runner, "serve", "--config", cluster.config_path(), "--id", std::to_string(i),
                                  "--clients", cluster.file("clients"), "--model", s.model, "--link", link,
-                                 "--max-sessions", "8", "--max-batch", std::to_string(max_batch), "--max-queued", "16", "--steps",
+                                 "--max-sessions", "8", "--max-batch", std::to_string(max_batch), "--max-queued", "16",
+                                 "--comparisons", s.comparisons, "--steps",
                                  cluster.file("steps" + std::to_string(i) + ".jsonl"), "--report",
                                  cluster.file("report" + std::to_string(i) + ".json")},
         cluster.file("server" + std::to_string(i) + ".log")));
@@ -183,6 +186,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     rows.push_back({{"preset", "serve"},
                     {"link", link},
                     {"max_batch", max_batch},
+                    {"comparisons", s.comparisons},
                     {"mean_batch", max_batch > 1 && !step_clocks.empty() ? double(decoded) / double(step_clocks.size()) : 1.0},
                     {"clients", n},
                     {"tokens_per_client", s.tokens},
@@ -241,6 +245,8 @@ int serve_preset_main(int argc, char** argv) {
   app.add_option("--tokens", s.tokens, "tokens per client")->capture_default_str();
   app.add_option("--prompt-bytes", s.prompt_bytes, "prompt length per client")->capture_default_str()->check(CLI::Range(1, 150));
   app.add_option("--model", s.model, "model folder (bytes as tokens)")->capture_default_str();
+  app.add_option("--comparisons", s.comparisons, "the servers' --comparisons: circuit or dcf (decode steps with DCF keys dealt inline)")
+      ->capture_default_str()->check(CLI::IsMember({"circuit", "dcf"}));
   app.add_flag("--json", as_json, "one JSON object per row");
   CLI11_PARSE(app, argc, argv);
   try {

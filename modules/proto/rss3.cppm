@@ -325,7 +325,6 @@ class Rss3Party {
   std::map<int, std::array<std::uint64_t, 3>> demand_at_refill_;
   Rss3TruncationPlan plan_;
   Rss3TruncationStats truncation_stats_;
-  bool on_circuit_for_now_ = false;  // Rss3::compare_on_circuit
 };
 
 class Rss3 {
@@ -349,25 +348,27 @@ class Rss3 {
 
   PartyId party_id() const noexcept { return party_->id_; }
   bool dcf_comparisons() const noexcept {
-    return party_->options_.comparisons == Rss3Comparisons::dcf && !party_->on_circuit_for_now_;
+    return party_->options_.comparisons == Rss3Comparisons::dcf && !on_circuit_;
   }
   bool dcf_store() const noexcept { return dcf_comparisons() && party_->options_.offline_budget > 0; }
-  // Collective: every party at the same point, with no comparison in
-  // flight. With comparisons = dcf, `on` makes the party compare on the
-  // circuit, and plan on the circuit's costs, until called again with
-  // false; its store and keys stay. generate_party does so for a prefill
-  // under DCF comparisons, with or without a store: a prefill's
-  // comparisons grow with the prompt and no store holds them, so their
-  // keys would be dealt inline (our model, 64 tokens: 2.2 GB and 43 s,
-  // against 95 MB and 0.3 s on the circuit). Party-wide: not for a party
-  // whose sessions run at once.
-  // Switching back forgets the truncations counted on the circuit for the
-  // next refill (refill_truncation_pairs' calls with no plan key): their
-  // shifts are the circuit's, and pairs for them, at least 2^16 per shift,
-  // would hold the budget the DCF path's shifts need.
+  // Collective: every party at the same point of this stream. With
+  // comparisons = dcf, `on` makes this stream, and the forks it makes from
+  // now on (not those made before), compare on the circuit and plan on the
+  // circuit's costs, until called again with false; the party's store and
+  // keys stay. Per stream, so that a server's sessions choose apart: one
+  // prefills on the circuit while others decode with DCF keys.
+  // generate_party and the service do so for a prefill under DCF
+  // comparisons, with or without a store: a prefill's comparisons grow with
+  // the prompt and no store holds them, so their keys would be dealt inline
+  // (our model, 64 tokens: 2.2 GB and 43 s, against 95 MB and 0.3 s on the
+  // circuit). Switching back forgets the party's truncations counted on the
+  // circuit for the next refill (refill_truncation_pairs' calls with no plan
+  // key): their shifts are the circuit's, and pairs for them, at least 2^16
+  // per shift, would hold the budget the DCF path's shifts need; with
+  // sessions at once that forgets theirs too (the service makes no pairs).
   void compare_on_circuit(bool on) noexcept {
-    if (!on && party_->on_circuit_for_now_) party_->keyless_demand_.clear();
-    party_->on_circuit_for_now_ = on;
+    if (!on && on_circuit_) party_->keyless_demand_.clear();
+    on_circuit_ = on;
   }
   bool exact_truncation() const noexcept { return party_->options_.exact_truncation; }
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
@@ -566,6 +567,7 @@ class Rss3 {
   // Compare with the circuit whatever the options say: making truncation
   // pairs offline, where dcf keys dealt inline would cost far more bytes.
   bool circuit_only_ = false;
+  bool on_circuit_ = false;  // compare_on_circuit: this stream and its later forks
 };
 
 }  // namespace mpcache

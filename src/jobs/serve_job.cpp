@@ -97,6 +97,10 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
       ->check(CLI::Range(100, 3600000));
   cmd.add_option("--truncation", o.truncation, "exact (default) or probabilistic")
       ->check(CLI::IsMember({"exact", "probabilistic"}));
+  cmd.add_option("--comparisons", o.comparisons,
+                 "circuit (default), or dcf: one online round per comparison in the decode steps, DCF keys dealt "
+                 "inline by the server outside each pair; each session's prefill compares on the circuit")
+      ->check(CLI::IsMember({"circuit", "dcf"}));
   cmd.add_flag("--allow-unused-weights", o.allow_unused_weights, "run even if the config leaves tensors unused");
   cmd.add_flag("--compact-weights", o.compact_weights, compact_weights_help);
   add_threads_option(cmd, o.threads);
@@ -142,6 +146,7 @@ int run_server(const ServeJob& o) {
   so.drain_within = std::chrono::milliseconds(o.drain_ms);
   so.unused_weights = o.allow_unused_weights ? UnusedTensors::allow : UnusedTensors::reject;
   so.rss3.exact_truncation = o.truncation == "exact";
+  so.rss3.comparisons = o.comparisons == "dcf" ? Rss3Comparisons::dcf : Rss3Comparisons::circuit;
   so.rss3.compact_weights = o.compact_weights;
   so.rss3.pool = pool ? &*pool : nullptr;
   // The session's deadline tells the client why; the transport's, 2 s later, is the backstop.

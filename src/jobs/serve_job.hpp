@@ -34,6 +34,7 @@ struct ServeJob {
   std::size_t max_handshakes = 64;           // client handshakes in progress at once
   std::size_t max_handshakes_per_host = 16;  // the same, from one remote address
   std::string truncation = "exact";
+  std::string comparisons = "circuit";  // or dcf (Rss3Comparisons::dcf)
   bool allow_unused_weights = false;
   bool compact_weights = false;  // rss3 weights at 8 bytes per weight (Rss3Options::compact_weights)
   std::size_t threads = 1;       // this server's compute pool (1: none)

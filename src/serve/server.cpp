@@ -389,9 +389,17 @@ struct Server::Impl {
         kv::make_policy<Rss3>(q.policy, q.budget == 0 ? kv::default_budget(q.policy) : q.budget));
     Decoder<Rss3>& decoder = *seq->decoder;
     auto& policy = *seq->policy;
+    // Under DCF comparisons this session's prefill and its token choice
+    // compare on the circuit, as generate_party's do: no store holds their
+    // keys, and dealt inline they would cost gigabytes per prompt. The
+    // other sessions keep their own mode (Rss3::compare_on_circuit is per
+    // stream); the decode steps compare with DCF keys.
+    const bool prefill_on_circuit = p.dcf_comparisons();
+    if (prefill_on_circuit) p.compare_on_circuit(true);
     auto logits = co_await decoder.prefill_one_hot(p, policy, hot);
     if (batching()) {  // the first token here, the others in the batched steps
       seq->row = co_await chosen_row(p, logits);
+      if (prefill_on_circuit) p.compare_on_circuit(false);
       send_token(*seq);
       chosen = seq->chosen;
       if (q.new_tokens == 1) co_return;
@@ -404,6 +412,7 @@ struct Server::Impl {
     }
     for (std::size_t step = 0; step < q.new_tokens; ++step) {
       seq->row = co_await chosen_row(p, logits);
+      if (step == 0 && prefill_on_circuit) p.compare_on_circuit(false);
       send_token(*seq);
       chosen = seq->chosen;
       if (step + 1 == q.new_tokens) break;

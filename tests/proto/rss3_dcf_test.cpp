@@ -159,6 +159,47 @@ TEST_CASE("rss3 dcf: msb_bits costs two rounds, the opening, the result bits and
   CHECK(Rss3DcfCosts::bit_dot(n, 4).rounds == Rss3Costs::bit_dot(n, 4).rounds);
 }
 
+TEST_CASE("rss3 dcf: compare_on_circuit holds for its stream and the forks made after, not for other streams") {
+  // A service's sessions choose apart: one prefills on the circuit while
+  // another compares with DCF keys.
+  const RingTensor x = random_ring({64}, 5);
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 3);
+  std::array<std::array<std::uint64_t, 3>, 3> dealt{};  // per party: after setup, after the circuit call, after the dcf call
+  std::array<RingTensor, 2> got;
+  run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
+    auto party = co_await Rss3Party::setup(network.endpoint(id), dcf_options(11));
+    Rss3 a = party->session(), b = party->session();
+    auto sa = co_await share_of(a, 0, x);
+    auto sb = co_await share_of(b, 0, x);
+    Rss3 early = a.fork();
+    a.compare_on_circuit(true);
+    Rss3 late = a.fork();
+    CHECK(!a.dcf_comparisons());
+    CHECK(!late.dcf_comparisons());
+    CHECK(early.dcf_comparisons());
+    CHECK(b.dcf_comparisons());
+    dealt[id][0] = party->dealt_bytes();
+    auto on_circuit = co_await late.reveal_bits(co_await late.msb_bits(sa, 64));
+    dealt[id][1] = party->dealt_bytes();
+    auto with_keys = co_await b.reveal_bits(co_await b.msb_bits(sb, 64));
+    dealt[id][2] = party->dealt_bytes();
+    a.compare_on_circuit(false);
+    CHECK(a.dcf_comparisons());
+    if (id == 0) got = {on_circuit, with_keys};
+  });
+  std::uint64_t dealt_by_dcf = 0;
+  for (PartyId id = 0; id < 3; ++id) {
+    CHECK(dealt[id][1] == dealt[id][0]);  // the circuit's call dealt no key
+    dealt_by_dcf += dealt[id][2] - dealt[id][1];
+  }
+  CHECK(dealt_by_dcf > 0);  // the other stream's call did
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    CHECK((got[0].data()[i] & 1) == sign_of(x.data()[i], 64));
+    CHECK((got[1].data()[i] & 1) == sign_of(x.data()[i], 64));
+  }
+}
+
 TEST_CASE("rss3 dcf: two calls in a row take four rounds, dealt by parties 2 then 0") {
   constexpr std::size_t n = 100;
   const RingTensor a = random_ring({n}, 2);

@@ -148,3 +148,40 @@ TEST_CASE("max_batch 1: each session decodes on its own, no batched steps") {
   check_tokens(asked, r.outcomes);
   CHECK(r.stats[0].batched_steps == 0);
 }
+
+TEST_CASE("under dcf comparisons a session prefills on the circuit while others decode with DCF keys; the same tokens") {
+  // Two sessions, the second joining while the first decodes: each
+  // session's prefill runs on the circuit (compare_on_circuit is per
+  // stream), the batched steps with DCF keys dealt inline.
+  const std::vector<Asked> asked = {{emma, 5}, {emma.substr(0, 40), 3}};
+  serve::ServeOptions dcf;
+  dcf.rss3.comparisons = Rss3Comparisons::dcf;
+  const Served served = serve_all(dcf, asked);
+  check_tokens(asked, served.outcomes);
+  CHECK(served.steps.widest() == 2);  // the two sessions stepped together
+
+  // One session alone, step by step at server 0: the prefill and its token
+  // cost what they cost on the circuit, to the round; a decode step fewer.
+  auto clocks = [](serve::ServeOptions options) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> at;  // (rounds, bytes) when each token was chosen
+    options.on_step = [&](PartyId server, std::uint64_t, std::size_t, std::uint64_t rounds, std::uint64_t bytes) {
+      if (server == 0) at.emplace_back(rounds, bytes);
+    };
+    Service service(options);
+    Outcome outcome;
+    std::vector<Task<void>> clients;
+    clients.push_back(ask(service.connect("client"), request_for(emma, 3), outcome));
+    service.run(std::move(clients));
+    CHECK(outcome.error.empty());
+    return at;
+  };
+  const auto on_circuit = clocks({}), with_dcf = clocks(dcf);
+  REQUIRE(on_circuit.size() == 3);
+  REQUIRE(with_dcf.size() == 3);
+  CHECK(with_dcf[0].first == on_circuit[0].first);
+  CHECK(with_dcf[0].second == on_circuit[0].second);
+  CHECK(with_dcf[2].first - with_dcf[1].first < on_circuit[2].first - on_circuit[1].first);
+  MESSAGE("server 0, rounds of the prefill and its token " << with_dcf[0].first << "; of decode step 2: circuit "
+                                                           << on_circuit[2].first - on_circuit[1].first << ", dcf "
+                                                           << with_dcf[2].first - with_dcf[1].first);
+}

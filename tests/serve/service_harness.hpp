@@ -33,7 +33,8 @@ struct Service {
 
   explicit Service(serve::ServeOptions options = {}) {
     options.model_dir = fixture_dir();
-    options.rss3 = {.exact_truncation = true, .insecure_seed = 5};
+    options.rss3.exact_truncation = true;  // the caller's other rss3 options (comparisons) stay
+    options.rss3.insecure_seed = 5;
     options.heartbeat_every = std::chrono::milliseconds(5);
     options.log = [this](const std::string& line) { log.push_back(line); };
     for (PartyId i = 0; i < 3; ++i)
