@@ -131,14 +131,19 @@ class Decoder {
     // summaries) needs nothing from layer l + 1: it runs concurrently with
     // layer l + 1 (and the last one with the LM head). Layer l's policy work
     // still finishes before layer l + 1's starts (index sharing needs that).
+    // With only the last position's logits wanted, the last layer keeps
+    // every row's keys and values but runs its queries, attention output and
+    // MLP for the last row alone: no later layer reads the other rows.
+    const bool last_only = options_.prefill_logits == PrefillLogits::last;
     std::vector<Share> previous;  // layer l - 1's attention weights, per KV head
     for (std::size_t l = 0; l < c_.num_layers; ++l) {
       std::vector<Share> current;
+      const bool last_row_out = last_only && l + 1 == c_.num_layers;
       if (l == 0) {
-        h = co_await prefill_layer(p, policy, l, h, count, current);
+        h = co_await prefill_layer(p, policy, l, h, count, current, last_row_out);
       } else {
         P pl = p.fork(), pp = p.fork();
-        auto [next, none] = co_await when_all(prefill_layer(pl, policy, l, h, count, current),
+        auto [next, none] = co_await when_all(prefill_layer(pl, policy, l, h, count, current, last_row_out),
                                               policy_prefill(pp, policy, l - 1, count, previous, layer_done));
         (void)none;
         h = std::move(next);
@@ -146,7 +151,6 @@ class Decoder {
       previous = std::move(current);
     }
     length_ = count;
-    if (options_.prefill_logits == PrefillLogits::last) h = ops::rows<P>(h, count - 1, count);
     P ph = p.fork(), pp = p.fork();
     auto [logits, none] =
         co_await when_all(head(ph, h), policy_prefill(pp, policy, c_.num_layers - 1, count, previous, layer_done));
@@ -436,8 +440,8 @@ class Decoder {
 
   template <class Pol>
   Task<Share> prefill_layer(P& p, Pol& policy, std::size_t layer, const Share& h_in, std::size_t count,
-                            std::vector<Share>& probs) {
-    auto h = co_await attention_block(p, policy, layer, h_in, count, &probs);
+                            std::vector<Share>& probs, bool last_row_out = false) {
+    auto h = co_await attention_block(p, policy, layer, h_in, count, &probs, last_row_out);
     co_return co_await mlp_block(p, layer, h);
   }
 
@@ -500,16 +504,27 @@ class Decoder {
     co_await kv::OptionalMembers<P>::rank(policy, p, view);
   }
 
-  // A prefill layer's attention over the prompt (the caller runs the MLP).
+  // A prefill layer's attention over the prompt (the caller runs the MLP):
+  // every row's output, or with `last_row_out` the last row's (1, d) alone.
+  // The policy's look still gets every row's weights if it reads them.
   template <class Pol>
   Task<Share> attention_block(P& p, Pol& policy, std::size_t layer, const Share& h_in,
-                              std::size_t count, std::vector<Share>* prefill_probs) {
+                              std::size_t count, std::vector<Share>* prefill_probs, bool last_row_out = false) {
     auto [qr, kr, v] = co_await project_rotated(p, layer, h_in, consecutive(length_, count));
     keep_rows(policy, layer, kr, v, /*decode=*/false);
     const auto& lw = layer_weights(layer);
     const bool policy_reads = kv::OptionalMembers<P>::reads_prefill_attention(policy, layer, count);
-    auto outputs = co_await prefill_attention(p, layer, qr, count, policy_reads, *prefill_probs);
-    co_return p.add(h_in, co_await affine(p, join_heads(outputs), lw.wo, lw.bo));
+    std::vector<Share> outputs;
+    if (last_row_out && !policy_reads) {  // one query row over the whole prompt
+      outputs = co_await attention_rows(p, layer, qr, count, RowBlock{count - 1, count}, *prefill_probs);
+      prefill_probs->clear();
+    } else {
+      outputs = co_await prefill_attention(p, layer, qr, count, policy_reads, *prefill_probs);
+      if (last_row_out)
+        for (auto& head : outputs) head = ops::rows<P>(head, count - 1, count);
+    }
+    const Share residual = last_row_out ? ops::rows<P>(h_in, count - 1, count) : h_in;
+    co_return p.add(residual, co_await affine(p, join_heads(outputs), lw.wo, lw.bo));
   }
 
   // A policy's early ranking (rank_early) for one sequence of a decode step,

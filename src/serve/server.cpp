@@ -384,7 +384,10 @@ struct Server::Impl {
     auto seq = make_shared<Sequence>();
     seq->session = session;
     seq->request = r;
-    seq->decoder = std::make_unique<Decoder<Rss3>>(*weights);
+    // Only the last position's logits choose the first token (chosen_row),
+    // so the prefill computes no others, as generate's does.
+    seq->decoder = std::make_unique<Decoder<Rss3>>(
+        *weights, DecoderOptions{default_prefill_memory_budget, PrefillLogits::last});
     seq->policy = std::make_unique<kv::AnyPolicy<Rss3>>(
         kv::make_policy<Rss3>(q.policy, q.budget == 0 ? kv::default_budget(q.policy) : q.budget));
     Decoder<Rss3>& decoder = *seq->decoder;
