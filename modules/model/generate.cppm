@@ -168,7 +168,7 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       // Under DCF comparisons the prefill and its token choice compare on
       // the circuit (Rss3::compare_on_circuit): their keys, which no store
       // holds, would be dealt inline, gigabytes for a prompt (our model, 80
-      // bytes: 1.8 GB and 30 s, against 88 MB and 0.75 s on the circuit),
+      // bytes: about 1.8 GB and 30 s, against 71 MB and 0.56 s on the circuit),
       // more than the rounds they save cost on any link. The decode steps take theirs
       // from the store, or dealt inline.
       if (prefill_on_circuit) set_compare_on_circuit(true);
