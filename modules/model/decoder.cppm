@@ -132,8 +132,9 @@ class Decoder {
     // layer l + 1 (and the last one with the LM head). Layer l's policy work
     // still finishes before layer l + 1's starts (index sharing needs that).
     // With only the last position's logits wanted, the last layer keeps
-    // every row's keys and values but runs its queries, attention output and
-    // MLP for the last row alone: no later layer reads the other rows.
+    // every row's keys and values but runs its attention output and MLP for
+    // the last row alone (and its attention too, unless the policy reads
+    // every row's weights): no later layer reads the other rows.
     const bool last_only = options_.prefill_logits == PrefillLogits::last;
     std::vector<Share> previous;  // layer l - 1's attention weights, per KV head
     for (std::size_t l = 0; l < c_.num_layers; ++l) {
