@@ -13,7 +13,11 @@
 // beside them; rows carry the mean batch (sessions per batched step).
 //
 //   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--max-batch 8,1] [--tokens 8]
-//                                [--comparisons circuit|dcf] [--json]
+//                                [--comparisons circuit|dcf|dcf+offline] [--json]
+//
+// Under dcf+offline the servers' stores of DCF keys are refilled between
+// batched steps (serve::StoreRefill): bytes and rounds per token are the
+// online ones, and the refills' bytes and time are reported beside them.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <csignal>
 #include <cstdio>
@@ -40,7 +44,9 @@ const std::string austen =
     "unite some of the best blessings of existence.";
 
 struct StepLine {
-  std::uint64_t session = 0, step = 0, rounds = 0, bytes = 0;
+  std::uint64_t session = 0, step = 0, rounds = 0, bytes = 0;  // online
+  std::uint64_t offline_bytes = 0;  // --comparisons dcf+offline: the store's refills so far
+  double offline_s = 0;
 };
 
 std::vector<StepLine> read_steps(const std::string& path) {
@@ -49,7 +55,8 @@ std::vector<StepLine> read_steps(const std::string& path) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     const auto j = json::parse(line);
-    out.push_back({j["session"], j["step"], j["rounds"], j["bytes"]});
+    out.push_back({j["session"], j["step"], j["rounds"], j["bytes"], j.value("offline_bytes", std::uint64_t{0}),
+                   j.value("offline_s", 0.0)});
   }
   return out;
 }
@@ -77,6 +84,9 @@ struct Settings {
 
 // Three servers over `link`, then one batch per client count.
 std::vector<json> run_link(const Settings& s, const std::string& link, int max_batch) {
+  // A store is refilled between batched steps: unbatched servers, the
+  // baseline, deal the same DCF keys inline.
+  const std::string comparisons = s.comparisons == "dcf+offline" && max_batch == 1 ? "dcf" : s.comparisons;
   jobs::LocalCluster cluster(false, 120000);
   {
     auto config = jobs::read_cluster_config(cluster.config_path());
@@ -102,7 +112,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
         std::vector<std::string>{runner, "serve", "--config", cluster.config_path(), "--id", std::to_string(i),
                                  "--clients", cluster.file("clients"), "--model", s.model, "--link", link,
                                  "--max-sessions", "8", "--max-batch", std::to_string(max_batch), "--max-queued", "16",
-                                 "--comparisons", s.comparisons, "--steps",
+                                 "--comparisons", comparisons, "--steps",
                                  cluster.file("steps" + std::to_string(i) + ".jsonl"), "--report",
                                  cluster.file("report" + std::to_string(i) + ".json")},
         cluster.file("server" + std::to_string(i) + ".log")));
@@ -164,7 +174,8 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     // Servers' traffic in the batch: bytes per token (the busiest server),
     // and server 0's rounds per decoded token (clock steps within a
     // session; sessions that run at once advance each other's clocks).
-    std::uint64_t bytes_max = 0;
+    std::uint64_t bytes_max = 0, offline_bytes_max = 0;
+    double offline_s = 0;  // server 0's refills in this batch
     double rounds_sum = 0;
     std::size_t rounds_n = 0;
     std::set<std::uint64_t> step_clocks;  // server 0's batched steps: one clock per step
@@ -173,7 +184,9 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
       const auto lines = read_steps(cluster.file("steps" + std::to_string(i) + ".jsonl"));
       if (lines.size() <= lines_before[i] || lines_before[i] == 0) continue;
       bytes_max = std::max(bytes_max, lines.back().bytes - lines[lines_before[i] - 1].bytes);
+      offline_bytes_max = std::max(offline_bytes_max, lines.back().offline_bytes - lines[lines_before[i] - 1].offline_bytes);
       if (i != 0) continue;
+      offline_s = lines.back().offline_s - lines[lines_before[i] - 1].offline_s;
       std::map<std::uint64_t, std::vector<StepLine>> by_session;
       for (std::size_t k = lines_before[i]; k < lines.size(); ++k) by_session[lines[k].session].push_back(lines[k]);
       for (const auto& [session, steps] : by_session)
@@ -186,7 +199,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     rows.push_back({{"preset", "serve"},
                     {"link", link},
                     {"max_batch", max_batch},
-                    {"comparisons", s.comparisons},
+                    {"comparisons", comparisons},
                     {"mean_batch", max_batch > 1 && !step_clocks.empty() ? double(decoded) / double(step_clocks.size()) : 1.0},
                     {"clients", n},
                     {"tokens_per_client", s.tokens},
@@ -199,7 +212,9 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
                     {"token_p99_s", percentile(per_token, 0.99)},
                     {"bytes_per_token_max_server", total_tokens ? double(bytes_max) / double(total_tokens) : 0.0},
                     {"bytes_per_request_max_server", double(bytes_max) / n},
-                    {"rounds_per_decoded_token", rounds_n ? rounds_sum / double(rounds_n) : 0.0}});
+                    {"rounds_per_decoded_token", rounds_n ? rounds_sum / double(rounds_n) : 0.0},
+                    {"offline_bytes_per_token_max_server", total_tokens ? double(offline_bytes_max) / double(total_tokens) : 0.0},
+                    {"offline_s_server0", offline_s}});
   }
   for (auto& p : servers) p->signal(SIGTERM);
   std::vector<json> reports;
@@ -245,8 +260,10 @@ int serve_preset_main(int argc, char** argv) {
   app.add_option("--tokens", s.tokens, "tokens per client")->capture_default_str();
   app.add_option("--prompt-bytes", s.prompt_bytes, "prompt length per client")->capture_default_str()->check(CLI::Range(1, 150));
   app.add_option("--model", s.model, "model folder (bytes as tokens)")->capture_default_str();
-  app.add_option("--comparisons", s.comparisons, "the servers' --comparisons: circuit or dcf (decode steps with DCF keys dealt inline)")
-      ->capture_default_str()->check(CLI::IsMember({"circuit", "dcf"}));
+  app.add_option("--comparisons", s.comparisons,
+                 "the servers' --comparisons: circuit, dcf (decode steps with DCF keys dealt inline) or dcf+offline "
+                 "(keys from stores refilled between batched steps; needs --max-batch > 1)")
+      ->capture_default_str()->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
   app.add_flag("--json", as_json, "one JSON object per row");
   CLI11_PARSE(app, argc, argv);
   try {

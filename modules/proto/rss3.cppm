@@ -273,6 +273,7 @@ class Rss3Party {
   PartyId id() const noexcept { return id_; }
   Endpoint& endpoint() noexcept { return *endpoint_; }
   int frac_bits() const noexcept { return options_.frac_bits; }
+  const Rss3Options& options() const noexcept { return options_; }
   // Payload bytes this party has sent as a dcf comparison's dealer (keys
   // and mask bits; already counted in the endpoint's bytes too).
   std::uint64_t dealt_bytes() const noexcept { return dealt_bytes_; }
@@ -286,6 +287,10 @@ class Rss3Party {
   // while a service is idle). Returns the count now held per dealer (the
   // least over dealers).
   Task<std::size_t> prepare_comparisons(int width, std::size_t count);
+  // Unused correlations of `slot` in the store, the least over dealers (0
+  // without a store): the count prepare_comparisons returns. The same at
+  // every party at a quiet point.
+  std::uint64_t comparisons_held(int slot) const;
   // exact_truncation with truncation_pairs_budget > 0, offline phase: makes
   // pairs for a shift of `bits` (rss3_pairs.cpp) until `count` are unused,
   // or as many as the budget (over all shifts) holds; ends every stream's

@@ -6,5 +6,6 @@ export module mpcache.serve;
 import mpcache.std;
 export import :messages;
 export import :task_group;
+export import :store_refill;
 export import :server;
 export import :client;

@@ -38,8 +38,22 @@ import mpcache.net;
 import mpcache.proto;
 import mpcache.model;
 import :messages;
+import :store_refill;
 
 export namespace mpcache::serve {
+
+// A token chosen at one server: the session, the step (0: the prefill's),
+// and this server's round clock and bytes sent so far, online: the mesh's
+// less its offline refills' (exact per session only while it runs alone),
+// with those refills' own totals beside them.
+struct StepReport {
+  PartyId server = 0;
+  std::uint64_t session = 0;
+  std::size_t step = 0;
+  std::uint64_t rounds = 0, bytes = 0;
+  OfflineCosts offline;
+  std::uint64_t dealt_inline = 0;  // comparisons = dcf: elements this server dealt inline so far
+};
 
 struct ServeOptions {
   std::filesystem::path model_dir;  // config.json (all servers), model.safetensors (the owner only)
@@ -68,11 +82,12 @@ struct ServeOptions {
   std::chrono::milliseconds prompt_within{8000};
   TcpOptions client_tcp;  // the client channels' transport (silence deadline, driver)
   std::function<void(const std::string&)> log;  // one line per event; nothing by default
-  // After each chosen token: this server, the session, the step (0: the
-  // prefill's), and this server's round clock and bytes sent so far (the
-  // mesh's: exact per session only while it runs alone). Benches and tests.
-  std::function<void(PartyId server, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t bytes)>
-      on_step;
+  // Comparisons = dcf with a store (rss3.offline_budget > 0; needs
+  // max_batch > 1): a refill before a batched step tops the store up to
+  // this many steps' keys (StoreRefill).
+  std::size_t refill_steps_ahead = 4;
+  // After each chosen token (StepReport). Benches and tests.
+  std::function<void(const StepReport&)> on_step;
 };
 
 struct ServeStats {
@@ -82,6 +97,11 @@ struct ServeStats {
   // Batched decoding: steps run, and rows in them (one per session per
   // step); rows / steps is the mean batch.
   std::uint64_t batched_steps = 0, batched_rows = 0;
+  // Comparisons = dcf: the store's refills, and how the steps' deals were
+  // served (Rss3DcfStats: from the store, inline, deals the store could
+  // not fully serve).
+  OfflineCosts offline;
+  std::uint64_t comparisons_from_store = 0, comparisons_inline = 0, store_ran_dry = 0;
 };
 
 class Server {

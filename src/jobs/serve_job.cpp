@@ -99,8 +99,13 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
       ->check(CLI::IsMember({"exact", "probabilistic"}));
   cmd.add_option("--comparisons", o.comparisons,
                  "circuit (default), or dcf: one online round per comparison in the decode steps, DCF keys dealt "
-                 "inline by the server outside each pair; each session's prefill compares on the circuit")
-      ->check(CLI::IsMember({"circuit", "dcf"}));
+                 "inline by the server outside each pair; each session's prefill compares on the circuit; or "
+                 "dcf+offline: the keys dealt ahead into each server's store, refilled between batched steps "
+                 "(needs --max-batch > 1)")
+      ->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
+  cmd.add_option("--offline-budget", o.offline_budget_mb,
+                 "--comparisons dcf+offline: MB of DCF keys each server's store may hold")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd.add_flag("--allow-unused-weights", o.allow_unused_weights, "run even if the config leaves tensors unused");
   cmd.add_flag("--compact-weights", o.compact_weights, compact_weights_help);
   add_threads_option(cmd, o.threads);
@@ -146,7 +151,8 @@ int run_server(const ServeJob& o) {
   so.drain_within = std::chrono::milliseconds(o.drain_ms);
   so.unused_weights = o.allow_unused_weights ? UnusedTensors::allow : UnusedTensors::reject;
   so.rss3.exact_truncation = o.truncation == "exact";
-  so.rss3.comparisons = o.comparisons == "dcf" ? Rss3Comparisons::dcf : Rss3Comparisons::circuit;
+  so.rss3.comparisons = o.comparisons == "circuit" ? Rss3Comparisons::circuit : Rss3Comparisons::dcf;
+  if (o.comparisons == "dcf+offline") so.rss3.offline_budget = std::uint64_t(o.offline_budget_mb) << 20;
   so.rss3.compact_weights = o.compact_weights;
   so.rss3.pool = pool ? &*pool : nullptr;
   // The session's deadline tells the client why; the transport's, 2 s later, is the backstop.
@@ -154,9 +160,17 @@ int run_server(const ServeJob& o) {
   so.client_tcp = o.network.tcp_options(std::chrono::milliseconds(o.client_timeout_ms + 2000));
   so.log = log_line;
   if (steps)
-    so.on_step = [steps](PartyId, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t bytes) {
+    so.on_step = [steps](const serve::StepReport& r) {
       std::fprintf(steps, "%s\n",
-                   json({{"session", session}, {"step", step}, {"rounds", rounds}, {"bytes", bytes}}).dump().c_str());
+                   json({{"session", r.session},
+                         {"step", r.step},
+                         {"rounds", r.rounds},
+                         {"bytes", r.bytes},
+                         {"offline_rounds", r.offline.rounds},
+                         {"offline_bytes", r.offline.bytes},
+                         {"offline_s", r.offline.seconds}})
+                       .dump()
+                       .c_str());
       std::fflush(steps);
     };
   serve::Server server(scheduler, mesh, connection.transport().timers(), so);
@@ -184,6 +198,12 @@ int run_server(const ServeJob& o) {
     report["refused"] = stats.refused;
     report["batched_steps"] = stats.batched_steps;
     report["batched_rows"] = stats.batched_rows;
+    report["offline_refills"] = stats.offline.refills;
+    report["offline_bytes_sent"] = stats.offline.bytes;
+    report["offline_s"] = stats.offline.seconds;
+    report["comparisons_from_store"] = stats.comparisons_from_store;
+    report["comparisons_inline"] = stats.comparisons_inline;
+    report["store_ran_dry"] = stats.store_ran_dry;
   } catch (const std::exception& e) {
     log_line("server " + std::to_string(id) + " stopped: " + e.what());
     report["error"] = e.what();

@@ -34,7 +34,8 @@ struct ServeJob {
   std::size_t max_handshakes = 64;           // client handshakes in progress at once
   std::size_t max_handshakes_per_host = 16;  // the same, from one remote address
   std::string truncation = "exact";
-  std::string comparisons = "circuit";  // or dcf (Rss3Comparisons::dcf)
+  std::string comparisons = "circuit";  // or dcf (Rss3Comparisons::dcf), or dcf+offline (a store of keys dealt ahead)
+  std::size_t offline_budget_mb = 1024;  // dcf+offline: each server's store (Rss3Options::offline_budget)
   bool allow_unused_weights = false;
   bool compact_weights = false;  // rss3 weights at 8 bytes per weight (Rss3Options::compact_weights)
   std::size_t threads = 1;       // this server's compute pool (1: none)

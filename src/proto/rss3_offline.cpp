@@ -123,9 +123,14 @@ Task<std::size_t> Rss3Party::prepare_comparisons(int width, std::size_t count) {
   dcf_stats_.offline_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   dcf_stats_.store_bytes = store_->held_by(id_);
   dcf_stats_.store_peak = std::max(dcf_stats_.store_peak, dcf_stats_.store_bytes);
-  std::uint64_t least = store_->remaining(width, 0);
-  for (PartyId d = 1; d < 3; ++d) least = std::min(least, store_->remaining(width, d));
-  co_return static_cast<std::size_t>(least);
+  co_return static_cast<std::size_t>(comparisons_held(width));
+}
+
+std::uint64_t Rss3Party::comparisons_held(int slot) const {
+  if (!store_) return 0;
+  std::uint64_t least = store_->remaining(slot, 0);
+  for (PartyId d = 1; d < 3; ++d) least = std::min(least, store_->remaining(slot, d));
+  return least;
 }
 
 // The demand since the last refill is the same at every party (each counts

@@ -96,6 +96,7 @@ struct Server::Impl {
   std::vector<std::pair<std::uint64_t, std::string>> departing;   // leader: sessions to leave, told with the next step
   std::map<std::uint64_t, std::string> left_early;                // others: left before they joined here
   std::uint64_t steps_run = 0;
+  StoreRefill store_refill{options.refill_steps_ahead};  // comparisons = dcf with a store
 
   Impl(Scheduler& s, Endpoint& m, TimerQueue& t, ServeOptions o)
       : scheduler(s), mesh(m), timers(t), options(std::move(o)),
@@ -105,6 +106,15 @@ struct Server::Impl {
       throw Error(ErrorCode::invalid_argument, "serve: the mesh has " + std::to_string(mesh.parties()) +
                                                    " parties, the service needs 3");
     if (options.owner > 2) throw Error(ErrorCode::bad_party, "serve: the model owner must be server 0, 1 or 2");
+    if (options.rss3.offline_budget > 0 && options.rss3.comparisons != Rss3Comparisons::dcf)
+      throw Error(ErrorCode::invalid_argument,
+                  "serve: an offline store (rss3.offline_budget) holds DCF keys, but comparisons are not dcf");
+    // The store is refilled at a point where no DCF comparison is in flight:
+    // the start of a batched step. Sessions that decode on their own have none.
+    if (options.rss3.offline_budget > 0 && options.max_batch < 2)
+      throw Error(ErrorCode::invalid_argument,
+                  "serve: an offline store of DCF keys is refilled between batched steps, so it needs max_batch > 1 "
+                  "(it is " + std::to_string(options.max_batch) + ")");
   }
 
   PartyId id() const { return mesh.id(); }
@@ -436,8 +446,11 @@ struct Server::Impl {
   // The chosen token's index to the client (this server's part of it).
   void send_token(Sequence& seq) {
     seq.request->link->reply(Reply{ReplyKind::token, client_shares::open_part(ops::one_hot_index<Rss3>(seq.row))});
-    if (options.on_step)
-      options.on_step(id(), seq.session, seq.chosen, mesh.rounds(), mesh.costs().payload_bytes_sent());
+    if (options.on_step) {
+      const OfflineCosts& offline = store_refill.costs();
+      options.on_step({id(), seq.session, seq.chosen, mesh.rounds() - offline.rounds,
+                       mesh.costs().payload_bytes_sent() - offline.bytes, offline, party->dcf_stats().inline_elements});
+    }
     ++seq.chosen;
   }
 
@@ -569,6 +582,7 @@ struct Server::Impl {
     ++stats.batched_steps;
     stats.batched_rows += batch.size();
     try {
+      co_await store_refill.before_step(*party, mesh, batch.size());  // offline, before the step's window
       Rss3 p = party->session();  // the servers open these in the same order: one per step
       std::vector<Decoder<Rss3>::BatchSlot<kv::AnyPolicy<Rss3>>> slots;
       std::vector<std::size_t> tested;
@@ -798,6 +812,10 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   I.changed.notify();  // the leader's batch planner sees the end
   I.close_links();  // clients still connected without a session
   co_await I.tasks.idle();
+  I.stats.offline = I.store_refill.costs();
+  I.stats.comparisons_from_store = I.party->dcf_stats().from_store;
+  I.stats.comparisons_inline = I.party->dcf_stats().inline_elements;
+  I.stats.store_ran_dry = I.party->dcf_stats().ran_dry;
   I.log("stopped: " + std::to_string(I.stats.sessions_done) + " sessions done, " +
         std::to_string(I.stats.sessions_failed) + " failed, " + std::to_string(I.stats.refused) + " refused");
   // Another server's orderly stop is ours too; a broken link is an error.

@@ -53,8 +53,8 @@ struct Served {
 
 Served serve_all(serve::ServeOptions options, const std::vector<Asked>& asked) {
   Served out;
-  options.on_step = [&](PartyId server, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t) {
-    if (server == 0) out.steps.add(session, step, rounds);
+  options.on_step = [&](const serve::StepReport& r) {
+    if (r.server == 0) out.steps.add(r.session, r.step, r.rounds);
   };
   Service service(options);
   out.outcomes.resize(asked.size());
@@ -63,6 +63,43 @@ Served serve_all(serve::ServeOptions options, const std::vector<Asked>& asked) {
     clients.push_back(ask(service.connect("client " + std::to_string(c)),
                           request_for(asked[c].prompt, asked[c].tokens), out.outcomes[c]));
   service.run(std::move(clients));
+  out.stats = service.stats;
+  return out;
+}
+
+// One session alone (the emma prompt, `tokens` tokens): server 0's online
+// clock and bytes when each token was chosen, and every server's stats.
+struct Alone {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> at;  // server 0's (rounds, bytes)
+  std::array<std::vector<std::uint64_t>, 3> bytes;          // each server's
+  std::array<std::vector<std::uint64_t>, 3> dealt_inline;   // each server's
+  std::vector<serve::OfflineCosts> offline;                 // server 0's refills so far, at each token
+  std::vector<std::uint32_t> tokens;
+  std::array<serve::ServeStats, 3> stats;
+  // The three servers' online bytes in the step that chose token `step`.
+  std::uint64_t step_bytes(std::size_t step) const {
+    std::uint64_t sum = 0;
+    for (const auto& b : bytes) sum += b.at(step) - b.at(step - 1);
+    return sum;
+  }
+};
+
+Alone alone(std::size_t tokens, serve::ServeOptions options) {
+  Alone out;
+  options.on_step = [&](const serve::StepReport& r) {
+    out.bytes[r.server].push_back(r.bytes);
+    out.dealt_inline[r.server].push_back(r.dealt_inline);
+    if (r.server != 0) return;
+    out.at.emplace_back(r.rounds, r.bytes);
+    out.offline.push_back(r.offline);
+  };
+  Service service(options);
+  Outcome outcome;
+  std::vector<Task<void>> clients;
+  clients.push_back(ask(service.connect("client"), request_for(emma, tokens), outcome));
+  service.run(std::move(clients));
+  CHECK(outcome.error.empty());
+  out.tokens = outcome.tokens;
   out.stats = service.stats;
   return out;
 }
@@ -100,10 +137,10 @@ TEST_CASE("a session joins the batch while another decodes, and each leaves when
   StepLog steps;
   std::optional<serve::Signal> second_step;
   std::size_t first_steps = 0;
-  options.on_step = [&](PartyId server, std::uint64_t session, std::size_t step, std::uint64_t rounds, std::uint64_t) {
-    if (server != 0) return;
-    steps.add(session, step, rounds);
-    if (session == 0 && ++first_steps == 3) second_step->notify();  // its second decoded token
+  options.on_step = [&](const serve::StepReport& r) {
+    if (r.server != 0) return;
+    steps.add(r.session, r.step, r.rounds);
+    if (r.session == 0 && ++first_steps == 3) second_step->notify();  // its second decoded token
   };
   Service service(options);
   second_step.emplace(service.scheduler);
@@ -162,20 +199,7 @@ TEST_CASE("under dcf comparisons a session prefills on the circuit while others 
 
   // One session alone, step by step at server 0: the prefill and its token
   // cost what they cost on the circuit, to the round; a decode step fewer.
-  auto clocks = [](serve::ServeOptions options) {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> at;  // (rounds, bytes) when each token was chosen
-    options.on_step = [&](PartyId server, std::uint64_t, std::size_t, std::uint64_t rounds, std::uint64_t bytes) {
-      if (server == 0) at.emplace_back(rounds, bytes);
-    };
-    Service service(options);
-    Outcome outcome;
-    std::vector<Task<void>> clients;
-    clients.push_back(ask(service.connect("client"), request_for(emma, 3), outcome));
-    service.run(std::move(clients));
-    CHECK(outcome.error.empty());
-    return at;
-  };
-  const auto on_circuit = clocks({}), with_dcf = clocks(dcf);
+  const auto on_circuit = alone(3, {}).at, with_dcf = alone(3, dcf).at;
   REQUIRE(on_circuit.size() == 3);
   REQUIRE(with_dcf.size() == 3);
   CHECK(with_dcf[0].first == on_circuit[0].first);
@@ -184,4 +208,76 @@ TEST_CASE("under dcf comparisons a session prefills on the circuit while others 
   MESSAGE("server 0, rounds of the prefill and its token " << with_dcf[0].first << "; of decode step 2: circuit "
                                                            << on_circuit[2].first - on_circuit[1].first << ", dcf "
                                                            << with_dcf[2].first - with_dcf[1].first);
+}
+
+TEST_CASE("dcf+offline: the batched steps draw their keys from a store refilled between steps; the same tokens") {
+  serve::ServeOptions dcf;
+  dcf.rss3.comparisons = Rss3Comparisons::dcf;
+  serve::ServeOptions stored = dcf;
+  stored.rss3.offline_budget = std::uint64_t{256} << 20;
+  stored.refill_steps_ahead = 3;
+
+  // Two sessions stepping together get generate's tokens.
+  const std::vector<Asked> asked = {{emma, 6}, {emma.substr(0, 40), 4}};
+  const Served served = serve_all(stored, asked);
+  check_tokens(asked, served.outcomes);
+  CHECK(served.steps.widest() == 2);
+  for (PartyId id = 0; id < 3; ++id) {
+    CHECK(served.stats[id].comparisons_from_store > 0);
+    CHECK(served.stats[id].offline.refills == served.stats[0].offline.refills);  // collective
+  }
+
+  // One session alone, 10 tokens (9 decode steps). The first decode step has
+  // no estimate and deals inline; step 3 needs kinds of keys no earlier
+  // step used (the policy's work differs between steps), and deals those
+  // inline; every later step finds all its keys in the store, which is
+  // topped up in lumps of three steps, not before every step.
+  const std::size_t tokens = 10;
+  const Alone first_only = alone(2, stored), with_store = alone(tokens, stored), inline_keys = alone(tokens, dcf);
+  CHECK(with_store.tokens == inline_keys.tokens);
+  REQUIRE(with_store.at.size() == tokens);
+  REQUIRE(inline_keys.at.size() == tokens);
+  std::string refilled_before;  // decode steps a refill came before
+  for (std::size_t step = 1; step < tokens; ++step)
+    if (with_store.offline[step].refills > with_store.offline[step - 1].refills) refilled_before += " " + std::to_string(step);
+  MESSAGE("refills before decode steps" << refilled_before);
+  CHECK(with_store.offline[1].refills == 0);  // no estimate yet
+  CHECK(with_store.offline[2].refills == 1);
+  for (PartyId id = 0; id < 3; ++id) {
+    const serve::ServeStats& s = with_store.stats[id];
+    const auto& dealt = with_store.dealt_inline[id];
+    INFO("server " << id);
+    CHECK(s.offline.refills == with_store.stats[0].offline.refills);
+    CHECK(s.offline.refills < tokens - 2);  // not before every step from step 2 on
+    CHECK(s.offline.bytes > 0);
+    CHECK(s.comparisons_from_store > 0);
+    CHECK(dealt[1] - dealt[0] == first_only.stats[id].comparisons_inline);  // the first decode step: all inline
+    CHECK(dealt[1] > 0);
+    CHECK(dealt[2] == dealt[1]);  // step 2: all from the store
+    for (std::size_t step = 4; step < tokens; ++step) CHECK(dealt[step] == dealt[3]);
+    CHECK(s.comparisons_inline == dealt.back());
+  }
+  // Online, a step from the store moves offsets, not keys: all three
+  // servers' bytes, against the same step with keys dealt inline.
+  for (std::size_t step = 4; step < tokens; ++step) {
+    INFO("decode step " << step);
+    CHECK(4 * with_store.step_bytes(step) < inline_keys.step_bytes(step));
+    // Ops plan on the filled store's costs (Rss3DcfStoreCosts): no more rounds.
+    CHECK(with_store.at[step].first - with_store.at[step - 1].first <=
+          inline_keys.at[step].first - inline_keys.at[step - 1].first);
+  }
+  MESSAGE("online rounds of decode step 5 at server 0: inline keys "
+          << inline_keys.at[5].first - inline_keys.at[4].first << ", from the store "
+          << with_store.at[5].first - with_store.at[4].first << "; online bytes (three servers): "
+          << inline_keys.step_bytes(5) << " and " << with_store.step_bytes(5) << "; offline at server 0 "
+          << with_store.stats[0].offline.bytes << " bytes in " << with_store.stats[0].offline.refills << " refills");
+}
+
+TEST_CASE("an offline store of DCF keys needs dcf comparisons and batched steps") {
+  serve::ServeOptions options;
+  options.rss3.offline_budget = 1 << 20;
+  CHECK_THROWS_WITH_AS(Service{options}, doctest::Contains("comparisons are not dcf"), Error);
+  options.rss3.comparisons = Rss3Comparisons::dcf;
+  options.max_batch = 1;
+  CHECK_THROWS_WITH_AS(Service{options}, doctest::Contains("needs max_batch > 1"), Error);
 }

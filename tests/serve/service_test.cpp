@@ -206,9 +206,9 @@ TEST_CASE("a decoded token's critical path no longer goes through the client: ro
   options.max_batch = 1;  // each session's steps its own, as generate's (batching moves a step's clock by +-1)
   std::size_t finished = 0;
   std::optional<serve::Signal> all_chosen;
-  options.on_step = [&](PartyId server, std::uint64_t, std::size_t step, std::uint64_t rounds, std::uint64_t) {
-    serve_clocks[server].push_back(rounds);
-    if (step + 1 == tokens && ++finished == 3) all_chosen->notify();
+  options.on_step = [&](const serve::StepReport& r) {
+    serve_clocks[r.server].push_back(r.rounds);
+    if (r.step + 1 == tokens && ++finished == 3) all_chosen->notify();
   };
   Service service(options);
   all_chosen.emplace(service.scheduler);
