@@ -135,3 +135,36 @@ TEST_CASE("dcf: a payload per key (+1 or -1 in Z_2^64, as rss3's arithmetic comp
   CHECK_THROWS_WITH_AS(dcf_generate(4, 64, alpha, two, roots, roots),
                        doctest::Contains("dcf_generate: 2 payloads for 3 thresholds (give 1 or one per threshold)"), Error);
 }
+
+TEST_CASE("dcf: serialised values are a little-endian bit stream, whole or by range, at every width") {
+  // The reference: bit j of value i at stream bit i * out_bits + j, after
+  // the seeds; byte b holds stream bits 8b..8b+7, low bit first.
+  for (int out_bits : {1, 3, 7, 8, 27, 63, 64}) {
+    const int in_bits = 5;
+    const std::size_t n = 37;
+    DcfCorrections keys{in_bits, out_bits, n, std::vector<DcfSeed>(in_bits * n), std::vector<Ring>((in_bits + 1) * n)};
+    const RingTensor words = ring_sample({keys.values.size() + 2 * keys.seeds.size()}, 77 + out_bits);
+    for (std::size_t i = 0; i < keys.values.size(); ++i) keys.values[i] = words.data()[i] & mask_of(out_bits);
+    for (std::size_t i = 0; i < keys.seeds.size(); ++i)
+      keys.seeds[i] = {words.data()[keys.values.size() + 2 * i], words.data()[keys.values.size() + 2 * i + 1]};
+    const auto bytes = dcf_serialize(keys);
+    INFO("out_bits " << out_bits);
+    REQUIRE(bytes.size() == dcf_correction_bytes(in_bits, out_bits, n));
+    std::vector<std::byte> expected(bytes.size());
+    std::memcpy(expected.data(), keys.seeds.data(), keys.seeds.size() * sizeof(DcfSeed));
+    std::size_t bit = 8 * keys.seeds.size() * sizeof(DcfSeed);
+    for (const Ring v : keys.values)
+      for (int j = 0; j < out_bits; ++j, ++bit)
+        if ((v >> j) & 1) expected[bit / 8] |= std::byte{1} << (bit % 8);
+    CHECK(bytes == expected);
+    const DcfCorrections whole = dcf_deserialize(bytes, in_bits, out_bits, n, "test");
+    CHECK(whole.values == keys.values);
+    // Keys [5, 30): each level's values of those keys.
+    const DcfCorrections part = dcf_deserialize_range(bytes, in_bits, out_bits, n, 5, 30);
+    for (std::size_t level = 0; level <= std::size_t(in_bits); ++level)
+      for (std::size_t k = 0; k < 25; ++k) CHECK(part.values[level * 25 + k] == keys.values[level * n + 5 + k]);
+    // The batch's last key alone: its values end the stream.
+    const DcfCorrections last = dcf_deserialize_range(bytes, in_bits, out_bits, n, n - 1, n);
+    CHECK(last.values.back() == keys.values.back());
+  }
+}
