@@ -42,7 +42,7 @@ class StoreRefill {
 
   // Collective: every server, before each batched step of `rows` rows, in
   // the same order. Nothing unless the party has a store.
-  Task<void> before_step(Rss3Party& party, Endpoint& mesh, std::size_t rows);
+  Task<void> before_step(Rss3Party& party, std::size_t rows);
   const OfflineCosts& costs() const noexcept { return costs_; }
 
  private:

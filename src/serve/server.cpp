@@ -582,7 +582,7 @@ struct Server::Impl {
     ++stats.batched_steps;
     stats.batched_rows += batch.size();
     try {
-      co_await store_refill.before_step(*party, mesh, batch.size());  // offline, before the step's window
+      co_await store_refill.before_step(*party, batch.size());  // offline, before the step's window
       Rss3 p = party->session();  // the servers open these in the same order: one per step
       std::vector<Decoder<Rss3>::BatchSlot<kv::AnyPolicy<Rss3>>> slots;
       std::vector<std::size_t> tested;

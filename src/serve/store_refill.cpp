@@ -1,5 +1,5 @@
 // StoreRefill (modules/serve/store_refill.cppm): tops the DCF store up
-// before a batched step, from the last step's demand per row.
+// before a batched step, from the most demand per row of recent steps.
 module mpcache.serve;
 import mpcache.std;
 import mpcache.core;
@@ -9,7 +9,7 @@ import mpcache.proto;
 
 namespace mpcache::serve {
 
-Task<void> StoreRefill::before_step(Rss3Party& party, Endpoint& mesh, std::size_t rows) {
+Task<void> StoreRefill::before_step(Rss3Party& party, std::size_t rows) {
   if (party.options().comparisons != Rss3Comparisons::dcf || party.options().offline_budget == 0) co_return;
   const auto& demand = party.dcf_stats().demand;  // the same at every server here: a quiet point
   // Per slot, the last step's demand per row (the most of any dealer) joins
@@ -34,6 +34,7 @@ Task<void> StoreRefill::before_step(Rss3Party& party, Endpoint& mesh, std::size_
   const auto t0 = std::chrono::steady_clock::now();
   // Bytes from the dealing itself (only dealers send); rounds from the
   // mesh's clock, which other sessions' prefills advance too meanwhile.
+  const Endpoint& mesh = party.endpoint();
   const std::uint64_t rounds0 = mesh.rounds(), bytes0 = party.dcf_stats().offline_bytes;
   bool refilled = false;
   for (const auto& [slot, want] : wanted) {
