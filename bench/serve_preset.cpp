@@ -13,11 +13,13 @@
 // beside them; rows carry the mean batch (sessions per batched step).
 //
 //   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--max-batch 8,1] [--tokens 8]
-//                                [--comparisons circuit|dcf|dcf+offline] [--json]
+//                                [--comparisons circuit|dcf|dcf+offline] [--truncation exact|exact+offline] [--json]
 //
 // Under dcf+offline the servers' stores of DCF keys are refilled between
-// batched steps (serve::StoreRefill): bytes and rounds per token are the
-// online ones, and the refills' bytes and time are reported beside them.
+// batched steps (serve::StoreRefill), and under exact+offline truncation
+// pairs are made there: bytes and rounds per token are the online ones, and
+// the refills' bytes and time are reported beside them. Unbatched servers
+// (the baseline) have no refills: dcf keys dealt inline, exact truncation.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <csignal>
 #include <cstdio>
@@ -45,7 +47,7 @@ const std::string austen =
 
 struct StepLine {
   std::uint64_t session = 0, step = 0, rounds = 0, bytes = 0;  // online
-  std::uint64_t offline_bytes = 0;  // --comparisons dcf+offline: the store's refills so far
+  std::uint64_t offline_bytes = 0;  // dcf+offline, exact+offline: the refills so far
   double offline_s = 0;
 };
 
@@ -80,6 +82,7 @@ struct Settings {
   std::size_t prompt_bytes = 64;
   std::vector<int> clients = {1, 2, 4, 8};
   std::string comparisons = "circuit";  // the servers' --comparisons
+  std::string truncation = "exact";     // the servers' --truncation
 };
 
 // Three servers over `link`, then one batch per client count.
@@ -87,6 +90,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
   // A store is refilled between batched steps: unbatched servers, the
   // baseline, deal the same DCF keys inline.
   const std::string comparisons = s.comparisons == "dcf+offline" && max_batch == 1 ? "dcf" : s.comparisons;
+  const std::string truncation = s.truncation == "exact+offline" && max_batch == 1 ? "exact" : s.truncation;
   jobs::LocalCluster cluster(false, 120000);
   {
     auto config = jobs::read_cluster_config(cluster.config_path());
@@ -112,7 +116,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
         std::vector<std::string>{runner, "serve", "--config", cluster.config_path(), "--id", std::to_string(i),
                                  "--clients", cluster.file("clients"), "--model", s.model, "--link", link,
                                  "--max-sessions", "8", "--max-batch", std::to_string(max_batch), "--max-queued", "16",
-                                 "--comparisons", comparisons, "--steps",
+                                 "--comparisons", comparisons, "--truncation", truncation, "--steps",
                                  cluster.file("steps" + std::to_string(i) + ".jsonl"), "--report",
                                  cluster.file("report" + std::to_string(i) + ".json")},
         cluster.file("server" + std::to_string(i) + ".log")));
@@ -200,6 +204,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
                     {"link", link},
                     {"max_batch", max_batch},
                     {"comparisons", comparisons},
+                    {"truncation", truncation},
                     {"mean_batch", max_batch > 1 && !step_clocks.empty() ? double(decoded) / double(step_clocks.size()) : 1.0},
                     {"clients", n},
                     {"tokens_per_client", s.tokens},
@@ -264,6 +269,10 @@ int serve_preset_main(int argc, char** argv) {
                  "the servers' --comparisons: circuit, dcf (decode steps with DCF keys dealt inline) or dcf+offline "
                  "(keys from stores refilled between batched steps; needs --max-batch > 1)")
       ->capture_default_str()->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
+  app.add_option("--truncation", s.truncation,
+                 "the servers' --truncation: exact, or exact+offline (the batched steps' products truncate in one "
+                 "round with pairs made between steps; needs --max-batch > 1)")
+      ->capture_default_str()->check(CLI::IsMember({"exact", "exact+offline"}));
   app.add_flag("--json", as_json, "one JSON object per row");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -375,6 +375,13 @@ class Rss3 {
     if (!on && on_circuit_) party_->keyless_demand_.clear();
     on_circuit_ = on;
   }
+  // With truncation pairs (Rss3Options::truncation_pairs_budget > 0), `off`
+  // makes this stream, and the forks it makes from now on, truncate in two
+  // rounds without touching the store: no pairs, grants or demand. Set alike
+  // at every party. The service does so for each session's own streams
+  // (prefill, first token), which run while the batched steps' refills
+  // (Rss3::refill_truncation_pairs, which needs a quiet point) take place.
+  void without_truncation_pairs(bool off) noexcept { pairs_off_ = off; }
   bool exact_truncation() const noexcept { return party_->options_.exact_truncation; }
   bool holds_input(PartyId owner) const noexcept { return owner == party_->id_; }
   int frac_bits() const noexcept { return party_->options_.frac_bits; }
@@ -392,9 +399,11 @@ class Rss3 {
   // this stream then takes (a first step's calls have no reservation yet).
   // After a prefill of T tokens pass steps = T: its demand per token
   // stands in for the first decode step's. multiple 0 makes none (and
-  // reserves from what is held). Nothing without truncation pairs: returns
-  // whether this party has them.
-  Task<bool> refill_truncation_pairs(std::size_t multiple, std::size_t steps = 1);
+  // reserves from what is held). `ahead` > 1: a shift whose unused pairs
+  // would not cover what it wants is topped up to `ahead` times that, so
+  // that pairs are made in lumps (fewer offline rounds), not before every
+  // step. Nothing without truncation pairs: returns whether this party has them.
+  Task<bool> refill_truncation_pairs(std::size_t multiple, std::size_t steps = 1, std::size_t ahead = 1);
   // Collective, at a quiet point between steps, with comparisons = dcf and
   // an offline store (Rss3Options::offline_budget > 0): per slot, tops the
   // store up to the most any dealer compared since the last refill, per step
@@ -573,6 +582,7 @@ class Rss3 {
   // pairs offline, where dcf keys dealt inline would cost far more bytes.
   bool circuit_only_ = false;
   bool on_circuit_ = false;  // compare_on_circuit: this stream and its later forks
+  bool pairs_off_ = false;   // without_truncation_pairs: this stream and its later forks
 };
 
 }  // namespace mpcache

@@ -84,7 +84,9 @@ struct ServeOptions {
   std::function<void(const std::string&)> log;  // one line per event; nothing by default
   // Comparisons = dcf with a store (rss3.offline_budget > 0; needs
   // max_batch > 1): a refill before a batched step tops the store up to
-  // this many steps' keys (StoreRefill).
+  // this many steps' keys (StoreRefill). Truncation pairs
+  // (rss3.truncation_pairs_budget > 0, exact truncation, max_batch > 1) are
+  // made before each batched step for the calls the last one made.
   std::size_t refill_steps_ahead = 4;
   // After each chosen token (StepReport). Benches and tests.
   std::function<void(const StepReport&)> on_step;
@@ -97,11 +99,14 @@ struct ServeStats {
   // Batched decoding: steps run, and rows in them (one per session per
   // step); rows / steps is the mean batch.
   std::uint64_t batched_steps = 0, batched_rows = 0;
-  // Comparisons = dcf: the store's refills, and how the steps' deals were
-  // served (Rss3DcfStats: from the store, inline, deals the store could
-  // not fully serve).
+  // The offline refills (DCF keys, truncation pairs). Comparisons = dcf:
+  // how the steps' deals were served (Rss3DcfStats: from the store,
+  // inline, deals the store could not fully serve).
   OfflineCosts offline;
   std::uint64_t comparisons_from_store = 0, comparisons_inline = 0, store_ran_dry = 0;
+  // Exact truncations, elements: with a pair (one round), and in two rounds
+  // where pairs were on but none was held (Rss3TruncationStats).
+  std::uint64_t truncations_with_pairs = 0, truncations_in_two_rounds = 0;
 };
 
 class Server {

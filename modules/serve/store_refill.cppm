@@ -19,6 +19,16 @@
 // (within the budget), so the dealing comes in lumps, not a round trip
 // before every step. The first step has no estimate and deals inline, as
 // does a step that needs more than was seen (Rss3DcfStats::ran_dry).
+//
+// Truncation pairs (`--truncation exact+offline`, Rss3Options::
+// truncation_pairs_budget > 0) are made at the same point, on the batched
+// steps' own stream (Rss3::refill_truncation_pairs): for each exact fused
+// truncation the last step made, pairs for the same call of the next, a
+// quarter more; a shift that holds too few is topped up to `steps_ahead`
+// steps' worth, so pairs too are made in lumps. The sessions' own streams use none (their prefills run
+// meanwhile), so this is a quiet point for pairs as well. A step whose
+// calls outgrow their reservation (a session joined) truncates those in two
+// rounds; the next refill reserves for the new sizes.
 export module mpcache.serve:store_refill;
 import mpcache.std;
 import mpcache.net;
@@ -28,7 +38,8 @@ import mpcache.proto;
 export namespace mpcache::serve {
 
 // This server's offline work so far: refills, and the rounds (the mesh's
-// clock during them), bytes (this server's as a dealer) and wall time they took.
+// clock during them), bytes (this server's, dealing keys and making pairs)
+// and wall time they took.
 struct OfflineCosts {
   std::uint64_t refills = 0;
   std::uint64_t rounds = 0;
@@ -40,12 +51,15 @@ class StoreRefill {
  public:
   explicit StoreRefill(std::size_t steps_ahead) : steps_ahead_(std::max<std::size_t>(steps_ahead, 1)) {}
 
-  // Collective: every server, before each batched step of `rows` rows, in
-  // the same order. Nothing unless the party has a store.
-  Task<void> before_step(Rss3Party& party, std::size_t rows);
+  // Collective: every server, before each batched step of `rows` rows on
+  // `steps` (the batched steps' stream), in the same order. Nothing unless
+  // the party has a store of DCF keys or truncation pairs.
+  Task<void> before_step(Rss3Party& party, Rss3& steps, std::size_t rows);
   const OfflineCosts& costs() const noexcept { return costs_; }
 
  private:
+  Task<void> refill_comparisons(Rss3Party& party, std::size_t rows);
+  Task<void> refill_truncation_pairs(Rss3Party& party, Rss3& steps);
   std::size_t steps_ahead_;
   OfflineCosts costs_;
   static constexpr std::size_t recent_steps = 16;  // the steps whose demand per row counts

@@ -95,8 +95,13 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
       ->capture_default_str()->check(CLI::Range(1, 4096));
   cmd.add_option("--timeout-ms", o.timeout_ms, "mesh set-up and silence deadline (default: the config's)")
       ->check(CLI::Range(100, 3600000));
-  cmd.add_option("--truncation", o.truncation, "exact (default) or probabilistic")
-      ->check(CLI::IsMember({"exact", "probabilistic"}));
+  cmd.add_option("--truncation", o.truncation,
+                 "exact (default), probabilistic, or exact+offline: exact, and the batched decode steps truncate "
+                 "products in one round with pairs made between steps (needs --max-batch > 1)")
+      ->check(CLI::IsMember({"exact", "probabilistic", "exact+offline"}));
+  cmd.add_option("--pairs-budget", o.pairs_budget_mb,
+                 "--truncation exact+offline: MB of truncation pairs each server may hold")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--comparisons", o.comparisons,
                  "circuit (default), or dcf: one online round per comparison in the decode steps, DCF keys dealt "
                  "inline by the server outside each pair; each session's prefill compares on the circuit; or "
@@ -109,7 +114,9 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
   cmd.add_flag("--allow-unused-weights", o.allow_unused_weights, "run even if the config leaves tensors unused");
   cmd.add_flag("--compact-weights", o.compact_weights, compact_weights_help);
   add_threads_option(cmd, o.threads);
-  cmd.add_option("--steps", o.steps, "write one JSON line per chosen token (session, step, rounds, bytes): benches");
+  cmd.add_option("--steps", o.steps,
+                 "write one JSON line per chosen token (session, step; online rounds and bytes; the offline "
+                 "refills' rounds, bytes and seconds so far; DCF elements dealt inline so far): benches");
   cmd.add_option("--report", o.report, "write one JSON object at exit (set-up cost, sessions, peak RSS)");
   add_network_options(cmd, o.network);
 }
@@ -150,7 +157,8 @@ int run_server(const ServeJob& o) {
   so.max_new_tokens = o.max_new_tokens;
   so.drain_within = std::chrono::milliseconds(o.drain_ms);
   so.unused_weights = o.allow_unused_weights ? UnusedTensors::allow : UnusedTensors::reject;
-  so.rss3.exact_truncation = o.truncation == "exact";
+  so.rss3.exact_truncation = o.truncation != "probabilistic";
+  if (o.truncation == "exact+offline") so.rss3.truncation_pairs_budget = std::uint64_t(o.pairs_budget_mb) << 20;
   so.rss3.comparisons = o.comparisons == "circuit" ? Rss3Comparisons::circuit : Rss3Comparisons::dcf;
   if (o.comparisons == "dcf+offline") so.rss3.offline_budget = std::uint64_t(o.offline_budget_mb) << 20;
   so.rss3.compact_weights = o.compact_weights;
@@ -168,7 +176,8 @@ int run_server(const ServeJob& o) {
                          {"bytes", r.bytes},
                          {"offline_rounds", r.offline.rounds},
                          {"offline_bytes", r.offline.bytes},
-                         {"offline_s", r.offline.seconds}})
+                         {"offline_s", r.offline.seconds},
+                         {"dealt_inline", r.dealt_inline}})
                        .dump()
                        .c_str());
       std::fflush(steps);
@@ -204,6 +213,8 @@ int run_server(const ServeJob& o) {
     report["comparisons_from_store"] = stats.comparisons_from_store;
     report["comparisons_inline"] = stats.comparisons_inline;
     report["store_ran_dry"] = stats.store_ran_dry;
+    report["truncations_with_pairs"] = stats.truncations_with_pairs;
+    report["truncations_in_two_rounds"] = stats.truncations_in_two_rounds;
   } catch (const std::exception& e) {
     log_line("server " + std::to_string(id) + " stopped: " + e.what());
     report["error"] = e.what();

@@ -36,6 +36,7 @@ struct ServeJob {
   std::string truncation = "exact";
   std::string comparisons = "circuit";  // or dcf (Rss3Comparisons::dcf), or dcf+offline (a store of keys dealt ahead)
   std::size_t offline_budget_mb = 1024;  // dcf+offline: each server's store (Rss3Options::offline_budget)
+  std::size_t pairs_budget_mb = 256;     // exact+offline: each server's truncation pairs (as generate's)
   bool allow_unused_weights = false;
   bool compact_weights = false;  // rss3 weights at 8 bytes per weight (Rss3Options::compact_weights)
   std::size_t threads = 1;       // this server's compute pool (1: none)

@@ -74,6 +74,7 @@ Rss3 Rss3::fork() {
   Rss3 child(*party_, scoped_ ? in_scope(derived, stream_scope(stream_)) : derived, scoped_);
   child.tag_ = tag_;
   child.on_circuit_ = on_circuit_;
+  child.pairs_off_ = pairs_off_;
   if (plan_key_ != 0) child.plan_key_ = Rss3TruncationPlan::mix(plan_key_, ++plan_forks_);
   // A share of this stream's truncation pairs at each shift, back to it when the fork ends.
   for (const auto& [bits, mine] : pairs_) {

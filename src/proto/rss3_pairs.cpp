@@ -284,7 +284,8 @@ Task<std::size_t> Rss3Party::prepare_truncations(int bits, std::size_t count) {
 
 bool Rss3::truncation_pairs_on(int bits) const noexcept {
   const Rss3Options& o = party_->options_;
-  return o.exact_truncation && o.truncation_pairs_budget > 0 && bits >= 1 && bits <= max_truncation_pair_bits;
+  return o.exact_truncation && o.truncation_pairs_budget > 0 && !pairs_off_ && bits >= 1 &&
+         bits <= max_truncation_pair_bits;
 }
 
 // This stream's grants at a shift, empty if a refill ended their epoch.
@@ -300,7 +301,7 @@ void Rss3::take_truncation_pairs() {
   for (auto& [bits, store] : party_->pairs_) grants(bits).add(store.grant(store.ungranted()));
 }
 
-Task<bool> Rss3::refill_truncation_pairs(std::size_t multiple, std::size_t steps) {
+Task<bool> Rss3::refill_truncation_pairs(std::size_t multiple, std::size_t steps, std::size_t ahead) {
   Rss3Party& party = *party_;
   if (!party.options_.exact_truncation || party.options_.truncation_pairs_budget == 0) co_return false;
   if (steps == 0) throw Error(ErrorCode::invalid_argument, "refill_truncation_pairs over 0 steps");
@@ -312,7 +313,12 @@ Task<bool> Rss3::refill_truncation_pairs(std::size_t multiple, std::size_t steps
       const std::uint64_t per_step = (since + steps - 1) / steps;
       if (since > 0) want[bits] += std::max<std::uint64_t>(multiple * per_step, 1 << 16);
     }
-    for (const auto& [bits, count] : want) (void)co_await party.prepare_truncations(bits, count);
+    // Always called: even when it makes none, a refill starts the store's
+    // new epoch, which frees what the last one granted and left unused.
+    for (const auto& [bits, count] : want) {
+      const bool short_of = party.pairs_[bits].unused() < count;
+      (void)co_await party.prepare_truncations(bits, short_of ? count * std::max<std::size_t>(ahead, 1) : count);
+    }
   }
   party.keyless_demand_.clear();
   // This stream's key is fixed by its id, so the next step's calls derive

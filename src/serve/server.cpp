@@ -96,7 +96,11 @@ struct Server::Impl {
   std::vector<std::pair<std::uint64_t, std::string>> departing;   // leader: sessions to leave, told with the next step
   std::map<std::uint64_t, std::string> left_early;                // others: left before they joined here
   std::uint64_t steps_run = 0;
-  StoreRefill store_refill{options.refill_steps_ahead};  // comparisons = dcf with a store
+  StoreRefill store_refill{options.refill_steps_ahead};  // DCF keys and truncation pairs, offline
+  // The batched steps' stream, the same from step to step, so that a refill
+  // reserves truncation pairs for the calls the next step repeats
+  // (Rss3TruncationPlan keys derive from the stream). Opened by the first step.
+  std::optional<Rss3> step_stream;
 
   Impl(Scheduler& s, Endpoint& m, TimerQueue& t, ServeOptions o)
       : scheduler(s), mesh(m), timers(t), options(std::move(o)),
@@ -115,6 +119,14 @@ struct Server::Impl {
       throw Error(ErrorCode::invalid_argument,
                   "serve: an offline store of DCF keys is refilled between batched steps, so it needs max_batch > 1 "
                   "(it is " + std::to_string(options.max_batch) + ")");
+    // Truncation pairs: the same, at the same quiet point.
+    if (options.rss3.truncation_pairs_budget > 0 && !options.rss3.exact_truncation)
+      throw Error(ErrorCode::invalid_argument,
+                  "serve: truncation pairs (rss3.truncation_pairs_budget) serve exact truncation, which is off");
+    if (options.rss3.truncation_pairs_budget > 0 && options.max_batch < 2)
+      throw Error(ErrorCode::invalid_argument,
+                  "serve: truncation pairs are made between batched steps, so they need max_batch > 1 (it is " +
+                      std::to_string(options.max_batch) + ")");
   }
 
   PartyId id() const { return mesh.id(); }
@@ -385,6 +397,10 @@ struct Server::Impl {
     ClientLink& link = *r->link;
     const ServeRequest& q = r->request;
     Rss3 p = party->scoped_session(session);
+    // Truncation pairs are the batched steps' alone: this session's streams
+    // run while those steps' refills make pairs (needing a quiet point), and
+    // a prefill's truncations grow with the prompt, as its comparisons do.
+    p.without_truncation_pairs(true);
     const std::size_t vocab = config.vocab_size;
     auto prompt_came = make_shared<bool>(false);
     fail_unless_by(r->link, prompt_came, options.prompt_within, "sent no prompt shares");
@@ -447,7 +463,7 @@ struct Server::Impl {
   void send_token(Sequence& seq) {
     seq.request->link->reply(Reply{ReplyKind::token, client_shares::open_part(ops::one_hot_index<Rss3>(seq.row))});
     if (options.on_step) {
-      const OfflineCosts& offline = store_refill.costs();
+      const OfflineCosts offline = store_refill.costs();
       options.on_step({id(), seq.session, seq.chosen, mesh.rounds() - offline.rounds,
                        mesh.costs().payload_bytes_sent() - offline.bytes, offline, party->dcf_stats().inline_elements});
     }
@@ -582,8 +598,9 @@ struct Server::Impl {
     ++stats.batched_steps;
     stats.batched_rows += batch.size();
     try {
-      co_await store_refill.before_step(*party, batch.size());  // offline, before the step's window
-      Rss3 p = party->session();  // the servers open these in the same order: one per step
+      if (!step_stream) step_stream.emplace(party->session());  // the servers open it at the same step
+      Rss3& p = *step_stream;
+      co_await store_refill.before_step(*party, p, batch.size());  // offline, before the step's window
       std::vector<Decoder<Rss3>::BatchSlot<kv::AnyPolicy<Rss3>>> slots;
       std::vector<std::size_t> tested;
       std::optional<Rss3Share> tests;
@@ -596,13 +613,16 @@ struct Server::Impl {
       }
       Rss3Share logits;
       std::vector<bool> stopped(batch.size(), false);
+      // The decode on the step's first fork whether or not tests ride along,
+      // so that its truncations keep their plan keys from step to step.
+      Rss3 pa = p.fork();
       if (tests) {
-        Rss3 pa = p.fork(), pb = p.fork();
+        Rss3 pb = p.fork();
         auto [next_logits, hits] = co_await when_all(Decoder<Rss3>::decode_batch(pa, std::move(slots)), pb.reveal(*tests));
         logits = std::move(next_logits);
         for (std::size_t k = 0; k < tested.size(); ++k) stopped[tested[k]] = hits(k, 0) != 0;
       } else {
-        logits = co_await Decoder<Rss3>::decode_batch(p, std::move(slots));
+        logits = co_await Decoder<Rss3>::decode_batch(pa, std::move(slots));
       }
       std::vector<std::size_t> going;
       std::optional<Rss3Share> rows;
@@ -812,7 +832,10 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   I.changed.notify();  // the leader's batch planner sees the end
   I.close_links();  // clients still connected without a session
   co_await I.tasks.idle();
+  I.step_stream.reset();
   I.stats.offline = I.store_refill.costs();
+  I.stats.truncations_with_pairs = I.party->truncation_stats().from_pairs;
+  I.stats.truncations_in_two_rounds = I.party->truncation_stats().two_round;
   I.stats.comparisons_from_store = I.party->dcf_stats().from_store;
   I.stats.comparisons_inline = I.party->dcf_stats().inline_elements;
   I.stats.store_ran_dry = I.party->dcf_stats().ran_dry;

@@ -1,5 +1,6 @@
 // StoreRefill (modules/serve/store_refill.cppm): tops the DCF store up
-// before a batched step, from the most demand per row of recent steps.
+// before a batched step, from the most demand per row of recent steps, and
+// makes the truncation pairs the step's calls will want.
 module mpcache.serve;
 import mpcache.std;
 import mpcache.core;
@@ -9,7 +10,28 @@ import mpcache.proto;
 
 namespace mpcache::serve {
 
-Task<void> StoreRefill::before_step(Rss3Party& party, std::size_t rows) {
+Task<void> StoreRefill::before_step(Rss3Party& party, Rss3& steps, std::size_t rows) {
+  co_await refill_comparisons(party, rows);
+  co_await refill_truncation_pairs(party, steps);
+}
+
+Task<void> StoreRefill::refill_truncation_pairs(Rss3Party& party, Rss3& steps) {
+  if (!party.options().exact_truncation || party.options().truncation_pairs_budget == 0) co_return;
+  const Endpoint& mesh = party.endpoint();
+  const std::uint64_t rounds0 = mesh.rounds(), bytes0 = party.truncation_stats().offline_bytes,
+                      made0 = party.truncation_stats().prepared;
+  const auto t0 = std::chrono::steady_clock::now();
+  // 16: generate's multiple for calls without a plan; here every call of the
+  // steps' stream has one, so it only matters if that changes. Pairs for
+  // steps_ahead steps at a time, as the DCF keys.
+  (void)co_await steps.refill_truncation_pairs(16, 1, steps_ahead_);
+  if (party.truncation_stats().prepared > made0) ++costs_.refills;  // else reservations only
+  costs_.rounds += mesh.rounds() - rounds0;
+  costs_.bytes += party.truncation_stats().offline_bytes - bytes0;
+  costs_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Task<void> StoreRefill::refill_comparisons(Rss3Party& party, std::size_t rows) {
   if (party.options().comparisons != Rss3Comparisons::dcf || party.options().offline_budget == 0) co_return;
   const auto& demand = party.dcf_stats().demand;  // the same at every server here: a quiet point
   // Per slot, the last step's demand per row (the most of any dealer) joins

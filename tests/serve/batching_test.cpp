@@ -273,6 +273,75 @@ TEST_CASE("dcf+offline: the batched steps draw their keys from a store refilled 
           << with_store.stats[0].offline.bytes << " bytes in " << with_store.stats[0].offline.refills << " refills");
 }
 
+TEST_CASE("exact+offline: the batched steps truncate with pairs made between steps; fewer rounds, the same tokens") {
+  serve::ServeOptions exact;  // exact truncation is the default
+  serve::ServeOptions pairs = exact;
+  pairs.rss3.truncation_pairs_budget = std::uint64_t{256} << 20;
+
+  // Two sessions stepping together get generate's tokens.
+  const std::vector<Asked> asked = {{emma, 6}, {emma.substr(0, 40), 4}};
+  const Served served = serve_all(pairs, asked);
+  check_tokens(asked, served.outcomes);
+  CHECK(served.steps.widest() == 2);
+  for (PartyId id = 0; id < 3; ++id) {
+    CHECK(served.stats[id].truncations_with_pairs > 0);
+    CHECK(served.stats[id].truncations_with_pairs == served.stats[0].truncations_with_pairs);  // collective
+    CHECK(served.stats[id].offline.refills == served.stats[0].offline.refills);
+  }
+
+  // One session alone, 8 tokens (7 decode steps). The first decode step has
+  // no plan and truncates in two rounds; the refill before step 2 makes
+  // pairs for its calls, and from then on every exact fused truncation of
+  // a step takes one round.
+  const std::size_t tokens = 8;
+  const Alone first_only = alone(2, pairs), with_pairs = alone(tokens, pairs), without = alone(tokens, exact);
+  CHECK(with_pairs.tokens == without.tokens);
+  REQUIRE(with_pairs.at.size() == tokens);
+  REQUIRE(without.at.size() == tokens);
+  CHECK(with_pairs.offline[1].refills == 0);  // nothing to plan from yet
+  CHECK(with_pairs.offline[2].refills == 1);
+  for (PartyId id = 0; id < 3; ++id) {
+    INFO("server " << id);
+    const serve::ServeStats &s = with_pairs.stats[id], &first = first_only.stats[id];
+    CHECK(first.truncations_with_pairs == 0);
+    CHECK(first.truncations_in_two_rounds > 0);
+    // Only the first decode step's truncations took two rounds.
+    CHECK(s.truncations_in_two_rounds == first.truncations_in_two_rounds);
+    CHECK(s.truncations_with_pairs > 0);
+    CHECK(s.offline.bytes > 0);
+    CHECK(s.offline.refills < tokens - 2);  // pairs for several steps at a time (refill_steps_ahead)
+    CHECK(without.stats[id].truncations_with_pairs == 0);
+    CHECK(without.stats[id].offline.refills == 0);
+  }
+  for (std::size_t step = 2; step < tokens; ++step) {
+    INFO("decode step " << step);
+    const std::uint64_t rounds_with = with_pairs.at[step].first - with_pairs.at[step - 1].first,
+                        rounds_without = without.at[step].first - without.at[step - 1].first;
+    CHECK(rounds_with < rounds_without);
+  }
+  MESSAGE("online rounds of decode step 4 at server 0: exact " << without.at[4].first - without.at[3].first
+                                                              << ", with pairs " << with_pairs.at[4].first - with_pairs.at[3].first
+                                                              << "; offline at server 0 " << with_pairs.stats[0].offline.bytes
+                                                              << " bytes in " << with_pairs.stats[0].offline.refills << " refills");
+}
+
+TEST_CASE("truncation pairs need exact truncation and batched steps") {
+  serve::ServeOptions options;
+  options.rss3.truncation_pairs_budget = 1 << 20;
+  {  // Service{} always truncates exactly; a server of its own here
+    Scheduler scheduler;
+    InProcessNetwork mesh{scheduler, 3};
+    TimerLoop timers{scheduler};
+    serve::ServeOptions probabilistic = options;
+    probabilistic.model_dir = fixture_dir();
+    probabilistic.rss3.exact_truncation = false;
+    CHECK_THROWS_WITH_AS(serve::Server(scheduler, mesh.endpoint(0), timers.timers(), probabilistic),
+                         doctest::Contains("which is off"), Error);
+  }
+  options.max_batch = 1;
+  CHECK_THROWS_WITH_AS(Service{options}, doctest::Contains("they need max_batch > 1"), Error);
+}
+
 TEST_CASE("an offline store of DCF keys needs dcf comparisons and batched steps") {
   serve::ServeOptions options;
   options.rss3.offline_budget = 1 << 20;
