@@ -298,6 +298,10 @@ class Rss3Party {
   // prepare_comparisons, at a point where no product is in flight. Returns
   // the pairs now unused at that shift.
   Task<std::size_t> prepare_truncations(int bits, std::size_t count);
+  // The same for several shifts at once (shift -> count), their pairs made
+  // concurrently: the rounds of one shift, not of all. How many each gets
+  // is settled before any is made, in order of shift, so every party agrees.
+  Task<void> prepare_truncations(const std::map<int, std::uint64_t>& counts);
   const Rss3TruncationStats& truncation_stats() const noexcept { return truncation_stats_; }
 
   // A protocol handle on a fresh root stream. Parties must open sessions in
@@ -325,6 +329,11 @@ class Rss3Party {
   Rss3DcfStats dcf_stats_;
   std::unique_ptr<Rss3DcfStore> store_;
   std::map<int, Rss3TruncationStore> pairs_;  // by shift
+  // prepare_truncations' halves: how many pairs to make at `bits` for
+  // `count` unused (within the budget, `planned` bytes already promised to
+  // other shifts), and making them.
+  std::size_t truncation_pairs_to_make(int bits, std::size_t count, std::uint64_t planned) const;
+  Task<void> make_truncation_pairs(int bits, std::size_t make);
   std::map<int, std::uint64_t> keyless_demand_;  // per shift, since the last refill: calls with no plan key
   // dcf_stats_.demand at the last Rss3::refill_comparisons.
   std::map<int, std::array<std::uint64_t, 3>> demand_at_refill_;
@@ -370,7 +379,8 @@ class Rss3 {
   // circuit for the next refill (refill_truncation_pairs' calls with no plan
   // key): their shifts are the circuit's, and pairs for them, at least 2^16
   // per shift, would hold the budget the DCF path's shifts need; with
-  // sessions at once that forgets theirs too (the service makes no pairs).
+  // sessions at once that forgets theirs too (the service's sessions use
+  // no pairs: without_truncation_pairs; its batched steps' calls have plan keys).
   void compare_on_circuit(bool on) noexcept {
     if (!on && on_circuit_) party_->keyless_demand_.clear();
     on_circuit_ = on;

@@ -220,7 +220,7 @@ Rss3TruncationStore::Gathered Rss3TruncationStore::use(const std::vector<Rss3Tru
 
 // ---- offline ------------------------------------------------------------------
 
-Task<std::size_t> Rss3Party::prepare_truncations(int bits, std::size_t count) {
+std::size_t Rss3Party::truncation_pairs_to_make(int bits, std::size_t count, std::uint64_t planned) const {
   const std::string what = "rss3 party " + std::to_string(id_) + " prepare_truncations";
   if (!options_.exact_truncation)
     throw Error(ErrorCode::invalid_argument, what + ": truncation is not exact (Rss3Options::exact_truncation)");
@@ -230,17 +230,49 @@ Task<std::size_t> Rss3Party::prepare_truncations(int bits, std::size_t count) {
   if (bits < 1 || bits > max_truncation_pair_bits)
     throw Error(ErrorCode::invalid_argument, what + ": a shift of " + std::to_string(bits) + " bits is outside [1, " +
                                                  std::to_string(max_truncation_pair_bits) + "]");
-  const auto started = std::chrono::steady_clock::now();
-  const std::uint64_t sent_before = endpoint_->costs().payload_bytes_sent();
-  Rss3TruncationStore& store = pairs_[bits];
-  // The store keeps its unused pairs; the budget bounds what all shifts' hold after.
-  std::uint64_t others = 0;
-  for (const auto& [shift, held] : pairs_)
+  // The store keeps its unused pairs; the budget bounds what all shifts'
+  // hold after (`planned`: what this refill makes at other shifts).
+  std::uint64_t others = planned, have = 0;
+  for (const auto& [shift, held] : pairs_) {
     if (shift != bits) others += held.bytes();
+    else have = held.unused();
+  }
   const std::uint64_t budget = options_.truncation_pairs_budget;
   const std::uint64_t room = budget > others ? (budget - others) / Rss3TruncationStore::bytes_per_pair : 0;
-  const std::uint64_t have = store.unused(), target = std::min<std::uint64_t>(count, std::max(room, have));
-  const std::size_t make = static_cast<std::size_t>(target > have ? target - have : 0);
+  const std::uint64_t target = std::min<std::uint64_t>(count, std::max(room, have));
+  return static_cast<std::size_t>(target > have ? target - have : 0);
+}
+
+Task<std::size_t> Rss3Party::prepare_truncations(int bits, std::size_t count) {
+  co_await prepare_truncations(std::map<int, std::uint64_t>{{bits, count}});
+  co_return static_cast<std::size_t>(pairs_[bits].unused());
+}
+
+Task<void> Rss3Party::prepare_truncations(const std::map<int, std::uint64_t>& counts) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::uint64_t sent_before = endpoint_->costs().payload_bytes_sent();
+  // Every count first, in order of shift: the makers below finish in any
+  // order, and a store's size must not change a later shift's share.
+  std::vector<Task<void>> makers;
+  std::uint64_t planned = 0;
+  for (const auto& [bits, count] : counts) {
+    const std::size_t make = truncation_pairs_to_make(bits, static_cast<std::size_t>(count), planned);
+    planned += make * Rss3TruncationStore::bytes_per_pair;
+    makers.push_back(make_truncation_pairs(bits, make));
+  }
+  if (!makers.empty()) co_await when_all(std::move(makers));
+  truncation_stats_.offline_bytes += endpoint_->costs().payload_bytes_sent() - sent_before;
+  truncation_stats_.offline_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  truncation_stats_.store_bytes = 0;
+  for (const auto& [shift, held] : pairs_) truncation_stats_.store_bytes += held.bytes();
+  truncation_stats_.store_peak = std::max(truncation_stats_.store_peak, truncation_stats_.store_bytes);
+}
+
+// Makes `make` pairs at a shift of `bits` and refills its store (a new
+// epoch, even when `make` is 0: what the last one granted and left unused
+// is free again).
+Task<void> Rss3Party::make_truncation_pairs(int bits, std::size_t make) {
+  Rss3TruncationStore& store = pairs_[bits];
   const int d = bits;
 
   Rss3 q(*this, derive_stream(0x7A1C0FF5ull, ++offline_calls_));
@@ -272,12 +304,6 @@ Task<std::size_t> Rss3Party::prepare_truncations(int bits, std::size_t count) {
   store.refill(std::span<const Ring>(r.own.data(), make), std::span<const Ring>(r.next.data(), make), high_own,
                 high_next, top_own, top_next);
   truncation_stats_.prepared += make;
-  truncation_stats_.offline_bytes += endpoint_->costs().payload_bytes_sent() - sent_before;
-  truncation_stats_.offline_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  truncation_stats_.store_bytes = 0;
-  for (const auto& [shift, held] : pairs_) truncation_stats_.store_bytes += held.bytes();
-  truncation_stats_.store_peak = std::max(truncation_stats_.store_peak, truncation_stats_.store_bytes);
-  co_return static_cast<std::size_t>(store.unused());
 }
 
 // ---- online -------------------------------------------------------------------
@@ -313,12 +339,11 @@ Task<bool> Rss3::refill_truncation_pairs(std::size_t multiple, std::size_t steps
       const std::uint64_t per_step = (since + steps - 1) / steps;
       if (since > 0) want[bits] += std::max<std::uint64_t>(multiple * per_step, 1 << 16);
     }
-    // Always called: even when it makes none, a refill starts the store's
+    // Every shift, even one that holds enough: a refill starts the store's
     // new epoch, which frees what the last one granted and left unused.
-    for (const auto& [bits, count] : want) {
-      const bool short_of = party.pairs_[bits].unused() < count;
-      (void)co_await party.prepare_truncations(bits, short_of ? count * std::max<std::size_t>(ahead, 1) : count);
-    }
+    for (auto& [bits, count] : want)
+      if (party.pairs_[bits].unused() < count) count *= std::max<std::size_t>(ahead, 1);
+    co_await party.prepare_truncations(want);
   }
   party.keyless_demand_.clear();
   // This stream's key is fixed by its id, so the next step's calls derive
