@@ -87,8 +87,15 @@ class Scheduler {
   // make progress.
   void run_until(const std::function<bool()>& done);
 
+  // A tick that has run this long ends early: sends leave and arrivals are
+  // taken in before the rest of the ready work runs. Zero (the default): a
+  // tick runs until nothing is ready.
+  void set_tick_budget(std::chrono::nanoseconds budget) { tick_budget_ = budget; }
+
  private:
-  void run_ready();
+  // Runs ready work; false if the tick budget ended it with work left.
+  bool run_ready();
+  std::chrono::nanoseconds tick_budget_{0};
   // Sleeps once on every source in `pending` (two or more) and polls those
   // that became ready; false if one cannot be waited on that way (`blocker`).
   bool wait_on_all(const std::vector<IoSource*>& pending, IoSource*& blocker);

@@ -1,6 +1,12 @@
 // Scheduler (see modules/async/scheduler.cppm). The multi-source wait sleeps
 // in ppoll(2), so this unit includes the system header in its global module
 // fragment.
+//
+// With a tick budget (set_tick_budget) a tick also ends once it has run that
+// long with work left: its sends leave and arrivals are taken in (a poll
+// that does not block), then the rest runs. A server with many sessions
+// uses it, so that one session's finished round does not wait for the
+// others' work before it leaves (docs/serving.md, "Short ticks").
 module;
 #include "prelude.hpp"
 #include <cerrno>
@@ -52,23 +58,38 @@ bool Scheduler::registered(const IoSource* s) const {
   return std::find(io_sources_.begin(), io_sources_.end(), s) != io_sources_.end();
 }
 
-void Scheduler::run_ready() {
+bool Scheduler::run_ready() {
+  if (tick_budget_.count() == 0) {
+    while (!ready_.empty()) {
+      auto h = ready_.front();
+      ready_.pop_front();
+      h.resume();
+    }
+    return true;
+  }
+  const auto end = Clock::now() + tick_budget_;
   while (!ready_.empty()) {
     auto h = ready_.front();
     ready_.pop_front();
     h.resume();
+    if (!ready_.empty() && Clock::now() >= end) return false;
   }
+  return true;
 }
 
 void Scheduler::run_until(const std::function<bool()>& done) {
   while (!done()) {
-    run_ready();
+    const bool finished = run_ready();
     // Copy: a listener may deregister itself while flushing.
     auto listeners = listeners_;
     for (auto* l : listeners) l->on_tick_end();
     if (!ready_.empty() || done()) {
       // Not blocking in poll(), which would submit them: send now.
       for (auto* s : io_sources_) s->flush();
+      // A tick cut short by its budget also takes in what has arrived.
+      if (!finished && !done())
+        for (auto* s : std::vector<IoSource*>(io_sources_))
+          if (registered(s) && s->has_pending()) s->poll(false);
       continue;
     }
 

@@ -118,6 +118,12 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
                  "write one JSON line per chosen token (session, step; online rounds and bytes; the offline "
                  "refills' rounds, bytes and seconds so far; DCF elements dealt inline so far): benches");
   cmd.add_option("--report", o.report, "write one JSON object at exit (set-up cost, sessions, peak RSS)");
+  cmd.add_option("--tick-us", o.tick_us,
+                 "end a tick of the event loop after this many microseconds of work: the rounds finished so far "
+                 "leave and arrivals come in before the other sessions' work goes on (0: a tick runs everything "
+                 "ready, as generate's parties do)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   add_network_options(cmd, o.network);
 }
 
@@ -135,6 +141,7 @@ int run_server(const ServeJob& o) {
   const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : cluster.timeout_ms;
 
   Scheduler scheduler;
+  scheduler.set_tick_budget(std::chrono::microseconds(o.tick_us));
   StopOnSignal stop(scheduler);  // SIGTERM drains
   ClientDoor door(me.host, me.client_port, id, secret, allowed);
   log_line("server " + std::to_string(id) + ": connecting to the other servers");

@@ -40,6 +40,9 @@ struct ServeJob {
   bool allow_unused_weights = false;
   bool compact_weights = false;  // rss3 weights at 8 bytes per weight (Rss3Options::compact_weights)
   std::size_t threads = 1;       // this server's compute pool (1: none)
+  // Scheduler::set_tick_budget: a tick of the event loop ends after this much
+  // work, so that finished rounds leave while other sessions' work waits.
+  int tick_us = 200;
   NetworkChoice network;
   std::string steps;   // JSON lines, one per chosen token: session, step, round clock, bytes sent (benches)
   std::string report;  // one JSON object at exit: set-up cost, sessions, peak RSS

@@ -129,3 +129,58 @@ TEST_CASE("a source that gives no descriptors makes the loop block in it, as wit
   CHECK(opaque.blocking_polls == 1);
   CHECK(other.blocking_polls == 0);
 }
+
+namespace {
+// Tick ends, each with how many of the busy tasks had finished by then.
+struct RecordingListener : TickListener {
+  const std::vector<int>& done;
+  std::vector<std::size_t> at_tick_end;
+  explicit RecordingListener(const std::vector<int>& d) : done(d) {}
+  void on_tick_end() override { at_tick_end.push_back(done.size()); }
+};
+
+void spin_for(std::chrono::microseconds d) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+
+// Four tasks of 1 ms each and one that waits on a pipe holding a byte
+// already. Returns the tick ends, and whether the pipe was polled (without
+// blocking) before the last busy task ran.
+std::pair<std::vector<std::size_t>, bool> run_busy_ticks(std::chrono::microseconds budget) {
+  Scheduler s;
+  s.set_tick_budget(budget);
+  std::vector<int> done;
+  RecordingListener listener(done);
+  s.add_listener(&listener);
+  PipeSource source(s);
+  REQUIRE(::write(source.fds[1], "x", 1) == 1);
+  bool polled_mid_work = false;
+  auto busy = [&](int id) -> Task<void> {
+    co_await s.schedule();
+    if (id == 4) polled_mid_work = source.polls > 0;
+    spin_for(std::chrono::microseconds(1000));
+    done.push_back(id);
+  };
+  auto reader = [&]() -> Task<void> { co_await source.next(); };
+  sync_wait(s, when_all(reader(), busy(1), busy(2), busy(3), busy(4)));
+  s.remove_listener(&listener);
+  return {listener.at_tick_end, polled_mid_work};
+}
+}  // namespace
+
+TEST_CASE("without a tick budget a tick runs all ready work before anything is sent or received") {
+  const auto [tick_ends, polled_mid_work] = run_busy_ticks(std::chrono::microseconds(0));
+  REQUIRE(!tick_ends.empty());
+  CHECK(tick_ends.front() == 4);  // the first sends leave after all four tasks
+  CHECK_FALSE(polled_mid_work);
+}
+
+TEST_CASE("a tick budget ends a long tick: sends leave and arrivals come in before the rest of the work runs") {
+  const auto [tick_ends, polled_mid_work] = run_busy_ticks(std::chrono::microseconds(300));
+  // Each 1 ms task overruns the budget: the tick ends after it, four times.
+  REQUIRE(tick_ends.size() >= 4);
+  CHECK(std::vector<std::size_t>(tick_ends.begin(), tick_ends.begin() + 4) == std::vector<std::size_t>{1, 2, 3, 4});
+  CHECK(polled_mid_work);  // the pipe was read while work was still queued
+}
