@@ -59,20 +59,13 @@ bool Scheduler::registered(const IoSource* s) const {
 }
 
 bool Scheduler::run_ready() {
-  if (tick_budget_.count() == 0) {
-    while (!ready_.empty()) {
-      auto h = ready_.front();
-      ready_.pop_front();
-      h.resume();
-    }
-    return true;
-  }
-  const auto end = Clock::now() + tick_budget_;
+  const bool budgeted = tick_budget_.count() > 0;  // else no clock reads
+  const auto end = budgeted ? Clock::now() + tick_budget_ : Clock::time_point{};
   while (!ready_.empty()) {
     auto h = ready_.front();
     ready_.pop_front();
     h.resume();
-    if (!ready_.empty() && Clock::now() >= end) return false;
+    if (budgeted && !ready_.empty() && Clock::now() >= end) return false;
   }
   return true;
 }
