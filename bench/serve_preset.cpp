@@ -11,8 +11,12 @@
 // decode phase step together) and without (--max-batch 1: each session its
 // own steps, interleaved), so that the batched rows have their baseline
 // beside them; rows carry the mean batch (sessions per batched step).
+// Lists of the servers' --tick-us, --lanes (batched steps in flight at
+// once) and --threads (--server-threads) run each value with fresh servers
+// in the same run, and the rows say which.
 //
 //   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--max-batch 8,1] [--tokens 8]
+//                                [--lanes 1] [--tick-us 200] [--server-threads 1]
 //                                [--comparisons circuit|dcf|dcf+offline] [--truncation exact|exact+offline] [--json]
 //
 // Under dcf+offline the servers' stores of DCF keys are refilled between
@@ -86,7 +90,7 @@ struct Settings {
 };
 
 // Three servers over `link`, then one batch per client count.
-std::vector<json> run_link(const Settings& s, const std::string& link, int max_batch, int tick_us) {
+std::vector<json> run_link(const Settings& s, const std::string& link, int max_batch, int tick_us, int threads, int lanes) {
   // A store is refilled between batched steps: unbatched servers, the
   // baseline, deal the same DCF keys inline.
   const std::string comparisons = s.comparisons == "dcf+offline" && max_batch == 1 ? "dcf" : s.comparisons;
@@ -116,7 +120,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
         std::vector<std::string>{runner, "serve", "--config", cluster.config_path(), "--id", std::to_string(i),
                                  "--clients", cluster.file("clients"), "--model", s.model, "--link", link,
                                  "--max-sessions", "8", "--max-batch", std::to_string(max_batch), "--max-queued", "16",
-                                 "--comparisons", comparisons, "--truncation", truncation, "--tick-us", std::to_string(tick_us), "--steps",
+                                 "--comparisons", comparisons, "--truncation", truncation, "--tick-us", std::to_string(tick_us), "--threads", std::to_string(threads), "--lanes", std::to_string(lanes), "--steps",
                                  cluster.file("steps" + std::to_string(i) + ".jsonl"), "--report",
                                  cluster.file("report" + std::to_string(i) + ".json")},
         cluster.file("server" + std::to_string(i) + ".log")));
@@ -206,6 +210,8 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
                     {"comparisons", comparisons},
                     {"truncation", truncation},
                     {"tick_us", tick_us},
+                    {"server_threads", threads},
+                    {"lanes", lanes},
                     {"mean_batch", max_batch > 1 && !step_clocks.empty() ? double(decoded) / double(step_clocks.size()) : 1.0},
                     {"clients", n},
                     {"tokens_per_client", s.tokens},
@@ -255,7 +261,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
 
 int serve_preset_main(int argc, char** argv) {
   CLI::App app{"mpcache-bench --preset serve: the private inference service, 3 server processes and N clients"};
-  std::string preset, clients = "1,2,4,8", links = "none,lan", batches = "8,1", ticks = "200";
+  std::string preset, clients = "1,2,4,8", links = "none,lan", batches = "8,1", ticks = "200", threads = "1", lanes = "1";
   bool as_json = false;
   Settings s;
   s.model = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
@@ -265,6 +271,12 @@ int serve_preset_main(int argc, char** argv) {
   app.add_option("--max-batch", batches, "the servers' --max-batch, comma-separated (1: no batching)")->capture_default_str();
   app.add_option("--tick-us", ticks,
                  "the servers' --tick-us, comma-separated (0: a tick of the event loop runs all ready work)")
+      ->capture_default_str();
+  app.add_option("--server-threads", threads,
+                 "the servers' --threads (each server's compute pool, counting its loop's thread), comma-separated")
+      ->capture_default_str();
+  app.add_option("--lanes", lanes,
+                 "the servers' --lanes (batched steps in flight at once), comma-separated; 1: one step at a time")
       ->capture_default_str();
   app.add_option("--tokens", s.tokens, "tokens per client")->capture_default_str();
   app.add_option("--prompt-bytes", s.prompt_bytes, "prompt length per client")->capture_default_str()->check(CLI::Range(1, 150));
@@ -284,21 +296,25 @@ int serve_preset_main(int argc, char** argv) {
     std::stringstream ls(links);
     for (std::string link; std::getline(ls, link, ',');) {
       std::vector<json> rows;
-      for (int tick_us : parse_list(ticks))
-        for (int max_batch : parse_list(batches))
-          for (auto& row : run_link(s, link, max_batch, tick_us)) rows.push_back(std::move(row));
-      // Batched against unbatched, same link, clients and ticks, same run.
+      for (int server_threads : parse_list(threads))
+        for (int tick_us : parse_list(ticks))
+          for (int lane_count : parse_list(lanes))
+            for (int max_batch : parse_list(batches))
+              for (auto& row : run_link(s, link, max_batch, tick_us, server_threads, lane_count))
+                rows.push_back(std::move(row));
+      // Batched against unbatched, same link, clients, ticks, threads and lanes, same run.
       for (auto& row : rows)
         for (const auto& base : rows)
-          if (base["max_batch"] == 1 && base["clients"] == row["clients"] && base["tick_us"] == row["tick_us"])
+          if (base["max_batch"] == 1 && base["clients"] == row["clients"] && base["tick_us"] == row["tick_us"] &&
+              base["server_threads"] == row["server_threads"] && base["lanes"] == row["lanes"])
             row["throughput_vs_unbatched"] = row["tokens_per_s"].get<double>() / base["tokens_per_s"].get<double>();
       for (const auto& row : rows) {
         if (as_json) {
           std::cout << row.dump() << std::endl;
         } else {
-          std::printf("serve link %-5s tick %4d us max-batch %d clients %2d: %7.2f tok/s (x%.2f of 1 client), mean batch %.2f, ttft p50 "
+          std::printf("serve link %-5s lanes %d threads %d tick %4d us max-batch %d clients %2d: %7.2f tok/s (x%.2f of 1 client), mean batch %.2f, ttft p50 "
                       "%.3f s, token p50 %.3f s p99 %.3f s, %.0f bytes/token, %.1f rounds/token\n",
-                      link.c_str(), row["tick_us"].get<int>(), row["max_batch"].get<int>(), row["clients"].get<int>(), row["tokens_per_s"].get<double>(),
+                      link.c_str(), row["lanes"].get<int>(), row["server_threads"].get<int>(), row["tick_us"].get<int>(), row["max_batch"].get<int>(), row["clients"].get<int>(), row["tokens_per_s"].get<double>(),
                       row["throughput_vs_1_client"].get<double>(), row["mean_batch"].get<double>(), row["ttft_p50_s"].get<double>(),
                       row["token_p50_s"].get<double>(), row["token_p99_s"].get<double>(),
                       row["bytes_per_token_max_server"].get<double>(), row["rounds_per_decoded_token"].get<double>());

@@ -16,7 +16,7 @@
 //   servers 1, 2 -> leader (batch_ready_stream)  BatchReady: a session
 //       finished its prefill here and joins the decode batches (or failed)
 //   leader -> servers 1, 2 (batch_stream)        BatchStep: the sessions of
-//       the next batched decode step, and the sessions that leave (why)
+//       the next batched decode step of a lane, and the sessions that leave (why)
 export module mpcache.serve:messages;
 import mpcache.std;
 import mpcache.core;
@@ -89,6 +89,7 @@ struct BatchReady {
 // The leader's plan for one batched decode step: which sessions step, in
 // which order (their rows' order), and which leave the batches first.
 struct BatchStep {
+  std::uint64_t lane = 0;                                        // which of the steps in flight (ServeOptions::decode_lanes)
   std::vector<std::uint64_t> sessions;                           // may be empty: only departures
   std::vector<std::pair<std::uint64_t, std::string>> departures;  // session, why
 

@@ -29,7 +29,10 @@
 // (Decoder::decode_batch: the stacked rows meet each weight matrix once,
 // their norms, MLPs and argmax share rounds; attention runs per session).
 // A session joins or leaves between any two steps; one whose client went
-// away leaves at the next step and the others go on.
+// away leaves at the next step and the others go on. With decode_lanes > 1,
+// that many batched steps are in flight at once, each on its own stream and
+// with its own sessions, so that one step's computation fills the time
+// another waits on its round trips.
 export module mpcache.serve:server;
 import mpcache.std;
 import mpcache.core;
@@ -68,6 +71,15 @@ struct ServeOptions {
   // step (continuous batching); 1: each session decodes on its own, its
   // rounds interleaved with the others' (no batching).
   std::size_t max_batch = 8;
+  // Batched steps in flight at once (max_batch > 1): the leader splits the
+  // decoding sessions across them evenly, so one step computes while
+  // another waits on its round trips, at the price of smaller batches. On
+  // one 2-core host for all three servers it gained nothing (the lanes
+  // compete for the same cores: bench/results/serve-lanes.jsonl), hence 1.
+  // Offline stores (DCF keys, truncation pairs) are refilled at a point
+  // where no step runs, so with a store the servers run one lane whatever
+  // this says.
+  std::size_t decode_lanes = 1;
   UnusedTensors unused_weights = UnusedTensors::reject;
   Rss3Options rss3;
   // A request must reach all three servers within this; then it is refused.

@@ -76,6 +76,10 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
   cmd.add_option("--max-batch", o.max_batch,
                  "sessions in their decode phase step together, at most this many per step; 1: each on its own")
       ->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd.add_option("--lanes", o.lanes,
+                 "batched decode steps in flight at once, the decoding sessions split evenly across them: one "
+                 "step computes while another waits on its round trips, in smaller batches (1 under an offline store)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
   cmd.add_option("--max-queued", o.max_queued, "requests waiting beyond those; more are refused \"busy\"")
       ->capture_default_str()->check(CLI::Range(0, 1 << 16));
   cmd.add_option("--kv-limit-mb", o.kv_limit_mb, "KV-cache memory of the running sessions, per server")
@@ -159,6 +163,7 @@ int run_server(const ServeJob& o) {
   so.model_dir = o.model_dir;
   so.max_sessions = o.max_sessions;
   so.max_batch = o.max_batch;
+  so.decode_lanes = o.lanes;
   so.max_queued = o.max_queued;
   so.kv_bytes_limit = std::uint64_t(o.kv_limit_mb) << 20;
   so.max_new_tokens = o.max_new_tokens;

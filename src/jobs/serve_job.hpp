@@ -24,6 +24,7 @@ struct ServeJob {
   std::string clients;    // a client's .pub file or a folder of them: the clients admitted
   std::size_t max_sessions = 4;
   std::size_t max_batch = 8;  // sessions per batched decode step; 1: no batching
+  std::size_t lanes = 1;      // batched steps in flight at once (one under an offline store)
   std::size_t max_queued = 16;
   std::size_t kv_limit_mb = 4096;
   std::size_t max_new_tokens = 1024;

@@ -168,6 +168,7 @@ BatchReady BatchReady::decode(std::span<const std::byte> bytes) {
 
 std::vector<std::byte> BatchStep::encode() const {
   Writer w;
+  w.u64(lane);
   w.u64(sessions.size());
   for (auto s : sessions) w.u64(s);
   w.u64(departures.size());
@@ -181,6 +182,7 @@ std::vector<std::byte> BatchStep::encode() const {
 BatchStep BatchStep::decode(std::span<const std::byte> bytes) {
   Reader r{bytes, 0, "leader's batch step"};
   BatchStep b;
+  b.lane = r.u64();
   const std::uint64_t n = r.u64();
   if (n > bytes.size() / 8) r.fail(std::to_string(n) + " sessions do not fit");
   for (std::uint64_t i = 0; i < n; ++i) b.sessions.push_back(r.u64());

@@ -12,6 +12,9 @@ namespace mpcache::serve {
 
 namespace {
 constexpr PartyId leader = 0;
+// A bound on the lanes a leader may ask for, so that a garbled step cannot
+// make a server open streams without end.
+constexpr std::size_t max_lanes = 64;
 
 ScopeId scope_of(std::uint64_t session) { return static_cast<ScopeId>(1 + session % max_scope); }
 }  // namespace
@@ -97,10 +100,14 @@ struct Server::Impl {
   std::map<std::uint64_t, std::string> left_early;                // others: left before they joined here
   std::uint64_t steps_run = 0;
   StoreRefill store_refill{options.refill_steps_ahead};  // DCF keys and truncation pairs, offline
-  // The batched steps' stream, the same from step to step, so that a refill
+  // Each lane's stream, the same from step to step, so that a refill
   // reserves truncation pairs for the calls the next step repeats
-  // (Rss3TruncationPlan keys derive from the stream). Opened by the first step.
-  std::optional<Rss3> step_stream;
+  // (Rss3TruncationPlan keys derive from the stream). Opened in lane order
+  // when a lane is first used, so the servers' stream ids agree; a deque,
+  // so that opening one does not move another a step is using.
+  std::deque<Rss3> lane_streams;
+  std::vector<bool> lane_busy;         // a step of that lane runs here
+  std::set<std::uint64_t> stepping;    // sessions in a running step here
 
   Impl(Scheduler& s, Endpoint& m, TimerQueue& t, ServeOptions o)
       : scheduler(s), mesh(m), timers(t), options(std::move(o)),
@@ -123,6 +130,9 @@ struct Server::Impl {
     if (options.rss3.truncation_pairs_budget > 0 && !options.rss3.exact_truncation)
       throw Error(ErrorCode::invalid_argument,
                   "serve: truncation pairs (rss3.truncation_pairs_budget) serve exact truncation, which is off");
+    if (options.decode_lanes < 1 || options.decode_lanes > max_lanes)
+      throw Error(ErrorCode::invalid_argument, "serve: decode_lanes is " + std::to_string(options.decode_lanes) +
+                                                   ", it must be 1 to " + std::to_string(max_lanes));
     if (options.rss3.truncation_pairs_budget > 0 && options.max_batch < 2)
       throw Error(ErrorCode::invalid_argument,
                   "serve: truncation pairs are made between batched steps, so they need max_batch > 1 (it is " +
@@ -515,31 +525,58 @@ struct Server::Impl {
     changed.notify();
   }
 
-  // Leader: the sessions all three servers have, least recently stepped
-  // first, at most max_batch.
+  // The leader's lanes: the servers' limit, but one under an offline store,
+  // whose refills need a point where no step runs.
+  std::size_t lanes() const {
+    const bool store = options.rss3.offline_budget > 0 || options.rss3.truncation_pairs_budget > 0;
+    return store ? 1 : options.decode_lanes;
+  }
+
+  // Leader: the sessions all three servers have and no step runs, least
+  // recently stepped first, at most max_batch and at most this lane's even
+  // share of all of them (so that every lane has work).
   std::vector<std::uint64_t> next_batch() const {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> order;  // (last step, session)
+    std::size_t joined = 0;
     for (const auto& [session, seq] : decoding)
-      if (auto it = followers_joined.find(session); it != followers_joined.end() && it->second == 0b11)
-        order.emplace_back(seq->last_step, session);
+      if (auto it = followers_joined.find(session); it != followers_joined.end() && it->second == 0b11) {
+        ++joined;
+        if (!stepping.contains(session)) order.emplace_back(seq->last_step, session);
+      }
     std::sort(order.begin(), order.end());
+    const std::size_t share = std::min(options.max_batch, (joined + lanes() - 1) / lanes());
     std::vector<std::uint64_t> batch;
-    for (std::size_t i = 0; i < order.size() && i < options.max_batch; ++i) batch.push_back(order[i].second);
+    for (std::size_t i = 0; i < order.size() && i < share; ++i) batch.push_back(order[i].second);
     return batch;
   }
 
-  Task<void> lead_batches() {
+  // Leader: departures that can be told now. A session in a running step
+  // leaves after it, so that no step loses a row it is computing.
+  bool departures_ready() const {
+    return std::ranges::any_of(departing, [&](const auto& d) { return !stepping.contains(d.first); });
+  }
+
+  Task<void> lead_lane(std::size_t lane) {
     for (;;) {
-      while (!mesh.cancelled() && departing.empty() && next_batch().empty()) co_await changed.wait();
+      while (!mesh.cancelled() && !departures_ready() && next_batch().empty()) co_await changed.wait();
       if (mesh.cancelled()) co_return;
       for (const auto& [session, seq] : decoding)  // clients gone, sessions cut by a drain
-        if (auto why = mesh.scope_cancelled(scope_of(session)); !why.empty()) departing.emplace_back(session, why);
+        if (auto why = mesh.scope_cancelled(scope_of(session));
+            !why.empty() && !std::ranges::any_of(departing, [&](const auto& d) { return d.first == session; }))
+          departing.emplace_back(session, why);
       BatchStep step;
-      step.departures = std::exchange(departing, {});
+      step.lane = lane;
+      std::erase_if(departing, [&](auto& d) {
+        if (stepping.contains(d.first)) return false;
+        step.departures.push_back(std::move(d));
+        return true;
+      });
       for (const auto& [session, why] : step.departures) leave(session, why);
       step.sessions = next_batch();
+      if (step.sessions.empty() && step.departures.empty()) continue;
+      if (!step.sessions.empty()) begin_step(lane, step.sessions);
       for (PartyId peer = 1; peer < 3; ++peer) mesh.send(peer, batch_stream, step.encode());
-      if (!step.sessions.empty()) co_await run_step(step.sessions);
+      if (!step.sessions.empty()) co_await run_lane_step(lane, step.sessions);
     }
   }
 
@@ -557,9 +594,45 @@ struct Server::Impl {
       } catch (const Error& e) {
         co_return lose_mesh(e.what());
       }
+      if (step.lane >= max_lanes)
+        co_return lose_mesh("server 0 planned a decode step in lane " + std::to_string(step.lane) + ", past the " +
+                            std::to_string(max_lanes) + " lanes a server may run");
+      // The leader starts a step once the lane's last one and the steps of
+      // the sessions it names have ended there; here they may still run.
+      const auto in_step = [&](std::uint64_t session) { return stepping.contains(session); };
+      const auto waits = [&] {
+        return (step.lane < lane_busy.size() && lane_busy[step.lane]) || std::ranges::any_of(step.sessions, in_step) ||
+               std::ranges::any_of(step.departures, [&](const auto& d) { return in_step(d.first); });
+      };
+      while (!mesh_lost && !mesh.cancelled() && waits()) co_await changed.wait();
+      if (mesh_lost || mesh.cancelled()) co_return;
       for (const auto& [session, why] : step.departures) leave(session, why);
-      if (!step.sessions.empty()) co_await run_step(step.sessions);
+      if (step.sessions.empty()) continue;
+      begin_step(step.lane, step.sessions);
+      tasks.spawn(run_lane_step(step.lane, std::move(step.sessions)));
     }
+  }
+
+  // Marks a lane's step as running (at once, before any other message is
+  // read), opening the lane's stream, and those before it, at its first use.
+  void begin_step(std::uint64_t lane, const std::vector<std::uint64_t>& sessions) {
+    while (lane_streams.size() <= lane) lane_streams.push_back(party->session());
+    lane_busy.resize(lane_streams.size(), false);
+    lane_busy[lane] = true;
+    stepping.insert(sessions.begin(), sessions.end());
+  }
+
+  Task<void> run_lane_step(std::uint64_t lane, std::vector<std::uint64_t> sessions) {
+    std::exception_ptr failed;  // run_step handles Errors; anything else still frees the lane
+    try {
+      co_await run_step(lane_streams[lane], sessions);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    lane_busy[lane] = false;
+    for (auto session : sessions) stepping.erase(session);
+    changed.notify();
+    if (failed) std::rethrow_exception(failed);
   }
 
   // Leader: what servers 1 and 2 say of each session's prefill.
@@ -585,7 +658,7 @@ struct Server::Impl {
   // One batched decode step of `sessions` (rows in that order), the same at
   // every server: the stop tests due ride along, then one argmax for the
   // sessions that go on, and each one's token to its client.
-  Task<void> run_step(std::vector<std::uint64_t> sessions) {
+  Task<void> run_step(Rss3& p, const std::vector<std::uint64_t>& sessions) {
     std::vector<std::shared_ptr<Sequence>> batch;
     for (auto session : sessions) {
       auto it = decoding.find(session);
@@ -598,8 +671,6 @@ struct Server::Impl {
     ++stats.batched_steps;
     stats.batched_rows += batch.size();
     try {
-      if (!step_stream) step_stream.emplace(party->session());  // the servers open it at the same step
-      Rss3& p = *step_stream;
       co_await store_refill.before_step(*party, p, batch.size());  // offline, before the step's window
       std::vector<Decoder<Rss3>::BatchSlot<kv::AnyPolicy<Rss3>>> slots;
       std::vector<std::size_t> tested;
@@ -815,7 +886,7 @@ Task<ServeStats> Server::run(std::stop_token stop) {
     if (peer != I.id()) I.tasks.spawn(I.hear_heartbeats(peer));
   if (I.id() != leader) I.tasks.spawn(I.hear_announcements());
   if (I.batching() && I.id() == leader) {
-    I.tasks.spawn(I.lead_batches());
+    for (std::size_t lane = 0; lane < I.lanes(); ++lane) I.tasks.spawn(I.lead_lane(lane));
     for (PartyId peer = 1; peer < 3; ++peer) I.tasks.spawn(I.hear_batch_ready(peer));
   } else if (I.batching()) {
     I.tasks.spawn(I.follow_batches());
@@ -832,7 +903,7 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   I.changed.notify();  // the leader's batch planner sees the end
   I.close_links();  // clients still connected without a session
   co_await I.tasks.idle();
-  I.step_stream.reset();
+  I.lane_streams.clear();
   I.stats.offline = I.store_refill.costs();
   I.stats.truncations_with_pairs = I.party->truncation_stats().from_pairs;
   I.stats.truncations_in_two_rounds = I.party->truncation_stats().two_round;

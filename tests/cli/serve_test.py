@@ -90,8 +90,11 @@ def main():
 
     # A client that keeps its session waiting 4 s (its prompt never comes) is dropped.
     # Each server has a compute pool of 2 threads: the tokens must not change.
+    # Two lanes: the four sessions' decode steps run as two batched steps in
+    # flight at once, two sessions in each.
     # A stranger's connection has 60 s to prove its key, at most 4 at once from one host.
     servers, logs = start_servers("server", ["--drain-ms", "20000", "--client-timeout-ms", "4000", "--threads", "2",
+                                             "--lanes", "2",
                                              "--handshake-ms", "60000", "--max-handshakes-per-host", "4"])
     try:
 

@@ -30,6 +30,7 @@ struct StepLog {
     for (const auto& [clock, sessions] : sessions_at_clock) most = std::max(most, sessions.size());
     return most;
   }
+  std::uint64_t last_clock() const { return sessions_at_clock.empty() ? 0 : sessions_at_clock.rbegin()->first; }
   bool together(std::uint64_t a, std::uint64_t b) const {
     return std::any_of(sessions_at_clock.begin(), sessions_at_clock.end(),
                        [&](const auto& entry) { return entry.second.contains(a) && entry.second.contains(b); });
@@ -117,7 +118,9 @@ TEST_CASE("sessions in their decode phase step together, and each gets the token
                                     {emma.substr(0, 40), 3},
                                     {"Mr. Knightley, a sensible man about", 5},
                                     {"It is a truth universally acknowledged", 4}};
-  const Served r = serve_all({}, asked);
+  serve::ServeOptions options;
+  options.decode_lanes = 1;  // one step at a time: all the sessions in it
+  const Served r = serve_all(options, asked);
   check_tokens(asked, r.outcomes);
   // Every decoded token was one row of a batched step, the same steps at
   // all three servers, and steps carried several sessions.
@@ -134,6 +137,7 @@ TEST_CASE("sessions in their decode phase step together, and each gets the token
 TEST_CASE("a session joins the batch while another decodes, and each leaves when done") {
   const std::vector<Asked> asked = {{emma, 8}, {"Mr. Knightley, a sensible man about", 3}};
   serve::ServeOptions options;
+  options.decode_lanes = 1;
   StepLog steps;
   std::optional<serve::Signal> second_step;
   std::size_t first_steps = 0;
@@ -170,11 +174,48 @@ TEST_CASE("a step takes at most max_batch sessions, and the waiting ones go firs
                                     {"It is a truth universally acknowledged", 4}};
   serve::ServeOptions options;
   options.max_batch = 2;
+  options.decode_lanes = 1;
   const Served r = serve_all(options, asked);
   check_tokens(asked, r.outcomes);
   CHECK(r.steps.widest() == 2);
   CHECK(r.stats[0].batched_rows == decoded_rows(asked));
   CHECK(r.stats[0].batched_steps >= decoded_rows(asked) / 2);
+}
+
+TEST_CASE("two lanes: two batched steps in flight at once, each with half the sessions; the same tokens") {
+  const std::vector<Asked> asked = {{emma, 6},
+                                    {emma.substr(0, 40), 6},
+                                    {"Mr. Knightley, a sensible man about", 6},
+                                    {"It is a truth universally acknowledged", 6}};
+  // The baseline: the same steps of two sessions, one at a time.
+  serve::ServeOptions one_lane;
+  one_lane.max_batch = 2;
+  one_lane.decode_lanes = 1;
+  serve::ServeOptions two_lanes;
+  two_lanes.decode_lanes = 2;  // max_batch 8: a lane's share of the four is two
+  const Served one = serve_all(one_lane, asked);
+  const Served two = serve_all(two_lanes, asked);
+  check_tokens(asked, one.outcomes);
+  check_tokens(asked, two.outcomes);
+  for (PartyId id = 0; id < 3; ++id) {
+    CHECK(two.stats[id].batched_rows == decoded_rows(asked));
+    CHECK(two.stats[id].batched_steps == two.stats[0].batched_steps);
+  }
+  // No step took more than its lane's share...
+  CHECK(two.stats[0].batched_steps >= decoded_rows(asked) / 2);
+  // ...and the lanes' steps shared their round trips: the decode ends at an
+  // earlier round clock than the same steps run one after another.
+  MESSAGE("last token at round " << two.steps.last_clock() << " with two lanes, " << one.steps.last_clock()
+                                 << " with one");
+  CHECK(double(two.steps.last_clock()) < 0.8 * double(one.steps.last_clock()));
+}
+
+TEST_CASE("decode_lanes must be 1 to 64") {
+  serve::ServeOptions options;
+  options.decode_lanes = 0;
+  CHECK_THROWS_WITH_AS(Service{options}, doctest::Contains("decode_lanes is 0, it must be 1 to 64"), Error);
+  options.decode_lanes = 65;
+  CHECK_THROWS_WITH_AS(Service{options}, doctest::Contains("decode_lanes is 65"), Error);
 }
 
 TEST_CASE("max_batch 1: each session decodes on its own, no batched steps") {
@@ -193,6 +234,7 @@ TEST_CASE("under dcf comparisons a session prefills on the circuit while others 
   const std::vector<Asked> asked = {{emma, 5}, {emma.substr(0, 40), 3}};
   serve::ServeOptions dcf;
   dcf.rss3.comparisons = Rss3Comparisons::dcf;
+  dcf.decode_lanes = 1;  // one step at a time, so that the two step together
   const Served served = serve_all(dcf, asked);
   check_tokens(asked, served.outcomes);
   CHECK(served.steps.widest() == 2);  // the two sessions stepped together
