@@ -105,6 +105,14 @@ Alone alone(std::size_t tokens, serve::ServeOptions options) {
   return out;
 }
 
+// Four different prompts, `tokens` tokens each.
+std::vector<Asked> four_prompts(std::size_t tokens) {
+  return {{emma, tokens},
+          {emma.substr(0, 40), tokens},
+          {"Mr. Knightley, a sensible man about", tokens},
+          {"It is a truth universally acknowledged", tokens}};
+}
+
 std::uint64_t decoded_rows(const std::vector<Asked>& asked) {
   std::uint64_t rows = 0;
   for (const auto& a : asked) rows += a.tokens - 1;  // the first token comes from the prefill
@@ -168,10 +176,7 @@ TEST_CASE("a session joins the batch while another decodes, and each leaves when
 }
 
 TEST_CASE("a step takes at most max_batch sessions, and the waiting ones go first next") {
-  const std::vector<Asked> asked = {{emma, 4},
-                                    {emma.substr(0, 40), 4},
-                                    {"Mr. Knightley, a sensible man about", 4},
-                                    {"It is a truth universally acknowledged", 4}};
+  const std::vector<Asked> asked = four_prompts(4);
   serve::ServeOptions options;
   options.max_batch = 2;
   options.decode_lanes = 1;
@@ -183,10 +188,7 @@ TEST_CASE("a step takes at most max_batch sessions, and the waiting ones go firs
 }
 
 TEST_CASE("two lanes: two batched steps in flight at once, each with half the sessions; the same tokens") {
-  const std::vector<Asked> asked = {{emma, 6},
-                                    {emma.substr(0, 40), 6},
-                                    {"Mr. Knightley, a sensible man about", 6},
-                                    {"It is a truth universally acknowledged", 6}};
+  const std::vector<Asked> asked = four_prompts(6);
   // The baseline: the same steps of two sessions, one at a time.
   serve::ServeOptions one_lane;
   one_lane.max_batch = 2;
