@@ -207,7 +207,8 @@ CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const s
   cmd->add_option("--tokenizer", o.tokenizer, tokenizer_help)->capture_default_str();
   cmd->add_flag("--ignore-eos", o.ignore_eos, ignore_eos_help);
   cmd->add_flag("--ids", o.ids, "print token ids, one per line, instead of text");
-  cmd->add_option("--timeout-ms", o.timeout_ms, "connect timeout, and the longest a server may keep this client waiting")
+  cmd->add_option("--timeout-ms", o.timeout_ms, "connect timeout, and the longest a server may stay silent (servers send a heartbeat each second, "
+                                        "so a request that waits in the queue or a long prefill is not cut short)")
       ->capture_default_str()->check(CLI::Range(100, 3600000));
   cmd->add_option("--json", o.json, "write the result as one JSON object (tokens, text, latencies)");
   cmd->add_option("--fault", o.fault, "tests of the servers: garbage (a short prompt share for server 1), vanish "

@@ -50,7 +50,7 @@ struct ClientOptions {
   std::array<ServerEntry, 3> servers;
   std::string secret_key_pem, public_key_pem;  // this client's Ed25519 pair
   std::chrono::milliseconds connect_timeout{10000};
-  TcpOptions tcp;  // silence deadline: how long a server may keep this client waiting
+  TcpOptions tcp;  // silence deadline: how long a server may stay silent (servers beat each heartbeat_every)
 };
 
 // Connects, runs one request on a loop of its own, disconnects.

@@ -8,7 +8,10 @@
 // Server -> client, one stream (reply_stream), in order:
 //   'A' accepted (session number) or 'R' refused (why), then per chosen
 //   token 'T' + the server's part of it (client_shares::open_part), then
-//   'D' done (tokens chosen) or 'F' failed (why).
+//   'D' done (tokens chosen) or 'F' failed (why). Beside it, an empty
+//   frame on heartbeat_stream every ServeOptions::heartbeat_every, which the
+//   client takes and ignores: it keeps the client's silence deadline from
+//   running out while the request waits in the queue or a long prefill.
 // Leader (server 0) -> servers 1 and 2, on the mesh (announce_stream):
 //   Announcement: the session number it gave a client's request (by nonce)
 //   and the request's bytes, or a refusal and why.

@@ -86,6 +86,8 @@ struct ServeOptions {
   std::chrono::milliseconds match_within{10000};
   // After a stop: sessions in flight may finish within this; then they are cancelled.
   std::chrono::milliseconds drain_within{30000};
+  // Each server beats to the other two and to every client connected, this
+  // often; keep the clients' silence deadlines several beats long.
   std::chrono::milliseconds heartbeat_every{1000};
   // A session's client must send its prompt shares within this; otherwise
   // the session fails and the client is told why before its channel closes.

@@ -804,6 +804,21 @@ struct Server::Impl {
     });
   }
 
+  // An empty frame on heartbeat_stream to every client link, each
+  // heartbeat_every: a client whose request waits in the queue or in a long
+  // prefill then still hears from every server, so its silence deadline
+  // tells a dead server from a busy one. The client never awaits them.
+  void beat_clients() {
+    std::weak_ptr<bool> guard = alive;
+    timers.at(SteadyClock::now() + options.heartbeat_every, [this, guard] {
+      if (guard.expired()) return;
+      for (auto& weak : links)
+        if (auto link = weak.lock(); link && !link->closed)
+          link->endpoint->send(link->client_peer, heartbeat_stream, std::vector<std::byte>{});
+      beat_clients();
+    });
+  }
+
   void drain() {
     log("stopping: refusing new requests, " + std::to_string(active) + " sessions in flight");
     for (auto& r : queue) refuse_everywhere(*r, "shutting down");
@@ -859,6 +874,7 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   const auto t0 = SteadyClock::now();
   const CostCounters start = I.mesh.costs();
   std::exception_ptr failed;
+  I.beat_clients();  // clients may connect while the model is shared
   try {
     I.party = co_await Rss3Party::setup(I.mesh, I.options.rss3);
     Rss3 p = I.party->session();

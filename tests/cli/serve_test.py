@@ -230,10 +230,34 @@ def main():
             fail("a server did not report its 8 sessions done and 3 failed", logs)
     print("SIGTERM: every server drained and stopped with status 0")
 
-    # A server that dies mid-session: the client gets an error naming it
-    # within the deadline, the survivors stop with status 1, naming it too.
-    servers, logs = start_servers("dying")
+    # One session at a time. A client queued behind a stalling one waits
+    # about 6 s (until the staller is dropped), twice its own 3 s silence
+    # deadline: the servers' heartbeats (one a second) keep it from giving
+    # up on servers that are busy, not dead, and it gets its tokens.
+    servers, logs = start_servers("dying", ["--max-sessions", "1", "--client-timeout-ms", "6000"])
     try:
+        staller = subprocess.Popen([exe, "client", "--servers", config, "--key", os.path.join(clients, "bob.key"),
+                                    "--model", a.model, "--tokenizer", "none", "--prompt", PROMPTS[0], "--tokens",
+                                    str(TOKENS), "--fault", "stall", "--timeout-ms", "30000"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while "session 0 for" not in open(logs[0]).read():
+            if time.time() > deadline:
+                fail("the stalling client's session did not start", logs)
+            time.sleep(0.05)
+        r = run([exe, "client", "--servers", config, "--key", os.path.join(clients, "alice.key"), "--model", a.model,
+                 "--tokenizer", "none", "--prompt", PROMPTS[1], "--tokens", str(TOKENS), "--ids", "--timeout-ms", "3000"])
+        staller.communicate(timeout=60)
+        if r.returncode != 0 or [int(x) for x in r.stdout.split()] != expected[PROMPTS[1]]:
+            fail("a client queued longer than its silence deadline: status %d\n%s" % (r.returncode, r.stderr), logs)
+        waited = float(r.stderr.split("first token after ")[1].split(" s")[0])
+        if waited < 3.0 or "queued" not in open(logs[0]).read():
+            fail("the queued client did not wait past its 3 s deadline (first token after %.3f s)" % waited, logs)
+        print("a client queued %.1f s, past its 3 s silence deadline, hears the servers' heartbeats and gets its tokens"
+              % waited)
+
+        # A server that dies mid-session: the client gets an error naming it
+        # within the deadline, the survivors stop with status 1, naming it too.
         client = subprocess.Popen([exe, "client", "--servers", config, "--key", os.path.join(clients, "alice.key"),
                                    "--model", a.model, "--tokenizer", "none", "--prompt", "Emma", "--tokens", "120",
                                    "--ids", "--timeout-ms", "20000"],
