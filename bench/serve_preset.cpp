@@ -87,6 +87,7 @@ struct Settings {
   std::vector<int> clients = {1, 2, 4, 8};
   std::string comparisons = "circuit";  // the servers' --comparisons
   std::string truncation = "exact";     // the servers' --truncation
+  int batch_timeout_s = 600;            // a batch's clients must all finish within this
 };
 
 // Three servers over `link`, then one batch per client count.
@@ -154,11 +155,18 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
           cluster.file(tag + std::to_string(c) + ".log")));
     }
     std::vector<json> reports;
+    const auto deadline = t0 + std::chrono::seconds(s.batch_timeout_s);
     for (int c = 0; c < n; ++c) {
-      if (clients[c]->wait(600000) != 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (clients[c]->wait(int(std::max<long long>(left, 0))) != 0) {
         std::ifstream in(cluster.file(tag + std::to_string(c) + ".log"));
-        throw Error(ErrorCode::network, "serve preset: client " + std::to_string(c) + " failed: " +
-                                            std::string(std::istreambuf_iterator<char>(in), {}));
+        const std::string log(std::istreambuf_iterator<char>(in), {});
+        if (Clock::now() >= deadline)
+          throw Error(ErrorCode::timeout, "serve preset: " + std::to_string(n) + (n == 1 ? " client" : " clients") + " of " +
+                                              std::to_string(tokens) + " tokens did not finish within --batch-timeout-s " +
+                                              std::to_string(s.batch_timeout_s) + " (client " + std::to_string(c) +
+                                              " was stopped)" + (log.empty() ? "" : ": " + log));
+        throw Error(ErrorCode::network, "serve preset: client " + std::to_string(c) + " failed: " + log);
       }
       std::ifstream in(cluster.file(tag + std::to_string(c) + ".json"));
       reports.push_back(json::parse(in));
@@ -172,6 +180,10 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     std::array<std::size_t, 3> lines_before{};
     for (int i = 0; i < 3; ++i) lines_before[i] = read_steps(cluster.file("steps" + std::to_string(i) + ".jsonl")).size();
     const auto [seconds, reports] = batch(n, s.tokens, "c" + std::to_string(n) + "-");
+    // Rows print once the servers stop (they add the servers' peak RSS):
+    // on a long run this line says how far it got.
+    std::fprintf(stderr, "serve preset: link %s, %d %s: done in %.1f s\n", link.c_str(), n, n == 1 ? "client" : "clients",
+                 seconds);
     std::size_t total_tokens = 0;
     std::vector<double> ttft, per_token;
     for (const auto& r : reports) {
@@ -281,6 +293,9 @@ int serve_preset_main(int argc, char** argv) {
   app.add_option("--tokens", s.tokens, "tokens per client")->capture_default_str();
   app.add_option("--prompt-bytes", s.prompt_bytes, "prompt length per client")->capture_default_str()->check(CLI::Range(1, 150));
   app.add_option("--model", s.model, "model folder (bytes as tokens)")->capture_default_str();
+  app.add_option("--batch-timeout-s", s.batch_timeout_s,
+                 "each batch of clients must finish within this (a GPT-2-124M-shaped model needs more than the default)")
+      ->capture_default_str()->check(CLI::Range(1, 86400));
   app.add_option("--comparisons", s.comparisons,
                  "the servers' --comparisons: circuit, dcf (decode steps with DCF keys dealt inline) or dcf+offline "
                  "(keys from stores refilled between batched steps; needs --max-batch > 1)")
