@@ -234,7 +234,7 @@ def main():
     # about 6 s (until the staller is dropped), twice its own 3 s silence
     # deadline: the servers' heartbeats (one a second) keep it from giving
     # up on servers that are busy, not dead, and it gets its tokens.
-    servers, logs = start_servers("dying", ["--max-sessions", "1", "--client-timeout-ms", "6000"])
+    servers, logs = start_servers("one-session", ["--max-sessions", "1", "--client-timeout-ms", "6000"])
     try:
         staller = subprocess.Popen([exe, "client", "--servers", config, "--key", os.path.join(clients, "bob.key"),
                                     "--model", a.model, "--tokenizer", "none", "--prompt", PROMPTS[0], "--tokens",
