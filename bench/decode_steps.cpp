@@ -1,6 +1,6 @@
 // mpcache-decode-steps [--tokens N] [--prompt-bytes B] [--budget K] [--policies full,mpcache,...]
-//                      [--late-ranking] [--protocol rss3|add2] [--comparisons circuit,dcf,dcf+offline]
-//                      [--offline-budget MB] [--truncation exact|probabilistic|exact+offline]
+//                      [--late-ranking] [--protocol P] [--truncation T] [--comparisons C,C,...]
+//                      [--offline-budget MIB] [--pairs-budget MIB]
 // Private decoding of our model under rss3 or add2 (three parties in one
 // process, in-process transport): rounds and payload bytes (busiest party)
 // of the prefill and of every decode step, for each policy and each way of
@@ -16,7 +16,7 @@
 // so), and the prefill compares on the circuit (as generate_party). With --truncation exact+offline (rss3) they also make truncation
 // pairs before each decode step (Rss3::refill_truncation_pairs, per
 // shift: 16 times the previous step's exact fused truncations + 64, within
-// --offline-budget; the session's stream takes them and its forks take
+// --pairs-budget; the session's stream takes them and its forks take
 // halves in turn), so that an exact product takes one round; printed like
 // the stores. Step 0 follows the prefill and has none. Counts, not timings (but offline seconds and the last step's
 // seconds per operator): deterministic, so before/after comparisons of a
@@ -32,6 +32,7 @@ import mpcache;
 #include "fidelity_common.hpp"
 #include "process_allocator.hpp"
 #include "dcf_store.hpp"
+#include "protocol_mode_flags.hpp"
 
 using namespace mpcache;
 
@@ -61,11 +62,10 @@ Costs busiest(const std::array<CostCounters, 3>& before, const std::array<CostCo
 
 struct Settings {
   std::size_t tokens = 16, prompt = 1000, budget = 48;
-  bool late_ranking = false, exact_truncation = false;
-  bool dcf = false;  // comparisons from DCF keys instead of the circuit
-  bool offline = false;  // rss3 dcf: keys dealt ahead into a store before each step
-  bool pairs = false;    // rss3 exact truncation: pairs made ahead before each step
-  std::uint64_t offline_budget = std::uint64_t{256} << 20;
+  bool late_ranking = false;
+  // dcf+offline: keys dealt ahead into a store before each step;
+  // exact+offline: truncation pairs made ahead before each step.
+  ProtocolMode mode;
 };
 
 // What the dcf stores did in one step, summed or maxed over the parties.
@@ -77,17 +77,10 @@ struct OfflineStep {
 
 // The backend's keys: rss3, or add2 with parties 0 and 1 online.
 Task<std::unique_ptr<Rss3Party>> setup(std::type_identity<Rss3Party>, Endpoint& endpoint, const Settings& s) {
-  return Rss3Party::setup(endpoint, {.exact_truncation = s.exact_truncation,
-                                     .comparisons = s.dcf ? Rss3Comparisons::dcf : Rss3Comparisons::circuit,
-                                     .insecure_seed = 1,
-                                     .offline_budget = s.offline ? s.offline_budget : 0,
-                                     .truncation_pairs_budget = s.pairs ? s.offline_budget : 0});
+  return Rss3Party::setup(endpoint, s.mode.rss3({.insecure_seed = 1}));
 }
 Task<std::unique_ptr<Add2Party>> setup(std::type_identity<Add2Party>, Endpoint& endpoint, const Settings& s) {
-  return Add2Party::setup(endpoint,
-                          {.exact_truncation = s.exact_truncation,
-                           .comparisons = s.dcf ? Add2Comparisons::dcf : Add2Comparisons::circuit,
-                           .insecure_seed = 1});
+  return Add2Party::setup(endpoint, s.mode.add2({.insecure_seed = 1}));
 }
 
 std::vector<std::uint32_t> prompt_bytes(std::size_t n) {
@@ -107,7 +100,6 @@ void run(const std::string& policy, const Settings& settings) {
   using P = decltype(std::declval<Party&>().session());
   constexpr bool add2 = std::is_same_v<Party, Add2Party>;
   const std::size_t tokens = settings.tokens, prompt_len = settings.prompt, budget = settings.budget;
-  const bool exact_truncation = settings.exact_truncation;
   const std::string dir = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/austen-byte";
   const ModelConfig c = ModelConfig::from_json_file(dir + "/config.json");
   const auto prompt = prompt_bytes(prompt_len);
@@ -142,13 +134,13 @@ void run(const std::string& policy, const Settings& settings) {
     // As generate_party: under a store the prefill and its token choice
     // compare on the circuit, since no store holds their keys.
     if constexpr (!add2)
-      if (settings.offline) p.compare_on_circuit(true);
+      if (settings.mode.comparison_store()) p.compare_on_circuit(true);
     auto logits = co_await decoder.prefill(p, pol, 0, std::move(mine), prompt.size());
     for (std::size_t step = 0; step <= tokens; ++step) {
       // token choice (argmax over the vocabulary, opened to the client) + one decode
       auto token = co_await p.reveal_to(0, co_await next_token(p, logits));
       if constexpr (!add2)
-        if (step == 0 && settings.offline) p.compare_on_circuit(false);
+        if (step == 0 && settings.mode.comparison_store()) p.compare_on_circuit(false);
       std::optional<std::uint32_t> next;
       if (token) next = static_cast<std::uint32_t>((*token)(0, 0));
       ends[step + 1][id] = network.endpoint(id).costs();
@@ -156,11 +148,11 @@ void run(const std::string& policy, const Settings& settings) {
         before_prepare[step + 1][id] = state->dcf_stats();
         pairs_before_prepare[step + 1][id] = state->truncation_stats();
         // After the prefill, its demand per prompt token stands in for a step's.
-        if (settings.pairs && step < tokens)
+        if (settings.mode.truncation_pairs() && step < tokens)
           (void)co_await p.refill_truncation_pairs(16, step == 0 ? std::max<std::size_t>(prompt.size(), 1) : 1);
         // Fill the stores for the next step from the previous one's demand
         // (the same at every party, so all prepare alike).
-        if (settings.offline && step >= 1 && step < tokens)
+        if (settings.mode.comparison_store() && step >= 1 && step < tokens)
           co_await bench::fill_for_next_step(*state, stats[step][id], before_prepare[step + 1][id]);
         stats[step + 1][id] = state->dcf_stats();
         pair_stats[step + 1][id] = state->truncation_stats();
@@ -171,8 +163,8 @@ void run(const std::string& policy, const Settings& settings) {
     }
   });
   const Costs pre = busiest(marks[0], ends[1], add2, dealt[0], dealt[1]);
-  const std::string backend = std::string(add2 ? "add2, " : "rss3, ") +
-                              (settings.offline ? "dcf+offline" : settings.dcf ? "dcf" : "circuit") + " comparisons, ";
+  const std::string backend = std::string(protocol_backend_name(settings.mode.backend)) + ", " +
+                              comparisons_name(settings.mode.comparisons) + " comparisons, ";
   // The truncation pairs made before step s, and how step s truncated.
   struct PairsStep {
     std::uint64_t bytes = 0, one_round = 0, two_round = 0, ran_dry = 0;
@@ -202,13 +194,13 @@ void run(const std::string& policy, const Settings& settings) {
   };
   auto offline = [&](const Costs& cost) {
     if (add2) return " (+ " + std::to_string(double(cost.offline_bytes) / 1e6) + " MB offline from the dealer)";
-    if (settings.dcf) return " (of which " + std::to_string(double(cost.dealt_bytes) / 1e6) + " MB dealt keys)";
+    if (settings.mode.dcf()) return " (of which " + std::to_string(double(cost.dealt_bytes) / 1e6) + " MB dealt keys)";
     return std::string();
   };
   std::printf("%s (%s%s truncation): prefill %zu bytes (+ first token choice): %llu rounds, %.3f MB%s\n", policy.c_str(),
-              backend.c_str(), settings.pairs ? "exact+offline" : exact_truncation ? "exact" : "probabilistic", prompt_len,
+              backend.c_str(), truncation_name(settings.mode.truncation), prompt_len,
               static_cast<unsigned long long>(pre.rounds), double(pre.bytes) / 1e6, offline(pre).c_str());
-  if (!add2 && settings.offline) {
+  if (!add2 && settings.mode.comparison_store()) {
     std::uint64_t dry = 0;
     for (std::size_t i = 0; i < 3; ++i) dry += stats[1][i].ran_dry;
     std::printf("  prefill: %llu dealt parts ran dry\n", static_cast<unsigned long long>(dry));
@@ -220,17 +212,17 @@ void run(const std::string& policy, const Settings& settings) {
     const Costs step = busiest(marks[s + 1], ends[s + 2], add2, dealt[s + 1], dealt[s + 2]);
     std::printf("  step %2zu: %5llu rounds, %8.3f MB%s", s, static_cast<unsigned long long>(step.rounds),
                 double(step.bytes) / 1e6, offline(step).c_str());
-    if (!add2 && settings.dcf) {
+    if (!add2 && settings.mode.dcf()) {
       const OfflineStep o = offline_step(s);
       std::printf("; offline before it %.3f MB, %.3f s; ran dry %llu; store peak %.1f MB", double(o.bytes) / 1e6,
                   o.seconds, static_cast<unsigned long long>(o.ran_dry), double(o.store_peak) / 1e6);
-      if (settings.offline && s >= 1) {
+      if (settings.mode.comparison_store() && s >= 1) {
         filled_off += o.bytes;
         filled_s += o.seconds;
         filled_dry += o.ran_dry;
       }
     }
-    if (settings.pairs) {
+    if (settings.mode.truncation_pairs()) {
       const PairsStep o = pairs_step(s);
       std::printf("; pairs made before it %.3f MB, %.3f s; truncated elements %llu in one round, %llu in two; "
                   "grants short %llu", double(o.bytes) / 1e6, o.seconds, static_cast<unsigned long long>(o.one_round),
@@ -240,7 +232,7 @@ void run(const std::string& policy, const Settings& settings) {
         filled_s += o.seconds;
       }
     }
-    if ((settings.offline || settings.pairs) && s >= 1) {
+    if ((settings.mode.comparison_store() || settings.mode.truncation_pairs()) && s >= 1) {
       filled_r += step.rounds;
       filled_b += step.bytes;
       ++filled_steps;
@@ -256,7 +248,7 @@ void run(const std::string& policy, const Settings& settings) {
               double(sum_r) / double(tokens), double(sum_r) / double(tokens) / double(c.num_layers),
               double(sum_b) / double(tokens) / 1e6, static_cast<unsigned long long>(steady));
   if (add2) std::printf("  mean offline per token (dealer): %.3f MB\n", double(sum_off) / double(tokens) / 1e6);
-  if (!add2 && settings.dcf)
+  if (!add2 && settings.mode.dcf())
     std::printf("  mean dealt per token (busiest dealer, online, in the MB above): %.3f MB\n",
                 double(sum_dealt) / double(tokens) / 1e6);
   if (filled_steps > 0)
@@ -290,8 +282,11 @@ int main(int argc, char** argv) {
   mpcache::jobs::tune_allocator_for_party();  // as the parties of `mpcache generate`
   Settings settings;
   std::vector<std::string> policy_names{"full", "mpcache"};
-  std::string truncation = "probabilistic", protocol = "rss3";
-  std::vector<std::string> comparisons{"circuit"};
+  // The paper's one-round probabilistic truncation unless asked otherwise;
+  // the stores' budgets as the paper presets'.
+  jobs::ProtocolModeFlags mode_flags;
+  mode_flags.truncation = truncation_name(TruncationMode::probabilistic);
+  mode_flags.store_budget_mib = 256;
   CLI::App app{"mpcache-decode-steps: rounds and bytes of private prefill and decode steps, per policy (in-process)"};
   app.add_option("--tokens", settings.tokens, "decode steps");
   app.add_option("--prompt-bytes", settings.prompt, "prompt length (bytes of a fixed English text)");
@@ -300,37 +295,15 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_flag("--late-ranking", settings.late_ranking,
                "rank after the norm (no early ranking), for before/after comparisons");
-  app.add_option("--protocol", protocol, "rss3 (default) or add2 (two parties and a dealer)")
-      ->check(CLI::IsMember({"rss3", "add2"}));
-  app.add_option("--comparisons", comparisons,
-                 "circuit (default: packed bit planes), dcf (DCF keys: add2's dealer, or under rss3 the party "
-                 "outside each pair), dcf+offline (rss3: keys dealt ahead into a store before each step), or "
-                 "several, comma-separated, run side by side")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
-  double offline_mb = double(settings.offline_budget >> 20);
-  app.add_option("--offline-budget", offline_mb,
-                 "dcf+offline, exact+offline: MiB each party may hold in each offline store "
-                 "(Rss3Options::offline_budget, truncation_pairs_budget)");
-  app.add_option("--truncation", truncation,
-                 "probabilistic (default: the one-round truncation papers use), exact (mpcache generate's default) "
-                 "or exact+offline (rss3: exact, with truncation pairs made before each step)")
-      ->check(CLI::IsMember({"exact", "probabilistic", "exact+offline"}));
+  jobs::add_protocol_mode_options(app, mode_flags, {.side_by_side = true});
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& name : policy_names) bench::check_policy_name(name);
-    settings.exact_truncation = truncation != "probabilistic";
-    settings.pairs = truncation == "exact+offline";
-    if (settings.pairs && protocol == "add2")
-      throw Error(ErrorCode::invalid_argument, "exact+offline is rss3's truncation pairs; add2 has none yet");
+    const auto modes = mode_flags.modes();
     for (const auto& name : policy_names)
-      for (const auto& way : comparisons) {
-        settings.dcf = way != "circuit";
-        settings.offline = way == "dcf+offline";
-        settings.offline_budget = static_cast<std::uint64_t>(offline_mb * double(1 << 20));
-        if (settings.offline && protocol == "add2")
-          throw Error(ErrorCode::invalid_argument, "dcf+offline is rss3's store; add2's dealer has none yet");
-        if (protocol == "add2") run<Add2Party>(name, settings);
+      for (const auto& mode : modes) {
+        settings.mode = mode;
+        if (mode.backend == ProtocolBackend::add2) run<Add2Party>(name, settings);
         else run<Rss3Party>(name, settings);
       }
   } catch (const std::exception& e) {

@@ -60,6 +60,7 @@ import mpcache;
 #include "breakdown_svg.hpp"
 #include "computed.hpp"
 #include "dcf_store.hpp"
+#include "protocol_mode_flags.hpp"
 
 namespace mpcache::bench {
 namespace {
@@ -92,7 +93,7 @@ struct Arm {
 };
 
 struct Run {
-  std::string protocol;  // rss3 | add2
+  ProtocolMode mode;  // backend, truncation, comparisons, offline budgets
   std::string preset, model;
   ModelConfig config;
   std::size_t length = 0;
@@ -104,12 +105,9 @@ struct Run {
   std::size_t threads = 1;      // each party's ComputePool (one pool: the parties share this thread)
   std::size_t memory_budget = default_prefill_memory_budget;  // a real prefill's working set per party
   bool compact_weights = false;  // rss3: 8 bytes per weight and party (Rss3Options::compact_weights)
-  std::string comparisons = "circuit";  // circuit | dcf | dcf+offline
-  std::uint64_t offline_budget = 0;     // dcf+offline: Rss3Options::offline_budget
-  std::string truncation = "probabilistic";  // probabilistic | exact | exact+offline
-  bool store() const { return comparisons == "dcf+offline"; }
-  bool exact() const { return truncation != "probabilistic"; }
-  bool pairs() const { return truncation == "exact+offline"; }
+  bool add2() const { return mode.backend == ProtocolBackend::add2; }
+  bool store() const { return mode.comparison_store(); }
+  bool pairs() const { return mode.truncation_pairs(); }
 };
 
 std::size_t budget_tokens_of(const Run& r) {
@@ -423,7 +421,7 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
 json run_header(const Run& r) {
   const std::uint64_t rss = peak_rss_bytes();
   return {{"preset", r.preset},
-          {"protocol", r.protocol},
+          {"protocol", protocol_backend_name(r.mode.backend)},
           {"model", r.model},
           {"layers", r.config.num_layers},
           {"hidden", r.config.hidden_size},
@@ -437,12 +435,12 @@ json run_header(const Run& r) {
                     : r.arm.policy != "mpcache"                             ? "prepared, the policy's look at zero attention"
                     : r.length <= r.evict_up_to                             ? "prepared, static eviction run"
                                                                             : "prepared, eviction state prepared (not run)"},
-          {"parties", r.protocol == "add2" ? "in-process, 2 online + dealer" : "in-process"},
+          {"parties", r.add2() ? "in-process, 2 online + dealer" : "in-process"},
           {"model_s_is", "model: rounds x 0.3 ms + bytes / 377 MB/s + wall / 3"},
           {"threads", r.threads},
           {"compact_weights", r.compact_weights},
-          {"comparisons", r.comparisons},
-          {"truncation", r.truncation},
+          {"comparisons", comparisons_name(r.mode.comparisons)},
+          {"truncation", truncation_name(r.mode.truncation)},
           {"peak_rss_process_bytes", rss},
           {"peak_rss_per_party_bytes", rss / 3}};
 }
@@ -486,32 +484,21 @@ std::vector<json> measure(const Run& r) {
         co_await party(r, p, id, policy, mark, start, prefilled, starts, ends, between_steps, kv);
       }
     };
-    const bool dcf = r.comparisons != "circuit";
-    if (r.protocol == "add2") {
-      auto state = co_await Add2Party::setup(
-          network.endpoint(id),
-          {.exact_truncation = r.exact(),
-           .comparisons = dcf ? Add2Comparisons::dcf : Add2Comparisons::circuit,
-           .insecure_seed = 11,
-           .pool = pool_ptr});
+    if (r.add2()) {
+      auto state = co_await Add2Party::setup(network.endpoint(id), r.mode.add2({.insecure_seed = 11, .pool = pool_ptr}));
       Add2 p = state->session();
       co_await arm(p);
     } else {
-      auto state = co_await Rss3Party::setup(network.endpoint(id),
-                                             {.exact_truncation = r.exact(),
-                                              .comparisons = dcf ? Rss3Comparisons::dcf : Rss3Comparisons::circuit,
-                                              .insecure_seed = 11,
-                                              .offline_budget = r.store() ? r.offline_budget : 0,
-                                              .truncation_pairs_budget = r.pairs() ? r.offline_budget : 0,
-                                              .pool = pool_ptr,
-                                              .compact_weights = r.compact_weights});
+      auto state = co_await Rss3Party::setup(
+          network.endpoint(id),
+          r.mode.rss3({.insecure_seed = 11, .pool = pool_ptr, .compact_weights = r.compact_weights}));
       rss3 = state.get();
       Rss3 p = state->session();
       co_await arm(p);
       rss3 = nullptr;
     }
   });
-  const std::size_t online = r.protocol == "add2" ? 2 : 3;
+  const std::size_t online = r.add2() ? 2 : 3;
   const json base = run_header(r);
   std::vector<json> rows;
   json pre = base;
@@ -549,7 +536,9 @@ std::vector<json> measure(const Run& r) {
 
 struct Settings {
   std::string preset;
-  std::string protocol = "rss3";  // paper-fig13: add2
+  // Probabilistic truncation (the paper's) unless asked otherwise;
+  // paper-fig13 always runs add2.
+  jobs::ProtocolModeFlags mode;
   std::string out_dir;
   std::vector<std::size_t> lengths;
   std::size_t layers = 0;  // 0: the model's
@@ -560,9 +549,6 @@ struct Settings {
   std::size_t threads = 1;
   std::string memory_budget;  // empty: default_prefill_memory_budget
   bool compact_weights = false;
-  std::vector<std::string> comparisons{"circuit"};  // run side by side
-  double offline_mib = 256;                         // dcf+offline: each party's store
-  std::string truncation = "probabilistic";
   bool json_stdout = false;
 };
 
@@ -602,10 +588,10 @@ std::vector<Run> plan(const Settings& s) {
     return c;
   };
   auto lengths_or = [&](std::vector<std::size_t> d) { return s.lengths.empty() ? d : s.lengths; };
-  const std::string& proto = s.protocol;
+  const ProtocolMode proto{.backend = parse_protocol_backend(s.mode.protocol)};
   if (s.preset == "paper-fig10" || s.preset == "paper-fig13") {
     const auto c = shaped(llama_1024());
-    const std::string protocol = s.preset == "paper-fig13" ? "add2" : proto;
+    const ProtocolMode protocol = s.preset == "paper-fig13" ? ProtocolMode{.backend = ProtocolBackend::add2} : proto;
     for (std::size_t t : lengths_or({512, 1024, 2048}))
       for (const Arm& a : std::vector<Arm>{{"full cache", "full"},
                                           {"LongCache 10%", "longcache", 0.10},
@@ -657,18 +643,14 @@ std::vector<Run> plan(const Settings& s) {
     r.compact_weights = s.compact_weights;
     r.memory_budget = s.memory_budget.empty() ? default_prefill_memory_budget : parse_memory_size(s.memory_budget);
   }
-  // Each run once per way of comparing, side by side.
+  // Each run once per way of comparing, side by side, on its preset's backend.
   std::vector<Run> out;
   for (const Run& r : runs)
-    for (const auto& way : s.comparisons) {
-      if (way == "dcf+offline" && r.protocol == "add2")
-        throw Error(ErrorCode::invalid_argument, "--comparisons dcf+offline is rss3's store; add2's dealer has none");
-      if (s.truncation == "exact+offline" && r.protocol == "add2")
-        throw Error(ErrorCode::invalid_argument, "--truncation exact+offline is rss3's truncation pairs; add2 has none");
+    for (ProtocolMode mode : s.mode.modes()) {
+      mode.backend = r.mode.backend;
+      mode.check();
       Run x = r;
-      x.comparisons = way;
-      x.truncation = s.truncation;
-      x.offline_budget = static_cast<std::uint64_t>(s.offline_mib * double(1 << 20));
+      x.mode = mode;
       out.push_back(std::move(x));
     }
   return out;
@@ -681,8 +663,6 @@ int paper_main(int argc, char** argv) {
   Settings s;
   app.add_option("--preset", s.preset)->required()->check(
       CLI::IsMember({"paper-fig10", "paper-fig11", "paper-fig13", "paper-table8", "gpt2-512"}));
-  app.add_option("--protocol", s.protocol, "rss3 (default) or add2 (2 parties and a dealer; paper-fig13 is add2)")
-      ->check(CLI::IsMember({"rss3", "add2"}));
   app.add_option("--out", s.out_dir, "write <preset>.jsonl and <preset>.svg here");
   app.add_option("--lengths", s.lengths, "sequence lengths (default: the preset's)")->delimiter(',');
   app.add_option("--layers", s.layers, "override the layer count (smoke runs)")->check(CLI::Range(1, 128));
@@ -705,19 +685,11 @@ int paper_main(int argc, char** argv) {
                      " MiB): query rows and the MLP's activation run in waves that fit");
   app.add_flag("--compact-weights", s.compact_weights,
                "rss3: keep 8 bytes per weight and party, drawing the other component again when used");
-  app.add_option("--comparisons", s.comparisons,
-                 "circuit (default), dcf (keys dealt inline), dcf+offline (rss3: stores filled before each decode "
-                 "step from the previous step's demand), or several, comma-separated, run side by side")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
-  app.add_option("--offline-budget", s.offline_mib,
-                 "dcf+offline: MiB of dealt correlations each party may hold (Rss3Options::offline_budget)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--truncation", s.truncation,
-                 "probabilistic (default: the one-round truncation papers use), exact, or exact+offline (rss3: "
-                 "exact, with truncation pairs made before each decode step from the previous one's demand, and "
-                 "after a real prefill from its demand per prompt token; within --offline-budget)")
-      ->check(CLI::IsMember({"probabilistic", "exact", "exact+offline"}));
+  s.mode.truncation = truncation_name(TruncationMode::probabilistic);
+  s.mode.store_budget_mib = 256;
+  // --protocol (paper-fig13 is add2 whatever it says); --comparisons, a
+  // list, runs each run once per way, side by side.
+  jobs::add_protocol_mode_options(app, s.mode, {.side_by_side = true});
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");
@@ -751,9 +723,10 @@ int paper_main(int argc, char** argv) {
           std::cout << row.dump() << std::endl;
         } else {
           std::printf("%-5s %-14s %6zu %-26s %-14s %10.3f %10.3f %10.3f %14llu %8llu %14llu %8.2f GB\n",
-                      r.protocol.c_str(), r.model.c_str(), r.length,
-                      (r.arm.label + (r.comparisons == "circuit" ? "" : ", " + r.comparisons) +
-                       (r.truncation == "probabilistic" ? "" : ", " + r.truncation))
+                      protocol_backend_name(r.mode.backend), r.model.c_str(), r.length,
+                      (r.arm.label +
+                       (r.mode.comparisons == ComparisonMode::circuit ? "" : ", " + std::string(comparisons_name(r.mode.comparisons))) +
+                       (r.mode.truncation == TruncationMode::probabilistic ? "" : ", " + std::string(truncation_name(r.mode.truncation))))
                           .c_str(),
                       row["phase"].get<std::string>().c_str(), row["latency_s"].get<double>(),
                       row["model_s"].get<double>(), row["model_wan_s"].get<double>(),

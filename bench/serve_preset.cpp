@@ -17,7 +17,7 @@
 //
 //   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--max-batch 8,1] [--tokens 8]
 //                                [--lanes 1] [--tick-us 200] [--server-threads 1]
-//                                [--comparisons circuit|dcf|dcf+offline] [--truncation exact|exact+offline] [--json]
+//                                [--comparisons WAY] [--truncation WAY] [--json]
 //
 // Under dcf+offline the servers' stores of DCF keys are refilled between
 // batched steps (serve::StoreRefill), and under exact+offline truncation
@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 import mpcache;
 #include "cluster_config.hpp"
+#include "protocol_mode_flags.hpp"
 #include "local_cluster.hpp"
 #include "serve_job.hpp"
 
@@ -85,8 +86,7 @@ struct Settings {
   std::size_t tokens = 8;
   std::size_t prompt_bytes = 64;
   std::vector<int> clients = {1, 2, 4, 8};
-  std::string comparisons = "circuit";  // the servers' --comparisons
-  std::string truncation = "exact";     // the servers' --truncation
+  jobs::ProtocolModeFlags mode;  // the servers' --truncation, --comparisons and budgets
   int batch_timeout_s = 600;            // a batch's clients must all finish within this
 };
 
@@ -94,8 +94,13 @@ struct Settings {
 std::vector<json> run_link(const Settings& s, const std::string& link, int max_batch, int tick_us, int threads, int lanes) {
   // A store is refilled between batched steps: unbatched servers, the
   // baseline, deal the same DCF keys inline.
-  const std::string comparisons = s.comparisons == "dcf+offline" && max_batch == 1 ? "dcf" : s.comparisons;
-  const std::string truncation = s.truncation == "exact+offline" && max_batch == 1 ? "exact" : s.truncation;
+  jobs::ProtocolModeFlags servers_mode = s.mode;
+  if (max_batch == 1) {
+    const ProtocolMode mode = s.mode.mode();
+    if (mode.comparison_store()) servers_mode.comparisons = {comparisons_name(ComparisonMode::dcf)};
+    if (mode.truncation_pairs()) servers_mode.truncation = truncation_name(TruncationMode::exact);
+  }
+  const std::string comparisons = servers_mode.comparisons.front(), truncation = servers_mode.truncation;
   jobs::LocalCluster cluster(false, 120000);
   {
     auto config = jobs::read_cluster_config(cluster.config_path());
@@ -116,15 +121,18 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
   jobs::write_client_key(cluster.file("clients"), "bench");
   const std::string runner = MPCACHE_PARTY_RUNNER;
   std::vector<std::unique_ptr<jobs::BackgroundProcess>> servers;
-  for (int i = 0; i < 3; ++i)
-    servers.push_back(std::make_unique<jobs::BackgroundProcess>(
-        std::vector<std::string>{runner, "serve", "--config", cluster.config_path(), "--id", std::to_string(i),
-                                 "--clients", cluster.file("clients"), "--model", s.model, "--link", link,
-                                 "--max-sessions", "8", "--max-batch", std::to_string(max_batch), "--max-queued", "16",
-                                 "--comparisons", comparisons, "--truncation", truncation, "--tick-us", std::to_string(tick_us), "--threads", std::to_string(threads), "--lanes", std::to_string(lanes), "--steps",
-                                 cluster.file("steps" + std::to_string(i) + ".jsonl"), "--report",
-                                 cluster.file("report" + std::to_string(i) + ".json")},
-        cluster.file("server" + std::to_string(i) + ".log")));
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> args{runner, "serve", "--config", cluster.config_path(), "--id", std::to_string(i),
+                                  "--clients", cluster.file("clients"), "--model", s.model, "--link", link,
+                                  "--max-sessions", "8", "--max-batch", std::to_string(max_batch), "--max-queued", "16",
+                                  "--tick-us", std::to_string(tick_us), "--threads", std::to_string(threads),
+                                  "--lanes", std::to_string(lanes), "--steps",
+                                  cluster.file("steps" + std::to_string(i) + ".jsonl"), "--report",
+                                  cluster.file("report" + std::to_string(i) + ".json")};
+    const auto mode_args = servers_mode.args();
+    args.insert(args.end(), mode_args.begin(), mode_args.end());
+    servers.push_back(std::make_unique<jobs::BackgroundProcess>(args, cluster.file("server" + std::to_string(i) + ".log")));
+  }
   auto server_log = [&](int i) {
     std::ifstream in(cluster.file("server" + std::to_string(i) + ".log"));
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -296,14 +304,9 @@ int serve_preset_main(int argc, char** argv) {
   app.add_option("--batch-timeout-s", s.batch_timeout_s,
                  "each batch of clients must finish within this (a GPT-2-124M-shaped model needs more than the default)")
       ->capture_default_str()->check(CLI::Range(1, 86400));
-  app.add_option("--comparisons", s.comparisons,
-                 "the servers' --comparisons: circuit, dcf (decode steps with DCF keys dealt inline) or dcf+offline "
-                 "(keys from stores refilled between batched steps; needs --max-batch > 1)")
-      ->capture_default_str()->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
-  app.add_option("--truncation", s.truncation,
-                 "the servers' --truncation: exact, or exact+offline (the batched steps' products truncate in one "
-                 "round with pairs made between steps; needs --max-batch > 1)")
-      ->capture_default_str()->check(CLI::IsMember({"exact", "exact+offline"}));
+  // The servers' mode flags (offline stores and pairs refill between
+  // batched steps: unbatched servers, the baseline, deal inline).
+  jobs::add_protocol_mode_options(app, s.mode);
   app.add_flag("--json", as_json, "one JSON object per row");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -271,11 +271,6 @@ std::size_t memory_budget_of(const GenerateOptions& o) {
 // `tok`: the client's tokenizer, at the client only (its EOS ids end the
 // generation unless --ignore-eos).
 
-// --truncation exact+offline: bytes of truncation pairs each party may hold.
-constexpr std::uint64_t truncation_pairs_budget = std::uint64_t{256} << 20;
-// --comparisons dcf+offline: bytes of DCF keys each party's store may hold.
-constexpr std::uint64_t comparison_store_budget = std::uint64_t{1} << 30;
-
 GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<std::uint32_t>* prompt,
                       const text::Tokenizer* tok, ComputePool* pool) {
   GenerationJob job;
@@ -289,18 +284,8 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const std::vector<st
   job.budget = o.budget;
   job.memory_budget = memory_budget_of(o);
   job.unused_weights = unused_weights(o);
-  job.protocol = parse_generation_protocol(o.protocol);
-  job.rss3.exact_truncation = o.truncation != "probabilistic";
-  // exact+offline: truncation pairs, made between decode steps (Rss3::refill_truncation_pairs).
-  if (o.truncation == "exact+offline") job.rss3.truncation_pairs_budget = truncation_pairs_budget;
+  job.mode = o.mode.mode();
   job.rss3.compact_weights = o.compact_weights;
-  // dcf: one-round comparisons from DCF keys; dcf+offline: the keys dealt
-  // into stores between decode steps (Rss3::refill_comparisons), and the
-  // prefill on the circuit (generate_party).
-  job.rss3.comparisons = o.comparisons == "circuit" ? Rss3Comparisons::circuit : Rss3Comparisons::dcf;
-  if (o.comparisons == "dcf+offline") job.rss3.offline_budget = comparison_store_budget;
-  job.add2.exact_truncation = o.truncation != "probabilistic";
-  job.add2.comparisons = o.comparisons == "circuit" ? Add2Comparisons::circuit : Add2Comparisons::dcf;
   job.rss3.pool = job.add2.pool = pool;
   return job;
 }
@@ -314,11 +299,11 @@ struct Prompt {
 void print_header(const GenerateOptions& o, const std::string& where, const Prompt& prompt,
                   const text::Tokenizer& tok) {
   std::printf("mpcache generate: private greedy decoding under %s, %s\n",
-              o.protocol == "add2" ? "add2 (2 parties, party 2 deals)" : "rss3", where.c_str());
+              o.mode.protocol == "add2" ? "add2 (2 parties, party 2 deals)" : "rss3", where.c_str());
   std::printf("  model %s, policy %s", o.model_dir.c_str(), o.policy.c_str());
   if (o.policy != "full") std::printf(" (budget %zu tokens per KV head)", o.budget);
-  std::printf(", %s truncation, %s comparisons, prefill memory budget %g MiB", o.truncation.c_str(),
-              o.comparisons.c_str(),
+  std::printf(", %s truncation, %s comparisons, prefill memory budget %g MiB", o.mode.truncation.c_str(),
+              o.mode.comparisons.front().c_str(),
               double(memory_budget_of(o)) / double(1 << 20));
   std::string shown = escaped(prompt.text);
   if (shown.size() > 160)
@@ -362,9 +347,9 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
   summary["encrypted"] = !o.network.insecure && !o.in_process;
   summary["policy"] = o.policy;
   summary["budget"] = o.budget;
-  summary["protocol"] = o.protocol;
-  summary["truncation"] = o.truncation;
-  summary["comparisons"] = o.comparisons;
+  summary["protocol"] = o.mode.protocol;
+  summary["truncation"] = o.mode.truncation;
+  summary["comparisons"] = o.mode.comparisons.front();
   summary["memory_budget"] = memory_budget_of(o);
   summary["model"] = o.model_dir;
   summary["tokenizer"] = tok.name();
@@ -444,7 +429,7 @@ int run_in_process(const GenerateOptions& o, const Prompt& prompt, const text::T
   const bool others_learned_nothing = results[1].tokens.empty() && results[2].tokens.empty();
   json parties = json::array();
   for (int i = 0; i < 3; ++i)
-    parties.push_back({{"party", i}, {"role", role(PartyId(i), o.protocol)}, {"ok", true},
+    parties.push_back({{"party", i}, {"role", role(PartyId(i), o.mode.protocol)}, {"ok", true},
                        {"setup_s", results[i].setup_seconds},
                        {"setup_bytes_sent", results[i].setup_costs.payload_bytes_sent()},
                        // One process: its peak RSS is that of all three parties together.
@@ -455,7 +440,7 @@ int run_in_process(const GenerateOptions& o, const Prompt& prompt, const text::T
     parties[i]["end"] = end_name(results[i].end);
   }
   const Generated out{results[0].tokens, console.text(), results[0].generated, results[0].end};
-  return finish(o, "in-process", transport, prompt, tok, out, merge_steps(rows, o.protocol), parties,
+  return finish(o, "in-process", transport, prompt, tok, out, merge_steps(rows, o.mode.protocol), parties,
                 others_learned_nothing, /*show_text=*/true);
 }
 
@@ -475,7 +460,7 @@ int run_cluster_party(const GenerateOptions& o, const Prompt* prompt, const text
     if (o.id < 0 || static_cast<std::size_t>(o.id) >= config.parties.size())
       throw Error(ErrorCode::bad_party, "--id " + std::to_string(o.id) + " is not a party of " + o.config);
     const auto id = static_cast<PartyId>(o.id);
-    party["role"] = role(id, o.protocol);
+    party["role"] = role(id, o.mode.protocol);
     if (id == client_id && !prompt) throw Error(ErrorCode::invalid_argument, "party 0 (the client) needs --prompt");
     const int timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : config.timeout_ms;
     const auto pool = make_pool(o);
@@ -528,7 +513,7 @@ int run_cluster_party(const GenerateOptions& o, const Prompt* prompt, const text
       print_text(text, result.generated, result.new_tokens, result.end, result.tokens);
     } else {
       std::printf("mpcache generate: party %u (%s) done: %zu tokens generated (%s), learned none of them\n", id,
-                  role(id, o.protocol), result.generated, end_name(result.end));
+                  role(id, o.mode.protocol), result.generated, end_name(result.end));
     }
     write_lines();
     return 0;
@@ -564,8 +549,10 @@ int run_launcher(const GenerateOptions& o, const Prompt& prompt, const text::Tok
     jobs::PartyProcess p;
     p.args = {self, "generate", "--config", cluster.config_path(), "--id", std::to_string(i), "--model",
               o.model_dir, "--tokens", std::to_string(o.tokens), "--policy", o.policy, "--budget",
-              std::to_string(o.budget), "--protocol", o.protocol, "--truncation", o.truncation, "--comparisons", o.comparisons, "--json",
+              std::to_string(o.budget), "--json",
               cluster.file("party-" + std::to_string(i) + ".jsonl")};
+    const auto mode_args = o.mode.args();
+    p.args.insert(p.args.end(), mode_args.begin(), mode_args.end());
     const auto network_args = o.network.args();
     p.args.insert(p.args.end(), network_args.begin(), network_args.end());
     if (o.allow_unused_weights) p.args.push_back("--allow-unused-weights");
@@ -622,7 +609,7 @@ int run_launcher(const GenerateOptions& o, const Prompt& prompt, const text::Tok
     return 128 + stopped_by;
   }
   if (ok) std::printf("transport %s\n", transport.c_str());
-  return finish(o, "3 processes", transport, prompt, tok, out, ok ? merge_steps(rows, o.protocol) : json::array(),
+  return finish(o, "3 processes", transport, prompt, tok, out, ok ? merge_steps(rows, o.mode.protocol) : json::array(),
                 parties, ok, /*show_text=*/false);  // the client process printed it
 }
 
@@ -643,13 +630,7 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
     throw Error(ErrorCode::invalid_argument, "--fault in a party: 'exit' (dies after decode step 1)");
   if (o.in_process && o.network.insecure) throw Error(ErrorCode::invalid_argument, "--insecure is for TCP parties");
   o.network.check();
-  (void)parse_generation_protocol(o.protocol);
-  if (o.truncation == "exact+offline" && o.protocol == "add2")
-    throw Error(ErrorCode::invalid_argument, "--truncation exact+offline: truncation pairs are rss3's; add2 has none");
-  if (o.comparisons == "dcf+offline" && o.protocol == "add2")
-    throw Error(ErrorCode::invalid_argument,
-                "--comparisons dcf+offline: the stores of keys dealt ahead are rss3's; add2's dealer deals online "
-                "(--comparisons dcf)");
+  (void)o.mode.mode();  // a mode no backend offers is an error before any work
   if (o.budget == 0) o.budget = kv::default_budget(o.policy);
   (void)kv::make_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
   // The model's shape is public: every party reads config.json first.

@@ -11,7 +11,8 @@
 //   * --in-process: all three parties in this process (debugging).
 // Include after `import mpcache;`.
 #pragma once
-#include "network_choice.hpp"  // src/jobs
+#include "network_choice.hpp"       // src/jobs
+#include "protocol_mode_flags.hpp"  // src/jobs
 #include <cstddef>
 #include <string>
 
@@ -34,9 +35,7 @@ struct GenerateOptions {
   bool ignore_eos = false;           // go on past the tokenizer's end-of-sequence tokens
   std::size_t budget = 0;            // tokens attended per KV head per step (0: kv::default_budget(policy))
   std::string policy = "mpcache";    // mpcache | mpcache-paper | full
-  std::string protocol = "rss3";     // rss3 | add2 (party 2 is the dealer)
-  std::string truncation = "exact";  // exact | probabilistic (one round less per product, may fail: rss3.cppm)
-  std::string comparisons = "circuit";  // circuit | dcf (one-round comparisons, keys dealt inline) | dcf+offline (rss3: dealt ahead)
+  jobs::ProtocolModeFlags mode;      // --protocol, --truncation, --comparisons and the offline budgets
   bool compact_weights = false;      // rss3: 8 bytes per weight and party, decode slower (Rss3Options)
   jobs::NetworkChoice network;       // TCP parties: backend, spin, encryption, emulated link
   int timeout_ms = -1;               // peer silence deadline (-1: the config's, else default_generate_timeout_ms)

@@ -20,12 +20,6 @@ namespace {
 const std::string default_prompt =
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
     "must be in want of a wife. However little known the feelings";
-const std::string truncation_help =
-    "exact (default), or probabilistic: one round less per product, but each truncated value is garbage with "
-    "probability |x|/2^64 (about 1 prompt in 300 at 57 bytes, more with longer prompts)";
-const std::string generate_truncation_help =
-    truncation_help + "; or exact+offline (rss3): exact, with truncation pairs made between decode steps, so that "
-                      "a decoded token's products take one round each, as probabilistic ones do";
 const std::string budget_help =
     "tokens attended per KV head per step (all policies but full; default 48, or the policy's minimum where that "
     "is more)";
@@ -64,18 +58,7 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
                       "KV-cache policy: mpcache (our defaults), mpcache-paper (the paper's), full or a baseline")
       ->check(CLI::IsMember(mpcache::kv::policy_names()));
   gen_cmd->add_option("--budget", gen.budget, budget_help)->check(CLI::Range(1, 1 << 20));
-  gen_cmd->add_option("--protocol", gen.protocol,
-                      "rss3 (3 parties, honest majority; default) or add2 (parties 0 and 1 online, party 2 the "
-                      "dealer of correlated randomness, offline)")
-      ->check(CLI::IsMember({"rss3", "add2"}));
-  gen_cmd->add_option("--truncation", gen.truncation, generate_truncation_help)
-      ->check(CLI::IsMember({"exact", "exact+offline", "probabilistic"}));
-  gen_cmd->add_option("--comparisons", gen.comparisons,
-                      "circuit (default), dcf (one online round per comparison, DCF keys dealt inline by the party "
-                      "outside each pair, or add2's dealer; rss3's prefill compares on the circuit), or dcf+offline "
-                      "(rss3: keys dealt into 1 GiB stores between decode steps, from the previous step's demand; "
-                      "the prefill compares on the circuit)")
-      ->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
+  mpcache::jobs::add_protocol_mode_options(*gen_cmd, gen.mode);
   gen_cmd->add_flag("--compact-weights", gen.compact_weights, mpcache::jobs::compact_weights_help);
   mpcache::jobs::add_network_options(*gen_cmd, gen.network);
   gen_cmd->add_option("--timeout-ms", gen.timeout_ms, "set-up and peer silence deadline (default: the config's; launcher 60000)")
@@ -129,8 +112,7 @@ CLI::App* add_decode(CLI::App& app, mpcache::tools::GenerateOptions& decode, con
   decode_cmd->add_option("--budget", decode.budget, budget_help)->check(CLI::Range(1, 1 << 20));
   decode_cmd->add_option("--policy", decode.policy, mpcache::kv::policy_name_list())
       ->check(CLI::IsMember(mpcache::kv::policy_names()));
-  decode_cmd->add_option("--truncation", decode.truncation, truncation_help)
-      ->check(CLI::IsMember({"exact", "probabilistic"}));
+  mpcache::jobs::add_protocol_mode_options(*decode_cmd, decode.mode);
   decode_cmd->add_flag("--allow-unused-weights", decode.allow_unused_weights,
                        "run even if the config leaves tensors of the weights file unused");
   decode_cmd->add_option("--json", decode.json, "write JSON lines: one row per step, a summary");

@@ -10,3 +10,4 @@ export import :ring;
 export import :fixed_point;
 export import :cost;
 export import :link;
+export import :wire;

@@ -250,18 +250,6 @@ Task<std::vector<std::vector<double>>> teacher_forced_logits(Ref& p, Decoder<Ref
   co_return out;
 }
 
-// The secure backend of a generation: rss3 (three parties, honest
-// majority) or add2 (parties 0 and 1 online, party 2 the dealer).
-enum class GenerationProtocol { rss3, add2 };
-
-inline GenerationProtocol parse_generation_protocol(const std::string& name) {
-  if (name == "rss3") return GenerationProtocol::rss3;
-  if (name == "add2") return GenerationProtocol::add2;
-  throw Error(ErrorCode::invalid_argument, "unknown protocol '" + name + "' (rss3 or add2)");
-}
-
-inline const char* protocol_name(GenerationProtocol p) { return p == GenerationProtocol::add2 ? "add2" : "rss3"; }
-
 // One party's whole generation job.
 struct GenerationJob {
   std::filesystem::path model_dir;  // config.json (public shape, read by all) + model.safetensors (owner only)
@@ -282,9 +270,15 @@ struct GenerationJob {
   // fixes the prefill's waves, hence its messages, so all parties agree.
   std::size_t memory_budget = default_prefill_memory_budget;
   UnusedTensors unused_weights = UnusedTensors::reject;  // owner: tensors the config leaves unused
-  GenerationProtocol protocol = GenerationProtocol::rss3;
-  Rss3Options rss3;  // used under rss3
-  Add2Options add2;  // used under add2: client and owner are parties 0 and 1, party 2 deals
+  // The backend, its truncation and comparisons, and the offline budgets:
+  // every party must give the same (the client's job header carries it).
+  // The default is rss3 with exact truncation and circuit comparisons.
+  ProtocolMode mode;
+  // What the mode leaves to each party (its compute pool, insecure test
+  // seeds, compact weights). Their truncation, comparison and budget fields
+  // are ignored: the mode sets them.
+  Rss3Options rss3;  // under rss3
+  Add2Options add2;  // under add2: client and owner are parties 0 and 1, party 2 deals
 };
 
 // Why a generation ended: it chose new_tokens tokens, or a stop token.
@@ -315,32 +309,45 @@ struct GenerationResult {
 // The public job header the client sends to every other party first. The
 // config digest (ModelConfig::digest) lets a party whose config.json gives
 // other shapes refuse the job here, instead of failing at the first message
-// whose size the shapes fix.
+// whose size the shapes fix; the mode, one started with another protocol.
+//
+// Layout (version 2): u32 "MPGH" | u32 version | u64 prompt length | u64 new
+// tokens | u64 budget | u64 config digest | u64 memory budget | the mode
+// (ProtocolMode::encode) | policy (u64 length, at most 64 bytes). Version 1
+// had no magic, version or mode: it is refused by name.
 struct GenerationHeader {
+  static constexpr std::uint32_t magic = 0x4847504Du;  // "MPGH"
+  static constexpr std::uint32_t version = 2;
+  static constexpr std::size_t max_policy_name = 64;
+
   std::uint64_t prompt_length = 0, new_tokens = 0, budget = 0, config_digest = 0, memory_budget = 0;
+  ProtocolMode mode;
   std::string policy;
 
-  static constexpr std::size_t fixed_bytes = 40;  // the five words
   std::vector<std::byte> encode() const {
-    std::vector<std::byte> out(fixed_bytes + policy.size());
-    const std::uint64_t words[5] = {prompt_length, new_tokens, budget, config_digest, memory_budget};
-    std::memcpy(out.data(), words, fixed_bytes);
-    std::memcpy(out.data() + fixed_bytes, policy.data(), policy.size());
-    return out;
+    ByteWriter w;
+    w.u64(std::uint64_t{version} << 32 | magic);
+    for (std::uint64_t word : {prompt_length, new_tokens, budget, config_digest, memory_budget}) w.u64(word);
+    w.raw(mode.encode());
+    w.text(policy);
+    return std::move(w.out);
   }
-  static GenerationHeader decode(const std::vector<std::byte>& bytes, PartyId from) {
-    if (bytes.size() < fixed_bytes || bytes.size() > fixed_bytes + 64)
-      throw Error(ErrorCode::protocol, "generation header from party " + std::to_string(from) + " has " +
-                                           std::to_string(bytes.size()) + " bytes");
+  static GenerationHeader decode(std::span<const std::byte> bytes, PartyId from) {
+    const std::string what = "generation header from party " + std::to_string(from);
+    ByteReader r(bytes, what);
+    const std::uint64_t lead = r.u64();
+    if (static_cast<std::uint32_t>(lead) != magic || lead >> 32 != version)
+      r.fail("not a version " + std::to_string(version) +
+             " header (an older mpcache sends version 1): every party must run the same mpcache");
     GenerationHeader h;
-    std::uint64_t words[5];
-    std::memcpy(words, bytes.data(), fixed_bytes);
-    h.prompt_length = words[0];
-    h.new_tokens = words[1];
-    h.budget = words[2];
-    h.config_digest = words[3];
-    h.memory_budget = words[4];
-    h.policy.assign(reinterpret_cast<const char*>(bytes.data()) + fixed_bytes, bytes.size() - fixed_bytes);
+    h.prompt_length = r.u64();
+    h.new_tokens = r.u64();
+    h.budget = r.u64();
+    h.config_digest = r.u64();
+    h.memory_budget = r.u64();
+    h.mode = ProtocolMode::decode(r.raw(ProtocolMode::encoded_bytes), what);
+    h.policy = r.text(max_policy_name);
+    r.end();
     return h;
   }
 };
@@ -367,12 +374,21 @@ Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job, c
   GenerationHeader header;
   if (id == job.client) {
     if (!job.prompt) throw Error(ErrorCode::invalid_argument, "generate: the client has no prompt");
-    header = {job.prompt->size(), job.new_tokens, budget, config.digest(), job.memory_budget, job.policy};
+    header = {job.prompt->size(), job.new_tokens, budget, config.digest(), job.memory_budget, job.mode, job.policy};
     for (PartyId peer = 0; peer < 3; ++peer)
       if (peer != id) endpoint.send(peer, generation_header_stream, header.encode());
     co_return header;
   }
   header = GenerationHeader::decode(co_await endpoint.recv(job.client, generation_header_stream), job.client);
+  if (header.mode.effective() != job.mode.effective())
+    throw Error(ErrorCode::invalid_argument,
+                "generate: the client (party " + std::to_string(job.client) + ") runs " + header.mode.describe() +
+                    " (offline budgets " + std::to_string(header.mode.truncation_pairs_budget) + " and " +
+                    std::to_string(header.mode.comparison_store_budget) + " bytes), but party " + std::to_string(id) +
+                    " was started with " + job.mode.describe() + " (" +
+                    std::to_string(job.mode.truncation_pairs_budget) + " and " +
+                    std::to_string(job.mode.comparison_store_budget) +
+                    " bytes): every party must give the same protocol mode");
   if (header.config_digest != config.digest())
     throw Error(ErrorCode::invalid_argument,
                 "generate: party " + std::to_string(id) + "'s " + (job.model_dir / "config.json").string() +
@@ -418,13 +434,13 @@ GenerationStopSignal stop_signal(Endpoint& endpoint, PartyId client, std::size_t
           {}};
 }
 
-// Everything after the backend's key set-up, the same on every backend.
+// Everything after the job header and the backend's key set-up, the same
+// on every backend.
 template <Protocol P>
-Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, const ModelConfig& config,
-                                   std::chrono::steady_clock::time_point t0, CostCounters start,
-                                   GenerationObserver observer, std::stop_token stop) {
+Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, const GenerationHeader& header,
+                                   const ModelConfig& config, std::chrono::steady_clock::time_point t0,
+                                   CostCounters start, GenerationObserver observer, std::stop_token stop) {
   const PartyId id = endpoint.id();
-  const GenerationHeader header = co_await exchange_header(endpoint, job, config);
   // Only the model owner reads the weights file.
   const WeightSource source = id == job.owner ? weights_from_file(job.model_dir / "model.safetensors", job.unused_weights)
                                                 : no_weights();
@@ -443,7 +459,7 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
   if (id == job.client) request.stop_tokens = job.stop_tokens;
   std::size_t go_words = 0;
   request.stop_signal = stop_signal(endpoint, job.client, go_words);
-  const bool dealt = job.protocol == GenerationProtocol::add2;
+  const bool dealt = job.mode.backend == ProtocolBackend::add2;
   if (dealt && id == add2_dealer) request.stop_signal.lag = 1;
   result.tokens = co_await generate(p, decoder, policy, std::move(request), std::move(observer));
   if (dealt && id == add2_dealer) endpoint.send(1, generation_dealt_stream, std::vector<std::byte>{std::byte{1}});
@@ -472,8 +488,12 @@ Task<GenerationResult> setup_and_generate(Endpoint& endpoint, GenerationJob job,
   const auto t0 = std::chrono::steady_clock::now();
   const CostCounters start = endpoint.costs();
   auto state = co_await Party::setup(endpoint, options);
+  // The backends' set-up refuses parties whose truncation or comparisons
+  // differ; the header then names any other difference of mode, model,
+  // policy or budget.
+  const GenerationHeader header = co_await exchange_header(endpoint, job, config);
   auto p = state->session();
-  co_return co_await generate_on(p, endpoint, std::move(job), config, t0, start, std::move(observer),
+  co_return co_await generate_on(p, endpoint, std::move(job), header, config, t0, start, std::move(observer),
                                  std::move(stop));
 }
 }  // namespace detail
@@ -483,15 +503,16 @@ Task<GenerationResult> setup_and_generate(Endpoint& endpoint, GenerationJob job,
 // library, instead of in every program that calls it.
 Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
                                       GenerationObserver observer = {}, std::stop_token stop = {}) {
-  const char* name = protocol_name(job.protocol);
+  const char* name = protocol_backend_name(job.mode.backend);
   if (endpoint.parties() != 3)
     throw Error(ErrorCode::invalid_argument, std::string("generate: ") + name + " needs 3 parties, not " +
                                                  std::to_string(endpoint.parties()));
   if (job.client >= 3 || job.owner >= 3)
     throw Error(ErrorCode::invalid_argument, "generate: client and model owner must be parties 0-2");
-  if (job.protocol == GenerationProtocol::add2 && (job.client == add2_dealer || job.owner == add2_dealer))
+  if (job.mode.backend == ProtocolBackend::add2 && (job.client == add2_dealer || job.owner == add2_dealer))
     throw Error(ErrorCode::invalid_argument,
                 "generate: under add2 party 2 is the dealer; the client and the model owner must be parties 0 and 1");
+  job.mode.check();
   // Shapes and the budget first, so that a bad model folder or policy fails
   // before any traffic.
   const ModelConfig config = ModelConfig::from_json_file(job.model_dir / "config.json");
@@ -499,12 +520,12 @@ Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
   (void)kv::make_policy<Rss3>(job.policy, *job.budget);  // refuses a budget below its minimum (on any backend)
   endpoint.cancel_when(stop);
   try {
-    if (job.protocol == GenerationProtocol::add2) {
-      const Add2Options options = job.add2;
+    if (job.mode.backend == ProtocolBackend::add2) {
+      const Add2Options options = job.mode.add2(job.add2);
       co_return co_await detail::setup_and_generate<Add2Party>(endpoint, std::move(job), options, config,
                                                                std::move(observer), std::move(stop));
     }
-    const Rss3Options options = job.rss3;
+    const Rss3Options options = job.mode.rss3(job.rss3);
     co_return co_await detail::setup_and_generate<Rss3Party>(endpoint, std::move(job), options, config,
                                                              std::move(observer), std::move(stop));
   } catch (const Error& e) {

@@ -24,22 +24,6 @@ namespace mpcache {
 inline constexpr std::uint32_t record_magic = 0x5243504Du;  // "MPCR"
 inline constexpr std::size_t record_header_bytes = 16;
 
-// Little-endian header fields.
-inline void put_u32(std::byte* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = std::byte((v >> (8 * i)) & 0xFF);
-}
-inline void put_u64(std::byte* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = std::byte((v >> (8 * i)) & 0xFF);
-}
-inline std::uint32_t get_u32(const std::byte* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= std::uint32_t(p[i]) << (8 * i);
-  return v;
-}
-inline std::uint64_t get_u64(const std::byte* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= std::uint64_t(p[i]) << (8 * i);
-  return v;
-}
+// Little-endian fields: put_u32/put_u64/get_u32/get_u64 of mpcache.core:wire.
 
 }  // namespace mpcache

@@ -146,8 +146,9 @@ enum class Add2Comparisons : std::uint8_t { circuit, dcf };
 struct Add2Options {
   int frac_bits = default_frac_bits;
   // Exact truncation (one round per truncation) instead of the local,
-  // probabilistic one; parties and dealer must agree (checked at setup).
-  bool exact_truncation = false;
+  // probabilistic one, which fails with a small probability per product;
+  // on by default. Parties and dealer must agree (checked at setup).
+  bool exact_truncation = true;
   // Parties and dealer must agree (checked at setup, like truncation).
   Add2Comparisons comparisons = Add2Comparisons::circuit;
   // Derive the keys from this seed instead of the OS RNG: tests and

@@ -6,6 +6,7 @@ export import :prg;
 export import :dcf;
 export import :rss3;
 export import :add2;
+export import :mode;
 export import :plain;
 export import :ref;
 export import :client_shares;

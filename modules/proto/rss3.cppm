@@ -110,7 +110,10 @@ struct Rss3Options {
   int frac_bits = default_frac_bits;
   // Correct the 2-out-of-2 wrap of every truncation (one more round per
   // truncation, see above); all three parties must agree (checked at setup).
-  bool exact_truncation = false;
+  // On by default: the probabilistic truncation (false) saves that round
+  // but fails with a small probability per product, which over a long
+  // generation is a real chance of garbage (docs/protocols.md).
+  bool exact_truncation = true;
   // All three parties must agree (checked at setup, like truncation).
   Rss3Comparisons comparisons = Rss3Comparisons::circuit;
   // Derive the pairwise keys from this seed instead of the OS RNG. For tests

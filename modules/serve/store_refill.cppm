@@ -1,4 +1,4 @@
-// The service's offline phase for DCF comparisons (issue 37; `mpcache serve
+// The service's offline phase for DCF comparisons (`mpcache serve
 // --comparisons dcf+offline`). Under Rss3Options::comparisons = dcf with an
 // offline store (offline_budget > 0) the batched decode steps draw their
 // comparison keys from the servers' stores (Rss3Party::prepare_comparisons)

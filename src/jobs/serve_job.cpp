@@ -99,22 +99,10 @@ void add_serve_options(CLI::App& cmd, ServeJob& o) {
       ->capture_default_str()->check(CLI::Range(1, 4096));
   cmd.add_option("--timeout-ms", o.timeout_ms, "mesh set-up and silence deadline (default: the config's)")
       ->check(CLI::Range(100, 3600000));
-  cmd.add_option("--truncation", o.truncation,
-                 "exact (default), probabilistic, or exact+offline: exact, and the batched decode steps truncate "
-                 "products in one round with pairs made between steps (needs --max-batch > 1)")
-      ->check(CLI::IsMember({"exact", "probabilistic", "exact+offline"}));
-  cmd.add_option("--pairs-budget", o.pairs_budget_mb,
-                 "--truncation exact+offline: MB of truncation pairs each server may hold")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd.add_option("--comparisons", o.comparisons,
-                 "circuit (default), or dcf: one online round per comparison in the decode steps, DCF keys dealt "
-                 "inline by the server outside each pair; each session's prefill compares on the circuit; or "
-                 "dcf+offline: the keys dealt ahead into each server's store, refilled between batched steps "
-                 "(needs --max-batch > 1)")
-      ->check(CLI::IsMember({"circuit", "dcf", "dcf+offline"}));
-  cmd.add_option("--offline-budget", o.offline_budget_mb,
-                 "--comparisons dcf+offline: MB of DCF keys each server's store may hold")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  // The service runs rss3 (run_server refuses add2); exact+offline and
+  // dcf+offline refill between batched steps, so they need --max-batch > 1
+  // (the server says so).
+  add_protocol_mode_options(cmd, o.mode);
   cmd.add_flag("--allow-unused-weights", o.allow_unused_weights, "run even if the config leaves tensors unused");
   cmd.add_flag("--compact-weights", o.compact_weights, compact_weights_help);
   add_threads_option(cmd, o.threads);
@@ -169,10 +157,11 @@ int run_server(const ServeJob& o) {
   so.max_new_tokens = o.max_new_tokens;
   so.drain_within = std::chrono::milliseconds(o.drain_ms);
   so.unused_weights = o.allow_unused_weights ? UnusedTensors::allow : UnusedTensors::reject;
-  so.rss3.exact_truncation = o.truncation != "probabilistic";
-  if (o.truncation == "exact+offline") so.rss3.truncation_pairs_budget = std::uint64_t(o.pairs_budget_mb) << 20;
-  so.rss3.comparisons = o.comparisons == "circuit" ? Rss3Comparisons::circuit : Rss3Comparisons::dcf;
-  if (o.comparisons == "dcf+offline") so.rss3.offline_budget = std::uint64_t(o.offline_budget_mb) << 20;
+  const ProtocolMode mode = o.mode.mode();
+  if (mode.backend != ProtocolBackend::rss3)
+    throw Error(ErrorCode::invalid_argument, "serve: the service runs rss3; --protocol " + o.mode.protocol +
+                                                 " is not offered");
+  so.rss3 = mode.rss3();
   so.rss3.compact_weights = o.compact_weights;
   so.rss3.pool = pool ? &*pool : nullptr;
   // The session's deadline tells the client why; the transport's, 2 s later, is the backstop.

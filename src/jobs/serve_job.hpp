@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 #include "network_choice.hpp"
+#include "protocol_mode_flags.hpp"
 
 namespace CLI {
 class App;
@@ -34,10 +35,7 @@ struct ServeJob {
   int handshake_ms = 2000;        // a client connection proves its key within this long
   std::size_t max_handshakes = 64;           // client handshakes in progress at once
   std::size_t max_handshakes_per_host = 16;  // the same, from one remote address
-  std::string truncation = "exact";
-  std::string comparisons = "circuit";  // or dcf (Rss3Comparisons::dcf), or dcf+offline (a store of keys dealt ahead)
-  std::size_t offline_budget_mb = 1024;  // dcf+offline: each server's store (Rss3Options::offline_budget)
-  std::size_t pairs_budget_mb = 256;     // exact+offline: each server's truncation pairs (as generate's)
+  ProtocolModeFlags mode;  // rss3 only: --truncation, --comparisons and the offline budgets
   bool allow_unused_weights = false;
   bool compact_weights = false;  // rss3 weights at 8 bytes per weight (Rss3Options::compact_weights)
   std::size_t threads = 1;       // this server's compute pool (1: none)

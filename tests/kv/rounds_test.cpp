@@ -39,7 +39,7 @@ Rounds measure(const Setting& s) {
   std::vector<std::array<CostCounters, 3>> before(calls), after(calls);
   std::vector<std::array<CostCounters, 3>> before_prefetch(calls), after_prefetch(calls);
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 5});
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.exact_truncation = false, .insecure_seed = 5});
     Rss3 p = state->session();
     const FixedPoint fp(p.frac_bits());
     std::vector<kv::HeadCache<Rss3>> full, prompt;

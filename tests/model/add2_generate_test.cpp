@@ -40,7 +40,7 @@ Task<RealTensor> last_logits(P& p, PartyId owner) {
   }
 }
 
-std::vector<std::uint32_t> generate_tokens(GenerationProtocol protocol, const std::string& policy) {
+std::vector<std::uint32_t> generate_tokens(ProtocolBackend protocol, const std::string& policy) {
   return testing::generate_on_fixture(protocol, policy, 48, 6);
 }
 }  // namespace
@@ -61,8 +61,8 @@ TEST_SUITE("add2 decoder") {
 
   TEST_CASE("generate_party on add2 chooses the tokens rss3 chooses, full cache and MPCache") {
     for (const std::string policy : {"full", "mpcache"}) {
-      const auto add2 = generate_tokens(GenerationProtocol::add2, policy);
-      const auto rss3 = generate_tokens(GenerationProtocol::rss3, policy);
+      const auto add2 = generate_tokens(ProtocolBackend::add2, policy);
+      const auto rss3 = generate_tokens(ProtocolBackend::rss3, policy);
       CHECK(add2.size() == 6);
       CHECK(add2 == rss3);
     }
@@ -73,7 +73,7 @@ TEST_SUITE("add2 decoder") {
     InProcessNetwork network(scheduler, 3);
     GenerationJob job;
     job.model_dir = fixture;
-    job.protocol = GenerationProtocol::add2;
+    job.mode.backend = ProtocolBackend::add2;
     job.owner = 2;
     CHECK_THROWS_WITH(testing::run(generate_party(network.endpoint(1), job)),
                       doctest::Contains("under add2 party 2 is the dealer"));

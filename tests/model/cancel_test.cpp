@@ -16,10 +16,10 @@ using mpcache::testing::contains;
 namespace {
 const std::filesystem::path fixture = std::filesystem::path(MPCACHE_SOURCE_DIR) / "tools/model/fixture";
 
-GenerationJob fixture_job(PartyId id, GenerationProtocol protocol) {
+GenerationJob fixture_job(PartyId id, ProtocolBackend protocol) {
   GenerationJob job;
   job.model_dir = fixture;
-  job.protocol = protocol;
+  job.mode.backend = protocol;
   job.budget = 48;
   job.new_tokens = 6;
   job.rss3 = {.insecure_seed = 3};
@@ -47,8 +47,8 @@ Task<std::string> generation_error(Endpoint& endpoint, GenerationJob job, Genera
 }  // namespace
 
 TEST_CASE("a generation stopped by the client's caller unwinds every party with Error(cancelled)") {
-  for (auto protocol : {GenerationProtocol::rss3, GenerationProtocol::add2}) {
-    CAPTURE(protocol_name(protocol));
+  for (auto protocol : {ProtocolBackend::rss3, ProtocolBackend::add2}) {
+    CAPTURE(protocol_backend_name(protocol));
     Scheduler scheduler;
     InProcessNetwork network(scheduler, 3);
     std::stop_source source;
@@ -69,7 +69,7 @@ TEST_CASE("a generation stopped by the client's caller unwinds every party with 
     for (PartyId id : {1, 2}) {
       // The add2 dealer waits for nobody after set-up: it may have dealt the
       // whole generation already, and then it has nothing to cancel.
-      if (protocol == GenerationProtocol::add2 && id == add2_dealer && errors[id].empty()) {
+      if (protocol == ProtocolBackend::add2 && id == add2_dealer && errors[id].empty()) {
         CHECK(finished[id] == 6);
         continue;
       }
@@ -97,7 +97,7 @@ TEST_CASE("over TCP, a stop requested from another thread mid-generation cancels
           observer.step = [&](const GenerationStep& s) {
             if (s.step == 0) first_step.set_value();
           };
-        GenerationJob job = fixture_job(id, GenerationProtocol::rss3);
+        GenerationJob job = fixture_job(id, ProtocolBackend::rss3);
         job.new_tokens = 60;  // far more steps than the stopping thread needs to act
         return generation_error(endpoint, std::move(job), std::move(observer),
                                 id == 0 ? source.get_token() : std::stop_token{}, &finished[id]);

@@ -29,7 +29,7 @@ Measured measure(bool mpcache) {
   InProcessNetwork network(scheduler, 3);
   Measured m;
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 3});
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.exact_truncation = false, .insecure_seed = 3});
     Rss3 p = state->session();
     auto weights = co_await load_llama(p, c, id == 0 ? random_weights(4, 0.3) : no_weights());
     Decoder<Rss3> decoder(weights);
@@ -143,7 +143,7 @@ TEST_SUITE("prepared cache") {
     std::array<std::uint64_t, 3> eviction_bytes{}, prepared_bytes{};
     std::array<std::size_t, 3> selected{};
     run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-      auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 2});
+      auto state = co_await Rss3Party::setup(network.endpoint(id), {.exact_truncation = false, .insecure_seed = 2});
       Rss3 p = state->session();
       auto weights = tie_layers(co_await load_llama(p, one, id == 0 ? random_weights(4, 0.3) : no_weights()), 4);
       CHECK(weights.config.num_layers == 4);

@@ -219,7 +219,7 @@ TokenRounds decode_rounds(bool share_layers) {
   std::array<CostCounters, 3> before, after;
   std::array<std::vector<std::uint64_t>, 3> selects;
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 3});
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.exact_truncation = false, .insecure_seed = 3});
     Rss3 p = state->session();
     auto weights = co_await load_llama(p, c, id == 0 ? random_weights(4, 0.3) : no_weights());
     Decoder<Rss3> decoder(weights);
@@ -282,7 +282,7 @@ RankingRun ranking_run(bool early) {
   std::vector<std::vector<std::uint64_t>> ids;
   std::vector<std::uint64_t> rounds;
   run_parties(scheduler, network, [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 3});
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.exact_truncation = false, .insecure_seed = 3});
     Rss3 p = state->session();
     auto weights = co_await load_llama(p, c, id == 0 ? random_weights(4, 0.3) : no_weights());
     Decoder<Rss3> decoder(weights);

@@ -20,8 +20,8 @@ constexpr std::size_t budget_tokens = 6;
 // Critical-path rounds of each step, across the online parties (under add2
 // the dealer's work is offline: parties 0 and 1, as `mpcache generate`).
 std::vector<std::uint64_t> step_rounds(const std::array<std::vector<GenerationStep>, 3>& steps,
-                                       GenerationProtocol protocol) {
-  const std::size_t online = protocol == GenerationProtocol::add2 ? 2 : 3;
+                                       ProtocolBackend protocol) {
+  const std::size_t online = protocol == ProtocolBackend::add2 ? 2 : 3;
   std::vector<std::uint64_t> out;
   for (std::size_t k = 0; k < steps[0].size(); ++k) {
     CriticalPath path;
@@ -37,7 +37,7 @@ struct Run {
 };
 
 // generate_party at every party; the client stops at `stop_tokens`.
-Run generate(GenerationProtocol protocol, const std::vector<std::uint32_t>& stop_tokens,
+Run generate(ProtocolBackend protocol, const std::vector<std::uint32_t>& stop_tokens,
              std::size_t tokens = budget_tokens) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
@@ -45,7 +45,7 @@ Run generate(GenerationProtocol protocol, const std::vector<std::uint32_t>& stop
   auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
     GenerationJob job;
     job.model_dir = fixture_dir();
-    job.protocol = protocol;
+    job.mode.backend = protocol;
     job.new_tokens = tokens;
     job.rss3 = {.exact_truncation = true, .insecure_seed = 5};
     job.add2 = {.exact_truncation = true, .insecure_seed = 5};
@@ -93,8 +93,8 @@ std::array<std::vector<GenerationStep>, 3> steps_without_signal(const Options& o
   return steps;
 }
 
-std::array<std::vector<GenerationStep>, 3> steps_without_signal(GenerationProtocol protocol, std::size_t tokens) {
-  if (protocol == GenerationProtocol::add2)
+std::array<std::vector<GenerationStep>, 3> steps_without_signal(ProtocolBackend protocol, std::size_t tokens) {
+  if (protocol == ProtocolBackend::add2)
     return steps_without_signal<Add2Party>(Add2Options{.exact_truncation = true, .insecure_seed = 5}, tokens);
   return steps_without_signal<Rss3Party>(Rss3Options{.exact_truncation = true, .insecure_seed = 5}, tokens);
 }
@@ -119,8 +119,8 @@ std::size_t first_new_token(const std::vector<std::uint32_t>& tokens, std::size_
 
 TEST_SUITE("generation stops at EOS") {
   TEST_CASE("every party stops after the client's stop token; without one the budget runs out") {
-    for (auto protocol : {GenerationProtocol::rss3, GenerationProtocol::add2}) {
-      const std::string name = protocol_name(protocol);
+    for (auto protocol : {ProtocolBackend::rss3, ProtocolBackend::add2}) {
+      const std::string name = protocol_backend_name(protocol);
       CAPTURE(name);
       // No stop token (--ignore-eos): the whole budget, at every party.
       const Run full = generate(protocol, {});
@@ -145,7 +145,7 @@ TEST_SUITE("generation stops at EOS") {
         // No party started another step, but add2's dealer, which deals one
         // step ahead of the client's word so as never to wait for it: its
         // step past the end is never used.
-        const bool ahead = protocol == GenerationProtocol::add2 && i == add2_dealer;
+        const bool ahead = protocol == ProtocolBackend::add2 && i == add2_dealer;
         CHECK(stopped.steps[i].size() == k + 1 + (ahead ? 1 : 0));
         if (i > 0) CHECK(stopped.results[i].tokens.empty());
       }
@@ -165,8 +165,8 @@ TEST_SUITE("generation stops at EOS") {
   }
 
   TEST_CASE("the client's word to go on adds no round: each step costs what it cost without it") {
-    for (auto protocol : {GenerationProtocol::rss3, GenerationProtocol::add2}) {
-      const std::string name = protocol_name(protocol);
+    for (auto protocol : {ProtocolBackend::rss3, ProtocolBackend::add2}) {
+      const std::string name = protocol_backend_name(protocol);
       CAPTURE(name);
       const auto with_signal = step_rounds(generate(protocol, {}).steps, protocol);
       const auto without = step_rounds(steps_without_signal(protocol, budget_tokens), protocol);
@@ -188,7 +188,7 @@ TEST_SUITE("generation stops at EOS") {
       // (ops/octaves.cppm: msb_bits + bit_dot after their comparisons).
       // The prefill 3 (rss3) and 8 (add2) shorter since its last layer runs
       // the last row's attention output and MLP alone, in one-row forms.
-      const std::vector<std::uint64_t> before = protocol == GenerationProtocol::add2
+      const std::vector<std::uint64_t> before = protocol == ProtocolBackend::add2
                                                     ? std::vector<std::uint64_t>{222, 208, 208, 208, 208, 210}
                                                     : std::vector<std::uint64_t>{214, 204, 204, 204, 205, 207};
       CHECK(with_signal == before);

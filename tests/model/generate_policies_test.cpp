@@ -24,7 +24,7 @@ TEST_SUITE("generation policies") {
     auto weights = testing::run(load_decoder(r, config, weights_from_file(fixture / "model.safetensors"), 0));
     for (const auto& name : kv::policy_names()) {
       CAPTURE(name);
-      const auto chosen = testing::generate_on_fixture(GenerationProtocol::rss3, name, budget, 2);
+      const auto chosen = testing::generate_on_fixture(ProtocolBackend::rss3, name, budget, 2);
       REQUIRE(chosen.size() == 2);
       Decoder<Ref> decoder(weights);
       auto policy = kv::make_policy<Ref>(name, budget);
@@ -39,8 +39,8 @@ TEST_SUITE("generation policies") {
 
   TEST_CASE("ArkVale with recall generates what ArkVale does, its pages in each party's file, not in memory") {
     const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
-    const auto resident = testing::generate_results_on_fixture(GenerationProtocol::rss3, "arkvale", budget, 3);
-    const auto recall = testing::generate_results_on_fixture(GenerationProtocol::rss3, "arkvale-recall", budget, 3);
+    const auto resident = testing::generate_results_on_fixture(ProtocolBackend::rss3, "arkvale", budget, 3);
+    const auto recall = testing::generate_results_on_fixture(ProtocolBackend::rss3, "arkvale-recall", budget, 3);
     CHECK(recall[0].tokens == resident[0].tokens);
     // After the prompt (77) and 2 decoded tokens: 79 tokens, 4 complete
     // pages of 16 (the newest token's page is the tail), 3 stored (the first
@@ -60,13 +60,13 @@ TEST_SUITE("generation policies") {
       CHECK(*recall[i].kv_policy_bytes + heads * 3 * page_bytes == *resident[i].kv_policy_bytes + heads * word_pairs);
     }
     // Policies that do not count what they hold say so.
-    CHECK_FALSE(testing::generate_results_on_fixture(GenerationProtocol::rss3, "streaming_llm", budget, 2)[0]
+    CHECK_FALSE(testing::generate_results_on_fixture(ProtocolBackend::rss3, "streaming_llm", budget, 2)[0]
                     .kv_policy_bytes.has_value());
   }
 
   TEST_CASE("MPCache counts the bytes it holds: every kept token, and their summaries; the decoder the newest") {
     const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
-    const auto results = testing::generate_results_on_fixture(GenerationProtocol::rss3, "mpcache", budget, 3);
+    const auto results = testing::generate_results_on_fixture(ProtocolBackend::rss3, "mpcache", budget, 3);
     // 79 tokens (the prompt and 2 decoded), every one kept (no static
     // eviction by default); per layer and KV head, 2 words a value (rss3).
     const std::size_t heads = c.num_layers * c.num_kv_heads, word_pairs = 2 * sizeof(Ring);
@@ -87,7 +87,7 @@ TEST_SUITE("generation policies") {
   TEST_CASE("every policy runs without a budget given: the default is 48, or the policy's minimum (InfLLM's 51)") {
     for (const auto& name : kv::policy_names()) {
       CAPTURE(name);
-      CHECK(testing::generate_on_fixture(GenerationProtocol::rss3, name, std::nullopt, 1).size() == 1);
+      CHECK(testing::generate_on_fixture(ProtocolBackend::rss3, name, std::nullopt, 1).size() == 1);
     }
   }
 

@@ -17,10 +17,10 @@ TEST_SUITE("rss3 dcf generation") {
     for (const std::string name : {"full", "mpcache"}) {
       CAPTURE(name);
       const auto prompt = testing::fixture_prompt();
-      const auto dcf = testing::generate_results(prompt, GenerationProtocol::rss3, name, std::nullopt, tokens, {},
+      const auto dcf = testing::generate_results(prompt, ProtocolBackend::rss3, name, std::nullopt, tokens, {},
                                                  Rss3Comparisons::dcf)[0]
                            .tokens;
-      const auto circuit = testing::generate_results(prompt, GenerationProtocol::rss3, name, std::nullopt, tokens)[0].tokens;
+      const auto circuit = testing::generate_results(prompt, ProtocolBackend::rss3, name, std::nullopt, tokens)[0].tokens;
       REQUIRE(dcf.size() == tokens);
       CHECK(dcf == circuit);
       testing::check_near_float64_argmax(name, prompt, dcf);
@@ -38,11 +38,11 @@ TEST_SUITE("rss3 dcf generation") {
     constexpr std::size_t tokens = 4;
     const auto prompt = testing::fixture_prompt();
     std::array<std::vector<std::uint64_t>, 3> inline_rounds, store_rounds, circuit_rounds;
-    (void)testing::generate_results(prompt, GenerationProtocol::rss3, "mpcache", std::nullopt, 1, {},
+    (void)testing::generate_results(prompt, ProtocolBackend::rss3, "mpcache", std::nullopt, 1, {},
                                     Rss3Comparisons::circuit, 0, &circuit_rounds);
-    const auto dealt_inline = testing::generate_results(prompt, GenerationProtocol::rss3, "mpcache", std::nullopt,
+    const auto dealt_inline = testing::generate_results(prompt, ProtocolBackend::rss3, "mpcache", std::nullopt,
                                                         tokens, {}, Rss3Comparisons::dcf, 0, &inline_rounds)[0];
-    const auto from_store = testing::generate_results(prompt, GenerationProtocol::rss3, "mpcache", std::nullopt,
+    const auto from_store = testing::generate_results(prompt, ProtocolBackend::rss3, "mpcache", std::nullopt,
                                                       tokens, {}, Rss3Comparisons::dcf, 0, &store_rounds,
                                                       std::uint64_t{256} << 20)[0];
     REQUIRE(from_store.tokens.size() == tokens);

@@ -19,10 +19,10 @@ TEST_SUITE("rss3 truncation pairs generation") {
       CAPTURE(name);
       const auto prompt = testing::fixture_prompt();
       std::array<std::vector<std::uint64_t>, 3> with_rounds, without_rounds;
-      const auto with_pairs = testing::generate_results(prompt, GenerationProtocol::rss3, name, std::nullopt, tokens,
+      const auto with_pairs = testing::generate_results(prompt, ProtocolBackend::rss3, name, std::nullopt, tokens,
                                                         {}, Rss3Comparisons::circuit, budget, &with_rounds)[0]
                                   .tokens;
-      const auto exact = testing::generate_results(prompt, GenerationProtocol::rss3, name, std::nullopt, tokens, {},
+      const auto exact = testing::generate_results(prompt, ProtocolBackend::rss3, name, std::nullopt, tokens, {},
                                                    Rss3Comparisons::circuit, 0, &without_rounds)[0]
                              .tokens;
       REQUIRE(with_pairs.size() == tokens);

@@ -220,7 +220,7 @@ TEST_CASE("add2: msb_bits is the sign of a mod 2^w for every width, edges includ
 TEST_CASE("add2: online and offline costs are exact") {
   constexpr std::size_t n = 1000;
   const RingTensor a = random_ring({n}, 1), b = random_ring({n}, 2);
-  auto cost = [&](auto op, Add2Options options = {.insecure_seed = 3}) {
+  auto cost = [&](auto op, Add2Options options = {.exact_truncation = false, .insecure_seed = 3}) {
     return measure_add2({a, b}, op, options);
   };
   auto check = [](const Add2OpCost& c, std::uint64_t rounds, std::uint64_t bytes, std::uint64_t dealer) {
@@ -440,7 +440,7 @@ TEST_CASE("add2: parties whose comparisons differ from the dealer's are refused 
     }
     co_return "";
   });
-  CHECK(results[0].find("the dealer (party 2) uses 18 fraction bits, probabilistic truncation, circuit comparisons, "
-                        "this party 18 fraction bits, probabilistic truncation, dcf comparisons") != std::string::npos);
+  CHECK(results[0].find("the dealer (party 2) uses 18 fraction bits, exact truncation, circuit comparisons, "
+                        "this party 18 fraction bits, exact truncation, dcf comparisons") != std::string::npos);
   CHECK(results[1].empty());
 }

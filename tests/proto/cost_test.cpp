@@ -35,7 +35,7 @@ Measured measure(Shape sa, Shape sb, Op op) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   auto party = [&](PartyId id) -> Task<void> {
-    auto state = co_await Rss3Party::setup(network.endpoint(id));
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.exact_truncation = false});
     Rss3 p = state->session();
     auto a = co_await p.input(0, owned(p, 0, x), sa);
     auto b = co_await p.input(1, owned(p, 1, y), sb);
@@ -121,7 +121,7 @@ TEST_CASE("concurrent forked multiplications share one round and one write per p
   auto party = [&](PartyId id) -> Task<std::vector<Rss3Share>> {
     // Seeded keys and a sharing of a public value: no message before the
     // products, so every counter below belongs to them.
-    auto state = co_await Rss3Party::setup(network.endpoint(id), {.insecure_seed = 1});
+    auto state = co_await Rss3Party::setup(network.endpoint(id), {.exact_truncation = false, .insecure_seed = 1});
     Rss3 p = state->session();
     auto a = p.add_public(Rss3Share{ring_zeros({n}), ring_zeros({n})}, x);
     before[id] = network.endpoint(id).costs();

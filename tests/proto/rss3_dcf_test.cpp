@@ -23,8 +23,9 @@ static_assert(DcfCostsOption<Add2>);
 
 namespace {
 
+// Probabilistic truncation: the costs pinned below were counted under it.
 constexpr Rss3Options dcf_options(std::uint64_t seed = 7) {
-  return {.comparisons = Rss3Comparisons::dcf, .insecure_seed = seed};
+  return {.exact_truncation = false, .comparisons = Rss3Comparisons::dcf, .insecure_seed = seed};
 }
 
 // 1 where x < 0 as a w-bit signed value.
@@ -284,10 +285,10 @@ TEST_CASE("rss3: parties whose comparisons differ are refused at setup") {
     co_return "";
   });
   // Party 1 hears party 0's settings (keys go to the next party).
-  CHECK(results[1].find("party 1: party 0 uses 18 fraction bits, probabilistic truncation, dcf comparisons, "
-                        "this party 18 fraction bits, probabilistic truncation, circuit comparisons") != std::string::npos);
-  CHECK(results[0].find("party 0: party 2 uses 18 fraction bits, probabilistic truncation, circuit comparisons, "
-                        "this party 18 fraction bits, probabilistic truncation, dcf comparisons") != std::string::npos);
+  CHECK(results[1].find("party 1: party 0 uses 18 fraction bits, exact truncation, dcf comparisons, "
+                        "this party 18 fraction bits, exact truncation, circuit comparisons") != std::string::npos);
+  CHECK(results[0].find("party 0: party 2 uses 18 fraction bits, exact truncation, circuit comparisons, "
+                        "this party 18 fraction bits, exact truncation, dcf comparisons") != std::string::npos);
 }
 
 
@@ -309,14 +310,14 @@ TEST_CASE("rss3: parties whose offline store or dcf slices differ are refused at
   auto store = refusals([](PartyId id) {
     return Rss3Options{.comparisons = Rss3Comparisons::dcf, .offline_budget = id == 0 ? 4096u : 8192u};
   });
-  CHECK(store[1].find("party 1: party 0 uses 18 fraction bits, probabilistic truncation, dcf comparisons, an offline "
-                      "store of 4096 bytes, this party 18 fraction bits, probabilistic truncation, dcf comparisons, an "
+  CHECK(store[1].find("party 1: party 0 uses 18 fraction bits, exact truncation, dcf comparisons, an offline "
+                      "store of 4096 bytes, this party 18 fraction bits, exact truncation, dcf comparisons, an "
                       "offline store of 8192 bytes") != std::string::npos);
   CHECK(store[2] == "");  // party 2 hears party 1, which agrees with it
   auto slices = refusals([](PartyId id) {
     return Rss3Options{.comparisons = Rss3Comparisons::dcf, .dcf_slice_bytes = id == 2 ? 1024u : 2048u};
   });
-  CHECK(slices[0].find("party 0: party 2 uses 18 fraction bits, probabilistic truncation, dcf comparisons, dcf slices "
+  CHECK(slices[0].find("party 0: party 2 uses 18 fraction bits, exact truncation, dcf comparisons, dcf slices "
                        "of 1024 bytes, this party") != std::string::npos);
   CHECK(slices[0].find("store") == std::string::npos);  // only what differs is named
 }

@@ -331,7 +331,7 @@ TEST_CASE("truncation pairs: prepare_truncations refuses without exact truncatio
     });
     return results[0];
   };
-  CHECK(message({.insecure_seed = 1, .truncation_pairs_budget = megabyte}).find("truncation is not exact") !=
+  CHECK(message({.exact_truncation = false, .insecure_seed = 1, .truncation_pairs_budget = megabyte}).find("truncation is not exact") !=
         std::string::npos);
   CHECK(message({.exact_truncation = true, .insecure_seed = 1}).find("truncation_pairs_budget is 0") !=
         std::string::npos);

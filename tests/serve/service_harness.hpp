@@ -17,7 +17,7 @@ inline const std::string emma = "Emma Woodhouse, handsome, clever, and rich, wit
 inline std::vector<std::uint32_t> generated(const std::vector<std::uint32_t>& prompt, std::size_t tokens,
                                             const std::string& policy = "mpcache",
                                             const std::vector<std::uint32_t>& stops = {}) {
-  return testing::generate_results(prompt, GenerationProtocol::rss3, policy, std::nullopt, tokens, stops)[0].tokens;
+  return testing::generate_results(prompt, ProtocolBackend::rss3, policy, std::nullopt, tokens, stops)[0].tokens;
 }
 
 // Three servers on one loop; clients join through in-process channels.

@@ -27,7 +27,8 @@ inline Task<void> align_online_clocks(Endpoint& endpoint) {
 // Shares `inputs` (owner 0 each, in order), aligns the online clocks, then
 // measures op(Add2&, shares).
 template <class Op>
-Add2OpCost measure_add2(const std::vector<RingTensor>& inputs, Op op, Add2Options options = {.insecure_seed = 3}) {
+Add2OpCost measure_add2(const std::vector<RingTensor>& inputs, Op op,
+                        Add2Options options = {.exact_truncation = default_test_truncation_exact, .insecure_seed = 3}) {
   const CostWindow w = measure_window<Add2Party>(inputs, op, options, align_online_clocks);
   Add2OpCost cost;
   for (std::size_t i = 0; i < 2; ++i) cost.bytes[i] = (w.after[i] - w.before[i]).payload_bytes_sent();

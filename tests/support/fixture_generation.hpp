@@ -24,7 +24,7 @@ inline std::vector<std::uint32_t> fixture_prompt() {
 // `comparisons`, `truncation_pairs_budget`: rss3's (add2 always compares
 // on its circuit here). `step_rounds`: if given, each party's rounds per step.
 inline std::array<GenerationResult, 3> generate_results(const std::vector<std::uint32_t>& prompt,
-                                                        GenerationProtocol protocol, const std::string& policy,
+                                                        ProtocolBackend protocol, const std::string& policy,
                                                         std::optional<std::size_t> budget, std::size_t tokens,
                                                         const std::vector<std::uint32_t>& stops = {},
                                                         Rss3Comparisons comparisons = Rss3Comparisons::circuit,
@@ -36,13 +36,18 @@ inline std::array<GenerationResult, 3> generate_results(const std::vector<std::u
   auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
     GenerationJob job;
     job.model_dir = fixture_dir();
-    job.protocol = protocol;
+    job.mode.backend = protocol;
+    job.mode.truncation = truncation_pairs_budget > 0 ? TruncationMode::exact_offline : TruncationMode::exact;
+    job.mode.truncation_pairs_budget = truncation_pairs_budget;
+    job.mode.comparisons = comparisons == Rss3Comparisons::circuit ? ComparisonMode::circuit
+                           : offline_budget > 0                    ? ComparisonMode::dcf_offline
+                                                                   : ComparisonMode::dcf;
+    job.mode.comparison_store_budget = offline_budget;
     job.policy = policy;
     job.budget = budget;
     job.new_tokens = tokens;
-    job.rss3 = {.exact_truncation = true, .comparisons = comparisons, .insecure_seed = 5,
-                .offline_budget = offline_budget, .truncation_pairs_budget = truncation_pairs_budget};
-    job.add2 = {.exact_truncation = true, .insecure_seed = 5};
+    job.rss3.insecure_seed = 5;
+    job.add2.insecure_seed = 5;
     if (id == 0) {
       job.prompt = prompt;
       job.stop_tokens = stops;
@@ -58,7 +63,7 @@ inline std::array<GenerationResult, 3> generate_results(const std::vector<std::u
 }
 
 // The same for the fixture prompt.
-inline std::array<GenerationResult, 3> generate_results_on_fixture(GenerationProtocol protocol,
+inline std::array<GenerationResult, 3> generate_results_on_fixture(ProtocolBackend protocol,
                                                                    const std::string& policy,
                                                                    std::optional<std::size_t> budget,
                                                                    std::size_t tokens) {
@@ -66,7 +71,7 @@ inline std::array<GenerationResult, 3> generate_results_on_fixture(GenerationPro
 }
 
 // The client's tokens of generate_results_on_fixture.
-inline std::vector<std::uint32_t> generate_on_fixture(GenerationProtocol protocol, const std::string& policy,
+inline std::vector<std::uint32_t> generate_on_fixture(ProtocolBackend protocol, const std::string& policy,
                                                       std::optional<std::size_t> budget, std::size_t tokens) {
   return generate_results_on_fixture(protocol, policy, budget, tokens)[0].tokens;
 }
