@@ -7,5 +7,6 @@ import mpcache.std;
 export import :messages;
 export import :task_group;
 export import :store_refill;
+export import :batch_planner;
 export import :server;
 export import :client;
