@@ -1,4 +1,4 @@
-// One server of a private inference service (issue 34; docs/serving.md).
+// One server of a private inference service (docs/serving.md).
 // Three servers run for a long time: they connect their mesh once, agree on
 // keys once, and the model owner shares the weights once. Clients outside
 // the three connect to every server (ClientDoor), give their prompt as
