@@ -7,5 +7,7 @@ import mpcache.std;
 export import :messages;
 export import :task_group;
 export import :store_refill;
+export import :batch_planner;
 export import :server;
+export import :server_parts;  // exports nothing: the server's parts, for src/serve/
 export import :client;
