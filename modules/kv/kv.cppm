@@ -17,5 +17,8 @@ export import :infllm;
 export import :quest;
 export import :arkvale;
 export import :mpcache;
+export import :mpcache_eviction;
+export import :mpcache_selection;
+export import :mpcache_scoring;
 export import :any_policy;
 export import :named;

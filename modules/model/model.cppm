@@ -6,4 +6,8 @@ export import :config;
 export import :weights;
 export import :prefill_memory;
 export import :decoder;
+export import :decoder_linear;
+export import :decoder_attention;
+export import :decoder_mlp;
+export import :decoder_batch;
 export import :generate;
