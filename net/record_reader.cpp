@@ -14,8 +14,6 @@ namespace mpcache {
 
 namespace {
 
-// Reads ask for at least this much room: fewer, larger system calls.
-constexpr std::size_t min_recv_chunk = 256 * 1024;
 // The buffer grows towards a record's announced end by at most this much
 // beyond the data it holds, so a bogus length cannot make it allocate much.
 constexpr std::size_t max_recv_ahead = 64u << 20;
@@ -115,9 +113,9 @@ struct RecordReader::State {
     if (at == 0) return;
     std::memmove(rx.data(), rx.data() + at, have - at);
     have -= at;
-    if (rx.size() > keep_recv_buffer && have < min_recv_chunk) {
+    if (rx.size() > keep_recv_buffer && have < limits.read_chunk) {
       rx.resize(have);
-      rx.shrink(min_recv_chunk);
+      rx.shrink(limits.read_chunk);
     }
   }
 
@@ -215,7 +213,8 @@ std::span<std::byte> RecordReader::space() {
   }
   // Room for the rest of the current small record, at most max_recv_ahead
   // beyond the data, or the next chunk.
-  std::size_t want = s.have + min_recv_chunk;
+  const std::size_t chunk = std::max<std::size_t>(s.limits.read_chunk, 1);
+  std::size_t want = s.have + chunk;
   if (!s.large && !s.failure && s.have >= record_header_bytes) {
     const std::uint64_t need = record_header_bytes + get_u64(s.rx.data() + 8);  // checked by parse()
     if (need > s.have)
@@ -225,7 +224,7 @@ std::span<std::byte> RecordReader::space() {
   if (s.rx.size() < want) s.rx.resize(want);
   // Inside a large record, a chunk at a time: its big payloads should go
   // straight to their vectors.
-  const std::size_t room = s.large ? min_recv_chunk : s.rx.size() - s.have;
+  const std::size_t room = s.large ? chunk : s.rx.size() - s.have;
   return {s.rx.data() + s.have, room};
 }
 

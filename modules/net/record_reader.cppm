@@ -41,6 +41,11 @@ struct RecordLimits {
   std::uint64_t max_record_bytes = std::uint64_t{1} << 33;
   // Bodies from this size on are taken frame by frame (see above).
   std::uint64_t large_record_bytes = std::uint64_t{1} << 20;
+  // Room space() offers in the reader's buffer: at least this much, and no
+  // more inside a large record, whose big payloads should rather go
+  // straight to their vectors. Large reads mean few system calls; tests and
+  // the fuzzer use small ones to cut records across reads.
+  std::size_t read_chunk = 256 * 1024;
 };
 
 class RecordReader {
@@ -58,7 +63,8 @@ class RecordReader {
   // The first `n` bytes of space() were filled: parses them.
   void commit(std::size_t n);
   // Copies `bytes` in through space() and commit(), in as many steps as it
-  // takes (for callers that do not read from a socket).
+  // takes (for callers that do not read from a socket); once the stream is
+  // refused, the rest is dropped.
   void feed(std::span<const std::byte> bytes);
 
   // The next whole record's frames (possibly none), oldest first, or nullopt

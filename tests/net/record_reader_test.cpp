@@ -158,8 +158,9 @@ ReadResult read_whole(RecordReader& reader, std::span<const std::byte> bytes) {
   return read(reader, bytes, [](std::size_t left) { return left; });
 }
 
-RecordReader make_reader(std::uint64_t large, bool sealed, std::uint64_t max = std::uint64_t{1} << 33) {
-  return RecordReader({.max_record_bytes = max, .large_record_bytes = large},
+RecordReader make_reader(std::uint64_t large, bool sealed, std::uint64_t max = std::uint64_t{1} << 33,
+                         std::size_t read_chunk = 256 * 1024) {
+  return RecordReader({.max_record_bytes = max, .large_record_bytes = large, .read_chunk = read_chunk},
                       sealed ? std::make_unique<ToyOpener>() : nullptr);
 }
 
@@ -218,18 +219,23 @@ TEST_CASE("record reader: every cut of a record stream gives the same records, p
       CHECK(byte_by_byte.error == "");
       CHECK(same(byte_by_byte.records, records));
 
-      for (std::uint32_t seed : {1u, 2u, 3u}) {
-        CAPTURE(seed);
-        std::mt19937 rng(seed);
-        const std::size_t most = seed == 1 ? 7 : seed == 2 ? 1000 : 300000;
-        auto split = make_reader(large, sealed);
-        const auto random = read(split, bytes, [&](std::size_t) {
-          return std::uniform_int_distribution<std::size_t>(1, most)(rng);
-        });
-        CHECK(random.error == "");
-        CHECK(same(random.records, records));
-        CHECK(split.unfinished() == "");
-      }
+      // Random pieces, into reads of 256 KiB (the default) or of a few
+      // bytes, which grow the buffer for a record and carry what is left of
+      // one read over to the next.
+      for (std::size_t read_chunk : {std::size_t{256} * 1024, std::size_t{100}, std::size_t{5}})
+        for (std::uint32_t seed : {1u, 2u, 3u}) {
+          CAPTURE(read_chunk);
+          CAPTURE(seed);
+          std::mt19937 rng(seed);
+          const std::size_t most = seed == 1 ? 7 : seed == 2 ? 1000 : 300000;
+          auto split = make_reader(large, sealed, std::uint64_t{1} << 33, read_chunk);
+          const auto random = read(split, bytes, [&](std::size_t) {
+            return std::uniform_int_distribution<std::size_t>(1, most)(rng);
+          });
+          CHECK(random.error == "");
+          CHECK(same(random.records, records));
+          CHECK(split.unfinished() == "");
+        }
     }
   }
 }
