@@ -7,6 +7,8 @@
 //   tcp_shutdown.cpp  draining, cancelling, closing
 // Included by those units after their imports; their global module fragment
 // includes prelude.hpp, sys/aead.hpp, sys/io_driver.hpp and sys/send_queue.hpp.
+// Functions defined here say `inline`: in a module's purview they are not
+// implicitly, and each including unit would emit its own definition.
 #pragma once
 
 namespace mpcache {
