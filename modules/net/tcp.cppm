@@ -3,7 +3,10 @@
 // of net/sys/drivers.cpp: io_uring; poll (plain non-blocking send/recv and
 // ppoll) where io_uring cannot start; asio when asked for. Everything the
 // endpoint flushes to a peer in one tick goes out as one record (see
-// :records) in one send.
+// :records) in one send, and comes in through a RecordReader
+// (:record_reader). The implementation: net/tcp.cpp (set-up, the loop's
+// hooks), tcp_send.cpp, tcp_receive.cpp, tcp_wait.cpp (completions,
+// spinning, deadlines), tcp_shutdown.cpp, sharing net/tcp_impl.hpp.
 //
 // At most one send and one receive are in flight per socket; short reads and
 // writes are resumed. A peer that closes, resets, stays silent past the

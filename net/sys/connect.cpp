@@ -1,4 +1,8 @@
+// Connection set-up (see connect.hpp): blocking socket helpers, the
+// accepting side that waits for every higher party at once, and the
+// connecting side that retries until a lower party listens.
 #include "connect.hpp"
+#include "hello.hpp"
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -22,69 +26,12 @@ namespace {
 using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::uint32_t hello_magic = 0x4843504Du;  // "MPCH"
-constexpr std::uint16_t hello_version = 1;
-constexpr std::size_t hello_bytes = 16;
-
 std::string where(const PeerAddress& a) { return a.host + ":" + std::to_string(a.port); }
-std::string party(std::uint32_t id) { return "party " + std::to_string(id); }
 
 std::string seconds(std::chrono::milliseconds ms) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(ms.count()) / 1000.0);
   return buf;
-}
-
-struct Hello {
-  std::uint32_t from = 0, to = 0;
-  bool encrypted = false;
-  std::array<unsigned char, hello_bytes> encode() const {
-    std::array<unsigned char, hello_bytes> b{};
-    auto put32 = [&](std::size_t at, std::uint32_t v) {
-      for (int i = 0; i < 4; ++i) b[at + i] = static_cast<unsigned char>(v >> (8 * i));
-    };
-    put32(0, hello_magic);
-    b[4] = hello_version & 0xFF;
-    b[5] = hello_version >> 8;
-    b[6] = encrypted ? 1 : 0;
-    put32(8, from);
-    put32(12, to);
-    return b;
-  }
-};
-
-std::uint32_t get32(const unsigned char* b) {
-  return std::uint32_t(b[0]) | std::uint32_t(b[1]) << 8 | std::uint32_t(b[2]) << 16 |
-         std::uint32_t(b[3]) << 24;
-}
-
-// Checks the peer's hello; `expected` is the peer id, or nullopt on the
-// accepting side (any higher id not yet connected, checked by the caller).
-Hello check_hello(const unsigned char* b, std::uint32_t self, std::optional<std::uint32_t> expected,
-                  bool encrypted, const std::string& peer_desc) {
-  if (get32(b) != hello_magic)
-    throw std::runtime_error(party(self) + ": " + peer_desc +
-                             " is not an mpcache party (bad hello magic)");
-  const unsigned version = unsigned(b[4]) | unsigned(b[5]) << 8;
-  if (version != hello_version)
-    throw std::runtime_error(party(self) + ": " + peer_desc + " speaks protocol version " +
-                             std::to_string(version) + ", this party " +
-                             std::to_string(hello_version));
-  Hello h{get32(b + 8), get32(b + 12), b[6] != 0};
-  if (expected && h.from != *expected)
-    throw std::runtime_error(party(self) + ": expected " + party(*expected) + " at " + peer_desc +
-                             " but it says it is " + party(h.from) +
-                             " (wrong party id; check the cluster config)");
-  if (h.to != self)
-    throw std::runtime_error(party(self) + ": " + party(h.from) + " at " + peer_desc +
-                             " wants to talk to " + party(h.to) +
-                             " (wrong party id; check the cluster config)");
-  if (h.encrypted != encrypted)
-    throw std::runtime_error(party(self) + ": " + party(h.from) + " at " + peer_desc + " runs " +
-                             (h.encrypted ? "with" : "without") + " encryption, this party " +
-                             (encrypted ? "with" : "without") +
-                             " encryption (all parties must agree on --insecure)");
-  return h;
 }
 
 void wait_fd(int fd, short events, Clock::time_point deadline, const std::string& what) {
@@ -104,7 +51,7 @@ tcp::endpoint resolve(asio::io_context& io, const PeerAddress& a, std::uint32_t 
   asio::error_code ec;
   auto results = resolver.resolve(a.host, std::to_string(a.port), ec);
   if (ec || results.empty())
-    throw std::runtime_error("cannot resolve the address of " + party(id) + " (" + where(a) +
+    throw std::runtime_error("cannot resolve the address of " + party_name(id) + " (" + where(a) +
                              "): " + (ec ? ec.message() : "no address"));
   return *results.begin();
 }
@@ -230,13 +177,13 @@ std::uint32_t admit(std::uint32_t self, std::size_t n, const MeshOptions& option
                     Pending& c, const std::vector<int>& fds) {
   const Hello h = check_hello(c.hello.data(), self, std::nullopt, options.encrypted, c.desc);
   if (h.from <= self || h.from >= n || fds[h.from] >= 0)
-    throw std::runtime_error(party(self) + ": " + c.desc + " says it is " + party(h.from) +
+    throw std::runtime_error(party_name(self) + ": " + c.desc + " says it is " + party_name(h.from) +
                              ", which should not connect here (wrong party id; check the cluster config)");
   const auto by = std::min(deadline, Clock::now() + options.authenticate_within);
   set_blocking(c.fd, true);
   const Hello mine{self, h.from, options.encrypted};
   const auto hb = mine.encode();
-  write_exactly(c.fd, hb.data(), hb.size(), by, party(self) + ": hello to " + party(h.from));
+  write_exactly(c.fd, hb.data(), hb.size(), by, party_name(self) + ": hello to " + party_name(h.from));
   const int one = 1;
   ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (options.after_hello) options.after_hello(c.fd, h.from, by);
@@ -247,7 +194,7 @@ std::uint32_t admit(std::uint32_t self, std::size_t n, const MeshOptions& option
 std::string missing_higher(std::uint32_t self, const std::vector<int>& fds) {
   std::string m;
   for (std::uint32_t j = self + 1; j < fds.size(); ++j)
-    if (fds[j] < 0) m += (m.empty() ? "" : ", ") + party(j);
+    if (fds[j] < 0) m += (m.empty() ? "" : ", ") + party_name(j);
   return m;
 }
 
@@ -261,7 +208,7 @@ void accept_peers(std::uint32_t self, const std::vector<PeerAddress>& parties, c
   std::vector<Pending> pending;
   std::vector<std::string> dropped;
   auto drop = [&](Pending& c, const std::string& why) {
-    const std::string line = party(self) + ": dropped a connection from " + c.desc + ": " + why;
+    const std::string line = party_name(self) + ": dropped a connection from " + c.desc + ": " + why;
     if (options.on_dropped) options.on_dropped(line);
     dropped.push_back(c.desc + ": " + why);
     close_fd(c.fd);
@@ -276,7 +223,7 @@ void accept_peers(std::uint32_t self, const std::vector<PeerAddress>& parties, c
     while (!missing_higher(self, fds).empty()) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) {
-        std::string error = party(self) + ": " + missing_higher(self, fds) + " did not connect to " +
+        std::string error = party_name(self) + ": " + missing_higher(self, fds) + " did not connect to " +
                             where(parties[self]) + " within " + seconds(options.timeout) + " s";
         if (!dropped.empty())
           error += " (dropped " + std::to_string(dropped.size()) + " other connection" +
@@ -286,7 +233,7 @@ void accept_peers(std::uint32_t self, const std::vector<PeerAddress>& parties, c
       std::vector<pollfd> polled{{listen_fd, POLLIN, 0}};
       for (const auto& c : pending) polled.push_back({c.fd, POLLIN, 0});
       const int r = ::poll(polled.data(), polled.size(), static_cast<int>(std::min<long long>(left, 1000)));
-      if (r < 0 && errno != EINTR) throw std::runtime_error(party(self) + ": poll: " + std::strerror(errno));
+      if (r < 0 && errno != EINTR) throw std::runtime_error(party_name(self) + ": poll: " + std::strerror(errno));
       if (r <= 0) continue;
       // Hellos first (the pending list grows below).
       for (std::size_t i = 0; i < pending.size(); ++i) {
@@ -330,7 +277,7 @@ tcp::socket connect_lower(asio::io_context& io, std::uint32_t self, std::uint32_
   std::string last = "no attempt";
   for (;;) {
     if (Clock::now() >= deadline)
-      throw std::runtime_error(party(self) + " could not connect to " + party(j) + " at " + where(parties[j]) +
+      throw std::runtime_error(party_name(self) + " could not connect to " + party_name(j) + " at " + where(parties[j]) +
                                " within " + seconds(options.timeout) + " s: " + last +
                                " (is the peer running and reachable?)");
     tcp::socket s(io);
@@ -356,9 +303,9 @@ tcp::socket connect_lower(asio::io_context& io, std::uint32_t self, std::uint32_
     const Hello mine{self, j, options.encrypted};
     const auto hb = mine.encode();
     const int fd = s.native_handle();
-    write_exactly(fd, hb.data(), hb.size(), deadline, party(self) + ": hello to " + party(j));
+    write_exactly(fd, hb.data(), hb.size(), deadline, party_name(self) + ": hello to " + party_name(j));
     std::array<unsigned char, hello_bytes> theirs{};
-    const std::string no_hello = party(self) + ": no hello from " + party(j) + " at " + desc;
+    const std::string no_hello = party_name(self) + ": no hello from " + party_name(j) + " at " + desc;
     try {
       read_exactly(fd, theirs.data(), theirs.size(), deadline, no_hello);
     } catch (const PeerClosed&) {
@@ -379,7 +326,7 @@ tcp::socket connect_lower(asio::io_context& io, std::uint32_t self, std::uint32_
 std::vector<int> connect_mesh(std::uint32_t self, const std::vector<PeerAddress>& parties,
                               const MeshOptions& options) {
   const std::size_t n = parties.size();
-  if (self >= n) throw std::runtime_error(party(self) + " is not in a cluster of " + std::to_string(n));
+  if (self >= n) throw std::runtime_error(party_name(self) + " is not in a cluster of " + std::to_string(n));
   const auto deadline = Clock::now() + options.timeout;
   asio::io_context io;
   std::vector<int> fds(n, -1);
@@ -394,7 +341,7 @@ std::vector<int> connect_mesh(std::uint32_t self, const std::vector<PeerAddress>
       try {
         acceptor.assign(resolve(io, parties[self], self).protocol(), listen_on(parties[self].host, port));
       } catch (const std::exception& e) {
-        throw std::runtime_error(party(self) + ": " + e.what());
+        throw std::runtime_error(party_name(self) + ": " + e.what());
       }
     }
     // Connect to every lower party.

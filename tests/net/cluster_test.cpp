@@ -335,8 +335,8 @@ TEST_CASE("encrypted records: altered, replayed or reordered data is refused") {
       }(e));
     });
     const std::string record = scenario == 0 ? "record 1" : "record 0";
-    CHECK(contains(error, "link to party 1 failed: party 1: " + record +
-                              " failed authentication (altered, replayed or reordered data refused)"));
+    CHECK(contains(error, "link to party 1 failed: party 1 sent a malformed record (protocol error: " + record +
+                              " failed authentication (altered, replayed or reordered data refused))"));
     ::close(raw);
   }
 }
@@ -407,8 +407,8 @@ TEST_CASE("encrypted records over 1 MiB: sealed and opened piece by piece, a fli
   }
   writer.join();
   ::close(raw);
-  CHECK(contains(error, "link to party 1 failed: party 1: record 0 failed authentication (altered, replayed or "
-                        "reordered data refused)"));
+  CHECK(contains(error, "link to party 1 failed: party 1 sent a malformed record (protocol error: record 0 failed "
+                        "authentication (altered, replayed or reordered data refused))"));
 }
 
 TEST_CASE("link emulation delays each batch by RTT/2 and serializes bytes per direction") {

@@ -189,7 +189,8 @@ TEST_CASE("garbage from a peer is refused with a clear error") {
       send_all(fd, {'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1', '.', '1', '\r', '\n',
                     '\r', '\n'});
     });
-    CHECK(contains(error, "party 1 sent malformed data (bad record magic 0x20544547"));
+    CHECK(contains(error, "party 1 sent a malformed record (protocol error: bad record magic 0x20544547 "
+                          "(not an mpcache peer or a corrupted stream))"));
   }
 }
 
@@ -223,7 +224,8 @@ TEST_CASE("an oversized record length is refused before anything is allocated") 
   auto error = error_when_peer_does("asio", std::chrono::milliseconds(10000), [](int fd) {
     send_all(fd, record_header(1, ~std::uint64_t{0}));
   });
-  CHECK(contains(error, "party 1 sent a malformed record of 18446744073709551615 bytes"));
+  CHECK(contains(error, "party 1 sent a malformed record (protocol error: a record of 18446744073709551615 "
+                        "bytes, over the limit of 8589934592)"));
 }
 
 TEST_CASE("forcing io_uring when it is disabled is a clear error; auto falls back to poll") {
@@ -319,8 +321,8 @@ TEST_CASE("a transport built on one thread can be driven from another") {
 }
 
 TEST_CASE("a big record cut short, overrun by a frame, or not filled is refused with its sizes") {
-  // Records of 1 MiB and more are parsed frame by frame while they arrive:
-  // the same checks as for small records, with the same messages.
+  // Records of 1 MiB and more are parsed frame by frame while they arrive,
+  // by the same RecordReader as small records, with the same messages.
   const std::uint64_t body = 4u << 20;
   auto frame_header = [](std::uint32_t length) {
     std::vector<unsigned char> f(16, 0);
@@ -348,8 +350,8 @@ TEST_CASE("a big record cut short, overrun by a frame, or not filled is refused 
       bytes.resize(bytes.size() + (1u << 20), 5);
       send_all(fd, bytes);
     });
-    CHECK(contains(overrun, "party 1 sent a malformed record (a frame of " + std::to_string(body) +
-                                " bytes overruns its " + std::to_string(body) + " bytes)"));
+    CHECK(contains(overrun, "party 1 sent a malformed record (protocol error: a frame of " +
+                                std::to_string(body) + " bytes overruns its " + std::to_string(body) + " bytes)"));
     auto unfilled = error_when_peer_does(backend, std::chrono::milliseconds(10000), [&](int fd) {
       auto bytes = record_header(1, body);
       auto f = frame_header(1u << 20);
@@ -357,8 +359,8 @@ TEST_CASE("a big record cut short, overrun by a frame, or not filled is refused 
       bytes.resize(bytes.size() + (1u << 20) + 64, 5);
       send_all(fd, bytes);
     });
-    CHECK(contains(unfilled, "party 1 sent a malformed record (1 frames do not fill its " + std::to_string(body) +
-                                 " bytes)"));
+    CHECK(contains(unfilled, "party 1 sent a malformed record (protocol error: 1 frames do not fill its " +
+                                 std::to_string(body) + " bytes)"));
   }
 }
 
