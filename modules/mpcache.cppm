@@ -2,6 +2,7 @@
 export module mpcache;
 import mpcache.std;
 export import mpcache.core;
+export import mpcache.text;
 export import mpcache.async;
 export import mpcache.net;
 export import mpcache.proto;

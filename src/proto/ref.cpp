@@ -1,3 +1,6 @@
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include "ref_math.hpp"  // the float64 arithmetic, with xtensor behind it (plain C++)
 module mpcache.proto;
 import mpcache.std;
 import mpcache.core;
@@ -14,25 +17,22 @@ void require_same(const RealTensor& a, const RealTensor& b, const char* what) {
                     shape_string(Shape(b.shape().begin(), b.shape().end())) + " differ");
 }
 
-// f over every element (of a, or of a and b: same shape, checked by the caller).
-template <class F>
-RealTensor map(const RealTensor& a, F f) {
+std::span<const double> elements(const RealTensor& t) { return {t.data(), t.size()}; }
+std::span<double> elements(RealTensor& t) { return {t.data(), t.size()}; }
+
+// One of ref_math's element-wise functions into a new tensor of a's shape (b
+// has it too: checked by the caller).
+using Binary = void (*)(std::span<const double>, std::span<const double>, std::span<double>);
+RealTensor elementwise(const RealTensor& a, const RealTensor& b, Binary f) {
   RealTensor out = RealTensor::from_shape(a.shape());
-  std::transform(a.begin(), a.end(), out.begin(), f);
-  return out;
-}
-template <class F>
-RealTensor zip(const RealTensor& a, const RealTensor& b, F f) {
-  RealTensor out = RealTensor::from_shape(a.shape());
-  std::transform(a.begin(), a.end(), b.begin(), out.begin(), f);
+  f(elements(a), elements(b), elements(out));
   return out;
 }
 RealTensor times(const RealTensor& a, double s) {
-  return map(a, [s](double x) { return x * s; });
+  RealTensor out = RealTensor::from_shape(a.shape());
+  ref_math::scale(elements(a), s, elements(out));
+  return out;
 }
-const auto plus = [](double x, double y) { return x + y; };
-const auto minus = [](double x, double y) { return x - y; };
-const auto product = [](double x, double y) { return x * y; };
 }  // namespace
 
 RealTensor real_matmul(const RealTensor& a, const RealTensor& b) {
@@ -42,19 +42,8 @@ RealTensor real_matmul(const RealTensor& a, const RealTensor& b) {
                     " x " + shape_string(Shape(b.shape().begin(), b.shape().end())) +
                     " do not chain");
   const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-  RealTensor out = RealTensor::zeros({m, n});
-  const double* pa = a.data();
-  const double* pb = b.data();
-  double* po = out.data();
-  for (std::size_t i = 0; i < m; ++i) {
-    double* row = po + i * n;
-    for (std::size_t t = 0; t < k; ++t) {
-      const double av = pa[i * k + t];
-      if (av == 0.0) continue;  // one-hot rows: skip the zeros
-      const double* brow = pb + t * n;
-      for (std::size_t j = 0; j < n; ++j) row[j] += av * brow[j];
-    }
-  }
+  RealTensor out = RealTensor::from_shape({m, n});
+  ref_math::matmul(elements(a), elements(b), elements(out), m, k, n);
   return out;
 }
 
@@ -121,22 +110,26 @@ Task<std::optional<RingTensor>> Ref::reveal_to(PartyId, const Share& a) {
 
 RefShare Ref::add(const Share& a, const Share& b) const {
   require_same(a.value, b.value, "ref add");
-  return {zip(a.value, b.value, plus)};
+  return {elementwise(a.value, b.value, ref_math::add)};
 }
 RefShare Ref::sub(const Share& a, const Share& b) const {
   require_same(a.value, b.value, "ref sub");
-  return {zip(a.value, b.value, minus)};
+  return {elementwise(a.value, b.value, ref_math::sub)};
 }
-RefShare Ref::neg(const Share& a) const { return {map(a.value, [](double x) { return -x; })}; }
+RefShare Ref::neg(const Share& a) const {
+  RealTensor out = RealTensor::from_shape(a.value.shape());
+  ref_math::neg(elements(a.value), elements(out));
+  return {std::move(out)};
+}
 RefShare Ref::add_public(const Share& a, const RingTensor& c) const {
   RealTensor r = ring_to_real(c);
   require_same(a.value, r, "ref add_public");
-  return {zip(a.value, r, plus)};
+  return {elementwise(a.value, r, ref_math::add)};
 }
 RefShare Ref::mul_public(const Share& a, const RingTensor& c) const {
   RealTensor r = ring_to_real(c);
   require_same(a.value, r, "ref mul_public");
-  return {zip(a.value, r, product)};
+  return {elementwise(a.value, r, ref_math::mul)};
 }
 RefShare Ref::matmul_public(const Share& a, const RingTensor& c) const {
   return {real_matmul(a.value, ring_to_real(c))};
@@ -144,7 +137,7 @@ RefShare Ref::matmul_public(const Share& a, const RingTensor& c) const {
 
 Task<RefShare> Ref::mul(const Share& a, const Share& b) {
   require_same(a.value, b.value, "ref mul");
-  co_return RefShare{zip(a.value, b.value, product)};
+  co_return RefShare{elementwise(a.value, b.value, ref_math::mul)};
 }
 Task<RefShare> Ref::matmul(const Share& a, const Share& b) {
   co_return RefShare{real_matmul(a.value, b.value)};
@@ -155,8 +148,9 @@ Task<RefShare> Ref::truncate(const Share& a, int bits) {
 Task<RefShare> Ref::mul_trunc(const Share& a, const Share& b, int bits) {
   require_same(a.value, b.value, "ref mul_trunc");
   const int d = bits < 0 ? frac_bits_ : bits;
-  const double s = std::ldexp(1.0, -d);
-  co_return RefShare{zip(a.value, b.value, [s](double x, double y) { return x * y * s; })};
+  RealTensor out = RealTensor::from_shape(a.value.shape());
+  ref_math::mul_scaled(elements(a.value), elements(b.value), std::ldexp(1.0, -d), elements(out));
+  co_return RefShare{std::move(out)};
 }
 Task<RefShare> Ref::matmul_trunc(const Share& a, const Share& b) {
   co_return RefShare{times(real_matmul(a.value, b.value), std::ldexp(1.0, -frac_bits_))};
@@ -207,7 +201,7 @@ RealTensor Ref::to_real(const Share& a) const { return times(a.value, std::ldexp
 
 RefShare Ref::mul_real(const Share& a, const RealTensor& r) const {
   require_same(a.value, r, "ref mul_real");
-  return {zip(a.value, r, product)};
+  return {elementwise(a.value, r, ref_math::mul)};
 }
 
 RefShare Ref::exact_sign(const Share& a) const {

@@ -1,8 +1,10 @@
-// Links the installed mpcache, imports its module and runs a 3-party
-// multiplication; exits non-zero unless the product is right.
+// Links the installed mpcache, imports its modules, runs a 3-party
+// multiplication and round-trips text through the client's byte tokenizer
+// (mpcache.text); exits non-zero unless both are right.
 #include "prelude.hpp"  // installed with the package; first, as in the library
 #include <cstdio>
 import mpcache;
+import mpcache.text;
 
 int main() {
   using namespace mpcache;
@@ -28,5 +30,14 @@ int main() {
     }
   std::printf("consumer: 3-party product ok, %lld\n",
               static_cast<long long>(static_cast<std::int64_t>(results[0](0))));
+
+  const std::unique_ptr<text::Tokenizer> tok = text::make_byte_tokenizer();
+  const std::string prompt = "It is a truth universally acknowledged";
+  const std::vector<text::TokenId> ids = tok->encode(prompt);
+  if (ids.size() != prompt.size() || ids[0] != 'I' || tok->decode(ids) != prompt || tok->vocab_size() != 256) {
+    std::puts("consumer: the byte tokenizer does not round-trip");
+    return 1;
+  }
+  std::printf("consumer: %s tokenizer round-trip ok, %zu tokens\n", tok->name().c_str(), ids.size());
   return 0;
 }

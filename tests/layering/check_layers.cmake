@@ -1,5 +1,7 @@
-# The layer order, checked: core -> async -> net -> proto -> ops -> kv -> model -> serve.
+# The layer order, checked: core -> text -> async -> net -> proto -> ops -> kv -> model -> serve.
 # A layer may import (and include headers of) only itself and the layers to its left.
+# A client-only layer (text: the client's tokenizers) is imported by no other
+# layer at all, only by the umbrella module (and programs outside the library).
 # Scans modules/, src/ and net/ under ROOT for
 #   [export] import mpcache.X;   [export] module mpcache.X[:part];
 #   #include "..." / <...>      (resolved against the file's folder, then modules/)
@@ -20,7 +22,10 @@
 # miss).
 cmake_minimum_required(VERSION 3.28)
 
-set(layers core async net proto ops kv model serve)
+set(layers core text async net proto ops kv model serve)
+# Layers that no other layer imports or includes from (placed in `layers`
+# for what they themselves may use): text sits on core and is the client's.
+set(client_only_layers text)
 # Files (or folders, ending in /) placed by hand, and the rank they sit at:
 # `base` below core (may use nothing of ours), a layer's name, or `top` (the
 # umbrella, which may import every layer). First match wins.
@@ -29,7 +34,6 @@ set(places
   "modules/std/=base"           # mpcache.std: the one unit that parses prelude.hpp
   "modules/backends.hpp=proto"  # names proto's backend types (Rss3, Add2, ...)
   "modules/mpcache.cppm=top"    # export module mpcache: re-exports all layers
-  "src/tokenizer/=base"         # plain C++ text tokenizer: uses nothing of ours
   "src/jobs/=top")              # mpcache-jobs: jobs bench and tools share; imports the umbrella
 # Modules of ours that every layer may import: mpcache.std wraps the standard
 # library (modules/std/std.cppm).
@@ -103,13 +107,14 @@ function(module_layer name out)
   set(${out} "${r}" PARENT_SCOPE)
 endfunction()
 
-# what_may(layer out): "core, async" -- the layers left of a layer, for messages.
+# what_may(layer out): "core, async" -- the layers left of a layer but the
+# client-only ones, for messages.
 function(what_may layer out)
   rank_of("${layer}" r)
   set(allowed)
   foreach(l IN LISTS layers)
     rank_of("${l}" lr)
-    if(lr LESS r)
+    if(lr LESS r AND NOT l IN_LIST client_only_layers)
       list(APPEND allowed ${l})
     endif()
   endforeach()
@@ -204,6 +209,8 @@ foreach(rel IN LISTS files)
       elseif(target_rank GREATER rank)
         what_may("${layer}" may)
         list(APPEND errors "${where}: upward edge ${layer} -> ${target_name}: '${shown}' (order ${order}, so ${layer} may import ${may})")
+      elseif(target IN_LIST client_only_layers AND NOT target STREQUAL layer AND NOT layer STREQUAL "top")
+        list(APPEND errors "${where}: edge ${layer} -> ${target}: '${shown}' (${target} is client-only: no layer imports it, only the umbrella module)")
       endif()
     endif()
     if(line MATCHES "^[ \t]*#[ \t]*include[ \t]*([\"<])([^\">]+)[\">]")
@@ -236,6 +243,8 @@ foreach(rel IN LISTS files)
       if(target_rank GREATER rank)
         what_may("${layer}" may)
         list(APPEND errors "${where}: upward edge ${layer} -> ${target_layer}: '${shown}' includes ${target_rel} (order ${order}, so ${layer} may use ${may})")
+      elseif(target_layer IN_LIST client_only_layers AND NOT target_layer STREQUAL layer AND NOT layer STREQUAL "top")
+        list(APPEND errors "${where}: edge ${layer} -> ${target_layer}: '${shown}' includes ${target_rel} (${target_layer} is client-only: no layer uses it, only the umbrella module)")
       elseif(target_private AND NOT target_layer STREQUAL layer)
         list(APPEND errors "${where}: ${layer} includes ${target_rel}, a header private to ${target_layer}: '${shown}' (import mpcache.${target_layer} instead)")
       endif()
@@ -256,4 +265,5 @@ endif()
 if(edges EQUAL 0)
   message(FATAL_ERROR "layering: ${file_count} files but no imports or includes of ours under '${ROOT}': is the pattern stale?")
 endif()
-message("layering: ${file_count} files, ${edges} imports and includes of ours, all follow ${order}")
+list(JOIN client_only_layers ", " client_only)
+message("layering: ${file_count} files, ${edges} imports and includes of ours, all follow ${order}; no layer uses ${client_only} (client-only)")

@@ -24,7 +24,8 @@ function(expect text regex)
 endfunction()
 
 # A tree that follows the order: core <- proto <- model, a private header
-# used by its own layer, the shared prelude, the umbrella importing all.
+# used by its own layer, the shared prelude, the client-only text on core, the
+# umbrella importing all.
 set(good "${WORK_DIR}/good")
 file(WRITE "${good}/modules/prelude.hpp" "#pragma once\n#include <vector>\n")
 file(WRITE "${good}/modules/core/ring.cppm"
@@ -36,23 +37,33 @@ file(WRITE "${good}/modules/model/decoder.cppm"
 file(WRITE "${good}/src/model/reader.hpp" "#pragma once\n")
 file(WRITE "${good}/src/model/decoder.cpp"
   "module;\n#include \"prelude.hpp\"\n#include \"reader.hpp\"\nmodule mpcache.model;\nimport mpcache.core;\n")
+file(WRITE "${good}/modules/text/text.cppm"
+  "module;\n#include \"prelude.hpp\"\nexport module mpcache.text;\nimport mpcache.core;\n")
 file(WRITE "${good}/modules/mpcache.cppm"
-  "export module mpcache;\nexport import mpcache.core;\nexport import mpcache.model;\n")
+  "export module mpcache;\nexport import mpcache.core;\nexport import mpcache.text;\nexport import mpcache.model;\n")
 check("${good}" 0 out)
-expect("${out}" "layering: 7 files, 11 imports and includes of ours, all follow core -> async -> net -> proto -> ops -> kv -> model -> serve")
+expect("${out}" "layering: 8 files, 14 imports and includes of ours, all follow core -> text -> async -> net -> proto -> ops -> kv -> model -> serve; no layer uses text \\(client-only\\)")
 
-# The same tree, one upward import (core imports model, line 4) and one
-# upward include (proto reaches into model's private header, line 3).
+# The same tree, one upward import (core imports model, line 4), one
+# upward include (proto reaches into model's private header, line 3), text
+# importing a layer right of it (proto, line 5) and model importing the
+# client-only text (line 6).
 set(bad "${WORK_DIR}/bad")
 file(COPY "${good}/" DESTINATION "${bad}")
 file(WRITE "${bad}/modules/core/ring.cppm"
   "module;\n#include \"prelude.hpp\"\nexport module mpcache.core:ring;\nimport mpcache.model;\nexport namespace mpcache { int ring(); }\n")
 file(WRITE "${bad}/src/proto/rss3.cpp"
   "module;\n#include \"prelude.hpp\"\n#include \"../model/reader.hpp\"\nmodule mpcache.proto;\n")
+file(WRITE "${bad}/modules/text/text.cppm"
+  "module;\n#include \"prelude.hpp\"\nexport module mpcache.text;\nimport mpcache.core;\nimport mpcache.proto;\n")
+file(WRITE "${bad}/modules/model/decoder.cppm"
+  "module;\n#include \"prelude.hpp\"\nexport module mpcache.model:decoder;\nimport mpcache.core;\nexport import mpcache.proto;\nimport mpcache.text;\n")
 check("${bad}" 1 out)
-expect("${out}" "modules/core/ring.cppm:4: upward edge core -> model: 'import mpcache.model;' \\(order core -> async -> net -> proto -> ops -> kv -> model -> serve, so core may import no other layer\\)")
+expect("${out}" "modules/core/ring.cppm:4: upward edge core -> model: 'import mpcache.model;' \\(order core -> text -> async -> net -> proto -> ops -> kv -> model -> serve, so core may import no other layer\\)")
 expect("${out}" "src/proto/rss3.cpp:3: upward edge proto -> model: '#include \"../model/reader.hpp\"' includes src/model/reader.hpp")
-expect("${out}" "layering: 2 violation\\(s\\) of the layer order")
+expect("${out}" "modules/text/text.cppm:5: upward edge text -> proto: 'import mpcache.proto;' \\(order [^)]*, so text may import only core\\)")
+expect("${out}" "modules/model/decoder.cppm:6: edge model -> text: 'import mpcache.text;' \\(text is client-only: no layer imports it, only the umbrella module\\)")
+expect("${out}" "layering: 4 violation\\(s\\) of the layer order")
 
 # The real sources (modules/, src/, net/ copied), one upward import added
 # to modules/core/ring.cppm just after its module declaration.

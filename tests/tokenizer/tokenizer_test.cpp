@@ -2,6 +2,7 @@
 // (tools/tokenizer/make_vectors.mjs: npm's gpt-3-encoder and
 // llama-tokenizer-js, Node's regex engine and ICU). Needs only the committed
 // files in tests/fixtures/tokenizer; MPCACHE_SOURCE_DIR is the repository root.
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,9 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../../src/tokenizer/nfc.hpp"
-#include "../../src/tokenizer/split_pattern.hpp"
-#include "../../src/tokenizer/tokenizer.hpp"
+import mpcache.text;
 
 #ifndef MPCACHE_SOURCE_DIR
 #error "MPCACHE_SOURCE_DIR (the repository root, a string) must be defined"
@@ -261,7 +260,7 @@ TEST_CASE("tokenizer: a newer LLaMA-style tokenizer.json (Metaspace pre-tokenize
 }
 
 TEST_CASE("tokenizer: pre-tokenizer splits equal Node's regex engine (GPT-2, LLaMA-3, Qwen2 patterns)") {
-  using mpcache::text::detail::SplitPattern;
+  using mt::SplitPattern;
   const auto lines = corpus();
   const auto splits = read_jsonl(fixtures() / "splits.jsonl");
   REQUIRE(splits.size() == lines.size());
@@ -271,7 +270,7 @@ TEST_CASE("tokenizer: pre-tokenizer splits equal Node's regex engine (GPT-2, LLa
     std::size_t exact = 0;
     for (std::size_t i = 0; i < lines.size(); ++i) {
       std::vector<std::string_view> pieces;
-      mpcache::text::detail::split_by_pattern(pattern, lines[i], pieces);
+      mt::split_by_pattern(pattern, lines[i], pieces);
       std::vector<std::size_t> lengths;
       for (auto p : pieces) lengths.push_back(p.size());
       if (lengths == splits[i][name].get<std::vector<std::size_t>>()) ++exact;
@@ -285,10 +284,10 @@ TEST_CASE("tokenizer: pre-tokenizer splits equal Node's regex engine (GPT-2, LLa
 TEST_CASE("tokenizer: \\s is Unicode White_Space, as in Hugging Face's Oniguruma (not JS's \\s)") {
   // The corpus leaves out the two characters on which JS and White_Space
   // disagree; this pins down what we do with them.
-  using mpcache::text::detail::SplitPattern;
+  using mt::SplitPattern;
   auto lengths = [](std::string_view text) {
     std::vector<std::string_view> pieces;
-    mpcache::text::detail::split_by_pattern(SplitPattern::gpt2, text, pieces);
+    mt::split_by_pattern(SplitPattern::gpt2, text, pieces);
     std::vector<std::size_t> n;
     for (auto p : pieces) n.push_back(p.size());
     return n;
@@ -303,7 +302,7 @@ TEST_CASE("tokenizer: NFC equals Node's String.prototype.normalize") {
   for (const json& p : pairs) {
     const auto in = p[0].get<std::string>();
     const auto want = p[1].get<std::string>();
-    const std::string got = mpcache::text::detail::to_nfc(in);
+    const std::string got = mt::to_nfc(in);
     if (got == want) ++exact;
     else MESSAGE("NFC of " << json(in).dump() << ": expected " << json(want).dump() << ", got " << json(got).dump());
   }
@@ -317,8 +316,8 @@ TEST_CASE("tokenizer: LLaMA-3 and Qwen2 style byte-level tokenizer.json files lo
   for (const std::string s : {"llama3", "qwen2", "smollm"}) {
     CAPTURE(s);
     json j = base;
-    const auto pattern = std::string(mpcache::text::detail::pattern_text(
-        s == "qwen2" ? mpcache::text::detail::SplitPattern::qwen2 : mpcache::text::detail::SplitPattern::llama3));
+    const auto pattern = std::string(mt::pattern_text(
+        s == "qwen2" ? mt::SplitPattern::qwen2 : mt::SplitPattern::llama3));
     if (s == "smollm") {
       j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", true}},
                                                                                  {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}})}};
@@ -333,7 +332,7 @@ TEST_CASE("tokenizer: LLaMA-3 and Qwen2 style byte-level tokenizer.json files lo
     const auto tok = mt::load_tokenizer_json(dir.write("tokenizer.json", j.dump()));
     std::size_t ok = 0;
     for (const std::string& line : lines) {
-      const std::string want = s == "qwen2" ? mpcache::text::detail::to_nfc(line) : line;
+      const std::string want = s == "qwen2" ? mt::to_nfc(line) : line;
       ok += tok->decode(tok->encode(line, kAsReference)) == want ? 1 : 0;
     }
     MESSAGE(s << ": decode(encode(x)) == x" << std::string(s == "qwen2" ? " (after NFC)" : "") << " for " << ok << "/" << lines.size());

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes src/tokenizer/nfc_tables.cpp: the Unicode data that NFC needs
+"""Writes src/text/nfc_tables.cpp: the Unicode data that NFC needs
 (canonical combining classes, canonical decompositions, primary composites),
 from Python's unicodedata.
 
-  python3 tools/tokenizer/gen_nfc_tables.py > src/tokenizer/nfc_tables.cpp
+  python3 tools/tokenizer/gen_nfc_tables.py > src/text/nfc_tables.cpp
 """
 import sys
 import unicodedata as ud

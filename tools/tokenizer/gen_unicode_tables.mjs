@@ -1,4 +1,4 @@
-// Writes src/tokenizer/unicode_tables.cpp: the code point ranges of the Unicode
+// Writes src/text/unicode_tables.cpp: the code point ranges of the Unicode
 // general categories L (letters) and N (numbers) that the pre-tokenizer regexes
 // of GPT-2, LLaMA-3 and Qwen2 use as \p{L} and \p{N}.
 //
@@ -7,7 +7,7 @@
 // tests/fixtures/tokenizer, so our classification and the reference agree on
 // every code point (Python's unicodedata on this machine is an older Unicode).
 //
-//   node tools/tokenizer/gen_unicode_tables.mjs > src/tokenizer/unicode_tables.cpp
+//   node tools/tokenizer/gen_unicode_tables.mjs > src/text/unicode_tables.cpp
 const isL = /^\p{L}$/u;
 const isN = /^\p{N}$/u;
 const ranges = [];

@@ -1,8 +1,9 @@
 // What all tokenizers share: added (special) tokens, BOS/EOS, decoding.
-#include <algorithm>
-
-#include "tokenizer.hpp"
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include "utf8.hpp"
+module mpcache.text;
+import mpcache.std;
 
 namespace mpcache::text {
 

@@ -1,9 +1,11 @@
 // A model folder: which tokenizer files it has, and its BOS/EOS.
-#include <algorithm>
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <system_error>
-
-#include "files.hpp"
-#include "tokenizer.hpp"
+#include <nlohmann/json.hpp>
+module mpcache.text;
+import mpcache.std;
+import :files;
 
 namespace mpcache::text {
 

@@ -1,16 +1,15 @@
 // Unicode Normalization Form C: canonical decomposition, canonical ordering,
 // canonical composition (UAX #15), Hangul done algorithmically.
-#include "nfc.hpp"
-
-#include <algorithm>
-#include <cstdint>
-#include <utility>
-#include <vector>
-
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include "nfc_tables.hpp"
 #include "utf8.hpp"
+module mpcache.text;
+import mpcache.std;
 
-namespace mpcache::text::detail {
+namespace mpcache::text {
+
+using namespace detail;  // UTF-8 and the tables (plain C++)
 
 namespace {
 
@@ -113,4 +112,4 @@ std::string to_nfc(std::string_view text) {
   return s;
 }
 
-}  // namespace mpcache::text::detail
+}  // namespace mpcache::text

@@ -1,16 +1,22 @@
-// Reading a BPE vocabulary and its merges from JSON / text (internal).
-#pragma once
-
-#include <string>
-#include <string_view>
-#include <unordered_map>
-#include <vector>
-
+// mpcache.text:files (internal): reading the files of a model folder, as
+// text or JSON, and a BPE vocabulary and its merges from them.
+// Implementation: files.cpp, vocab.cpp. nlohmann::json is in its interface:
+// the units that import this partition include <nlohmann/json.hpp> too.
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <nlohmann/json.hpp>
-
-#include "bpe_model.hpp"
+module mpcache.text:files;
+import mpcache.std;
+import :tokenizer;
+import :bpe_model;
 
 namespace mpcache::text::detail {
+
+// The whole file; TokenizerError naming it if it cannot be read.
+std::string read_text_file(const std::filesystem::path& path);
+
+// The parsed file; TokenizerError naming it (and where) if it is not JSON.
+nlohmann::json read_json_file(const std::filesystem::path& path);
 
 struct VocabPieces {
   std::vector<std::string> pieces;  // by id; raw bytes for byte-level vocabularies

@@ -1,8 +1,9 @@
-#include "bpe_tokenizer.hpp"
-
-#include <utility>
-
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include "byte_level.hpp"
+module mpcache.text;
+import mpcache.std;
+import :bpe_tokenizer;
 
 namespace mpcache::text::detail {
 

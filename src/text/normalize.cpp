@@ -1,7 +1,6 @@
-#include <utility>
-
-#include "nfc.hpp"
-#include "pipeline.hpp"
+module mpcache.text;
+import mpcache.std;
+import :pipeline;
 
 namespace mpcache::text::detail {
 

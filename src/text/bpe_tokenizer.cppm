@@ -1,14 +1,11 @@
-// A BPE tokenizer as Hugging Face's tokenizers library runs one (internal):
-// added tokens, normalizers, pre-tokenizers, the BPE model, a decoder.
-#pragma once
-
-#include <string>
-#include <unordered_map>
-#include <vector>
-
-#include "bpe_model.hpp"
-#include "pipeline.hpp"
-#include "tokenizer.hpp"
+// mpcache.text:bpe_tokenizer (internal): a BPE tokenizer as Hugging Face's
+// tokenizers library runs one: added tokens, normalizers, pre-tokenizers, the
+// BPE model, a decoder. Implementation: bpe_tokenizer.cpp.
+module mpcache.text:bpe_tokenizer;
+import mpcache.std;
+import :tokenizer;
+import :bpe_model;
+import :pipeline;
 
 namespace mpcache::text::detail {
 

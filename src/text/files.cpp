@@ -1,10 +1,11 @@
-#include "files.hpp"
-
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <fstream>
-#include <iterator>
 #include <system_error>
-
-#include "tokenizer.hpp"
+#include <nlohmann/json.hpp>
+module mpcache.text;
+import mpcache.std;
+import :files;
 
 namespace mpcache::text::detail {
 
@@ -14,7 +15,12 @@ std::string read_text_file(const std::filesystem::path& path) {
     throw TokenizerError(path.string() + ": no such file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TokenizerError(path.string() + ": cannot be opened");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Read in blocks: std::istreambuf_iterator's friend declarations clash
+  // with mpcache.std's using-declarations in a module unit (clang 19).
+  std::string text;
+  std::array<char, 1 << 16> block;
+  while (in.read(block.data(), block.size()) || in.gcount() > 0)
+    text.append(block.data(), static_cast<std::size_t>(in.gcount()));
   if (in.bad()) throw TokenizerError(path.string() + ": read error");
   return text;
 }

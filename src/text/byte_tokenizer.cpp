@@ -1,5 +1,6 @@
 // The byte identity tokenizer: token id = byte value (`tokenizer: none`).
-#include "tokenizer.hpp"
+module mpcache.text;
+import mpcache.std;
 
 namespace mpcache::text {
 

@@ -1,12 +1,13 @@
-#include "split_pattern.hpp"
-
-#include <cstddef>
-#include <cstdint>
-
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include "unicode.hpp"
 #include "utf8.hpp"
+module mpcache.text;
+import mpcache.std;
 
-namespace mpcache::text::detail {
+namespace mpcache::text {
+
+using namespace detail;  // UTF-8 and the character classes (plain C++)
 
 namespace {
 
@@ -154,4 +155,4 @@ void split_by_pattern(SplitPattern pattern, std::string_view text, std::vector<s
   }
 }
 
-}  // namespace mpcache::text::detail
+}  // namespace mpcache::text

@@ -1,15 +1,8 @@
-// The BPE model (internal): a vocabulary, ranked merges, and the merge loop.
-#pragma once
-
-#include <cstdint>
-#include <functional>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <unordered_map>
-#include <vector>
-
-#include "tokenizer.hpp"
+// mpcache.text:bpe_model (internal): the BPE model, a vocabulary, ranked
+// merges, and the merge loop. Implementation: bpe_model.cpp.
+module mpcache.text:bpe_model;
+import mpcache.std;
+import :tokenizer;
 
 namespace mpcache::text::detail {
 

@@ -1,7 +1,10 @@
-#include "vocab.hpp"
-
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <nlohmann/json.hpp>
 #include "byte_level.hpp"
-#include "tokenizer.hpp"
+module mpcache.text;
+import mpcache.std;
+import :files;
 
 namespace mpcache::text::detail {
 

@@ -1,10 +1,11 @@
-#include "bpe_model.hpp"
-
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <queue>
-#include <utility>
-
 #include "byte_level.hpp"
 #include "utf8.hpp"
+module mpcache.text;
+import mpcache.std;
+import :bpe_model;
 
 namespace mpcache::text::detail {
 

@@ -1,42 +1,9 @@
-// Client-side tokenizers: text <-> token ids, at the client only.
-//
-// The servers of a private-inference session see nothing but secret-shared
-// token ids; the client turns its prompt into ids with one of these and turns
-// the opened output ids back into text (token by token with
-// StreamingDecoder).
-//
-// Supported (read by load_tokenizer from a Hugging Face model folder):
-//   * byte-level BPE (GPT-2, LLaMA-3, Qwen2, SmolLM style) from tokenizer.json,
-//     or from vocab.json + merges.txt (GPT-2);
-//   * BPE over characters with byte fallback and the "▁" (U+2581) space
-//     convention (LLaMA-2, TinyLlama, Mistral style) from tokenizer.json;
-//   * a SentencePiece model (tokenizer.model, LLaMA-2 style) through Debian's
-//     libsentencepiece, where the folder has no tokenizer.json;
-//   * special ("added") tokens, BOS/EOS from tokenizer_config.json,
-//     config.json and generation_config.json;
-//   * the byte identity tokenizer (token id = byte value) of the project's own
-//     model: make_byte_tokenizer(), what `tokenizer: none` means.
-// Anything else in a tokenizer file is refused by name (TokenizerError).
-//
-// Plain C++20, no global mutable state, no threads. A Tokenizer is immutable
-// after loading and may be shared between threads for reading.
-#pragma once
+// mpcache.text:tokenizer: the Tokenizer, its loaders, and streaming decoding
+// (see text.cppm for what is supported).
+export module mpcache.text:tokenizer;
+import mpcache.std;
 
-#include <array>
-#include <cstddef>
-#include <cstdint>
-#include <filesystem>
-#include <memory>
-#include <optional>
-#include <span>
-#include <stdexcept>
-#include <string>
-#include <string_view>
-#include <unordered_map>
-#include <utility>
-#include <vector>
-
-namespace mpcache::text {
+export namespace mpcache::text {
 
 using TokenId = std::uint32_t;
 

@@ -3,9 +3,11 @@
 // that no protobuf reader of ours is needed. The pieces map to text as
 // SentencePiece decodes them: "▁" is a space, <0xAB> byte pieces are bytes,
 // control pieces (<s>, </s>) are nothing, <unk> is " ⁇ ".
-#include <sentencepiece_processor.h>
-
-#include "tokenizer.hpp"
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <sentencepiece_processor.h>  // private: no other unit, and no interface, sees it
+module mpcache.text;
+import mpcache.std;
 
 namespace mpcache::text {
 

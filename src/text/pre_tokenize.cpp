@@ -1,6 +1,6 @@
-#include "pipeline.hpp"
-
-#include <utility>
+module mpcache.text;
+import mpcache.std;
+import :pipeline;
 
 namespace mpcache::text::detail {
 

@@ -1,6 +1,9 @@
 // Incremental detokenization that never splits a UTF-8 character.
-#include "tokenizer.hpp"
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include "utf8.hpp"
+module mpcache.text;
+import mpcache.std;
 
 namespace mpcache::text {
 

@@ -1,9 +1,11 @@
 // Hugging Face tokenizer.json with a BPE model.
-#include <initializer_list>
-
-#include "bpe_tokenizer.hpp"
-#include "files.hpp"
-#include "vocab.hpp"
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <nlohmann/json.hpp>
+module mpcache.text;
+import mpcache.std;
+import :bpe_tokenizer;
+import :files;
 
 namespace mpcache::text {
 

@@ -1,7 +1,11 @@
 // GPT-2's own files: vocab.json + merges.txt (byte-level BPE, GPT-2 regex).
-#include "bpe_tokenizer.hpp"
-#include "files.hpp"
-#include "vocab.hpp"
+module;
+#include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <nlohmann/json.hpp>
+module mpcache.text;
+import mpcache.std;
+import :bpe_tokenizer;
+import :files;
 
 namespace mpcache::text {
 

@@ -1,12 +1,10 @@
-// The steps before the BPE model (internal): normalizers and pre-tokenizers,
-// as described by a tokenizer.json, applied to text that holds no added token.
-#pragma once
-
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include "split_pattern.hpp"
+// mpcache.text:pipeline (internal): the steps before the BPE model,
+// normalizers and pre-tokenizers, as described by a tokenizer.json, applied
+// to text that holds no added token. Implementation: normalize.cpp,
+// pre_tokenize.cpp.
+module mpcache.text:pipeline;
+import mpcache.std;
+import :unicode;
 
 namespace mpcache::text::detail {
 
