@@ -5,60 +5,14 @@ import mpcache.core;
 namespace mpcache::serve {
 namespace {
 
-// Little-endian fields, each read with a bounds check.
-struct Writer {
-  std::vector<std::byte> out;
-  void u8(std::uint8_t v) { out.push_back(std::byte(v)); }
-  void u64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) out.push_back(std::byte((v >> (8 * i)) & 0xFF));
-  }
-  void bytes(std::span<const std::byte> b) {
-    u64(b.size());
-    out.insert(out.end(), b.begin(), b.end());
-  }
-  void text(const std::string& s) { bytes(std::as_bytes(std::span(s.data(), s.size()))); }
-};
-
-struct Reader {
-  std::span<const std::byte> in;
-  std::size_t at = 0;
-  const char* what;
-  [[noreturn]] void fail(const std::string& why) const {
-    throw Error(ErrorCode::protocol, std::string(what) + ": " + why);
-  }
-  std::uint8_t u8() {
-    if (in.size() - at < 1) fail("truncated");
-    return std::to_integer<std::uint8_t>(in[at++]);
-  }
-  std::uint64_t u64() {
-    if (in.size() - at < 8) fail("truncated");
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= std::uint64_t(std::to_integer<std::uint8_t>(in[at + i])) << (8 * i);
-    at += 8;
-    return v;
-  }
-  std::vector<std::byte> bytes(std::size_t limit) {
-    const std::uint64_t n = u64();
-    if (n > limit || n > in.size() - at) fail("a field of " + std::to_string(n) + " bytes does not fit");
-    std::vector<std::byte> b(in.begin() + static_cast<std::ptrdiff_t>(at), in.begin() + static_cast<std::ptrdiff_t>(at + n));
-    at += n;
-    return b;
-  }
-  std::string text(std::size_t limit) {
-    auto b = bytes(limit);
-    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-  }
-  void end() const {
-    if (at != in.size()) fail(std::to_string(in.size() - at) + " bytes too many");
-  }
-};
-
+// Fields: ByteWriter and ByteReader (mpcache.core:wire), little-endian,
+// each read bounds-checked.
 constexpr std::size_t max_policy_name = 64, max_stop_tokens = 64, max_why = 4096;
 
 }  // namespace
 
 std::vector<std::byte> ServeRequest::encode() const {
-  Writer w;
+  ByteWriter w;
   w.u64(nonce[0]);
   w.u64(nonce[1]);
   w.u64(prompt_length);
@@ -71,7 +25,7 @@ std::vector<std::byte> ServeRequest::encode() const {
 }
 
 ServeRequest ServeRequest::decode(std::span<const std::byte> bytes) {
-  Reader r{bytes, 0, "client request"};
+  ByteReader r(bytes, "client request");
   ServeRequest q;
   q.nonce = {r.u64(), r.u64()};
   q.prompt_length = r.u64();
@@ -111,7 +65,7 @@ Reply Reply::text(ReplyKind kind, const std::string& why) {
 }
 
 Reply Reply::number(ReplyKind kind, std::uint64_t n) {
-  Writer w;
+  ByteWriter w;
   w.u64(n);
   return Reply{kind, std::move(w.out)};
 }
@@ -119,14 +73,14 @@ Reply Reply::number(ReplyKind kind, std::uint64_t n) {
 std::string Reply::text() const { return std::string(reinterpret_cast<const char*>(body.data()), body.size()); }
 
 std::uint64_t Reply::number() const {
-  Reader r{body, 0, "server reply"};
+  ByteReader r(body, "server reply");
   const std::uint64_t n = r.u64();
   r.end();
   return n;
 }
 
 std::vector<std::byte> Announcement::encode() const {
-  Writer w;
+  ByteWriter w;
   w.u8(admitted ? 1 : 0);
   w.u64(session);
   w.u64(nonce[0]);
@@ -137,7 +91,7 @@ std::vector<std::byte> Announcement::encode() const {
 }
 
 Announcement Announcement::decode(std::span<const std::byte> bytes) {
-  Reader r{bytes, 0, "leader's announcement"};
+  ByteReader r(bytes, "leader's announcement");
   Announcement a;
   a.admitted = r.u8() == 1;
   a.session = r.u64();
@@ -149,7 +103,7 @@ Announcement Announcement::decode(std::span<const std::byte> bytes) {
 }
 
 std::vector<std::byte> BatchReady::encode() const {
-  Writer w;
+  ByteWriter w;
   w.u64(session);
   w.u8(joined ? 1 : 0);
   w.text(why);
@@ -157,7 +111,7 @@ std::vector<std::byte> BatchReady::encode() const {
 }
 
 BatchReady BatchReady::decode(std::span<const std::byte> bytes) {
-  Reader r{bytes, 0, "a server's batch readiness"};
+  ByteReader r(bytes, "a server's batch readiness");
   BatchReady b;
   b.session = r.u64();
   b.joined = r.u8() == 1;
@@ -167,7 +121,7 @@ BatchReady BatchReady::decode(std::span<const std::byte> bytes) {
 }
 
 std::vector<std::byte> BatchStep::encode() const {
-  Writer w;
+  ByteWriter w;
   w.u64(lane);
   w.u64(sessions.size());
   for (auto s : sessions) w.u64(s);
@@ -180,7 +134,7 @@ std::vector<std::byte> BatchStep::encode() const {
 }
 
 BatchStep BatchStep::decode(std::span<const std::byte> bytes) {
-  Reader r{bytes, 0, "leader's batch step"};
+  ByteReader r(bytes, "leader's batch step");
   BatchStep b;
   b.lane = r.u64();
   const std::uint64_t n = r.u64();
