@@ -14,12 +14,35 @@ function(step)
   endif()
 endfunction()
 step(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/stage")
-step(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G Ninja
+# The README's library example is built too, exactly as the README prints
+# it (its one ```cpp block), and run from the repository root (it reads
+# tools/model/austen-byte): the snippet a reader copies compiles and works.
+set(snippet_args "")
+if(DEFINED README)
+  file(READ "${README}" readme)
+  string(REGEX MATCH "```cpp\n([^`]*)```" block "${readme}")
+  if(NOT CMAKE_MATCH_1)
+    message(FATAL_ERROR "no ```cpp block in ${README}")
+  endif()
+  file(WRITE "${WORK_DIR}/readme_snippet.cpp" "${CMAKE_MATCH_1}")
+  set(snippet_args "-DREADME_SNIPPET=${WORK_DIR}/readme_snippet.cpp")
+endif()
+step(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G Ninja ${snippet_args}
      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_CXX_COMPILER_CLANG_SCAN_DEPS=${SCAN_DEPS}
      -DCMAKE_PREFIX_PATH=${WORK_DIR}/stage -DCMAKE_BUILD_TYPE=Release
      "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}")
 step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 step("${WORK_DIR}/build/consumer")
+if(DEFINED README)
+  get_filename_component(repo "${README}" DIRECTORY)
+  execute_process(COMMAND "${WORK_DIR}/build/readme_snippet" WORKING_DIRECTORY "${repo}"
+                  OUTPUT_VARIABLE printed RESULT_VARIABLE rc)
+  string(LENGTH "${printed}" printed_bytes)
+  # 8 bytes the client learned, and a newline.
+  if(NOT rc EQUAL 0 OR NOT printed_bytes EQUAL 9)
+    message(FATAL_ERROR "the README's example failed (exit ${rc}) or printed other than 8 bytes: '${printed}'")
+  endif()
+endif()
 # The installed CLI uses the installed model, not the source tree's.
 set(cli "${WORK_DIR}/stage/bin/mpcache")
 if(EXISTS "${cli}")
