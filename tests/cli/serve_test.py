@@ -50,6 +50,29 @@ def fail(why, logs=()):
     sys.exit(1)
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def wait_for(what, holds, timeout, logs=(), gone=lambda: None):
+    """Polls `holds()` until it is true; fails naming `what` when `timeout`
+    seconds pass first, or at once when `gone()` names a reason it never will
+    (a process that exited)."""
+    deadline = time.monotonic() + timeout
+    while not holds():
+        why = gone()
+        if why:
+            fail("%s: %s" % (what, why), logs)
+        if time.monotonic() > deadline:
+            fail("%s: not within %g s" % (what, timeout), logs)
+        time.sleep(0.05)
+
+
+def wait_for_log(path, text, timeout, logs):
+    wait_for("%s to log %r" % (os.path.basename(path), text), lambda: text in read(path), timeout, logs)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpcache", required=True)
@@ -79,13 +102,16 @@ def main():
                                      "--model", a.model] + list(extra),
                                     stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
                    for i in range(3)]
-        deadline = time.time() + 300
-        while not all("ready: model shared" in open(l).read() for l in logs):
-            if time.time() > deadline or any(s.poll() is not None for s in servers):
-                for s in servers:
-                    s.kill()
-                fail("the servers (%s) did not become ready" % tag, logs)
-            time.sleep(0.2)
+        def exited():
+            dead = [i for i, s in enumerate(servers) if s.poll() is not None]
+            return "server(s) %s exited" % dead if dead else None
+        try:
+            wait_for("the servers (%s) to log 'ready: model shared'" % tag,
+                     lambda: all("ready: model shared" in read(l) for l in logs), 300, logs, exited)
+        except SystemExit:
+            for s in servers:
+                s.kill()
+            raise
         return servers, logs
 
     # A client that keeps its session waiting 4 s (its prompt never comes) is dropped.
@@ -147,9 +173,7 @@ def main():
         flood[2].settimeout(20)
         if flood[2].recv(1) != b"":
             fail("a connection over the per-host limit was not closed", logs)
-        time.sleep(0.3)
-        if "handshakes in progress from 127.0.0.1 (at most 4 per host)" not in open(logs[0]).read():
-            fail("server 0 did not log the per-host limit", logs)
+        wait_for_log(logs[0], "handshakes in progress from 127.0.0.1 (at most 4 per host)", 30, logs)
         for sock in silent + flood:
             sock.close()
         print("silent strangers delay no client; past 4 handshakes per host a connection is closed, logged")
@@ -170,16 +194,16 @@ def main():
                      logs)
         if results[0][2] == 0 or "client share for server 1" not in results[0][1]:
             fail("the garbage client was not told why: %s" % results[0][1], logs)
-        time.sleep(1)
         # Only server 1 gets the garbage share. The others learn it from its
         # cancellation, unless the client, told why, closes its links first:
         # then they log that it went away, a reason of its own for that session
         # (seen once under ASan and load). Either way both sessions are named.
-        for l in logs:
-            text = open(l).read()
+        def names_both_faults(l):
+            text = read(l)
             share_fault = "client share for server 1" in text or text.count("went away") >= 2
-            if not share_fault or "went away" not in text and "closed" not in text:
-                fail("%s does not name both bad clients' faults" % l, logs)
+            return share_fault and ("went away" in text or "closed" in text)
+        for l in logs:
+            wait_for("%s to name both bad clients' faults" % os.path.basename(l), lambda: names_both_faults(l), 30, logs)
         print("a garbage share and a vanished client end only their own sessions")
 
         # A client that stalls (sends its request, never its prompt) beside a
@@ -200,18 +224,16 @@ def main():
         if results[0][2] == 0 or "sent no prompt shares within 4000 ms" not in results[0][1]:
             fail("the stalling client was not dropped and told why: status %d\n%s" % (results[0][2], results[0][1]),
                  logs)
-        if not any("sent no prompt shares within 4000 ms" in open(l).read() for l in logs):
-            fail("no server names the stalled client's silence", logs)
+        wait_for("a server to name the stalled client's silence ('sent no prompt shares within 4000 ms')",
+                 lambda: any("sent no prompt shares within 4000 ms" in read(l) for l in logs), 30, logs)
         print("a stalling client is dropped after --client-timeout-ms; the other session is unaffected")
 
         r = run([exe, "client", "--servers", config, "--key", os.path.join(strangers, "eve.key"), "--model", a.model,
                  "--tokenizer", "none", "--prompt", "hello", "--tokens", "2", "--timeout-ms", "5000"])
         if r.returncode == 0 or "refused this client" not in r.stderr:
             fail("a stranger's client was not refused: status %d\n%s" % (r.returncode, r.stderr), logs)
-        time.sleep(0.5)
         # The client meets server 0 first; refused there, it goes no further.
-        if "is not among the 2 allowed client keys" not in open(logs[0]).read():
-            fail("server 0 did not log why it refused the stranger", logs)
+        wait_for_log(logs[0], "is not among the 2 allowed client keys", 30, logs)
         print("a stranger's key: refused at the handshake, logged")
     finally:
         for s in servers:
@@ -240,19 +262,18 @@ def main():
                                     "--model", a.model, "--tokenizer", "none", "--prompt", PROMPTS[0], "--tokens",
                                     str(TOKENS), "--fault", "stall", "--timeout-ms", "30000"],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 60
-        while "session 0 for" not in open(logs[0]).read():
-            if time.time() > deadline:
-                fail("the stalling client's session did not start", logs)
-            time.sleep(0.05)
+        wait_for("the stalling client's session to start (server 0 logs 'session 0 for')",
+                 lambda: "session 0 for" in read(logs[0]), 60, logs,
+                 lambda: "the stalling client exited (status %d)" % staller.returncode if staller.poll() is not None else None)
         r = run([exe, "client", "--servers", config, "--key", os.path.join(clients, "alice.key"), "--model", a.model,
                  "--tokenizer", "none", "--prompt", PROMPTS[1], "--tokens", str(TOKENS), "--ids", "--timeout-ms", "3000"])
         staller.communicate(timeout=60)
         if r.returncode != 0 or [int(x) for x in r.stdout.split()] != expected[PROMPTS[1]]:
             fail("a client queued longer than its silence deadline: status %d\n%s" % (r.returncode, r.stderr), logs)
         waited = float(r.stderr.split("first token after ")[1].split(" s")[0])
-        if waited < 3.0 or "queued" not in open(logs[0]).read():
+        if waited < 3.0:
             fail("the queued client did not wait past its 3 s deadline (first token after %.3f s)" % waited, logs)
+        wait_for_log(logs[0], "queued", 30, logs)
         print("a client queued %.1f s, past its 3 s silence deadline, hears the servers' heartbeats and gets its tokens"
               % waited)
 
