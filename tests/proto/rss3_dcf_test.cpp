@@ -498,6 +498,9 @@ TEST_CASE("rss3 dcf+store: a vocabulary argmax over 4,096 logits takes its plann
   REQUIRE(plan.size() >= 2);
   for (const auto& level : plan) CHECK(level.by_counts);
   CHECK(planned_rounds<Rss3DcfStoreCosts>(plan) == 5 * plan.size());
+  // The model's plan (printed above): groups of 5, 13 and 64, 15 rounds.
+  CHECK(plan == std::vector<ops::TournamentLevel>{{5, true}, {13, true}, {64, true}});
+  CHECK(planned_rounds<Rss3DcfStoreCosts>(plan) == 15);
   RingTensor logits = random_ring({1, vocab}, 77);
   for (std::size_t i = 0; i < vocab; ++i) logits(0, i) = static_cast<Ring>(static_cast<std::int64_t>(logits(0, i)) >> 40);
   std::size_t best = 0;
@@ -536,6 +539,7 @@ TEST_CASE("rss3 dcf+store: a vocabulary argmax over 4,096 logits takes its plann
   CHECK(ran_dry == std::array<std::uint64_t, 3>{});  // every key came from the store
   CHECK(index[0](0, 0) == best);
   CHECK(rounds == planned_rounds<Rss3DcfStoreCosts>(plan));
+  CHECK(rounds == 15);
 }
 
 TEST_CASE("rss3 dcf: reciprocal, rsqrt and the norms select with a ring one-hot, a round less each") {
