@@ -137,45 +137,29 @@ struct Phase {
   double model_wan_s() const { return wan_link().seconds(double(rounds), double(bytes)) + wall_s / 3; }
 };
 
+// The parties' costs from mark `a` to mark `b`, merged (merge_party_costs).
 // online: the parties whose costs count (3 under rss3; 2 under add2, whose
-// dealer, party 2, works offline).
-Phase phase_between(const Mark& a, const Mark& b, std::size_t online = 3) {
-  Phase ph;
-  CriticalPath path;
-  for (std::size_t i = 0; i < online; ++i) path.add(a.costs[i].rounds, b.costs[i].rounds);
-  ph.rounds = path.rounds();
-  // (The dealer runs ahead of the online parties: its marks would stretch the window.)
-  auto first_in = a.time[0], last_out = b.time[0];
-  for (std::size_t i = 1; i < online; ++i) first_in = std::min(first_in, a.time[i]), last_out = std::max(last_out, b.time[i]);
-  ph.wall_s = std::chrono::duration<double>(last_out - first_in).count();
-  std::array<CostCounters, 3> d;
+// dealer, party 2, works offline and runs ahead: its marks would stretch the
+// window). All three run in this process: their marks share one clock.
+Phase merged_phase(const Mark& a, const Mark& b, std::size_t online = 3) {
+  std::array<PartyCost, 3> parties;
+  auto since_a = [&a](Clock::time_point t) { return std::chrono::duration<double>(t - a.time[0]).count(); };
   for (std::size_t i = 0; i < 3; ++i) {
-    d[i] = b.costs[i] - a.costs[i];
-    if (i >= online) {
-      ph.offline_bytes += d[i].payload_bytes_sent();
-      continue;
-    }
-    ph.bytes = std::max<std::uint64_t>(ph.bytes, d[i].payload_bytes_sent());
-    for (std::size_t t = 0; t < cost_tag_count; ++t)
-      ph.tags[t].payload_bytes_sent = std::max(ph.tags[t].payload_bytes_sent, d[i].by_tag[t].payload_bytes_sent);
+    parties[i] = party_cost_between(a.costs[i], b.costs[i]);
+    parties[i].start_s = since_a(a.time[i]);
+    parties[i].end_s = since_a(b.time[i]);
+    parties[i].offline = i >= online;
   }
-  // Rounds and compute per operator: the median of the three parties'
-  // views. Each party charges a round to the message that advanced its own
-  // clock; a party that only sends in an operator (party 0 in a truncated
-  // product) falls behind and charges the catch-up to a later operator, so
-  // one party's view is skewed by a few rounds per operator, the median much
-  // less. The medians need not sum to the critical path exactly (the row
-  // says by how much: rounds_unattributed).
-  // (Two online parties: the higher view.)
-  for (std::size_t t = 0; t < cost_tag_count; ++t) {
-    std::vector<std::uint64_t> r;
-    std::vector<double> sec;
-    for (std::size_t i = 0; i < online; ++i) r.push_back(d[i].by_tag[t].rounds), sec.push_back(d[i].by_tag[t].seconds);
-    std::sort(r.begin(), r.end());
-    std::sort(sec.begin(), sec.end());
-    ph.tags[t].rounds = r[online / 2];
-    ph.tags[t].seconds = sec[online / 2];
-  }
+  const MergedCost m = merge_party_costs(parties);
+  // Per operator, rounds and compute are the median party's view, which
+  // need not sum to the critical path (the row says by how much:
+  // rounds_unattributed).
+  Phase ph;
+  ph.rounds = m.rounds;
+  ph.bytes = m.bytes_max_party;
+  ph.offline_bytes = m.offline_bytes;
+  ph.wall_s = m.latency_s;
+  ph.tags = m.by_tag;
   return ph;
 }
 
@@ -503,14 +487,14 @@ std::vector<json> measure(const Run& r) {
   std::vector<json> rows;
   json pre = base;
   pre["phase"] = r.real_prefill ? "prefill" : "policy-prefill";  // prepared: the policy's look at the prompt
-  Phase prefill = phase_between(start, prefilled, online);
+  Phase prefill = merged_phase(start, prefilled, online);
   if (r.store() || r.pairs()) add_store(prefill, start, start, prefilled);
   pre.update(phase_json(prefill, r.store(), r.pairs()));
   rows.push_back(pre);
   if (r.decode) {
     std::vector<Phase> each;
     for (std::size_t s = 0; s < r.steps; ++s) {
-      each.push_back(phase_between(starts[s], ends[s], online));
+      each.push_back(merged_phase(starts[s], ends[s], online));
       if (r.store() || r.pairs())
         add_store(each.back(), s > 0 ? ends[s - 1] : prefilled, starts[s], ends[s]);
     }

@@ -202,7 +202,8 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     // Servers' traffic in the batch: bytes per token (the busiest server),
     // and server 0's rounds per decoded token (clock steps within a
     // session; sessions that run at once advance each other's clocks).
-    std::uint64_t bytes_max = 0, offline_bytes_max = 0;
+    // Online and refill bytes each merged across the servers (merge_party_costs).
+    std::vector<PartyCost> online, refills;
     double offline_s = 0;  // server 0's refills in this batch
     double rounds_sum = 0;
     std::size_t rounds_n = 0;
@@ -211,8 +212,8 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     for (int i = 0; i < 3; ++i) {
       const auto lines = read_steps(cluster.file("steps" + std::to_string(i) + ".jsonl"));
       if (lines.size() <= lines_before[i] || lines_before[i] == 0) continue;
-      bytes_max = std::max(bytes_max, lines.back().bytes - lines[lines_before[i] - 1].bytes);
-      offline_bytes_max = std::max(offline_bytes_max, lines.back().offline_bytes - lines[lines_before[i] - 1].offline_bytes);
+      online.push_back({.bytes_sent = lines.back().bytes - lines[lines_before[i] - 1].bytes});
+      refills.push_back({.bytes_sent = lines.back().offline_bytes - lines[lines_before[i] - 1].offline_bytes});
       if (i != 0) continue;
       offline_s = lines.back().offline_s - lines[lines_before[i] - 1].offline_s;
       std::map<std::uint64_t, std::vector<StepLine>> by_session;
@@ -224,6 +225,8 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
           ++decoded;
         }
     }
+    const std::uint64_t bytes_max = merge_party_costs(online).bytes_max_party;
+    const std::uint64_t offline_bytes_max = merge_party_costs(refills).bytes_max_party;
     rows.push_back({{"preset", "serve"},
                     {"link", link},
                     {"max_batch", max_batch},

@@ -5,14 +5,16 @@
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cstdio>
 #include <CLI/CLI.hpp>
+import mpcache.text;
 import mpcache;
 #include "demo.hpp"
 #include "generate.hpp"
 #include "install_paths.hpp"
 #include "local_cluster.hpp"
-#include "party.hpp"
+#include "local.hpp"
+#include "keygen.hpp"
 #include "process_allocator.hpp"
-#include "serve.hpp"
+#include "client.hpp"
 #include "serve_job.hpp"
 
 namespace {

@@ -72,4 +72,40 @@ struct CriticalPath {
   std::uint64_t rounds() const noexcept { return after - before; }
 };
 
+// One party's part in a stretch of work (a decode step, a benchmark case, a
+// phase), as merge_party_costs takes it.
+struct PartyCost {
+  // When the party began and ended its part. Parties timed on one clock give
+  // its readings; parties timed apart give 0 and their own duration.
+  double start_s = 0, end_s = 0;
+  std::uint64_t bytes_sent = 0;                     // payload bytes, to all peers
+  std::uint64_t clock_before = 0, clock_after = 0;  // its Lamport clock (CostCounters::rounds)
+  std::array<TaggedCost, cost_tag_count> by_tag{};  // per operator, if known
+  // A dealer (add2's party 2) works ahead of the others: its bytes are
+  // offline, and it counts for nothing else.
+  bool offline = false;
+};
+
+// Bytes, clocks and per-operator costs of a party between two snapshots of
+// its counters (times left to the caller).
+PartyCost party_cost_between(const CostCounters& before, const CostCounters& after);
+
+// The parties' parts of one stretch of work as one: what reports and tables
+// give for it. Every field but offline_bytes is over the online parties.
+struct MergedCost {
+  double latency_s = 0;              // first party in to last party out
+  std::uint64_t rounds = 0;          // on the critical path (CriticalPath)
+  std::uint64_t bytes_max_party = 0; // the busiest party's
+  std::uint64_t bytes_total = 0;
+  std::uint64_t offline_bytes = 0;   // the offline parties', together
+  // Per operator: the busiest party's bytes; rounds and seconds as the median
+  // party sees them (of two, the higher). A party charges a round to the
+  // message that advanced its own clock, so one that only sends in an
+  // operator charges the catch-up to a later one; the median is skewed less.
+  std::array<TaggedCost, cost_tag_count> by_tag{};
+};
+
+// The one way benches, tools and jobs merge the parties' costs.
+MergedCost merge_party_costs(std::span<const PartyCost> parties);
+
 }  // namespace mpcache

@@ -13,6 +13,7 @@
 import mpcache;
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"
+#include "cost_rows.hpp"
 #include "demo_job.hpp"
 #include "local_cluster.hpp"
 #include "op_cases.hpp"
@@ -235,28 +236,21 @@ std::vector<int> play_stranger(std::uint16_t port, std::chrono::milliseconds wit
   return fds;
 }
 
-// Cases across parties: slowest party's latency, busiest party's bytes.
-json merge_cases(const json& parties, const Link& link) {
+// Each case across the parties (merge_party_costs): the slowest party's
+// latency, the busiest party's bytes, rounds on the critical path.
+json cases_across_parties(const json& parties, const Link& link) {
   json cases = json::array();
   const auto& first = parties[0]["cases"];
   for (std::size_t k = 0; k < first.size(); ++k) {
-    double latency = 0;
-    std::uint64_t bytes_max = 0, bytes_total = 0;
-    CriticalPath path;
-    for (const auto& r : parties) {
-      const auto& c = r["cases"][k];
-      latency = std::max(latency, c["latency_s"].get<double>());
-      bytes_max = std::max(bytes_max, c["bytes_sent"].get<std::uint64_t>());
-      bytes_total += c["bytes_sent"].get<std::uint64_t>();
-      path.add(c["clock_before"].get<std::uint64_t>(), c["clock_after"].get<std::uint64_t>());
-    }
-    const std::uint64_t rounds = path.rounds();
-    json c = {{"case", first[k]["case"]}, {"latency_s", latency}, {"bytes_max_party", bytes_max},
-              {"bytes_total", bytes_total}, {"rounds", rounds}};
+    std::vector<PartyCost> costs;
+    for (const auto& r : parties) costs.push_back(party_cost_of_row(r["cases"][k]));
+    const MergedCost m = merge_party_costs(costs);
+    json c = {{"case", first[k]["case"]}, {"latency_s", m.latency_s}, {"bytes_max_party", m.bytes_max_party},
+              {"bytes_total", m.bytes_total}, {"rounds", m.rounds}};
     if (link.name != "none") {
       // The formula next to the measurement; compute = the unemulated
       // run is not known here, so model_s counts link time only.
-      c["model_link_s"] = link.seconds(static_cast<double>(rounds), static_cast<double>(bytes_max));
+      c["model_link_s"] = link.seconds(static_cast<double>(m.rounds), static_cast<double>(m.bytes_max_party));
     }
     cases.push_back(c);
   }
@@ -321,7 +315,7 @@ LocalJobResult run_local_job(const LocalJob& o, const std::vector<std::string>& 
     if (r.contains("transport")) summary["transport"] = r["transport"];
     summary["parties"].push_back(r);
   }
-  summary["cases"] = ok ? merge_cases(summary["parties"], link_named(o.network.link)) : json::array();
+  summary["cases"] = ok ? cases_across_parties(summary["parties"], link_named(o.network.link)) : json::array();
   summary["ok"] = ok;
   result.report = std::move(summary);
   return result;

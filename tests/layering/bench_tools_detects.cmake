@@ -49,7 +49,7 @@ set(dir_bench-cases \"bench/cases\")\nset(uses_bench-cases \"lib\")\nset(paths_b
 set(dir_tool-y \"tools\")\nset(uses_tool-y \"lib;bench-cases\")\nset(paths_tool-y \"\")
 set(dir_tool-util \"tools/util\")\nset(uses_tool-util \"lib\")\nset(paths_tool-util \"\")\n")
 file(WRITE "${bad}/bench/a.cpp"
-  "#include <cstdio>\n#include \"../tools/party.hpp\"\nvoid run(const std::string& a) {\n  FILE* p = ::popen((std::string(MPCACHE_CLI) + a).c_str(), \"r\");\n  std::system(\"mpcache local --job demo\");\n}\n")
+  "#include <cstdio>\n#include \"../tools/local.hpp\"\nvoid run(const std::string& a) {\n  FILE* p = ::popen((std::string(MPCACHE_CLI) + a).c_str(), \"r\");\n  std::system(\"mpcache local --job demo\");\n}\n")
 file(WRITE "${bad}/bench/CMakeLists.txt" "add_executable(bench-x a.cpp)\nadd_dependencies(bench-x tool-y)\n")
 file(WRITE "${bad}/tools/b.cpp" "#include \"op_cases.hpp\"\n#include \"../bench/cases/op_cases.hpp\"\nconst char* b = \"mpcache-bench\";\n")
 file(WRITE "${bad}/tools/CMakeLists.txt" "target_link_libraries(tool-y PRIVATE bench-cases)\nadd_subdirectory(../bench/cases cases)\n")

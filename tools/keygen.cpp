@@ -1,30 +1,13 @@
-// `mpcache local` and `mpcache keygen` (see party.hpp).
+// `mpcache keygen` (see keygen.hpp).
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cerrno>
 #include <cstdio>
-#include <iostream>
 #include <sys/stat.h>
-#include <nlohmann/json.hpp>
 import mpcache;
 #include "cluster_config.hpp"
-#include "party.hpp"
+#include "keygen.hpp"
 
 namespace mpcache::tools {
-
-int run_local(const jobs::LocalJob& o, const std::string& self) {
-  const jobs::LocalJobResult result = jobs::run_local_job(o, {self, "party"});
-  if (result.stopped_by != 0) {
-    std::fprintf(stderr, "mpcache local: stopped by signal %d; it was passed on to the parties\n", result.stopped_by);
-    return 128 + result.stopped_by;
-  }
-  const nlohmann::json& summary = result.report;
-  std::cout << summary.dump() << "\n";
-  for (const auto& r : summary["parties"])
-    if (!r.value("ok", false))
-      std::fprintf(stderr, "mpcache local: party %d failed: %s\n", r.value("party", -1),
-                   r.value("error", std::string("exit status ") + std::to_string(r.value("exit_status", -1))).c_str());
-  return summary.value("ok", false) ? 0 : 1;
-}
 
 int run_keygen(const KeygenOptions& o) {
   // Create the folder itself if needed, never its parents: a typo in a path

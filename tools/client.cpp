@@ -1,4 +1,4 @@
-// `mpcache client` (see serve.hpp): text in, a request to the service, text out.
+// `mpcache client` (see client.hpp): text in, a request to the service, text out.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <cstdio>
 #include <fstream>
@@ -6,7 +6,7 @@
 import mpcache;
 #include "client_text.hpp"
 #include "cluster_config.hpp"
-#include "serve.hpp"
+#include "client.hpp"
 #include "serve_job.hpp"
 
 namespace mpcache::tools {
