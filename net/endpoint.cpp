@@ -67,9 +67,7 @@ Endpoint::RecvAwaiter Endpoint::recv(PartyId from, StreamId stream, CostTag tag)
 
 Endpoint::RecvAwaiter Endpoint::recv_idle(PartyId from, StreamId stream) {
   check_peer(from, "recv");
-  RecvAwaiter a{this, from, stream, CostTag::other, {}};
-  a.idle = true;
-  return a;
+  return RecvAwaiter{this, from, stream, CostTag::other, {}, false, true};
 }
 
 bool Endpoint::RecvAwaiter::await_ready() {
@@ -90,16 +88,37 @@ bool Endpoint::RecvAwaiter::await_ready() {
   return false;
 }
 
-void Endpoint::RecvAwaiter::await_suspend(std::coroutine_handle<> h) {
+bool Endpoint::RecvAwaiter::suspend(std::coroutine_handle<> h, const StopSignal* signal) {
+  stop_signal = signal;
+  if (signal && signal->stop_requested()) {
+    stopped = true;
+    return false;
+  }
   auto [it, inserted] = endpoint->waiters_.try_emplace(Key{from, stream}, Waiter{h, this});
   if (!inserted)
     throw Error(ErrorCode::protocol,
                 "party " + std::to_string(endpoint->self_) + ": two receivers on stream " +
                     std::to_string(stream) + " from party " + std::to_string(from) +
                     "; concurrent sub-protocols need their own stream (fork())");
+  if (signal) on_stop.emplace(signal->token(), OnStop{this});
+  return true;
+}
+
+void Endpoint::RecvAwaiter::OnStop::operator()() const noexcept {
+  // Only a wait still registered: one already woken (a frame came, its link
+  // failed) keeps its outcome.
+  Endpoint& e = *self->endpoint;
+  auto it = e.waiters_.find(Key{self->from, self->stream});
+  if (it == e.waiters_.end() || it->second.awaiter != self) return;
+  self->stopped = true;
+  e.scheduler_.post(it->second.handle);  // a post, never a resume: the stop may come from deep inside a child
+  e.waiters_.erase(it);
 }
 
 std::vector<std::byte> Endpoint::RecvAwaiter::await_resume() {
+  on_stop.reset();
+  if (stopped)
+    throw Error(ErrorCode::cancelled, "party " + std::to_string(endpoint->self_) + ": " + stop_signal->why());
   if (unreceivable && stream_scope(stream) != no_scope) {
     const std::string why = endpoint->scope_cancelled(stream_scope(stream));
     if (!why.empty()) throw Error(ErrorCode::cancelled, "party " + std::to_string(endpoint->self_) + ": " + why);

@@ -3,8 +3,13 @@
 // way when done, so chains of synchronous completions never grow the stack.
 // The frame is owned by the Task object: destroying an unawaited or finished
 // task frees everything, also when the body threw.
+//
+// Awaiting a task also hands it the awaiter's stop signal (see :stop): a
+// task started by when_all, and everything it awaits, can see that
+// when_all's stop.
 export module mpcache.async:task;
 import mpcache.std;
+import :stop;
 
 export namespace mpcache {
 
@@ -23,7 +28,7 @@ struct TaskFinalAwaiter {
   void await_resume() const noexcept {}
 };
 
-struct TaskPromiseBase {
+struct TaskPromiseBase : StopCarrier {
   std::coroutine_handle<> continuation;
   std::suspend_always initial_suspend() const noexcept { return {}; }
   TaskFinalAwaiter final_suspend() const noexcept { return {}; }
@@ -86,8 +91,10 @@ class [[nodiscard]] Task {
   struct Awaiter {
     std::coroutine_handle<promise_type> handle;
     bool await_ready() const noexcept { return !handle || handle.done(); }
-    std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
+    template <class P>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> awaiting) noexcept {
       handle.promise().continuation = awaiting;
+      handle.promise().stop_signal = stop_signal_of(awaiting);  // nullptr if it has none
       return handle;
     }
     T await_resume() { return handle.promise().take(); }

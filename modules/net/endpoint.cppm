@@ -87,8 +87,22 @@ class Endpoint final : public TickListener {
     // An idle wait (a server waiting for its next request) does not make
     // the transport's silence deadline apply to `from`.
     bool idle = false;
+    // The stop signal of the awaiting coroutine, and whether it ended the wait.
+    const StopSignal* stop_signal = nullptr;
+    bool stopped = false;
+    // Wakes the waiting receive with Error(cancelled) when its signal stops.
+    struct OnStop {
+      RecvAwaiter* self;
+      void operator()() const noexcept;
+    };
+    std::optional<std::stop_callback<OnStop>> on_stop{};  // makes the awaiter immovable
     bool await_ready();
-    void await_suspend(std::coroutine_handle<> h);
+    template <class P>
+    bool await_suspend(std::coroutine_handle<P> h) {
+      return suspend(h, stop_signal_of(h));
+    }
+    // Registers the wait; false (resume now, and throw) if `signal` stopped.
+    bool suspend(std::coroutine_handle<> h, const StopSignal* signal);
     std::vector<std::byte> await_resume();
   };
   // `co_await endpoint.recv(peer, stream)` yields the next payload in order.

@@ -36,17 +36,21 @@ using PartyResult = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
 // Runs party_main(id) -> Task<R> for every party of `network` concurrently.
 // A party whose task throws behaves like a process that died: its links are
 // cut, so the others fail fast with a network error instead of waiting. The
-// error rethrown is the first one in time (the root cause).
+// error rethrown is the first one in time (the root cause). Parties are
+// separate processes in all but name: one party's failure reaches the others
+// through the network only, never as a when_all stop of their receives.
 template <class Fn>
 auto run_parties(Scheduler& scheduler, InProcessNetwork& network, Fn party_main) {
   using R = typename decltype(party_main(PartyId{0}))::value_type;
+  using Result = detail::PartyResult<R>;
   std::exception_ptr first_error;
-  auto guarded = [&](PartyId id) -> Task<R> {
+  // Never throws: a failure is kept in first_error, not handed to when_all.
+  auto guarded = [&](PartyId id) -> Task<std::optional<Result>> {
     std::exception_ptr error;
     try {
       if constexpr (std::is_void_v<R>) {
         co_await party_main(id);
-        co_return;
+        co_return Result{};
       } else {
         co_return co_await party_main(id);
       }
@@ -56,16 +60,22 @@ auto run_parties(Scheduler& scheduler, InProcessNetwork& network, Fn party_main)
     if (!first_error) first_error = error;
     for (PartyId peer = 0; peer < network.parties(); ++peer)
       if (peer != id) network.cut(id, peer);
-    std::rethrow_exception(error);
+    co_return std::nullopt;
   };
-  std::vector<Task<R>> tasks;
+  std::vector<Task<std::optional<Result>>> tasks;
   for (PartyId id = 0; id < network.parties(); ++id) tasks.push_back(guarded(id));
+  std::vector<std::optional<Result>> done;
   try {
-    return sync_wait(scheduler, when_all(std::move(tasks)));
+    done = sync_wait(scheduler, when_all(std::move(tasks)));
   } catch (...) {
     if (first_error) std::rethrow_exception(first_error);
     throw;
   }
+  if (first_error) std::rethrow_exception(first_error);
+  std::vector<Result> results;
+  results.reserve(done.size());
+  for (auto& r : done) results.push_back(std::move(*r));
+  return results;
 }
 
 }  // namespace mpcache

@@ -52,3 +52,44 @@ TEST_CASE("the in-process transport names itself and counts parties") {
   CHECK(net.endpoint(2).transport() == &net);
   CHECK(net.endpoint(2).parties() == 3);
 }
+
+TEST_CASE("a failed sibling ends a receive at once, not at the link's silence deadline") {
+  Scheduler s;
+  InProcessNetwork net(s, 3);
+  TimerLoop timers(s);
+  // The silence deadline of the link to party 1, which never sends: had the
+  // receive waited on, this would fail it 30 s from now (and the loop keeps
+  // running until then instead of reporting a deadlock).
+  bool deadline_hit = false;
+  timers.timers().at(SteadyClock::now() + std::chrono::seconds(30), [&] {
+    deadline_hit = true;
+    net.endpoint(0).fail(1, "silent for 30 s");
+  });
+  std::string receiver_error;
+  auto receiver = [&]() -> Task<void> {
+    try {
+      (void)co_await net.endpoint(0).recv(1, 42);
+    } catch (const Error& e) {
+      receiver_error = e.what();
+      throw;
+    }
+  };
+  auto failing = [&]() -> Task<void> {
+    co_await s.schedule();
+    throw Error(ErrorCode::protocol, "party 0: bad share");
+  };
+  // The receiver comes first: its cancellation does not mask the cause.
+  CHECK_THROWS_WITH(sync_wait(s, when_all(receiver(), failing())), "protocol error: party 0: bad share");
+  CHECK_FALSE(deadline_hit);  // the loop returned before the deadline
+  CHECK(receiver_error == "cancelled: party 0: a sibling failed: protocol error: party 0: bad share");
+  // Only that wait ended: the party is not cancelled, nothing was sent, and
+  // the message, when it comes, waits for the next receive.
+  CHECK_FALSE(net.endpoint(0).cancelled());
+  CHECK(net.endpoint(1).costs().per_peer[0].messages_received == 0);
+  auto later = [&]() -> Task<std::size_t> {
+    net.endpoint(1).send(0, 42, std::vector<std::byte>(3));
+    co_return (co_await net.endpoint(0).recv(1, 42)).size();
+  };
+  CHECK(sync_wait(s, later()) == 3);
+  CHECK_FALSE(deadline_hit);
+}
