@@ -42,6 +42,12 @@ enum class CircuitPrefill {
   under_store,  // only with an offline store of DCF keys (the decode benches' runs)
 };
 
+// Which store a decode step's refills fill first. Costs are the same either
+// way, but the parties' round clocks at the step's start are not (a dealer
+// sends, the others receive), so the operator a step's rounds are charged to
+// may differ: the paper presets' committed rows were made comparisons first.
+enum class RefillOrder { pairs_first, comparisons_first };
+
 template <Protocol P>
 class StepDriver {
  public:
@@ -58,6 +64,7 @@ class StepDriver {
     // Empty: the backend's own policy (ComparisonStoreRefill: per slot the
     // most any dealer compared since the last refill, per step, + 5% + 64).
     ComparisonRefill refill_comparisons = {};
+    RefillOrder order = RefillOrder::pairs_first;
   };
 
   explicit StepDriver(P& p) : StepDriver(p, Options{}) {}
@@ -88,20 +95,16 @@ class StepDriver {
   }
 
   // Offline, at a quiet point before decode step `step` (0-based): the
-  // truncation pairs' refill, then the DCF stores'. Returns whether any
-  // offline work may have run, so that the caller restarts the step's
-  // timing window after it.
+  // truncation pairs' refill and the DCF stores' (Options::order). Returns
+  // whether any offline work may have run, so that the caller restarts the
+  // step's timing window after it.
   Task<bool> before_step(std::size_t step) {
     if (step == 0 && prompt_tokens_ == 0) co_return false;
     const std::size_t steps_behind = step == 0 ? prompt_tokens_ : 1;
     bool offline = false;
-    if constexpr (TruncationPairsRefill<P>)
-      offline = co_await p_->refill_truncation_pairs(options_.pairs_multiple, steps_behind);
-    if (options_.refill_comparisons) {
-      offline = co_await options_.refill_comparisons(*p_, step, steps_behind) || offline;
-    } else {
-      if constexpr (ComparisonStoreRefill<P>) offline = co_await p_->refill_comparisons(steps_behind) || offline;
-    }
+    if (options_.order == RefillOrder::comparisons_first) offline = co_await refill_comparisons(step, steps_behind);
+    offline = co_await refill_pairs(steps_behind) || offline;
+    if (options_.order == RefillOrder::pairs_first) offline = co_await refill_comparisons(step, steps_behind) || offline;
     co_return offline;
   }
 
@@ -110,6 +113,16 @@ class StepDriver {
   bool prefill_on_circuit() const noexcept { return on_circuit_; }
 
  private:
+  Task<bool> refill_pairs(std::size_t steps_behind) {
+    if constexpr (TruncationPairsRefill<P>) co_return co_await p_->refill_truncation_pairs(options_.pairs_multiple, steps_behind);
+    else co_return false;
+  }
+  Task<bool> refill_comparisons(std::size_t step, std::size_t steps_behind) {
+    if (options_.refill_comparisons) co_return co_await options_.refill_comparisons(*p_, step, steps_behind);
+    if constexpr (ComparisonStoreRefill<P>) co_return co_await p_->refill_comparisons(steps_behind);
+    else co_return false;
+  }
+
   P* p_;
   Options options_;
   bool on_circuit_ = false;
