@@ -2,6 +2,14 @@
 // between decode steps: per slot (rss3_dcf_slot), the most any dealer used in
 // the previous step, + 5% + 64. Every party sees the same demand, so all
 // prepare alike. Include after imports.
+//
+// Not quite the library's policy (Rss3::refill_comparisons, which generate
+// uses through StepDriver): this one tops up every slot seen so far, 64 in
+// a slot the previous step did not use (the library skips such a slot), and
+// the benches start it at the second decode step (the first runs dry), where
+// the library starts from the prefill's demand per prompt token. The benches
+// pass it to StepDriver as its comparison refill, so that their committed
+// rows keep their numbers.
 #pragma once
 
 namespace mpcache::bench {

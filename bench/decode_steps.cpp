@@ -131,29 +131,38 @@ void run(const std::string& policy, const Settings& settings) {
       stats[0][id] = before_prepare[0][id] = state->dcf_stats();
       pair_stats[0][id] = pairs_before_prepare[0][id] = state->truncation_stats();
     }
-    // As generate_party: under a store the prefill and its token choice
-    // compare on the circuit, since no store holds their keys.
+    // The phases as generate_party's (StepDriver: the prefill and its token
+    // choice compare on the circuit, then the refills before each decode
+    // step), but on the circuit only under a store (plain dcf deals the
+    // prefill's keys inline here), and the stores filled by the benches'
+    // policy (bench::fill_for_next_step: from the previous step's demand in
+    // every slot seen so far; none before step 0, which runs dry).
+    typename StepDriver<P>::Options driver_options{.circuit_prefill = CircuitPrefill::under_store};
     if constexpr (!add2)
-      if (settings.mode.comparison_store()) p.compare_on_circuit(true);
+      driver_options.refill_comparisons = [&, id](P&, std::size_t step, std::size_t) -> Task<bool> {
+        if (!settings.mode.comparison_store() || step == 0) co_return false;
+        co_await bench::fill_for_next_step(*state, stats[step][id], before_prepare[step + 1][id]);
+        co_return true;
+      };
+    StepDriver<P> driver(p, std::move(driver_options));
+    driver.before_prefill();
     auto logits = co_await decoder.prefill(p, pol, 0, std::move(mine), prompt.size());
     for (std::size_t step = 0; step <= tokens; ++step) {
       // token choice (argmax over the vocabulary, opened to the client) + one decode
       auto token = co_await p.reveal_to(0, co_await next_token(p, logits));
-      if constexpr (!add2)
-        if (step == 0 && settings.mode.comparison_store()) p.compare_on_circuit(false);
+      if (step == 0) driver.after_prefill(std::max<std::size_t>(prompt.size(), 1));
       std::optional<std::uint32_t> next;
       if (token) next = static_cast<std::uint32_t>((*token)(0, 0));
       ends[step + 1][id] = network.endpoint(id).costs();
       if constexpr (!add2) {
         before_prepare[step + 1][id] = state->dcf_stats();
         pairs_before_prepare[step + 1][id] = state->truncation_stats();
-        // After the prefill, its demand per prompt token stands in for a step's.
-        if (settings.mode.truncation_pairs() && step < tokens)
-          (void)co_await p.refill_truncation_pairs(16, step == 0 ? std::max<std::size_t>(prompt.size(), 1) : 1);
-        // Fill the stores for the next step from the previous one's demand
-        // (the same at every party, so all prepare alike).
-        if (settings.mode.comparison_store() && step >= 1 && step < tokens)
-          co_await bench::fill_for_next_step(*state, stats[step][id], before_prepare[step + 1][id]);
+      }
+      // Truncation pairs (after the prefill from its demand per prompt
+      // token), then the stores for the next step from the previous one's
+      // demand (the same at every party, so all prepare alike).
+      if (step < tokens) (void)co_await driver.before_step(step);
+      if constexpr (!add2) {
         stats[step + 1][id] = state->dcf_stats();
         pair_stats[step + 1][id] = state->truncation_stats();
         dealt[step + 1][id] = state->dealt_bytes();

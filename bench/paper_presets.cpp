@@ -294,20 +294,22 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
   auto weights = tie_layers(co_await load_decoder(p, one, id == 1 ? random_weights(5) : no_weights(), 1),
                             r.config.num_layers);
   Decoder<P> decoder(weights, DecoderOptions{r.memory_budget, PrefillLogits::last});  // next_token reads the last
-  // Truncation pairs for this session and its forks, from the demand since
-  // the last refill over `steps` tokens.
-  auto refill_pairs = [&](std::size_t steps) -> Task<void> {
-    if constexpr (std::is_same_v<P, Rss3>)
-      if (r.pairs()) (void)co_await p.refill_truncation_pairs(16, steps);
+  // The phases as generate_party's (StepDriver): under an offline store of
+  // DCF keys the prefill (or the policy's look at a prepared cache) compares
+  // on the circuit, since no store holds its keys; before each decode step
+  // the truncation pairs for this session and its forks (from the demand
+  // since the last refill; before the first, a real prefill's per prompt
+  // token), after between_steps(s) filled the stores (from step s >= 1;
+  // comparisons first, as the committed rows were made).
+  typename StepDriver<P>::Options driver_options{.circuit_prefill = CircuitPrefill::under_store,
+                                                 .order = RefillOrder::comparisons_first};
+  driver_options.refill_comparisons = [&between_steps](P&, std::size_t s, std::size_t) -> Task<bool> {
+    if (s == 0) co_return false;
+    co_await between_steps(s);
+    co_return true;
   };
-  // As generate_party: under an offline store of DCF keys the prefill (or
-  // the policy's look at a prepared cache) compares on the circuit, since
-  // no store holds its keys (Rss3::compare_on_circuit).
-  auto prefill_on_circuit = [&](bool on) {
-    if constexpr (std::is_same_v<P, Rss3>)
-      if (r.store()) p.compare_on_circuit(on);
-  };
-  prefill_on_circuit(true);
+  StepDriver<P> driver(p, std::move(driver_options));
+  driver.before_prefill();
   if (r.real_prefill) {
     std::optional<std::vector<std::uint32_t>> prompt;
     if (id == 0) {
@@ -318,8 +320,7 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
     auto logits = co_await decoder.prefill(p, policy, 0, std::move(prompt), r.length);
     (void)co_await p.reveal_to(0, co_await next_token(p, logits));
     mark(prefilled);
-    prefill_on_circuit(false);  // before the refill: it forgets the circuit's truncations
-    co_await refill_pairs(std::max<std::size_t>(r.length, 1));
+    driver.after_prefill(std::max<std::size_t>(r.length, 1));
   } else {
     // Random shares of the stated length; every layer and head holds the
     // same shares (values do not change costs; memory is the cache's).
@@ -383,14 +384,11 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
       mark(prefilled);
     }
   }
-  prefill_on_circuit(false);
+  if (!r.real_prefill) driver.after_prefill(0);  // a prepared cache: no refill before the first step
   if (!r.decode) co_return;
   std::uint32_t token = 1;
   for (std::size_t s = 0; s < r.steps; ++s) {
-    if (s > 0) {
-      co_await between_steps(s);
-      co_await refill_pairs(1);
-    }
+    (void)co_await driver.before_step(s);
     mark(starts[s]);
     auto out = co_await decoder.decode(p, policy, 0, id == 0 ? std::optional(token) : std::nullopt);
     auto chosen = co_await p.reveal_to(0, co_await next_token(p, out));

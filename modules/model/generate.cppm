@@ -35,6 +35,7 @@ import :config;
 import :weights;
 import :prefill_memory;
 import :decoder;
+import :step_driver;
 
 export namespace mpcache {
 
@@ -148,11 +149,9 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       observer.prefill_layer({layer, c.num_layers, request.prompt_length, snapshot() - prefill_start});
     };
 
-  bool prefill_on_circuit = false;
-  auto set_compare_on_circuit = [&](bool on) {
-    if constexpr (requires { p.compare_on_circuit(on); }) p.compare_on_circuit(on);
-  };
-  if constexpr (requires { p.compare_on_circuit(true); }) prefill_on_circuit = p.dcf_comparisons();
+  // The prefill on the circuit under DCF comparisons, the offline stores'
+  // refills before each decode step (StepDriver).
+  StepDriver<P> driver(p);
   std::vector<std::uint32_t> generated;
   std::optional<std::uint32_t> next;  // the last chosen token, at the client
   typename P::Share logits;
@@ -166,12 +165,9 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
     auto t0 = Clock::now();
     if (step == 0) {
       // Under DCF comparisons the prefill and its token choice compare on
-      // the circuit (Rss3::compare_on_circuit): their keys, which no store
-      // holds, would be dealt inline, gigabytes for a prompt (our model, 80
-      // bytes: about 1.8 GB and 30 s, against 71 MB and 0.56 s on the circuit),
-      // more than the rounds they save cost on any link. The decode steps take theirs
+      // the circuit: no store holds their keys. The decode steps take theirs
       // from the store, or dealt inline.
-      if (prefill_on_circuit) set_compare_on_circuit(true);
+      driver.before_prefill();
       logits = co_await decoder.prefill(p, policy, request.client, std::move(request.prompt),
                                         request.prompt_length, std::move(layer_done));
     } else {
@@ -182,20 +178,10 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
         ++heard;
       }
       if (told_to_stop) break;
-      // Offline, outside the step's window: truncation pairs for it (rss3
-      // with Rss3Options::truncation_pairs_budget) and DCF keys into the
-      // dealers' stores (Rss3Options::offline_budget), from the last step's
-      // demand; for the first, the prefill's per prompt token (none after a
-      // prefill on the circuit: its keys were not the store's, and
-      // compare_on_circuit(false) forgot its truncations, whose shifts are
-      // not the decode's; the first step deals its keys inline and
-      // truncates in two rounds).
-      const std::size_t steps_behind = step == 1 ? std::max<std::size_t>(request.prompt_length, 1) : 1;
-      bool offline = false;
-      if constexpr (requires { p.refill_truncation_pairs(std::size_t{}, std::size_t{}); })
-        offline = co_await p.refill_truncation_pairs(16, steps_behind);
-      if constexpr (requires { p.refill_comparisons(std::size_t{}); })
-        offline = co_await p.refill_comparisons(steps_behind) || offline;
+      // Offline, outside the step's window: truncation pairs and DCF keys
+      // for it, from the last step's demand (for the first, the prefill's per
+      // prompt token).
+      const bool offline = co_await driver.before_step(step - 1);
       if (offline) {
         before = snapshot();
         t0 = Clock::now();
@@ -203,7 +189,7 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
       logits = co_await decoder.decode(p, policy, request.client, next);
     }
     auto opened = co_await p.reveal_to(request.client, co_await next_token(p, logits));  // only the client learns it
-    if (step == 0 && prefill_on_circuit) set_compare_on_circuit(false);
+    if (step == 0) driver.after_prefill(request.prompt_length);
     next.reset();
     bool go_on = true;
     if (opened) {

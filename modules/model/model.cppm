@@ -10,4 +10,5 @@ export import :decoder_linear;
 export import :decoder_attention;
 export import :decoder_mlp;
 export import :decoder_batch;
+export import :step_driver;
 export import :generate;

@@ -280,7 +280,7 @@ class OwnerPacing {
  public:
   OwnerPacing(P& p, PartyId owner) : p_(p), owner_(owner) {}
   Task<void> layer_done() {
-    if constexpr (requires(P& q) { q.confirm_weights(PartyId{}); }) {
+    if constexpr (WeightPacing<P>) {
       if (!p_.holds_input(owner_)) p_.confirm_weights(owner_);
       else if (layers_++ > 0) co_await p_.weights_confirmed(owner_);
     }

@@ -65,7 +65,7 @@ template <Protocol P>
 Task<typename P::Bits> msb_bits(P& p, const typename P::Share& a, int width = ring_bits) {
   if (width < 2 || width > ring_bits)
     throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
-  if constexpr (requires { p.msb_bits(a, width); }) {
+  if constexpr (SignBits<P>) {
     co_return co_await p.msb_bits(a, width);
   } else {
     auto bits = co_await p.to_bits(a, width);
@@ -84,7 +84,7 @@ Task<typename P::Share> msb(P& p, const typename P::Share& a, int width = ring_b
   } else if constexpr (ArithmeticSign<P>) {
     if (width < 2 || width > ring_bits)
       throw Error(ErrorCode::invalid_argument, "msb: width " + std::to_string(width) + " is outside [2, 64]");
-    if constexpr (requires { p.msb_arith(a, width, result_bits); }) co_return co_await p.msb_arith(a, width, result_bits);
+    if constexpr (NarrowArithmeticSign<P>) co_return co_await p.msb_arith(a, width, result_bits);
     else co_return co_await p.msb_arith(a, width);
   } else {
     co_return co_await p.bit_to_arith(co_await msb_bits(p, a, width));

@@ -59,6 +59,7 @@ export module mpcache.proto:add2;
 import mpcache.std;
 import mpcache.core;
 import mpcache.async;
+import :protocol;
 import mpcache.net;
 import :prg;
 
@@ -310,5 +311,17 @@ class Add2 {
   std::uint64_t forks_ = 0;
   CostTag tag_ = CostTag::other;
 };
+
+
+// The optional hooks (protocol.cppm) this backend offers, and those it
+// deliberately lacks: a drifted signature is a compile error here, not a
+// feature that silently switches off.
+// Add2's dealer deals every correlation offline (no store to refill, no
+// circuit to fall back to for a prefill) and it sends weights unpaced.
+static_assert(Protocol<Add2> && SignBits<Add2> && DcfCostsOption<Add2> && TruncationModeOption<Add2> &&
+              CostTagging<Add2>);
+static_assert(!ArithmeticSign<Add2> && !DcfStoreCostsOption<Add2> && !CircuitComparisonsOption<Add2>);
+static_assert(!TruncationPairsRefill<Add2> && !ComparisonStoreRefill<Add2> && !WeightPacing<Add2>);
+static_assert(!ArithmeticSignCosts<Add2Costs> && !ArithmeticSignCosts<Add2DcfCosts>);
 
 }  // namespace mpcache

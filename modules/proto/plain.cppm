@@ -5,6 +5,7 @@ export module mpcache.proto:plain;
 import mpcache.std;
 import mpcache.core;
 import mpcache.async;
+import :protocol;
 import :rss3;
 
 export namespace mpcache {
@@ -114,5 +115,14 @@ class Plain {
   int frac_bits_;
   std::shared_ptr<TruncationAudit> audit_;
 };
+
+
+// The optional hooks (protocol.cppm) this backend offers, and those it
+// deliberately lacks: a drifted signature is a compile error here, not a
+// feature that silently switches off.
+// One process, no network: nothing to tag, pace, deal or refill.
+static_assert(Protocol<Plain> && ApplyN<Plain> && !ExactReals<Plain>);
+static_assert(!CostTagging<Plain> && !WeightPacing<Plain> && !DcfCostsOption<Plain> && !SignBits<Plain>);
+static_assert(!CircuitComparisonsOption<Plain> && !TruncationPairsRefill<Plain> && !ComparisonStoreRefill<Plain>);
 
 }  // namespace mpcache

@@ -234,6 +234,22 @@ concept ArithmeticSign = Protocol<P> && requires(P& p, const typename P::Share& 
   { p.msb_arith(a, w) } -> std::same_as<Task<typename P::Share>>;
 };
 
+// Optional beside it: msb_arith(a, w, result_bits), the sign needed only
+// mod 2^result_bits (rss3 reshares fewer bytes); ops::msb passes
+// result_bits only to a backend with this.
+template <class P>
+concept NarrowArithmeticSign = ArithmeticSign<P> && requires(P& p, const typename P::Share& a, int w) {
+  { p.msb_arith(a, w, w) } -> std::same_as<Task<typename P::Share>>;
+};
+
+// Optional: the sign bit of a mod 2^w as a boolean share in the backend's
+// own protocol (rss3 and add2: packed bit planes, or a DCF), where
+// ops::msb_bits would otherwise convert the low w bits (to_bits) and shift.
+template <class P>
+concept SignBits = Protocol<P> && requires(P& p, const typename P::Share& a, int w) {
+  { p.msb_bits(a, w) } -> std::same_as<Task<typename P::Bits>>;
+};
+
 // A cost model may price that hook: msb_arith(w, n, i) like msb_bits. Only
 // the cost models of modes where it saves rounds have it (rss3's DcfCosts),
 // so ops choose algorithms built on it only there.
@@ -245,9 +261,16 @@ concept ArithmeticSignCosts = CostModel<C> && requires(int w, std::size_t n) {
 // What an arithmetic sign costs on C: the hook's price, or msb_bits + B2A.
 // result_bits: the sign is needed only mod 2^result_bits (a model may price
 // a narrower result: rss3's msb_arith reshares fewer bytes).
+// A model that prices a narrower result (rss3's DcfCosts and DcfStoreCosts:
+// msb_arith(w, n, i, result_bits)) satisfies NarrowArithmeticSignCosts.
+template <class C>
+concept NarrowArithmeticSignCosts = ArithmeticSignCosts<C> && requires(int w, std::size_t n) {
+  { C::msb_arith(w, n, n, w) } -> std::same_as<OpCost>;
+};
+
 template <CostModel C>
 OpCost msb_arith_cost(int width, std::size_t n, std::size_t fork, int result_bits = ring_bits) {
-  if constexpr (requires { C::msb_arith(width, n, fork, result_bits); }) return C::msb_arith(width, n, fork, result_bits);
+  if constexpr (NarrowArithmeticSignCosts<C>) return C::msb_arith(width, n, fork, result_bits);
   else if constexpr (ArithmeticSignCosts<C>) return C::msb_arith(width, n, fork);
   else return C::msb_bits(width, n, fork) + C::bit_to_arith(n);
 }
@@ -287,6 +310,52 @@ bool truncates_exactly(const P& p) {
   else return false;
 }
 
+// Optional: comparing on the circuit for a while under DCF comparisons
+// (rss3: Rss3::compare_on_circuit, per stream, collective). A prefill's
+// comparisons grow with the prompt and no store holds their keys, so
+// generation and the service prefill on the circuit and switch back for
+// the decode steps (mpcache.model's StepDriver).
+template <class P>
+concept CircuitComparisonsOption = DcfCostsOption<P> && requires(P& p, bool on) {
+  { p.compare_on_circuit(on) } -> std::same_as<void>;
+};
+
+// Optional: an offline store of truncation pairs, refilled at a quiet point
+// between steps (rss3 with exact truncation and a pairs budget:
+// Rss3::refill_truncation_pairs(multiple, steps), which returns whether the
+// party has such a store at all, and does nothing without one).
+template <class P>
+concept TruncationPairsRefill = Protocol<P> && requires(P& p, std::size_t n) {
+  { p.refill_truncation_pairs(n, n) } -> std::same_as<Task<bool>>;
+};
+
+// Optional: an offline store of DCF comparison keys, refilled at a quiet
+// point between steps from the demand since the last refill (rss3 with
+// comparisons = dcf and an offline budget: Rss3::refill_comparisons(steps),
+// which returns whether the party has a store, and does nothing without one).
+template <class P>
+concept ComparisonStoreRefill = DcfStoreCostsOption<P> && requires(P& p, std::size_t n) {
+  { p.refill_comparisons(n) } -> std::same_as<Task<bool>>;
+};
+
+// Optional: pacing of a long run of weight inputs (rss3): the others
+// confirm what they received, the owner waits for an earlier confirmation
+// before it sends on, so its outboxes never hold the whole model.
+template <class P>
+concept WeightPacing = Protocol<P> && requires(P& p, PartyId owner) {
+  { p.confirm_weights(owner) } -> std::same_as<void>;
+  { p.weights_confirmed(owner) } -> std::same_as<Task<void>>;
+};
+
+// Optional: messages tagged with the operator that sends them
+// (CostCounters::by_tag; rss3 and add2). Backends without a network (plain,
+// ref) have nothing to tag: CostScope does nothing there.
+template <class P>
+concept CostTagging = Protocol<P> && requires(P& p, const P& cp, CostTag tag) {
+  { cp.cost_tag() } -> std::convertible_to<CostTag>;
+  { p.set_cost_tag(tag) } -> std::same_as<void>;
+};
+
 // f.template operator()<C>() with C the cost model p runs with, so that ops
 // plan on the comparisons the backend will really run (with a store, on
 // their online part):
@@ -309,13 +378,13 @@ template <class P>
 class CostScope {
  public:
   CostScope(P& p, CostTag tag) : p_(&p) {
-    if constexpr (requires { p.set_cost_tag(tag); }) {
+    if constexpr (CostTagging<P>) {
       previous_ = p.cost_tag();
       p.set_cost_tag(tag);
     }
   }
   ~CostScope() {
-    if constexpr (requires(P& q) { q.set_cost_tag(CostTag::other); }) p_->set_cost_tag(previous_);
+    if constexpr (CostTagging<P>) p_->set_cost_tag(previous_);
   }
   CostScope(const CostScope&) = delete;
   CostScope& operator=(const CostScope&) = delete;

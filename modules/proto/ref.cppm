@@ -18,6 +18,7 @@ export module mpcache.proto:ref;
 import mpcache.std;
 import mpcache.core;
 import mpcache.async;
+import :protocol;
 import :rss3;
 
 export namespace mpcache {
@@ -126,5 +127,14 @@ class Ref {
 
   int frac_bits_;
 };
+
+
+// The optional hooks (protocol.cppm) this backend offers, and those it
+// deliberately lacks: a drifted signature is a compile error here, not a
+// feature that silently switches off.
+// Exact reals in one process: nothing to tag, pace, deal or refill.
+static_assert(Protocol<Ref> && ExactReals<Ref>);
+static_assert(!CostTagging<Ref> && !WeightPacing<Ref> && !DcfCostsOption<Ref> && !SignBits<Ref>);
+static_assert(!CircuitComparisonsOption<Ref> && !TruncationPairsRefill<Ref> && !ComparisonStoreRefill<Ref>);
 
 }  // namespace mpcache

@@ -61,6 +61,7 @@ export module mpcache.proto:rss3;
 import mpcache.std;
 import mpcache.core;
 import mpcache.async;
+import :protocol;
 import mpcache.net;
 import :prg;
 export import :rss3_store;
@@ -597,5 +598,17 @@ class Rss3 {
   bool on_circuit_ = false;  // compare_on_circuit: this stream and its later forks
   bool pairs_off_ = false;   // without_truncation_pairs: this stream and its later forks
 };
+
+
+// The optional hooks (protocol.cppm) this backend offers, and those it
+// deliberately lacks: a drifted signature is a compile error here, not a
+// feature that silently switches off.
+static_assert(Protocol<Rss3> && ApplyN<Rss3> && SummingMatmul<Rss3> && !ExactReals<Rss3>);
+static_assert(SignBits<Rss3> && ArithmeticSign<Rss3> && NarrowArithmeticSign<Rss3>);
+static_assert(DcfCostsOption<Rss3> && DcfStoreCostsOption<Rss3> && TruncationModeOption<Rss3>);
+static_assert(CircuitComparisonsOption<Rss3> && TruncationPairsRefill<Rss3> && ComparisonStoreRefill<Rss3>);
+static_assert(WeightPacing<Rss3> && CostTagging<Rss3>);
+static_assert(!ArithmeticSignCosts<Rss3Costs> && NarrowArithmeticSignCosts<Rss3DcfCosts> &&
+              NarrowArithmeticSignCosts<Rss3DcfStoreCosts>);
 
 }  // namespace mpcache

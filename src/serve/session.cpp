@@ -106,16 +106,19 @@ Task<void> Sessions::generate_tokens(std::uint64_t session, std::shared_ptr<Requ
   Decoder<Rss3>& decoder = *seq->decoder;
   auto& policy = *seq->policy;
   // Under DCF comparisons this session's prefill and its token choice
-  // compare on the circuit, as generate_party's do: no store holds their
-  // keys, and dealt inline they would cost gigabytes per prompt. The
-  // other sessions keep their own mode (Rss3::compare_on_circuit is per
-  // stream); the decode steps compare with DCF keys.
-  const bool prefill_on_circuit = p.dcf_comparisons();
-  if (prefill_on_circuit) p.compare_on_circuit(true);
+  // compare on the circuit, as generate_party's do (StepDriver): no store
+  // holds their keys, and dealt inline they would cost gigabytes per
+  // prompt. The other sessions keep their own mode (Rss3::compare_on_circuit
+  // is per stream); the decode steps compare with DCF keys. The driver's
+  // refills are not used here: the batched steps refill the stores by their
+  // own demand per row (StoreRefill), and this session's own steps (without
+  // batching) deal their keys inline and truncate in two rounds.
+  StepDriver<Rss3> driver(p);
+  driver.before_prefill();
   auto logits = co_await decoder.prefill_one_hot(p, policy, hot);
   if (s_.batching()) {  // the first token here, the others in the batched steps
     seq->row = co_await chosen_row(p, logits);
-    if (prefill_on_circuit) p.compare_on_circuit(false);
+    driver.after_prefill(q.prompt_length);
     send_token(*seq);
     chosen = seq->chosen;
     if (q.new_tokens == 1) co_return;
@@ -128,7 +131,7 @@ Task<void> Sessions::generate_tokens(std::uint64_t session, std::shared_ptr<Requ
   }
   for (std::size_t step = 0; step < q.new_tokens; ++step) {
     seq->row = co_await chosen_row(p, logits);
-    if (step == 0 && prefill_on_circuit) p.compare_on_circuit(false);
+    if (step == 0) driver.after_prefill(q.prompt_length);
     send_token(*seq);
     chosen = seq->chosen;
     if (step + 1 == q.new_tokens) break;
