@@ -61,7 +61,6 @@ export module mpcache.proto:rss3;
 import mpcache.std;
 import mpcache.core;
 import mpcache.async;
-import :protocol;
 import mpcache.net;
 import :prg;
 export import :rss3_store;
@@ -111,9 +110,8 @@ struct Rss3Options {
   int frac_bits = default_frac_bits;
   // Correct the 2-out-of-2 wrap of every truncation (one more round per
   // truncation, see above); all three parties must agree (checked at setup).
-  // On by default: the probabilistic truncation (false) saves that round
-  // but fails with a small probability per product, which over a long
-  // generation is a real chance of garbage (docs/protocols.md).
+  // On by default: probabilistic truncation (false) saves that round but
+  // can fail on any product (docs/protocols.md).
   bool exact_truncation = true;
   // All three parties must agree (checked at setup, like truncation).
   Rss3Comparisons comparisons = Rss3Comparisons::circuit;
@@ -598,17 +596,5 @@ class Rss3 {
   bool on_circuit_ = false;  // compare_on_circuit: this stream and its later forks
   bool pairs_off_ = false;   // without_truncation_pairs: this stream and its later forks
 };
-
-
-// The optional hooks (protocol.cppm) this backend offers, and those it
-// deliberately lacks: a drifted signature is a compile error here, not a
-// feature that silently switches off.
-static_assert(Protocol<Rss3> && ApplyN<Rss3> && SummingMatmul<Rss3> && !ExactReals<Rss3>);
-static_assert(SignBits<Rss3> && ArithmeticSign<Rss3> && NarrowArithmeticSign<Rss3>);
-static_assert(DcfCostsOption<Rss3> && DcfStoreCostsOption<Rss3> && TruncationModeOption<Rss3>);
-static_assert(CircuitComparisonsOption<Rss3> && TruncationPairsRefill<Rss3> && ComparisonStoreRefill<Rss3>);
-static_assert(WeightPacing<Rss3> && CostTagging<Rss3>);
-static_assert(!ArithmeticSignCosts<Rss3Costs> && NarrowArithmeticSignCosts<Rss3DcfCosts> &&
-              NarrowArithmeticSignCosts<Rss3DcfStoreCosts>);
 
 }  // namespace mpcache

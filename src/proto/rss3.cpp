@@ -7,6 +7,18 @@ import mpcache.net;
 #include "wire.hpp"
 
 namespace mpcache {
+// The optional hooks (protocol.cppm) this backend offers, and those it
+// deliberately lacks: a drifted signature is a compile error here, not a
+// feature that silently switches off.
+static_assert(Protocol<Rss3> && ApplyN<Rss3> && SummingMatmul<Rss3> && !ExactReals<Rss3>);
+static_assert(SignBits<Rss3> && ArithmeticSign<Rss3> && NarrowArithmeticSign<Rss3>);
+static_assert(DcfCostsOption<Rss3> && DcfStoreCostsOption<Rss3> && TruncationModeOption<Rss3>);
+static_assert(CircuitComparisonsOption<Rss3> && TruncationPairsRefill<Rss3> && ComparisonStoreRefill<Rss3>);
+static_assert(WeightPacing<Rss3> && CostTagging<Rss3>);
+static_assert(!ArithmeticSignCosts<Rss3Costs> && NarrowArithmeticSignCosts<Rss3DcfCosts> &&
+              NarrowArithmeticSignCosts<Rss3DcfStoreCosts>);
+
+
 
 namespace {
 std::string who(PartyId self, StreamId stream) {
