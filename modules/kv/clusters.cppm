@@ -138,6 +138,13 @@ struct ClusterList {
     co_return co_await gather_blocks(p, hot, picked);
   }
 
+  // The clusters that one-hot rows (k, f) pick, attended in place with the
+  // first `first_rows` rows and the tail [f size, length) (a ClusterPick).
+  ClusterPick<P> pick(const Share& hot, std::size_t first_rows) const {
+    if (first != 0) throw Error(ErrorCode::invalid_argument, "cluster list: tokens before " + std::to_string(first) + " were dropped");
+    return ClusterPick<P>{&*keys, &*values, &*positions, hot, ops::ClusterSpan{size, first_rows}};
+  }
+
   // Clusters at secret ids (k) among the complete ones.
   Task<Selection<P>> gather(P& p, const Share& ids) const {
     auto hot = co_await ops::one_hot(p, ids, complete());  // (k, F)
@@ -169,6 +176,35 @@ template <Protocol P>
 void append_list_rows(const ClusterList<P>& list, std::size_t begin, std::size_t end, Selection<P>& sel) {
   if (end <= begin) return;
   append_selection(sel, list_rows(list, begin, end));
+}
+
+// A selection with every ClusterPick gathered into rows (for observers
+// that need each attended token's key, value and position: the step
+// probe, tests). The rows come in cluster_attention's weight order.
+template <Protocol P>
+Task<Selection<P>> materialize(P& p, Selection<P> sel) {
+  for (std::size_t j = 0; j < sel.picks.size(); ++j) {
+    if (!sel.picked(j)) continue;
+    const ClusterPick<P>& pick = *sel.picks[j];
+    const std::size_t s = pick.span.cluster, f = P::shape(pick.hot).at(1), length = P::shape(*pick.keys).at(0);
+    auto rows = [&](std::size_t b, std::size_t e) {
+      Selection<P> one;
+      one.keys.push_back(ops::rows<P>(*pick.keys, b, e));
+      one.values.push_back(ops::rows<P>(*pick.values, b, e));
+      one.positions.push_back(ops::slice_last<P>(*pick.positions, b, e));
+      return one;
+    };
+    auto table = token_blocks<P>(ops::rows<P>(*pick.keys, 0, f * s), ops::rows<P>(*pick.values, 0, f * s),
+                                 ops::slice_last<P>(*pick.positions, 0, f * s), s);
+    Selection<P> head = rows(0, pick.span.first);
+    append_selection(head, co_await gather_blocks(p, pick.hot, table));
+    append_selection(head, rows(f * s, length));
+    sel.keys[j] = std::move(head.keys[0]);
+    sel.values[j] = std::move(head.values[0]);
+    sel.positions[j] = std::move(head.positions[0]);
+  }
+  sel.picks.clear();
+  co_return sel;
 }
 
 // The bounding-box bound of each page's best key for a query group (g, d)

@@ -131,8 +131,10 @@ class MpCache {
                            const std::vector<Share>& positions);
 
   // All KV heads at once (concurrent, so rounds do not grow with the head
-  // count). A sharing layer does no summary and no selection: it gathers
-  // with the owning layer's one-hot matrix (usually already prefetched).
+  // count). The picked clusters are not gathered: each head's selection is
+  // a ClusterPick over its own list, attended in place
+  // (ops::cluster_attention). A sharing layer does no summary and no
+  // selection: its pick is the owning layer's one-hot over its own list.
   Task<Selection<P>> select(P& p, const StepView<P>& step) {
     co_return co_await select_every_head(p, step.cache->size(), [&](P& q, std::size_t j) {
       return select_head(q, step, j);
@@ -140,8 +142,7 @@ class MpCache {
   }
 
   // Once layer - 1 has selected at `position`, the decoder runs this
-  // concurrently with the rest of layer - 1: a sharing `layer` gathers its
-  // clusters (they hold only earlier tokens), and layer - 1 summarises the
+  // concurrently with the rest of layer - 1: layer - 1 summarises the
   // cluster this token completed, so that no later step (an early rank
   // included) waits for that summary.
   Task<void> prefetch(P& p, std::size_t layer, std::size_t position);
@@ -166,21 +167,15 @@ class MpCache {
   // Bytes this policy holds besides the decoder's cache (the summary's
   // "policy" bytes): per layer and KV head, its cluster list (the kept
   // tokens: keys, values, positions, and their clusters' max and min),
-  // the summaries, and what a step picked or gathered ahead.
+  // the summaries, and what a step picked ahead.
   std::size_t resident_bytes() const {
     std::size_t bytes = 0;
     auto add = [&bytes](const std::optional<Share>& a) { bytes += a ? share_bytes<P>(*a) : 0; };
-    auto add_selection = [&bytes](const std::optional<Selection<P>>& s) {
-      if (!s) return;
-      for (const auto* part : {&s->keys, &s->values, &s->positions})
-        for (const auto& a : *part) bytes += share_bytes<P>(a);
-    };
     for (const auto& layer : state_)
       for (const auto& st : layer) {
         add(st.list.keys), add(st.list.values), add(st.list.positions), add(st.list.max_keys), add(st.list.min_keys);
         add(st.compaction), add(st.fine), add(st.coarse), add(st.hot), add(st.last_ids);
-        if (st.ranked) add(st.ranked->hot), add(st.ranked->ids), add_selection(st.ranked->gathered);
-        add_selection(st.prefetched);
+        if (st.ranked) add(st.ranked->hot), add(st.ranked->ids);
       }
     return bytes;
   }
@@ -192,13 +187,12 @@ class MpCache {
 
  private:
   // A pick for the query at `position` among fine clusters [1, clusters);
-  // no hot/ids/gathered when everything fitted.
+  // no hot/ids when everything fitted.
   struct Ranked {
     std::size_t position = 0;
     std::size_t clusters = 0;
     std::optional<Share> hot;  // (k, clusters)
     std::optional<Share> ids;  // (k)
-    std::optional<Selection<P>> gathered;
   };
 
   struct State {
@@ -214,8 +208,6 @@ class MpCache {
     std::optional<Ranked> ranked;     // rank()'s pick, until select() at its position takes it
     std::size_t decided_at = std::size_t(-1);  // position of the last select()
     std::size_t picked_from = 0;      // its F (0: everything fitted, nothing picked)
-    std::optional<Selection<P>> prefetched;  // sharing layer: gathered clusters for prefetch_position
-    std::size_t prefetch_position = 0;
   };
 
   // Defined in the partitions by job, all part of this class: static
@@ -224,12 +216,11 @@ class MpCache {
   Task<std::vector<Share>> eviction(P& p, const PrefillView<P>& view, std::size_t keep, std::size_t window);
   Task<Share> compact(P& p, const Share& matrix, const HeadCache<P>& hc);
   // a decode step's selection (mpcache_selection.cppm),
-  Task<void> prefetch_head(P& p, std::size_t layer, std::size_t j, std::size_t position);
   Task<Selection<P>> select_head(P& p, const StepView<P>& step, std::size_t j);
   Task<void> choose(P& p, State& st, const Share& queries, std::size_t position, std::size_t f);
   static Task<Share> top_onehot(P& p, const Share& scores, std::size_t k);
   static Share after_first(const P& p, const Share& x);
-  Task<std::pair<Share, Selection<P>>> pick(P& p, State& st, const Share& query, std::size_t k, std::size_t f);
+  Task<Share> pick(P& p, State& st, const Share& query, std::size_t k, std::size_t f);
   // the clusters' summaries and their similarity to a query (mpcache_scoring.cppm).
   Task<void> summarise(P& p, State& st, std::size_t upto);
   static RingTensor pair_columns(const RingTensor& t, std::size_t c, std::size_t d);

@@ -1,8 +1,8 @@
 // MPCache's selection in a decode step (members of MpCache<P>, declared in
 // :mpcache): per KV head, the first cluster, the fine clusters the query
-// picks (flat or hierarchical top-k over the summaries, gathered with their
-// one-hot rows) and the newest tokens; early ranking before the token is in
-// the lists, and a sharing layer's gather of its owner's pick ahead of time.
+// picks (flat or hierarchical top-k over the summaries, as one-hot rows,
+// attended in place: a ClusterPick) and the newest tokens; early ranking
+// before the token is in the lists.
 export module mpcache.kv:mpcache_selection;
 import mpcache.std;
 import mpcache.core;
@@ -17,21 +17,17 @@ namespace mpcache::kv {
 
 template <Protocol P>
 Task<void> MpCache<P>::prefetch(P& p, std::size_t layer, std::size_t position) {
+  (void)position;
   std::vector<P> forks;
   std::vector<Task<void>> tasks;
   const std::size_t owner = layer - 1;
   const bool summarising = owner < state_.size() && !shares_previous(owner);
-  const bool gathering = layer < state_.size() && shares_previous(layer);
   const std::size_t heads = state_.empty() ? 0 : state_[0].size();
-  forks.reserve(2 * heads);
+  forks.reserve(heads);
   for (std::size_t j = 0; j < heads; ++j) {
     if (summarising && state_[owner][j].list.full() > state_[owner][j].list.summarised) {
       forks.push_back(p.fork());
       tasks.push_back(summarise(forks.back(), state_[owner][j], state_[owner][j].list.full()));
-    }
-    if (gathering) {
-      forks.push_back(p.fork());
-      tasks.push_back(prefetch_head(forks.back(), layer, j, position));
     }
   }
   co_await when_all(std::move(tasks));
@@ -54,21 +50,12 @@ Task<void> MpCache<P>::rank(P& p, const RankView<P>& view) {
 }
 
 
-template <Protocol P>
-Task<void> MpCache<P>::prefetch_head(P& p, std::size_t layer, std::size_t j, std::size_t position) {
-  State& st = state_[layer][j];
-  const State& own = state_[layer - 1][j];
-  if (!own.hot || own.decided_at != position || !st.list.keys) co_return;
-  const std::size_t f = own.picked_from;
-  if (st.list.length < f * st.list.size) co_return;
-  st.prefetched = co_await st.list.gather_hot(p, *own.hot);
-  st.prefetch_position = position;
-}
-
 // The owning layer's choice for this step: from rank() when the decoder
 // ranked early (before this token was in the list, over the clusters
 // whose s tokens were all there: the same clusters complete() counts once
 // it is), else ranked here. A sharing layer follows its owner's choice.
+// The pick is attended in place: the first cluster, the picked ones among
+// [1, f) and the tail from f * s (ClusterPick).
 template <Protocol P>
 Task<Selection<P>> MpCache<P>::select_head(P& p, const StepView<P>& step, std::size_t j) {
   const std::size_t t = step.position + 1;
@@ -76,23 +63,19 @@ Task<Selection<P>> MpCache<P>::select_head(P& p, const StepView<P>& step, std::s
   auto& list = st.list;
   const std::size_t appended = list.length - st.kept_count;
   list.append_rows(p, (*step.cache)[j], st.prompt_tokens + appended, t);
-  const std::size_t s = list.size;
   std::size_t f = 0;  // clusters [1, f) were candidates; the tail starts at f * s
-  Selection<P> gathered;
+  const Share* hot = nullptr;
   if (shares_previous(step.layer)) {
     const State& own = state_[step.layer - 1][j];
     if (own.decided_at != step.position)
       throw Error(ErrorCode::invalid_argument, "MPCache: a sharing layer selects before its owner");
     f = own.picked_from;
     if (f > 0) {
-      if (st.prefetched && st.prefetch_position == step.position) {
-        gathered = std::move(*st.prefetched);
-      } else {
-        gathered = co_await list.gather_hot(p, *own.hot);
-      }
+      if (list.length < f * list.size)
+        throw Error(ErrorCode::invalid_argument, "MPCache: a sharing layer holds fewer tokens than its owner picked from");
+      hot = &*own.hot;
       st.last_ids = own.last_ids;
     }
-    st.prefetched.reset();
   } else {
     if (!st.ranked || st.ranked->position != step.position)
       co_await choose(p, st, (*step.queries)[j], step.position, list.complete());
@@ -103,34 +86,33 @@ Task<Selection<P>> MpCache<P>::select_head(P& p, const StepView<P>& step, std::s
     if (st.hot) {
       f = r.clusters;
       st.last_ids = std::move(r.ids);
-      gathered = std::move(*r.gathered);
+      hot = &*st.hot;
     }
     st.picked_from = f;
   }
   if (f == 0) co_return list_rows(list, 0, list.length);  // everything fits the budget
-  Selection<P> one = list_rows(list, 0, s);  // the first cluster
-  append_selection(one, std::move(gathered));
-  append_list_rows(list, f * s, list.length, one);
+  Selection<P> one;
+  one.keys.emplace_back(), one.values.emplace_back(), one.positions.emplace_back();
+  one.picks.push_back(list.pick(*hot, /*first=*/list.size));
   co_return one;
 }
 
 // Picks k of fine clusters [1, f) for the query group at `position`: the
-// one-hot, ids and gathered rows, kept in st.ranked; no pick when f <= k + 1
-// (every cluster fits the budget).
+// one-hot and ids, kept in st.ranked; no pick when f <= k + 1 (every
+// cluster fits the budget).
 template <Protocol P>
 Task<void> MpCache<P>::choose(P& p, State& st, const Share& queries, std::size_t position, std::size_t f) {
   const std::size_t k = picked_clusters();
-  Ranked r{position, f, std::nullopt, std::nullopt, std::nullopt};
+  Ranked r{position, f, std::nullopt, std::nullopt};
   if (f > k + 1) {
     P ps = p.fork(), pq = p.fork();
     auto [done, query] = co_await when_all(summarise(ps, st, f), query_row(pq, queries));
     (void)done;
-    auto [hot, g] = co_await pick(p, st, query, k, f);
+    auto hot = co_await pick(p, st, query, k, f);
     RingTensor iota = RingTensor::from_shape({f, 1});
     for (std::size_t i = 0; i < f; ++i) iota(i, 0) = i;
     r.ids = ops::reshape<P>(p.matmul_public(hot, iota), {k});
     r.hot = std::move(hot);
-    r.gathered = std::move(g);
   }
   st.ranked = std::move(r);
 }
@@ -149,26 +131,23 @@ auto MpCache<P>::after_first(const P& p, const Share& x) -> Share {
   return ops::concat_last<P>(ops::public_share(p, x, ring_zeros({k, 1})), x);
 }
 
-// Fine clusters among [1, f) (never cluster 0, always attended anyway): the one-hot
-// (k, f) of the picked ones and their gathered rows. Hierarchical: the
-// coarse top-k's one-hot rows expand locally into the candidates' one-hot
-// rows; one matmul gathers the candidates' summaries and rows together;
-// the fine top-k's one-hot rows then pick both the clusters' one-hot and
-// their rows in one more matmul. No index is ever one-hot encoded twice.
+// Fine clusters among [1, f) (never cluster 0, always attended anyway):
+// the one-hot (k, f) of the picked ones. Hierarchical: the coarse top-k's
+// one-hot rows expand locally into the candidates' one-hot rows; one matmul
+// gathers the candidates' summaries; the fine top-k's one-hot rows then
+// pick the clusters' one-hot rows in one more matmul. No index is ever
+// one-hot encoded twice, and no token row moves (the decoder attends the
+// picked clusters in place).
 template <Protocol P>
-auto MpCache<P>::pick(P& p, State& st, const Share& query, std::size_t k, std::size_t f)
-    -> Task<std::pair<Share, Selection<P>>> {
-  auto& list = st.list;
-  const std::size_t c = f / 2, s = list.size, d = P::shape(*list.keys).at(1);
+auto MpCache<P>::pick(P& p, State& st, const Share& query, std::size_t k, std::size_t f) -> Task<Share> {
+  const std::size_t c = f / 2;
   // One pick (k = 1) is an argmax: the flat tournament is exact and
-  // cheaper than the coarse level at every length (which also gathers
-  // every candidate cluster's rows), unless the paper's hierarchy is forced.
+  // cheaper than the coarse level at every length, unless the paper's
+  // hierarchy is forced.
   const bool argmax = k == 1 && o_.flat_up_to > 0;
   if (!o_.hierarchical || argmax || c < 2 || f - 1 <= o_.flat_up_to) {
     auto sim = co_await similarity(p, query, ops::rows<P>(*st.fine, 1, f));
-    auto hot = after_first(p, co_await top_onehot(p, sim, k));  // (k, f)
-    auto g = co_await list.gather_hot(p, hot);
-    co_return std::pair{std::move(hot), std::move(g)};
+    co_return after_first(p, co_await top_onehot(p, sim, k));  // (k, f)
   }
   // Coarse level over coarse clusters 1..c-1 (coarse 0 holds the first cluster).
   const std::size_t candidates_coarse = c - 1;
@@ -193,19 +172,13 @@ auto MpCache<P>::pick(P& p, State& st, const Share& query, std::size_t k, std::s
   RingTensor fixed = ring_zeros({extra.size(), f});
   for (std::size_t e = 0; e < extra.size(); ++e) fixed(e, extra[e]) = 1;
   auto cand = ops::stack_rows<P>(children, ops::public_share(p, children, fixed));  // (n, f)
-  const std::size_t w = P::shape(*st.fine).at(1);
   // (st.fine may hold more than f rows: a cluster the current token just
   // filled is summarised but is still the tail.)
-  const std::size_t row = s * (2 * d + 1);  // one cluster's [key | value | position] rows, flat
-  auto both = co_await p.matmul(cand, ops::concat_last<P>(ops::rows<P>(*st.fine, 0, f),
-                                                          ops::reshape<P>(list.table(f), {f, row})));
-  auto fsim = co_await similarity(p, query, ops::slice_last<P>(both, 0, w));
+  auto summaries = co_await p.matmul(cand, ops::rows<P>(*st.fine, 0, f));
+  auto fsim = co_await similarity(p, query, summaries);
   if (n < k) throw Error(ErrorCode::invalid_argument, "MPCache: coarse level left too few clusters");
   auto fhot = co_await top_onehot(p, fsim, k);  // (k, n)
-  auto picked = co_await p.matmul(fhot, ops::concat_last<P>(cand, ops::slice_last<P>(both, w, P::shape(both).at(1))));
-  auto hot = ops::slice_last<P>(picked, 0, f);
-  auto g = unpack_tokens<P>(ops::reshape<P>(ops::slice_last<P>(picked, f, f + row), {k * s, 2 * d + 1}));
-  co_return std::pair{std::move(hot), std::move(g)};
+  co_return co_await p.matmul(fhot, cand);      // (k, f)
 }
 
 }  // namespace mpcache::kv

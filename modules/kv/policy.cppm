@@ -61,12 +61,40 @@ struct RankView {
   const std::vector<typename P::Share>* scaled_queries = nullptr;
 };
 
+// A selection head attended in place (ops::cluster_attention): rows
+// [0, span.first) of a policy's token list, the clusters that one-hot rows
+// `hot` (k, f) pick among its clusters [0, f), and the tail from f*cluster
+// on. The list's rows stay where they are: the pointers are the policy's,
+// valid until its next select() or observe().
+template <Protocol P>
+struct ClusterPick {
+  const typename P::Share* keys = nullptr;       // (L, d)
+  const typename P::Share* values = nullptr;     // (L, d)
+  const typename P::Share* positions = nullptr;  // (L)
+  typename P::Share hot;                         // (k, f)
+  ops::ClusterSpan span;
+};
+
+// Per KV head, either the rows attended (keys, values, positions) or, where
+// picks[j] is set, a ClusterPick (keys[j], values[j] and positions[j] then
+// hold nothing). materialize() (clusters.cppm) turns picks into rows.
 template <Protocol P>
 struct Selection {
   std::vector<typename P::Share> keys;       // per KV head (n, d)
   std::vector<typename P::Share> values;     // per KV head (n, d)
   std::vector<typename P::Share> positions;  // per KV head (n), integers
+  std::vector<std::optional<ClusterPick<P>>> picks;  // empty, or one per KV head
+  bool picked(std::size_t head) const { return head < picks.size() && picks[head].has_value(); }
 };
+
+// Tokens KV head `head` of a selection attends.
+template <Protocol P>
+std::size_t selected_tokens(const Selection<P>& sel, std::size_t head) {
+  if (!sel.picked(head)) return P::shape(sel.keys.at(head)).at(0);
+  const ClusterPick<P>& pick = *sel.picks[head];
+  return ops::attended_count(pick.span, P::shape(pick.hot).at(0), P::shape(pick.hot).at(1),
+                             P::shape(*pick.keys).at(0));
+}
 
 template <class Pol, class P>
 concept Policy =
@@ -194,6 +222,13 @@ Task<void> select_indices(P& p, const HeadCache<P>& cache, const typename P::Sha
 // Appends a one-head selection as the next head of `all`.
 template <Protocol P>
 void push_head(Selection<P>& all, Selection<P>&& one) {
+  const std::size_t head = all.keys.size();
+  if (one.picked(0)) {
+    all.keys.emplace_back(), all.values.emplace_back(), all.positions.emplace_back();
+    all.picks.resize(head + 1);
+    all.picks[head] = std::move(one.picks[0]);
+    return;
+  }
   all.keys.push_back(std::move(one.keys.at(0)));
   all.values.push_back(std::move(one.values.at(0)));
   all.positions.push_back(std::move(one.positions.at(0)));

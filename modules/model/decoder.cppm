@@ -406,6 +406,7 @@ class Decoder {
   template <class Pol>
   Task<Share> attend(P& p, Pol& policy, const kv::StepView<P>& view, const kv::Selection<P>& sel);
   Task<Share> decode_head(P& p, const Share& queries, const Share& keys, const Share& values, Share& probs_out);
+  Task<Share> decode_picked(P& p, const Share& queries, const kv::ClusterPick<P>& pick, Share& probs_out);
   Share join_heads(const std::vector<Share>& outputs) const;
 
   // The MLP block: LLaMA's SiLU-gated one, GPT-2's GeLU one (decoder_mlp.cppm).

@@ -163,6 +163,17 @@ auto Decoder<P>::decode_head(P& p, const Share& queries, const Share& keys, cons
   co_return out;
 }
 
+// A decode step's query group over clusters a policy picked, attended in
+// place (ops::cluster_attention): no token row is gathered.
+template <Protocol P>
+auto Decoder<P>::decode_picked(P& p, const Share& queries, const kv::ClusterPick<P>& pick, Share& probs_out)
+    -> Task<Share> {
+  auto scope = cost_scope(p, CostTag::attention);
+  auto [out, probs] = co_await ops::cluster_attention(p, queries, *pick.keys, *pick.values, pick.hot, pick.span);
+  probs_out = std::move(probs);
+  co_return out;
+}
+
 // One sequence's attention in a decode step, over its policy's selection:
 // each KV head's query group, then the policy's look at the weights.
 // Returns the heads' outputs side by side (1, heads * d).
@@ -180,7 +191,8 @@ auto Decoder<P>::attend(P& p, Pol& policy, const kv::StepView<P>& view, const kv
   for (std::size_t j = 0; j < kvh; ++j) forks.push_back(p.fork());
   std::vector<Task<Share>> tasks;
   for (std::size_t j = 0; j < kvh; ++j)
-    tasks.push_back(decode_head(forks[j], queries[j], sel.keys[j], sel.values[j], probs[j]));
+    tasks.push_back(sel.picked(j) ? decode_picked(forks[j], queries[j], *sel.picks[j], probs[j])
+                                  : decode_head(forks[j], queries[j], sel.keys[j], sel.values[j], probs[j]));
   auto outs = co_await when_all(std::move(tasks));  // (g, d) each
   for (std::size_t j = 0; j < kvh; ++j)
     for (std::size_t hh = 0; hh < g; ++hh) outputs[j * g + hh] = ops::rows<P>(outs[j], hh, hh + 1);
@@ -188,13 +200,16 @@ auto Decoder<P>::attend(P& p, Pol& policy, const kv::StepView<P>& view, const kv
     auto scope = cost_scope(p, CostTag::summary);  // policy bookkeeping (H2O's scores, ...)
     co_await policy.observe(p, view, probs);
   }
-  if (probe_)
+  if (probe_) {
+    const kv::Selection<P> rows = sel.picks.empty() ? kv::Selection<P>{} : co_await kv::materialize(p, sel);
+    const auto& positions = sel.picks.empty() ? sel.positions : rows.positions;
     for (std::size_t j = 0; j < kvh; ++j) {
       const auto& layer_cache = cache_[layer];
       auto scores = co_await p.matmul_trunc(queries[j], ops::transpose<P>(layer_cache[j].keys));
       auto full = co_await ops::softmax_last(p, scores);
-      probe_(layer, j, queries[j], full, sel.positions.at(j));
+      probe_(layer, j, queries[j], full, positions.at(j));
     }
+  }
   co_return join_heads(outputs);
 }
 

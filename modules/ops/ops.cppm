@@ -12,6 +12,7 @@ export import :exp;
 export import :octaves;
 export import :reciprocal;
 export import :softmax;
+export import :cluster_attention;
 export import :piecewise;
 export import :activations;
 export import :rsqrt;

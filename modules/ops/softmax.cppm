@@ -67,24 +67,33 @@ Task<typename P::Share> softmax_last(P& p, const typename P::Share& x,
 // reaches n |v| 2^(2f) before its truncation; under probabilistic
 // truncation its failure probability grows with it (at n = 512 a few
 // elements per prefill failed and garbled whole generations), so there the
-// product follows the softmax.
-template <Protocol P>
-Task<std::pair<typename P::Share, typename P::Share>> softmax_times(P& p, const typename P::Share& x,
-                                                                    const typename P::Share& v,
-                                                                    const std::optional<RingTensor>& mask = std::nullopt) {
+// product follows the softmax. softmax_times_by takes the product as
+// times(p, w) -> w v for weights w (..., n): cluster_attention's scatter
+// then product.
+template <Protocol P, class Times>
+Task<std::pair<typename P::Share, typename P::Share>> softmax_times_by(P& p, const typename P::Share& x, Times times,
+                                                                       const std::optional<RingTensor>& mask = std::nullopt) {
   if (!truncates_exactly(p)) {
     auto probs = co_await softmax_last(p, x, mask);
-    auto out = co_await p.matmul_trunc(probs, v);
+    auto out = co_await times(p, probs);
     co_return std::pair{std::move(out), std::move(probs)};
   }
   using Share = typename P::Share;
   auto e = co_await detail::softmax_numerators(p, x, mask);
-  auto times_v_and_itself = [&](P& q) -> Task<std::vector<Share>> {
-    auto ev = co_await q.matmul_trunc(e, v);
+  auto times_and_itself = [&](P& q) -> Task<std::vector<Share>> {
+    auto ev = co_await times(q, e);
     co_return std::vector<Share>{std::move(ev), std::move(e)};  // e summed already (over_sum)
   };
-  auto out = co_await detail::over_sum(p, e, times_v_and_itself);
+  auto out = co_await detail::over_sum(p, e, times_and_itself);
   co_return std::pair{std::move(out[0]), std::move(out[1])};
+}
+
+template <Protocol P>
+Task<std::pair<typename P::Share, typename P::Share>> softmax_times(P& p, const typename P::Share& x,
+                                                                    const typename P::Share& v,
+                                                                    const std::optional<RingTensor>& mask = std::nullopt) {
+  co_return co_await softmax_times_by(
+      p, x, [&v](P& q, const typename P::Share& w) { return q.matmul_trunc(w, v); }, mask);
 }
 
 }  // namespace mpcache::ops

@@ -96,7 +96,7 @@ Task<Trace> drive(P& p, Pol& policy, const Scene& s) {
       weights.push_back(co_await secret(p, w));
     }
     const kv::StepView<P> view{0, s.prompt + step, s.g, &queries, &cache};
-    auto selection = co_await policy.select(p, view);
+    auto selection = co_await kv::materialize(p, co_await policy.select(p, view));  // picks as rows
     trace.positions.emplace_back();
     trace.key_column.emplace_back();
     std::vector<Share> observed;

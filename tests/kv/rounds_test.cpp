@@ -78,7 +78,7 @@ Rounds measure(const Setting& s) {
         co_await mc.prefetch(p, l + 1, s.prompt + step);
         after_prefetch[call++][id] = network.endpoint(id).costs();
         REQUIRE(sel.keys.size() == s.heads);
-        CHECK(Rss3::shape(sel.keys[0]).at(0) <= s.budget);
+        CHECK(kv::selected_tokens(sel, 0) <= s.budget);
       }
     }
   });

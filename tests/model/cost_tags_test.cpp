@@ -198,7 +198,7 @@ TEST_SUITE("prepared cache") {
                                                   ops::stack_rows<Rss3>(head.values, ops::rows<Rss3>(head.values, 0, 1))});
       kv::StepView<Rss3> step{0, t, g, &queries, &grown};
       auto sel = co_await policy.select(p, step);
-      selected[id] = Rss3::shape(sel.keys.at(0)).at(0);
+      selected[id] = kv::selected_tokens(sel, 0);
     });
     for (std::size_t i = 0; i < 3; ++i) {
       CHECK(errors[i].find("a cache of 3 layers for 4") != std::string::npos);
