@@ -1,5 +1,5 @@
 // mpcache-bench --preset NAME [--json] [--repeat N]   (fidelity, private-fidelity, truncation-audit and the
-// paper-scale presets paper-fig10/paper-fig11/paper-fig13/paper-table8/gpt2-512, and serve: see their files)
+// paper-scale presets paper-fig10/paper-fig11/paper-fig13/paper-table8/gpt2-512/long-context, and serve: see their files)
 // Prints one row per case: latency, payload bytes (busiest party and total),
 // message headers, rounds on the critical path. With --json, one JSON object
 // per line on stdout.
@@ -17,7 +17,7 @@ std::vector<CaseResult> rss3_preset(const std::string& preset, const Options& op
 int fidelity_main(int argc, char** argv);  // its own options and row format
 int private_fidelity_main(int argc, char** argv);  // rss3 tokens vs the float64 argmax
 int truncation_audit_main(int argc, char** argv);  // expected truncation failures per call site
-int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-fig13, paper-table8, gpt2-512
+int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-fig13, paper-table8, gpt2-512, long-context
 int serve_preset_main(int argc, char** argv);  // the service: 3 server processes, batches of clients
 std::vector<CaseResult> net_preset(const Options& options);
 std::vector<CaseResult> kernels_preset(const Options& options);
@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
       return mpcache::bench::serve_preset_main(argc, argv);
     else if (std::string_view(argv[i]) == "--preset" &&
              (std::string_view(argv[i + 1]).starts_with("paper-fig") ||
-              std::string_view(argv[i + 1]) == "paper-table8" || std::string_view(argv[i + 1]) == "gpt2-512"))
+              std::string_view(argv[i + 1]) == "paper-table8" || std::string_view(argv[i + 1]) == "gpt2-512" ||
+              std::string_view(argv[i + 1]) == "long-context"))
       return mpcache::bench::paper_main(argc, argv);
   CLI::App app{"mpcache benchmarks: latency, bytes and rounds per party"};
   std::string preset;

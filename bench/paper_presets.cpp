@@ -1,4 +1,4 @@
-// mpcache-bench --preset paper-fig10 | paper-fig11 | paper-fig13 | paper-table8 | gpt2-512
+// mpcache-bench --preset paper-fig10 | paper-fig11 | paper-fig13 | paper-table8 | gpt2-512 | long-context
 // The paper's decode benchmarks at real model shapes (its Section 5.3,
 // Figures 10 and 11, Appendix Table 8), under rss3 or add2 (--protocol;
 // paper-fig13 is Figure 13's 2PC comparison: fig10's arms under add2), with
@@ -479,7 +479,7 @@ int paper_main(int argc, char** argv) {
   CLI::App app{"The paper's decode benchmarks at real model shapes (rss3 or add2, in-process)"};
   Settings s;
   app.add_option("--preset", s.preset)->required()->check(
-      CLI::IsMember({"paper-fig10", "paper-fig11", "paper-fig13", "paper-table8", "gpt2-512"}));
+      CLI::IsMember({"paper-fig10", "paper-fig11", "paper-fig13", "paper-table8", "gpt2-512", "long-context"}));
   app.add_option("--out", s.out_dir, "write <preset>.jsonl and <preset>.svg here");
   app.add_option("--lengths", s.lengths, "sequence lengths (default: the preset's)")->delimiter(',');
   app.add_option("--layers", s.layers, "override the layer count (smoke runs)")->check(CLI::Range(1, 128));
@@ -507,10 +507,15 @@ int paper_main(int argc, char** argv) {
   // --protocol (paper-fig13 is add2 whatever it says); --comparisons, a
   // list, runs each run once per way, side by side.
   jobs::add_protocol_mode_options(app, s.mode, {.side_by_side = true});
+  app.add_flag("--real-prefill", s.real_prefill,
+               "long-context: prefill random token ids under MPC (the row says \"cache\":\"prefill\") instead of "
+               "preparing the cache from random shares");
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");
   CLI11_PARSE(app, argc, argv);
+  // long-context measures the option set we ship: exact truncation, unless asked.
+  if (s.preset == "long-context" && app.count("--truncation") == 0) s.mode.truncation = truncation_name(TruncationMode::exact);
   try {
     if (!svg_from.empty()) {
       std::ifstream in(svg_from);

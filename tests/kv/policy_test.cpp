@@ -76,7 +76,7 @@ std::vector<long> select_once(P& p, Pol& policy, const Scene& s, std::optional<R
     run(policy.after_prefill(p, pre));
   }
   kv::StepView<P> step{layer, s.t - 1, s.g, &queries, &cache};
-  auto sel = run(policy.select(p, step));
+  auto sel = run(kv::materialize(p, run(policy.select(p, step))));  // picked clusters as rows
   REQUIRE(sel.keys.size() == 1);
   const auto pos = revealed_positions(p, sel.positions[0]);
   // The gathered keys are the cache rows at those positions.

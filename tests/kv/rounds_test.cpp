@@ -127,12 +127,13 @@ TEST_SUITE("kv rounds") {
       // Exact counts (deterministic in-process). Prefill: rank top-48 of 96,
       // the k-th key comparison, the slot one-hot, one compaction matmul and
       // the prompt's cluster summaries (linear: one truncation more, the
-      // coarse mix). A step: similarity, top-k, gather (the bound's query
+      // coarse mix). A step: similarity, top-k (the bound's query
       // sign split adds 8: msb_bits, then the sign bit selects q by bit_dot;
-      // the coarse level 16).
+      // the coarse level 16, and one for the fine one-hot's product with
+      // the candidates'; no row is gathered).
       const bool bound = similarity == kv::Similarity::bound;
       CHECK(runs[0].prefill[0] == 51u);
-      CHECK(runs[0].step[1][0] == (flat_up_to == 0 ? 33u : 17u) + (bound ? 8u : 0u));
+      CHECK(runs[0].step[1][0] == (flat_up_to == 0 ? 33u : 16u) + (bound ? 8u : 0u));
     }
   }
 
@@ -148,7 +149,7 @@ TEST_SUITE("kv rounds") {
     // 4 tokens and the coarse pair's) runs in that step's
     // prefetch, which the decoder overlaps with the rest of the layer.
     const std::uint64_t steady = r.step[0][0];
-    CHECK(steady == 17);
+    CHECK(steady == 16);
     for (std::size_t i = 0; i < s.steps; ++i) {
       CAPTURE(i);
       CHECK(r.step[i][0] == steady);
@@ -158,7 +159,7 @@ TEST_SUITE("kv rounds") {
     }
   }
 
-  TEST_CASE("a sharing layer does no summary and no selection: one gather round, none when prefetched") {
+  TEST_CASE("a sharing layer does no summary, no selection and no gather") {
     Setting s;
     s.heads = 2;
     s.layers = 4;  // layer 3 shares layer 2
@@ -168,10 +169,10 @@ TEST_SUITE("kv rounds") {
     CHECK(r.prefill[3] == 1);  // the owner's compaction matrix, one matmul
     for (std::size_t i = 0; i < s.steps; ++i) {
       CAPTURE(i);
-      CHECK(r.step[i][3] == 0);             // gathered in layer 2's prefetch:
-      CHECK(r.prefetch[i][2] == 1);         // one matmul with layer 2's one-hot rows
+      CHECK(r.step[i][3] == 0);             // layer 2's one-hot rows over its own list
+      CHECK(r.prefetch[i][2] == 0);         // nothing to gather ahead (no cluster fills here)
       CHECK(r.step[i][2] == r.step[i][1]);  // layer 2 selects like any layer
-      CHECK(r.step[i][2] == 17);            // similarity 1, rank top-2 of 11 15, gather 1
+      CHECK(r.step[i][2] == 16);            // similarity 1, rank top-2 of 11: 15
     }
   }
 }
