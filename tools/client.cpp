@@ -11,6 +11,10 @@ import mpcache;
 
 namespace mpcache::tools {
 
+using jobs::client_tokenizer;
+using jobs::encode_prompt;
+using jobs::TextStream;
+
 int run_client(const ClientCliOptions& o) {
   const ModelConfig config = ModelConfig::from_json_file(std::filesystem::path(o.model_dir) / "config.json");
   auto tok = client_tokenizer(o.tokenizer, o.model_dir, config.vocab_size);

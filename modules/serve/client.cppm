@@ -51,6 +51,9 @@ struct ClientOptions {
   std::string secret_key_pem, public_key_pem;  // this client's Ed25519 pair
   std::chrono::milliseconds connect_timeout{10000};
   TcpOptions tcp;  // silence deadline: how long a server may stay silent (servers beat each heartbeat_every)
+  // A stop requested here (from any thread) ends the request: run_client
+  // throws Error(cancelled) and every server ends the session (Endpoint::cancel_when).
+  std::stop_token stop;
 };
 
 // Connects, runs one request on a loop of its own, disconnects.

@@ -159,6 +159,7 @@ ClientResult run_client(const ClientOptions& options, const ClientRequest& req, 
   Scheduler scheduler;
   Endpoint endpoint(scheduler, self, 4);
   TcpTransport transport(scheduler, endpoint, std::move(c), options.tcp);
+  endpoint.cancel_when(options.stop);
   return sync_wait(scheduler, request(endpoint, req, std::move(on_token)));
 }
 
