@@ -82,22 +82,28 @@ def test_prompt_must_be_text():
 
 
 def test_gil_is_released_while_the_parties_run():
-    """Another Python thread runs while generate() does."""
-    done = threading.Event()
-    result = {}
+    """Another Python thread runs while generate() does: this thread's
+    ticks (every 5 ms) go on between the call's start and its end. A call
+    that held the GIL would stop them for its whole length."""
+    span = {}
 
     def work():
-        result["g"] = mpcache.generate("It was", model=FIXTURE_MODEL, tokenizer="none", tokens=4, processes=False)
-        done.set()
+        span["start"] = time.monotonic()
+        span["g"] = mpcache.generate("It was", model=FIXTURE_MODEL, tokenizer="none", tokens=100, processes=False)
+        span["end"] = time.monotonic()
 
     t = threading.Thread(target=work)
-    spins = 0
+    ticks = []
     t.start()
-    while not done.is_set():
-        spins += 1
+    while t.is_alive():
+        ticks.append(time.monotonic())
+        time.sleep(0.005)
     t.join()
-    assert len(result["g"].tokens) == 4
-    assert spins > 10000  # with the GIL held by generate() the loop would barely run
+    assert len(span["g"].tokens) == 100
+    inside = [x for x in ticks if span["start"] + 0.02 < x < span["end"] - 0.02]
+    length = span["end"] - span["start"]
+    assert length > 0.1, "the generation was too short to tell"
+    assert len(inside) >= max(3, int(length / 0.005 / 10)), (len(inside), length)
 
 
 def test_ctrl_c_cancels_the_parties_and_raises_keyboard_interrupt(tmp_path):
