@@ -74,3 +74,17 @@ def test_a_stranger_is_refused_in_bounded_time(service, tmp_path):
     with pytest.raises(mpcache.Error):
         c.generate(PROMPT, tokens=2)
     assert time.monotonic() - t0 < 20
+
+
+def test_concurrent_streams_are_concurrent_sessions(service):
+    """Two streams at once (as the gateway's concurrent requests are): two
+    sessions, each with its own prompt's tokens."""
+    c = client(service)
+    prompts = [PROMPT, "Emma Woodhouse, handsome"]
+    streams = [c.stream(p, tokens=6) for p in prompts]
+    first = [next(s) for s in streams]  # both have begun before either ends
+    rest = [list(s) for s in streams]
+    for p, f, r, s in zip(prompts, first, rest, streams):
+        want = mpcache.generate(p, model=FIXTURE_MODEL, tokenizer="none", tokens=6, processes=False)
+        assert [f.id] + [t.id for t in r if t.id >= 0] == want.tokens
+    assert streams[0].completion.session != streams[1].completion.session
