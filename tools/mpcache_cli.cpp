@@ -196,6 +196,10 @@ CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const s
   cmd->add_option("--tokenizer", o.tokenizer, tokenizer_help)->capture_default_str();
   cmd->add_flag("--ignore-eos", o.ignore_eos, ignore_eos_help);
   cmd->add_flag("--ids", o.ids, "print token ids, one per line, instead of text");
+  cmd->add_option("--temperature", o.temperature,
+                  "0: greedy; > 0: sample (Gumbel-max: this client draws the noise from --seed and secret-shares it)")
+      ->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--seed", o.seed, "the sampling noise's seed (the same seed, the same text)")->capture_default_str();
   cmd->add_option("--timeout-ms", o.timeout_ms, "connect timeout, and the longest a server may stay silent (servers send a heartbeat each second, "
                                         "so a request that waits in the queue or a long prefill is not cut short)")
       ->capture_default_str()->check(CLI::Range(100, 3600000));

@@ -262,6 +262,8 @@ ClientReport run_client_job(const ClientJob& o, const std::function<void(std::ui
   req.policy = o.policy;
   req.budget = o.budget;
   req.stop_tokens = o.stop_tokens;
+  req.temperature = o.temperature;
+  req.seed = o.seed;
   if (o.fault == "garbage") req.fault = serve::ClientRequest::Fault::garbage_share;
   else if (o.fault == "vanish") req.fault = serve::ClientRequest::Fault::vanish;
   else if (o.fault == "stall") req.fault = serve::ClientRequest::Fault::stall;

@@ -71,6 +71,8 @@ struct ClientJob {
   std::size_t budget = 0;
   std::vector<std::uint32_t> stop_tokens;
   int timeout_ms = 60000;
+  double temperature = 0;   // > 0: Gumbel-max sampling (serve::ClientRequest::temperature)
+  std::uint64_t seed = 0;   // the noise's seed
   std::stop_token stop;  // a stop requested here ends the request (serve::ClientOptions::stop)
   std::string fault;  // tests: "garbage" (a short prompt share for server 1), "vanish" (leave after a token), "stall" (no prompt)
 };

@@ -270,7 +270,8 @@ class Client {
   }
 
   std::unique_ptr<Stream> stream(const std::string& prompt, std::size_t tokens, const std::string& policy,
-                                 std::size_t budget, bool ignore_eos, const std::string& fault) {
+                                 std::size_t budget, bool ignore_eos, double temperature, std::uint64_t seed,
+                                 const std::string& fault) {
     jobs::ClientJob job;
     job.servers = servers_;
     job.key = key_;
@@ -281,6 +282,8 @@ class Client {
     job.policy = policy;
     job.budget = budget;
     job.timeout_ms = timeout_ms_;
+    job.temperature = temperature;
+    job.seed = seed;
     job.fault = fault;
     if (!ignore_eos) job.stop_tokens = tok_->eos_ids();
     return std::make_unique<Stream>(std::move(job), tok_);
@@ -339,7 +342,7 @@ PYBIND11_MODULE(_mpcache, m) {
       .def(py::init<std::string, std::string, std::string, std::string, int>(), py::arg("servers"), py::arg("key"),
            py::arg("model"), py::arg("tokenizer"), py::arg("timeout_ms"))
       .def("stream", &Client::stream, py::arg("prompt"), py::arg("tokens"), py::arg("policy"), py::arg("budget"),
-           py::arg("ignore_eos"), py::arg("fault"))
+           py::arg("ignore_eos"), py::arg("temperature"), py::arg("seed"), py::arg("fault"))
       .def("encode", &Client::encode)
       .def("eos_ids", &Client::eos_ids)
       .def("max_positions", &Client::max_positions)

@@ -1,6 +1,6 @@
 // The official `openai` npm client (package.json, package-lock.json; set up
 // by tools/setup.sh into .tools/openai-client) against `mpcache gateway`:
-// completions and chat, streaming and not, temperature 0 and > 0.
+// completions and chat, streaming and not, temperature 0 and > 0 (seeded).
 //   node openai_client.cjs BASE_URL MODEL PROMPT MAX_TOKENS
 // Prints one JSON object: the texts it got, and the errors it was given.
 const OpenAI = require("openai");
@@ -39,13 +39,16 @@ async function main() {
   }
   out.chat_stream = chatStreamed;
 
-  // temperature > 0: refused, 400, naming the field (see the gateway's docstring).
-  try {
-    await client.chat.completions.create({ model, messages, max_tokens, temperature: 0.8, seed: 7 });
-    out.hot = "accepted";
-  } catch (e) {
-    out.hot = { status: e.status, param: e.param ?? (e.error && e.error.param), message: e.message };
+  // temperature > 0: sampled (Gumbel-max, the noise secret-shared), the same text for the same seed.
+  const hot = await client.chat.completions.create({ model, messages, max_tokens, temperature: 1.0, seed: 7 });
+  out.hot = hot.choices[0].message.content;
+  let hotStreamed = "";
+  const hs = await client.chat.completions.create({ model, messages, max_tokens, temperature: 1.0, seed: 7,
+                                                    stream: true });
+  for await (const chunk of hs) {
+    if (chunk.choices.length && chunk.choices[0].delta.content) hotStreamed += chunk.choices[0].delta.content;
   }
+  out.hot_again = hotStreamed;
   try {
     await client.completions.create({ model: "no-such-model", prompt, max_tokens });
     out.missing_model = "accepted";

@@ -88,3 +88,21 @@ def test_concurrent_streams_are_concurrent_sessions(service):
         want = mpcache.generate(p, model=FIXTURE_MODEL, tokenizer="none", tokens=6, processes=False)
         assert [f.id] + [t.id for t in r if t.id >= 0] == want.tokens
     assert streams[0].completion.session != streams[1].completion.session
+
+
+def test_sampling_by_the_gumbel_max_trick(service):
+    """temperature > 0: the same seed gives the same tokens, another seed
+    others; a tiny temperature is greedy, a huge one near uniform. The first
+    token is chosen in the session's own step, the others in batched steps:
+    both add the noise."""
+    c = client(service)
+    greedy = c.generate(PROMPT, tokens=8).tokens
+    a = c.generate(PROMPT, tokens=8, temperature=1.0, seed=11).tokens
+    assert c.generate(PROMPT, tokens=8, temperature=1.0, seed=11).tokens == a
+    assert c.generate(PROMPT, tokens=8, temperature=1.0, seed=12).tokens != a
+    assert c.generate(PROMPT, tokens=8, temperature=1e-4, seed=13).tokens == greedy
+    hot = c.generate(PROMPT, tokens=8, temperature=80.0, seed=14).tokens
+    assert hot != greedy and len(set(hot)) >= 6
+    with pytest.raises(mpcache.Error) as e:
+        c.generate(PROMPT, tokens=2, temperature=-1.0)
+    assert "temperature" in str(e.value)

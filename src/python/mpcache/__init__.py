@@ -19,6 +19,7 @@ raises ``KeyboardInterrupt``.
 from __future__ import annotations
 
 import json as _json
+import os as _os
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional
 
@@ -225,18 +226,30 @@ class Client:
                                        timeout_ms=int(timeout_ms))
 
     def stream(self, prompt: str, *, tokens: int = 16, policy: str = "mpcache", budget: int = 0,
-               ignore_eos: bool = False, _fault: str = "") -> TokenStream:
+               ignore_eos: bool = False, temperature: float = 0.0, seed: Optional[int] = None,
+               _fault: str = "") -> TokenStream:
         """Starts a request; its tokens come as they are chosen (see
-        :class:`TokenStream`). Connects and runs on a thread of its own."""
+        :class:`TokenStream`). Connects and runs on a thread of its own.
+
+        ``temperature`` 0 decodes greedily. Above 0 each token is sampled
+        from softmax(logits / temperature) by the Gumbel-max trick: this
+        client draws temperature x Gumbel(0, 1) noise for every token and
+        vocabulary entry from ``seed`` (None: a random one), secret-shares
+        it, and the servers take the argmax of logits plus noise, learning
+        neither. The same seed gives the same tokens."""
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a str")
+        if seed is None:
+            seed = int.from_bytes(_os.urandom(8), "little")
         return TokenStream(self._client.stream(prompt=prompt, tokens=int(tokens), policy=policy, budget=int(budget),
-                                               ignore_eos=bool(ignore_eos), fault=_fault))
+                                               ignore_eos=bool(ignore_eos), temperature=float(temperature),
+                                               seed=int(seed) & 0xFFFFFFFFFFFFFFFF, fault=_fault))
 
     def generate(self, prompt: str, *, tokens: int = 16, policy: str = "mpcache", budget: int = 0,
-                 ignore_eos: bool = False) -> Completion:
-        """One request, to its end: the :class:`Completion`."""
-        with self.stream(prompt, tokens=tokens, policy=policy, budget=budget, ignore_eos=ignore_eos) as s:
+                 ignore_eos: bool = False, temperature: float = 0.0, seed: Optional[int] = None) -> Completion:
+        """One request, to its end: the :class:`Completion` (see :meth:`stream`)."""
+        with self.stream(prompt, tokens=tokens, policy=policy, budget=budget, ignore_eos=ignore_eos,
+                         temperature=temperature, seed=seed) as s:
             for _ in s:
                 pass
             assert s.completion is not None

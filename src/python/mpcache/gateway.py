@@ -14,12 +14,11 @@ Errors have OpenAI's shape, ``{"error": {"message", "type", "param",
 "code"}}``: a bad request 400, a wrong API key 401, an unknown model 404, a
 body too large 413, a slow body 408, a busy service 429, a dead server 503.
 
-Decoding is greedy: ``temperature`` 0 (or absent) only. Sampling at
-temperature > 0 (the Gumbel-max trick, with the client's noise
-secret-shared to the servers) needs the servers to add that noise to the
-logits before their argmax, which the service's protocol does not do yet,
-so temperature > 0 is refused with 400 naming the field, as are ``top_p`` <
-1, ``n`` > 1 and ``logprobs``.
+``temperature`` 0 decodes greedily; above 0 the gateway (the client) draws
+temperature x Gumbel(0, 1) noise for each token and vocabulary entry from
+``seed`` (random when absent), secret-shares it, and the servers choose the
+argmax of logits plus noise (the Gumbel-max trick), so no server learns the
+noise. ``top_p`` < 1, ``n`` > 1 and ``logprobs`` get 400 naming the field.
 
 A client that disconnects mid-stream ends its session at the servers.
 Concurrent requests are concurrent sessions. The gateway listens on
@@ -228,13 +227,10 @@ class Gateway:
             temperature = 0
         if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not 0 <= temperature <= 2:
             raise bad("'temperature' must be a number from 0 to 2", "temperature")
-        if temperature > 0:
-            raise bad("'temperature' > 0 is not supported yet: the service decodes greedily (temperature 0); "
-                      "sampling needs the servers to add the client's secret-shared Gumbel noise before their argmax",
-                      "temperature", "unsupported")
         top_p = body.get("top_p", 1)
         if top_p is not None and (not isinstance(top_p, (int, float)) or top_p != 1):
-            raise bad("'top_p' < 1 is not supported: decoding is greedy", "top_p", "unsupported")
+            raise bad("'top_p' < 1 is not supported: tokens are sampled from the whole vocabulary", "top_p",
+                      "unsupported")
         n = body.get("n", 1)
         if n is not None and n != 1:
             raise bad("'n' > 1 is not supported: one choice per request", "n", "unsupported")
@@ -275,7 +271,8 @@ class Gateway:
             if not isinstance(options, dict) or set(options) - {"include_usage"}:
                 raise bad("'stream_options' takes only include_usage", "stream_options")
         usage = bool(options and options.get("include_usage"))
-        return {"max_tokens": max_tokens, "stops": stops, "stream": stream, "usage": usage}
+        return {"max_tokens": max_tokens, "stops": stops, "stream": stream, "usage": usage,
+                "temperature": float(temperature), "seed": seed}
 
     def prompt_tokens(self, prompt: str) -> int:
         try:
@@ -329,7 +326,8 @@ class Gateway:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         try:
-            stream = self.client.stream(prompt, tokens=opts["max_tokens"])
+            stream = self.client.stream(prompt, tokens=opts["max_tokens"], temperature=opts["temperature"],
+                                        seed=opts["seed"])
         except mpcache.Error as e:
             raise service_error(e)
         response: Optional[web.StreamResponse] = None
