@@ -38,6 +38,7 @@ import mpcache;
 #include "protocol_mode_flags.hpp"
 #include "local_cluster.hpp"
 #include "serve_job.hpp"
+#include "local_service.hpp"
 
 namespace mpcache::bench {
 namespace {
@@ -102,21 +103,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
   }
   const std::string comparisons = servers_mode.comparisons.front(), truncation = servers_mode.truncation;
   jobs::LocalCluster cluster(false, 120000);
-  {
-    auto config = jobs::read_cluster_config(cluster.config_path());
-    // Mesh and client ports from one call, so that none repeats.
-    const auto ports = free_tcp_ports(2 * config.parties.size(), "127.0.0.1");
-    for (std::size_t i = 0; i < config.parties.size(); ++i) {
-      config.parties[i].port = ports[2 * i];
-      config.parties[i].client_port = ports[2 * i + 1];
-    }
-    // The keys are relative to the folder; write_cluster_config keeps them as given.
-    for (auto& p : config.parties) {
-      p.public_key = std::filesystem::path(p.public_key).filename().string();
-      p.secret_key = std::filesystem::path(p.secret_key).filename().string();
-    }
-    jobs::write_cluster_config(cluster.config_path(), config);
-  }
+  jobs::add_client_ports(cluster.config_path());
   std::filesystem::create_directory(cluster.file("clients"));
   jobs::write_client_key(cluster.file("clients"), "bench");
   const std::string runner = MPCACHE_PARTY_RUNNER;
@@ -133,21 +120,16 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     args.insert(args.end(), mode_args.begin(), mode_args.end());
     servers.push_back(std::make_unique<jobs::BackgroundProcess>(args, cluster.file("server" + std::to_string(i) + ".log")));
   }
+  std::vector<std::string> logs;
+  for (int i = 0; i < 3; ++i) logs.push_back(cluster.file("server" + std::to_string(i) + ".log"));
   auto server_log = [&](int i) {
-    std::ifstream in(cluster.file("server" + std::to_string(i) + ".log"));
+    std::ifstream in(logs[i]);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  const auto ready_by = Clock::now() + std::chrono::minutes(5);
-  for (;;) {
-    bool ready = true;
-    for (int i = 0; i < 3; ++i) {
-      if (!servers[i]->running())
-        throw Error(ErrorCode::network, "serve preset: server " + std::to_string(i) + " ended: " + server_log(i));
-      ready = ready && server_log(i).find("ready: model shared") != std::string::npos;
-    }
-    if (ready) break;
-    if (Clock::now() > ready_by) throw Error(ErrorCode::network, "serve preset: the servers did not get ready");
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  try {
+    jobs::wait_servers_ready(servers, logs, std::chrono::minutes(5));
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string("serve preset: ") + e.what());
   }
 
   // One batch: `n` clients at once, each its own slice of the text.

@@ -11,6 +11,10 @@ import mpcache;
 
 namespace mpcache::tools {
 
+using jobs::client_tokenizer;
+using jobs::encode_prompt;
+using jobs::TextStream;
+
 int run_client(const ClientCliOptions& o) {
   const ModelConfig config = ModelConfig::from_json_file(std::filesystem::path(o.model_dir) / "config.json");
   auto tok = client_tokenizer(o.tokenizer, o.model_dir, config.vocab_size);
@@ -23,6 +27,8 @@ int run_client(const ClientCliOptions& o) {
   job.budget = o.budget;
   job.timeout_ms = o.timeout_ms;
   job.fault = o.fault;
+  job.temperature = o.temperature;
+  job.seed = o.seed;
   if (!o.ignore_eos) job.stop_tokens = tok->eos_ids();
   TextStream text(*tok);
   const auto r = jobs::run_client_job(job, [&](std::uint32_t id) {

@@ -5,6 +5,7 @@
 // one. Include after `import mpcache;`.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace mpcache::tools {
@@ -20,6 +21,8 @@ struct ClientCliOptions {
   std::size_t budget = 0;
   std::string tokenizer = "auto";
   bool ignore_eos = false;
+  double temperature = 0;  // > 0: Gumbel-max sampling, the noise secret-shared (serve::ClientRequest)
+  std::uint64_t seed = 0;
   bool ids = false;        // print token ids, one line each, instead of text
   int timeout_ms = 60000;  // connect, and the longest a server may keep this client waiting
   std::string json;        // one JSON object: tokens, text, latencies

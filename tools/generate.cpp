@@ -14,6 +14,8 @@ import mpcache;
 #include "client_text.hpp"
 
 namespace mpcache::tools {
+
+using jobs::TextStream;
 namespace {
 
 using nlohmann::json;
@@ -279,28 +281,14 @@ int run_generate(const GenerateOptions& o_in, const std::string& self) {
   if (party_mode && !o.fault.empty() && o.fault != "exit")
     throw Error(ErrorCode::invalid_argument, "--fault in a party: 'exit' (dies after decode step 1)");
   if (o.in_process && o.network.insecure) throw Error(ErrorCode::invalid_argument, "--insecure is for TCP parties");
-  o.network.check();
-  (void)o.mode.mode();  // a mode no backend offers is an error before any work
-  if (o.budget == 0) o.budget = kv::default_budget(o.policy);
-  (void)kv::make_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
-  // The model's shape is public: every party reads config.json first.
-  const ModelConfig c = ModelConfig::from_json_file(o.model_dir + "/config.json");
+  const ModelConfig c = jobs::check_generate_options(o);
 
   // The prompt and the tokenizer: the client's (party 0 in a cluster; the
   // launcher otherwise). The other parties read neither.
   const bool has_prompt = !party_mode || o.id == static_cast<int>(jobs::generate_client);
   Prompt prompt;
   std::unique_ptr<text::Tokenizer> tok;
-  if (has_prompt) {
-    tok = client_tokenizer(o.tokenizer, o.model_dir, c.vocab_size);
-    prompt.text = o.prompt_file.empty() ? o.prompt : jobs::read_text_file(o.prompt_file, "prompt file");
-    prompt.ids = encode_prompt(*tok, prompt.text);
-    if (prompt.ids.empty()) throw Error(ErrorCode::invalid_argument, "empty prompt");
-    if (prompt.ids.size() + o.tokens > c.max_positions)
-      throw Error(ErrorCode::invalid_argument,
-                  "prompt (" + std::to_string(prompt.ids.size()) + " tokens) + --tokens " + std::to_string(o.tokens) +
-                      " exceed the model's " + std::to_string(c.max_positions) + " positions");
-  }
+  if (has_prompt) tok = jobs::client_prompt(o, c, prompt);
   if (party_mode) return run_cluster_party(o, has_prompt ? &prompt : nullptr, tok.get());
   if (o.in_process) return run_in_process(o, prompt, *tok);
   return run_launcher(o, prompt, *tok, self);

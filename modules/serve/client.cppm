@@ -17,6 +17,11 @@ struct ClientRequest {
   std::string policy = "mpcache";
   std::size_t budget = 0;                  // 0: the policy's default
   std::vector<std::uint32_t> stop_tokens;  // e.g. the tokenizer's EOS
+  // > 0: sample by the Gumbel-max trick. The client draws temperature x
+  // Gumbel(0, 1) noise for every token and vocabulary entry from `seed`
+  // and secret-shares it (ServeRequest::sampled); 0: greedy.
+  double temperature = 0;
+  std::uint64_t seed = 0;
   // Tests of the servers' fault isolation only: misbehave on purpose.
   // garbage_share: server 1's prompt share is cut short; vanish: the client
   // leaves once it has its first token (request() throws Error(cancelled));
@@ -51,6 +56,9 @@ struct ClientOptions {
   std::string secret_key_pem, public_key_pem;  // this client's Ed25519 pair
   std::chrono::milliseconds connect_timeout{10000};
   TcpOptions tcp;  // silence deadline: how long a server may stay silent (servers beat each heartbeat_every)
+  // A stop requested here (from any thread) ends the request: run_client
+  // throws Error(cancelled) and every server ends the session (Endpoint::cancel_when).
+  std::stop_token stop;
 };
 
 // Connects, runs one request on a loop of its own, disconnects.

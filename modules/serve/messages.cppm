@@ -31,6 +31,7 @@ export namespace mpcache::serve {
 inline constexpr StreamId request_stream = 0x0000'7265'7175'6573ull;  // "reques"
 inline constexpr StreamId prompt_stream = 0x0000'7072'6F6D'7074ull;   // "prompt"
 inline constexpr StreamId reply_stream = 0x0000'7265'706C'7921ull;    // "reply!"
+inline constexpr StreamId noise_stream = 0x0000'6E6F'6973'6521ull;    // "noise!": Gumbel noise shares (sampled requests)
 inline constexpr StreamId goodbye_stream = 0x0000'6279'6521'2121ull;  // "bye!!!": never sent; its wait ends when the link does
 // Mesh streams of the service (scope 0).
 inline constexpr StreamId announce_stream = 0x0000'616E'6E6F'756Eull;  // "announ"
@@ -48,6 +49,11 @@ struct ServeRequest {
   std::uint64_t budget = 0;          // KV budget; 0: the policy's default
   std::string policy;                // a name from kv's policy table
   std::vector<std::uint32_t> stop_tokens;  // generation ends once one is chosen
+  // Sampling: the client sends secret-shared noise on noise_stream, one row
+  // of the vocabulary's size per token (new_tokens rows), and each token is
+  // the argmax of the logits plus its row (the Gumbel-max trick: the noise
+  // is temperature x Gumbel(0, 1), drawn by the client; no server learns it).
+  bool sampled = false;
 
   std::vector<std::byte> encode() const;
   // Throws Error(protocol) naming what is malformed.

@@ -152,5 +152,8 @@ class Server {
 
 // What a session's KV cache takes at one server, as admission counts it.
 std::uint64_t session_kv_bytes(const ModelConfig& config, std::uint64_t positions);
+// All that admission counts for a request at one server: its KV cache, and
+// a sampled request's noise shares (two components per token and entry).
+std::uint64_t session_memory_bytes(const ModelConfig& config, const ServeRequest& request);
 
 }  // namespace mpcache::serve

@@ -76,6 +76,7 @@ struct Sequence {
   Rss3Share row;               // its last chosen token (one-hot), the next step's input
   bool stop_test_due = false;  // row's stop test is opened alongside the next step
   std::size_t chosen = 0;      // tokens chosen so far
+  std::optional<Rss3Share> noise;  // sampled: (new_tokens, vocab) Gumbel noise shares, row `chosen` is the next token's
   bool ended = false;
   std::string failure;  // why it ended early; "" once done
 };
@@ -193,12 +194,15 @@ class Sessions {
   // Whether the last chosen token is a stop token, still secret (1, 1): the
   // sum of its one-hot entries at the stop ids.
   static Rss3Share stop_test(const Sequence& seq);
+  // The logits `rows` (one row per sequence of `seqs`, in order) plus each
+  // sampled sequence's noise row for its next token.
+  static Rss3Share with_noise(Rss3& p, Rss3Share rows, const std::vector<const Sequence*>& seqs, std::size_t vocab);
 
  private:
   Task<void> run_session(std::uint64_t session, std::shared_ptr<Request> r);
   void send_accepted(ClientLink& link, std::uint64_t session);
   Task<void> generate_tokens(std::uint64_t session, std::shared_ptr<Request> r, std::size_t& chosen, bool& joined);
-  static Task<Rss3Share> chosen_row(Rss3& p, const Rss3Share& logits);
+  static Task<Rss3Share> chosen_row(Rss3& p, const Rss3Share& logits, const Sequence& seq);
 
   ServerContext& s_;
   Admission& admission_;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 import mpcache.text;
 import mpcache;
+#include "client_text.hpp"
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"
 #include "generate_job.hpp"
@@ -24,6 +25,27 @@ const char* generate_role(PartyId id, const std::string& protocol) {
 
 std::size_t memory_budget_of(const GenerateOptions& o) {
   return o.memory_budget.empty() ? default_prefill_memory_budget : parse_memory_size(o.memory_budget);
+}
+
+ModelConfig check_generate_options(GenerateOptions& o) {
+  o.network.check();
+  (void)o.mode.mode();  // a mode no backend offers is an error before any work
+  if (o.budget == 0) o.budget = kv::default_budget(o.policy);
+  (void)kv::make_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
+  // The model's shape is public: every party reads config.json first.
+  return ModelConfig::from_json_file(o.model_dir + "/config.json");
+}
+
+std::unique_ptr<text::Tokenizer> client_prompt(const GenerateOptions& o, const ModelConfig& c, Prompt& prompt) {
+  auto tok = client_tokenizer(o.tokenizer, o.model_dir, c.vocab_size);
+  prompt.text = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file");
+  prompt.ids = encode_prompt(*tok, prompt.text);
+  if (prompt.ids.empty()) throw Error(ErrorCode::invalid_argument, "empty prompt");
+  if (prompt.ids.size() + o.tokens > c.max_positions)
+    throw Error(ErrorCode::invalid_argument,
+                "prompt (" + std::to_string(prompt.ids.size()) + " tokens) + --tokens " + std::to_string(o.tokens) +
+                    " exceed the model's " + std::to_string(c.max_positions) + " positions");
+  return tok;
 }
 
 namespace {

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -99,6 +100,14 @@ struct GenerateRun {
   int stopped_by = 0;     // SIGINT, SIGTERM or SIGHUP that cancelled the run (0 if none)
 };
 
+// What every party checks before any work, as `mpcache generate` does: the
+// network and protocol choices, the policy and its budget (o.budget's default
+// filled in), the model's public config.json, which it returns.
+ModelConfig check_generate_options(GenerateOptions& o);
+// The client's tokenizer, and its prompt (o.prompt, or o.prompt_file) as
+// tokens, checked against the model's positions. Read by the client alone.
+std::unique_ptr<text::Tokenizer> client_prompt(const GenerateOptions& o, const ModelConfig& c, Prompt& prompt);
+
 // `tok`: the client's tokenizer (its EOS ids end the generation unless
 // --ignore-eos).
 GenerateRun run_generate_in_process(const GenerateOptions& o, const Prompt& prompt, const text::Tokenizer& tok,
@@ -107,8 +116,10 @@ GenerateRun run_generate_in_process(const GenerateOptions& o, const Prompt& prom
 // Three party processes on loopback, `self` re-run as `self generate
 // --config ... --id N`; the client's stdout is ours, the others' is quiet.
 // `starting` runs once the options are checked, before any process starts.
+// `client_output` false: the client process's stdout goes to /dev/null too
+// (a library caller, such as the Python package, takes the text from the run).
 GenerateRun launch_generate_parties(const GenerateOptions& o, const Prompt& prompt, const std::string& self,
-                                    const std::function<void()>& starting = {});
+                                    const std::function<void()>& starting = {}, bool client_output = true);
 
 // One party of a cluster (this process): writes its JSON lines to --json.
 // `prompt` and `tok`: at the client (party 0) only, and `view` is the

@@ -40,7 +40,7 @@ std::vector<std::string> party_command(const GenerateOptions& o, const LocalClus
 }  // namespace
 
 GenerateRun launch_generate_parties(const GenerateOptions& o, const Prompt& prompt, const std::string& self,
-                                    const std::function<void()>& starting) {
+                                    const std::function<void()>& starting, bool client_output) {
   const auto [fault_party, fault_kind] = parse_fault(o.fault, {"exit"});
   if (fault_party >= 0 && o.tokens < 3)
     throw Error(ErrorCode::invalid_argument, "--fault: the party dies after decode step 1, so --tokens must be >= 3");
@@ -52,7 +52,7 @@ GenerateRun launch_generate_parties(const GenerateOptions& o, const Prompt& prom
   for (int i = 0; i < 3; ++i) {
     PartyProcess p;
     p.args = party_command(o, cluster, i, self, prompt_file, i == fault_party ? fault_kind : "");
-    p.quiet = i != 0;  // the client's lines are the output; others' errors still reach stderr
+    p.quiet = i != 0 || !client_output;  // the client's lines are the output; others' errors still reach stderr
     processes.push_back(std::move(p));
   }
   if (starting) starting();

@@ -42,6 +42,9 @@ json steps_across_parties(const std::array<std::vector<json>, 3>& rows, bool dea
                    {"bytes_total", m.bytes_total},
                    {"offline_bytes", m.offline_bytes},
                    {"rounds", m.rounds}});
+    // What the client (party 0) learned at this step, where its row says.
+    for (const char* key : {"token", "text"})
+      if (rows[0][k].contains(key)) out.back()[key] = rows[0][k][key];
   }
   return out;
 }

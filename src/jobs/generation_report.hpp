@@ -16,6 +16,7 @@ nlohmann::json step_row(const GenerationStep& s, PartyId id);
 // Each step across the parties (merge_party_costs): latency of the slowest,
 // bytes of the busiest, rounds on the critical path. Under add2 (`dealt`)
 // party 2's step is offline work: its bytes are the row's offline_bytes.
+// The client's token and text at the step (party 0's row) are kept.
 nlohmann::json steps_across_parties(const std::array<std::vector<nlohmann::json>, 3>& rows, bool dealt);
 
 // The summary row: the run's settings, the prefill's costs and the decode

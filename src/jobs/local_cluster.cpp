@@ -115,11 +115,17 @@ std::vector<PartyExit> run_party_processes(const std::vector<PartyProcess>& proc
         if (p > 0) ::kill(p, stop_note.signal());
       limit = std::min(limit, Clock::now() + std::chrono::milliseconds(grace_ms));
     }
-    int st = 0;
-    const pid_t pid = ::waitpid(-1, &st, WNOHANG);
-    if (pid > 0) {
-      for (std::size_t i = 0; i < n; ++i)
-        if (pids[i] == pid) status[i] = st, pids[i] = -1, --running;
+    // Our own children only: a host program (the Python package's caller)
+    // may have children of its own to reap.
+    bool reaped = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      int st = 0;
+      if (pids[i] > 0 && ::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        status[i] = st, pids[i] = -1, --running;
+        reaped = true;
+      }
+    }
+    if (reaped) {
       // The faulty party is not waited for once the others are done.
       if (fault_party >= 0 && running == 1 && pids.at(fault_party) > 0) ::kill(pids[fault_party], SIGKILL);
       continue;

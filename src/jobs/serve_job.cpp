@@ -66,12 +66,22 @@ long peak_rss_kb() {
 
 }  // namespace
 
-void add_serve_options(CLI::App& cmd, ServeJob& o) {
-  cmd.add_option("--config", o.config, "cluster config: the 3 servers, with client_port and keys")->required();
-  cmd.add_option("--id", o.id, "this server: 0 (admits sessions), 1 (model owner), 2")->required()->check(CLI::Range(0, 2));
+void add_serve_options(CLI::App& cmd, ServeJob& o, bool* local) {
+  auto* config = cmd.add_option("--config", o.config, "cluster config: the 3 servers, with client_port and keys");
+  auto* id = cmd.add_option("--id", o.id, "this server: 0 (admits sessions), 1 (model owner), 2")->check(CLI::Range(0, 2));
   cmd.add_option("--model", o.model_dir, "model directory (config.json; model.safetensors at server 1)")->capture_default_str();
-  cmd.add_option("--clients", o.clients, "the admitted clients: a NAME.pub file or a folder of them (mpcache keygen --client)")
-      ->required();
+  auto* clients =
+      cmd.add_option("--clients", o.clients, "the admitted clients: a NAME.pub file or a folder of them (mpcache keygen --client)");
+  if (local) {
+    // --local makes them itself (run_local_service refuses them given).
+    cmd.add_flag("--local", *local,
+                 "the service on this host in one command: fresh keys, a loopback cluster.json, all three servers and "
+                 "a client key; prints the client and gateway commands, Ctrl-C stops all three");
+  } else {
+    config->required();
+    id->required();
+    clients->required();
+  }
   cmd.add_option("--max-sessions", o.max_sessions, "sessions running at once")->capture_default_str()->check(CLI::Range(1, 1024));
   cmd.add_option("--max-batch", o.max_batch,
                  "sessions in their decode phase step together, at most this many per step; 1: each on its own")
@@ -245,12 +255,15 @@ ClientReport run_client_job(const ClientJob& o, const std::function<void(std::ui
                                      "this client's public key (beside its secret key)");
   co.connect_timeout = std::chrono::milliseconds(o.timeout_ms);
   co.tcp.silence_timeout = std::chrono::milliseconds(o.timeout_ms);
+  co.stop = o.stop;
   serve::ClientRequest req;
   req.prompt = o.prompt;
   req.new_tokens = o.tokens;
   req.policy = o.policy;
   req.budget = o.budget;
   req.stop_tokens = o.stop_tokens;
+  req.temperature = o.temperature;
+  req.seed = o.seed;
   if (o.fault == "garbage") req.fault = serve::ClientRequest::Fault::garbage_share;
   else if (o.fault == "vanish") req.fault = serve::ClientRequest::Fault::vanish;
   else if (o.fault == "stall") req.fault = serve::ClientRequest::Fault::stall;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <stop_token>
 #include <string>
 #include <vector>
 #include "network_choice.hpp"
@@ -53,8 +54,10 @@ inline constexpr const char* compact_weights_help =
     "the other drawn again with AES at each use); less memory, slower decode (GPT-2-124M: about 1.5-2x per "
     "token in process)";
 
-// The flags of `mpcache serve` (model_dir's default is the caller's).
-void add_serve_options(CLI::App& command, ServeJob& job);
+// The flags of `mpcache serve` (model_dir's default is the caller's). With
+// `local`, also --local (run_local_service), and --config, --id and
+// --clients are not required by the parser: the caller checks them.
+void add_serve_options(CLI::App& command, ServeJob& job, bool* local = nullptr);
 // Serves until SIGTERM/SIGINT (drains) or the mesh fails; logs to stderr.
 // 0 after a stop, 1 when the mesh or set-up failed.
 int run_server(const ServeJob& job);
@@ -68,6 +71,9 @@ struct ClientJob {
   std::size_t budget = 0;
   std::vector<std::uint32_t> stop_tokens;
   int timeout_ms = 60000;
+  double temperature = 0;   // > 0: Gumbel-max sampling (serve::ClientRequest::temperature)
+  std::uint64_t seed = 0;   // the noise's seed
+  std::stop_token stop;  // a stop requested here ends the request (serve::ClientOptions::stop)
   std::string fault;  // tests: "garbage" (a short prompt share for server 1), "vanish" (leave after a token), "stall" (no prompt)
 };
 

@@ -9,6 +9,9 @@ namespace {
 volatile std::sig_atomic_t noted_signal = 0;
 extern "C" void note_signal(int sig) { noted_signal = sig; }
 constexpr int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+// The handlers a SignalNote replaced, put back when it ends: a host program
+// (Python's own SIGINT handler, under the Python package) keeps its own.
+struct sigaction replaced[std::size(stop_signals)];
 
 }  // namespace
 
@@ -16,11 +19,11 @@ SignalNote::SignalNote() {
   noted_signal = 0;
   struct sigaction on_stop {};
   on_stop.sa_handler = note_signal;
-  for (int sig : stop_signals) ::sigaction(sig, &on_stop, nullptr);
+  for (std::size_t i = 0; i < std::size(stop_signals); ++i) ::sigaction(stop_signals[i], &on_stop, &replaced[i]);
 }
 
 SignalNote::~SignalNote() {
-  for (int sig : stop_signals) ::signal(sig, SIG_DFL);
+  for (std::size_t i = 0; i < std::size(stop_signals); ++i) ::sigaction(stop_signals[i], &replaced[i], nullptr);
 }
 
 int SignalNote::signal() const { return noted_signal; }

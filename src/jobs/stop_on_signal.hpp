@@ -14,7 +14,8 @@ namespace mpcache::jobs {
 
 // While alive, SIGINT, SIGTERM and SIGHUP are noted instead of ending the
 // process (one SignalNote per process at a time); destroying it restores the
-// defaults. No SA_RESTART: a blocking wait returns early.
+// handlers it replaced (the defaults in a CLI; a host program's own, such as
+// Python's). No SA_RESTART: a blocking wait returns early.
 class SignalNote {
  public:
   SignalNote();

@@ -48,9 +48,10 @@ std::string Admission::check(const ServeRequest& q) const {
   } catch (const Error& e) {
     return e.what();
   }
-  if (session_kv_bytes(config, q.prompt_length + q.new_tokens) > options.kv_bytes_limit)
-    return "its KV cache (" + std::to_string(session_kv_bytes(config, q.prompt_length + q.new_tokens)) +
-           " bytes) exceeds this service's limit of " + std::to_string(options.kv_bytes_limit);
+  if (session_memory_bytes(config, q) > options.kv_bytes_limit)
+    return std::string(q.sampled ? "its KV cache and sampling noise (" : "its KV cache (") +
+           std::to_string(session_memory_bytes(config, q)) + " bytes) exceeds this service's limit of " +
+           std::to_string(options.kv_bytes_limit);
   return {};
 }
 
@@ -79,7 +80,7 @@ void Admission::refuse_waiting(const std::string& why) {
 
 bool Admission::has_room(const ServeRequest& q) const {
   return sessions_.active() < s_.options.max_sessions &&
-         sessions_.kv_in_use() + session_kv_bytes(s_.config, q.prompt_length + q.new_tokens) <= s_.options.kv_bytes_limit;
+         sessions_.kv_in_use() + session_memory_bytes(s_.config, q) <= s_.options.kv_bytes_limit;
 }
 
 void Admission::consider(const std::shared_ptr<Request>& r) {  // leader

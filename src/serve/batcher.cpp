@@ -228,7 +228,10 @@ Task<void> Batcher::run_step(Rss3& p, const std::vector<std::uint64_t>& sessions
     Rss3Share chosen;
     {
       auto scope = cost_scope(p, CostTag::argmax);
-      chosen = co_await ops::argmax_onehot_last(p, *rows);
+      std::vector<const Sequence*> going_seqs;
+      for (std::size_t i : going) going_seqs.push_back(batch[i].get());
+      chosen = co_await ops::argmax_onehot_last(p, Sessions::with_noise(p, std::move(*rows), going_seqs,
+                                                                         s_.config.vocab_size));
     }
     for (std::size_t k = 0; k < going.size(); ++k) {
       Sequence& seq = *batch[going[k]];

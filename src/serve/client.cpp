@@ -39,6 +39,26 @@ Task<Reply> next_reply(Endpoint& endpoint, PartyId server) {
               server_name(server) + (refused ? " refused the request: " : " failed the session: ") + r.text());
 }
 
+// temperature x Gumbel(0, 1), one row per token, in fixed point: the token
+// argmax(logits + row) is a sample of softmax(logits / temperature).
+// Uniforms in (0, 1) from `seed` (splitmix64: the same noise for the same
+// seed on every platform, which a std:: distribution does not promise).
+RingTensor gumbel_noise(double temperature, std::uint64_t seed, std::size_t tokens, std::size_t vocab) {
+  std::uint64_t state = seed;
+  auto uniform = [&state] {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (static_cast<double>(z >> 11) + 0.5) * 0x1.0p-53;
+  };
+  const FixedPoint fp;
+  RingTensor noise = ring_zeros({tokens, vocab});
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t v = 0; v < vocab; ++v) noise(t, v) = fp.encode(-temperature * std::log(-std::log(uniform())));
+  return noise;
+}
+
 Nonce fresh_nonce() {
   const PrgKey k = random_prg_key();
   Nonce n{};
@@ -60,6 +80,10 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
   q.budget = req.budget;
   q.policy = req.policy;
   q.stop_tokens = req.stop_tokens;
+  if (!std::isfinite(req.temperature) || req.temperature < 0 || req.temperature > 100)
+    throw Error(ErrorCode::invalid_argument, "serve::request: temperature " + std::to_string(req.temperature) +
+                                                 " is not in 0..100");
+  q.sampled = req.temperature > 0;
   const auto header = q.encode();
   for (PartyId s = 0; s < 3; ++s) endpoint.send(s, request_stream, header);
 
@@ -91,6 +115,10 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
   if (req.fault == ClientRequest::Fault::garbage_share) parts[1].resize(parts[1].size() / 2);
   if (req.fault != ClientRequest::Fault::stall)
     for (PartyId s = 0; s < 3; ++s) endpoint.send(s, prompt_stream, parts[s]);
+  if (q.sampled && req.fault != ClientRequest::Fault::stall) {
+    const auto noise = client_shares::split(gumbel_noise(req.temperature, req.seed, req.new_tokens, vocab));
+    for (PartyId s = 0; s < 3; ++s) endpoint.send(s, noise_stream, noise[s]);
+  }
 
   auto last = Clock::now();
   for (;;) {
@@ -159,6 +187,7 @@ ClientResult run_client(const ClientOptions& options, const ClientRequest& req, 
   Scheduler scheduler;
   Endpoint endpoint(scheduler, self, 4);
   TcpTransport transport(scheduler, endpoint, std::move(c), options.tcp);
+  endpoint.cancel_when(options.stop);
   return sync_wait(scheduler, request(endpoint, req, std::move(on_token)));
 }
 

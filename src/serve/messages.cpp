@@ -21,6 +21,7 @@ std::vector<std::byte> ServeRequest::encode() const {
   w.text(policy);
   w.u64(stop_tokens.size());
   for (auto t : stop_tokens) w.u64(t);
+  w.u8(sampled ? 1 : 0);
   return std::move(w.out);
 }
 
@@ -39,6 +40,9 @@ ServeRequest ServeRequest::decode(std::span<const std::byte> bytes) {
     if (t > 0xFFFFFFFFull) r.fail("stop token " + std::to_string(t) + " is not a token id");
     q.stop_tokens.push_back(static_cast<std::uint32_t>(t));
   }
+  const std::uint8_t sampled = r.u8();
+  if (sampled > 1) r.fail("sampled is " + std::to_string(sampled) + ", not 0 or 1");
+  q.sampled = sampled == 1;
   r.end();
   return q;
 }

@@ -19,12 +19,17 @@ std::uint64_t session_kv_bytes(const ModelConfig& c, std::uint64_t positions) {
   return 2 * c.num_layers * c.num_kv_heads * c.head_dim * positions * 2 * sizeof(Ring);
 }
 
+std::uint64_t session_memory_bytes(const ModelConfig& c, const ServeRequest& q) {
+  const std::uint64_t noise = q.sampled ? 2 * q.new_tokens * c.vocab_size * sizeof(Ring) : 0;
+  return session_kv_bytes(c, q.prompt_length + q.new_tokens) + noise;
+}
+
 void Sessions::launch(std::uint64_t session, const std::shared_ptr<Request>& r) {
   const ScopeId scope = scope_of(session);
   s_.mesh.open_scope(scope);
   s_.mesh.open_scope(scope_of(session + max_scope / 2));  // a cancellation is forgotten long before its scope returns
   ++active_;
-  kv_in_use_ += session_kv_bytes(s_.config, r->request.prompt_length + r->request.new_tokens);
+  kv_in_use_ += session_memory_bytes(s_.config, r->request);
   running_[session] = scope;
   s_.log("session " + std::to_string(session) + " for " + r->link->name + ": " +
          std::to_string(r->request.prompt_length) + " prompt tokens, up to " + std::to_string(r->request.new_tokens) +
@@ -63,7 +68,7 @@ Task<void> Sessions::run_session(std::uint64_t session, std::shared_ptr<Request>
   }
   link.close();
   --active_;
-  kv_in_use_ -= session_kv_bytes(s_.config, r->request.prompt_length + r->request.new_tokens);
+  kv_in_use_ -= session_memory_bytes(s_.config, r->request);
   if (s_.id() == leader) admission_.start_queued();
   s_.changed.notify();
 }
@@ -92,9 +97,14 @@ Task<void> Sessions::generate_tokens(std::uint64_t session, std::shared_ptr<Requ
   auto prompt_came = make_shared<bool>(false);
   liveness_.fail_unless_by(r->link, prompt_came, s_.options.prompt_within, "sent no prompt shares");
   const auto prompt = co_await link.endpoint->recv(link.client_peer, prompt_stream);
+  std::optional<Rss3Share> noise;
+  if (q.sampled)  // sent right after the prompt: under the same deadline
+    noise = client_shares::assemble(s_.id(), co_await link.endpoint->recv(link.client_peer, noise_stream),
+                                    {q.new_tokens, vocab});
   *prompt_came = true;
   const Rss3Share hot = client_shares::assemble(s_.id(), prompt, {q.prompt_length, vocab});
   auto seq = make_shared<Sequence>();
+  seq->noise = std::move(noise);
   seq->session = session;
   seq->request = r;
   // Only the last position's logits choose the first token (chosen_row),
@@ -117,7 +127,7 @@ Task<void> Sessions::generate_tokens(std::uint64_t session, std::shared_ptr<Requ
   driver.before_prefill();
   auto logits = co_await decoder.prefill_one_hot(p, policy, hot);
   if (s_.batching()) {  // the first token here, the others in the batched steps
-    seq->row = co_await chosen_row(p, logits);
+    seq->row = co_await chosen_row(p, logits, *seq);
     driver.after_prefill(q.prompt_length);
     send_token(*seq);
     chosen = seq->chosen;
@@ -130,7 +140,7 @@ Task<void> Sessions::generate_tokens(std::uint64_t session, std::shared_ptr<Requ
     co_return;
   }
   for (std::size_t step = 0; step < q.new_tokens; ++step) {
-    seq->row = co_await chosen_row(p, logits);
+    seq->row = co_await chosen_row(p, logits, *seq);
     if (step == 0) driver.after_prefill(q.prompt_length);
     send_token(*seq);
     chosen = seq->chosen;
@@ -168,12 +178,25 @@ Rss3Share Sessions::stop_test(const Sequence& seq) {
   });
 }
 
-// The greedy choice as a secret one-hot row (1, vocab): the argmax of the
-// last row of the logits.
-Task<Rss3Share> Sessions::chosen_row(Rss3& p, const Rss3Share& logits) {
+// The choice as a secret one-hot row (1, vocab): the argmax of the last row
+// of the logits (greedy), plus the sequence's noise row if it is sampled.
+Task<Rss3Share> Sessions::chosen_row(Rss3& p, const Rss3Share& logits, const Sequence& seq) {
   auto scope = cost_scope(p, CostTag::argmax);
   const std::size_t rows = Rss3::shape(logits).at(0);
-  co_return co_await ops::argmax_onehot_last(p, ops::rows<Rss3>(logits, rows - 1, rows));
+  const std::size_t vocab = Rss3::shape(logits).at(1);
+  co_return co_await ops::argmax_onehot_last(p, with_noise(p, ops::rows<Rss3>(logits, rows - 1, rows), {&seq}, vocab));
+}
+
+Rss3Share Sessions::with_noise(Rss3& p, Rss3Share rows, const std::vector<const Sequence*>& seqs, std::size_t vocab) {
+  if (std::none_of(seqs.begin(), seqs.end(), [](const Sequence* s) { return s->noise.has_value(); })) return rows;
+  std::optional<Rss3Share> noise;
+  for (const Sequence* s : seqs) {
+    // A greedy sequence's row: a sharing of zero (every component zero).
+    Rss3Share row = s->noise ? ops::rows<Rss3>(*s->noise, s->chosen, s->chosen + 1)
+                             : Rss3::apply(ops::rows<Rss3>(rows, 0, 1), [&](const RingTensor&) { return ring_zeros({1, vocab}); });
+    noise = noise ? ops::stack_rows<Rss3>(*noise, row) : row;
+  }
+  return p.add(rows, *noise);  // local: no round, no bytes
 }
 
 }  // namespace mpcache::serve

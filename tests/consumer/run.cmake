@@ -14,6 +14,18 @@ function(step)
   endif()
 endfunction()
 step(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/stage")
+# The installed Python package (when built: -DPYTHON=its interpreter) finds
+# the installed `mpcache` (its party processes) and the installed model.
+if(PYTHON)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=MPCACHE_CLI
+                          PYTHONPATH=${WORK_DIR}/stage/lib/python3/dist-packages ${PYTHON} -c
+                          "import mpcache; g = mpcache.generate('It is a truth', tokens=4); print(mpcache.__file__); print(mpcache.default_model()); print(len(g.tokens))"
+                  WORKING_DIRECTORY "${WORK_DIR}" OUTPUT_VARIABLE printed ERROR_VARIABLE errors RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0 OR NOT printed MATCHES "^${WORK_DIR}/stage/lib/python3/dist-packages/mpcache/__init__.py\n${WORK_DIR}/stage/share/mpcache/model/austen-byte\n4\n$")
+    message(FATAL_ERROR "the installed Python package (${rc}): ${printed}${errors}")
+  endif()
+  message(STATUS "installed Python package: ${printed}")
+endif()
 # The README's library example is built too, exactly as the README prints
 # it (its one ```cpp block), and run from the repository root (it reads
 # tools/model/austen-byte): the snippet a reader copies compiles and works.

@@ -23,6 +23,14 @@ README command goes unchecked by accident.
   * a command with `--config`: skipped. It is one party of a cluster and
     needs the other parties' hosts (docs/deployment.md has a recipe that
     ctest `generate_netns` runs).
+  * `mpcache serve --local`: started in the background; the commands after
+    it run against it, with its folder in place of the README's
+    /tmp/mpcache-local-XXXXXX, and they must be the ones it printed. It is
+    stopped by SIGINT (Ctrl-C) at the end and must exit 0.
+  * `mpcache gateway ...`: started in the background on a free port (for
+    the README's --listen), must say it listens, then stopped.
+  * a `--model` under ~/models/: skipped. A model the reader downloaded;
+    none can be downloaded here (tests/models run the same architectures).
 
 Commands run one after another in --work (emptied first), with the time
 bound --timeout each. The test fails naming the first command that fails,
@@ -31,12 +39,15 @@ keep README commands single programs.
 """
 import argparse
 import os
+import queue
 import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 SHELL_LANGS = {"sh", "bash", "shell", "console"}
 
@@ -90,6 +101,8 @@ def plan(argv, cli):
         return None, "a configure or build: this test runs inside the build ./tools/test made"
     if "--config" in args:
         return None, "one party of a cluster: it needs the other parties' hosts (docs/deployment.md)"
+    if "--model" in args and args[args.index("--model") + 1].startswith("~/models/"):
+        return None, "a model the reader downloaded: none can be downloaded here"
     if prog in ("./tools/run", "tools/run"):
         # tools/run = setup + release build + `build/release/tools/mpcache generate ARGS`;
         # here: the same program from this build.
@@ -122,6 +135,62 @@ def run(cmd, work, timeout):
         return None, out.decode("utf-8", "replace")
 
 
+PLACEHOLDER = "/tmp/mpcache-local-XXXXXX"
+
+
+class Background:
+    """A command that keeps running (serve --local, gateway): started, read
+    until a line holding `ready`, stopped by stop()."""
+
+    def __init__(self, cmd, work, ready, timeout):
+        self.proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+        self.lines = []
+        self.queue = queue.Queue()
+        threading.Thread(target=self.read, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.stop(signal.SIGKILL, 10)
+                raise RuntimeError("printed no {!r} within {:.0f} s".format(ready, timeout))
+            if line is None:
+                raise RuntimeError("ended before it printed {!r}: {}".format(ready, "".join(self.lines)[-3000:]))
+            self.lines.append(line)
+            if ready in line:
+                return
+
+    def read(self):
+        for line in self.proc.stdout:
+            self.queue.put(line)
+        self.queue.put(None)
+
+    def stop(self, sig=signal.SIGINT, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        rest = []
+        while True:  # the reader thread's lines, to the end of the output
+            line = self.queue.get(timeout=10)
+            if line is None:
+                break
+            rest.append(line)
+        return self.proc.returncode, "".join(self.lines + rest)
+
+
+def printed_command(lines, label):
+    """The command after `label:` in serve --local's output."""
+    for line in lines:
+        if line.strip().startswith(label + ":"):
+            return shlex.split(line.split(label + ":", 1)[1])
+    raise RuntimeError("serve --local printed no {} command".format(label))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--readme", required=True)
@@ -141,6 +210,20 @@ def main(argv=None):
     if not args.dry_run:
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
+    services = []  # serve --local, while it runs
+    try:
+        status = run_commands(found, args, cli, work, services)
+    finally:
+        for service in services:
+            code, out = service.stop()
+            if code != 0:
+                print(tail(out))
+                print("readme_commands: FAILED: serve --local exited with {} after Ctrl-C".format(code))
+                status = 1
+    return status
+
+
+def run_commands(found, args, cli, work, services):
     ran = skipped = 0
     for line, text, tokens in found:
         where = "{}:{}".format(os.path.basename(args.readme), line)
@@ -153,10 +236,38 @@ def main(argv=None):
             print("skip `{}` ({}): {}".format(text, where, why))
             skipped += 1
             continue
+        if services and any(PLACEHOLDER in c for c in cmd):
+            cmd = [c.replace(PLACEHOLDER, services[0].folder) for c in cmd]
         print("run  `{}` ({}) as: {}".format(text, where, " ".join(shlex.quote(c) for c in cmd)), flush=True)
         if args.dry_run:
             ran += 1
             continue
+        try:
+            if cmd[1:3] == ["serve", "--local"]:
+                service = Background(cmd, work, "Ctrl-C stops", args.timeout)
+                services.append(service)
+                service.client = printed_command(service.lines, "client")
+                service.gateway = printed_command(service.lines, "gateway")
+                service.folder = os.path.dirname(service.client[service.client.index("--servers") + 1])
+                ran += 1
+                continue
+            if cmd[1:2] in (["client"], ["gateway"]) and services:
+                printed = getattr(services[0], cmd[1])
+                for flag in ("--servers", "--key"):  # the README's command is the one serve --local printed
+                    if cmd[cmd.index(flag) + 1] != printed[printed.index(flag) + 1]:
+                        raise RuntimeError("its {} is not the one serve --local printed: {}".format(
+                            flag, " ".join(printed)))
+            if cmd[1:2] == ["gateway"]:
+                if "--listen" in cmd:  # a free port rather than the README's, which may be taken
+                    cmd[cmd.index("--listen") + 1] = "127.0.0.1:0"
+                code, out = Background(cmd, work, "OpenAI-compatible at", args.timeout).stop(signal.SIGTERM)
+                if code != 0:
+                    raise RuntimeError("exit status {} when stopped: {}".format(code, tail(out)))
+                ran += 1
+                continue
+        except RuntimeError as e:
+            print("readme_commands: FAILED: `{}` ({}): {}".format(text, where, e))
+            return 1
         status, out = run(cmd, work, args.timeout)
         if status != 0:
             what = "timed out after {:.0f} s".format(args.timeout) if status is None else "exit status {}".format(status)

@@ -34,7 +34,8 @@ set(places
   "modules/std/=base"           # mpcache.std: the one unit that parses prelude.hpp
   "modules/backends.hpp=proto"  # names proto's backend types (Rss3, Add2, ...)
   "modules/mpcache.cppm=top"    # export module mpcache: re-exports all layers
-  "src/jobs/=top")              # mpcache-jobs: jobs bench and tools share; imports the umbrella
+  "src/jobs/=top"               # mpcache-jobs: jobs bench and tools share; imports the umbrella
+  "src/python/=top")            # the Python package: links mpcache-jobs, imports the umbrella
 # Modules of ours that every layer may import: mpcache.std wraps the standard
 # library (modules/std/std.cppm).
 set(foundation_modules std)

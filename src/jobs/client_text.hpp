@@ -1,7 +1,7 @@
 // The client's side of text: its tokenizer, the prompt's ids, and generated
 // ids back to text as they arrive. Shared by `mpcache generate` (whose party
-// 0 is the client) and `mpcache client` (a service's client). Only the
-// client reads tokenizer files. Include after `import mpcache;`.
+// 0 is the client), `mpcache client` (a service's client) and the Python
+// package (src/python). Only the client reads tokenizer files. Include after `import mpcache;`.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -9,7 +9,7 @@
 #include <vector>
 import mpcache.text;
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 
 // `spec`: auto (the model folder's tokenizer, or its mpcache.json's
 // "tokenizer": "none"), none (token id = byte value), or a folder holding
@@ -35,4 +35,4 @@ class TextStream {
   std::string text_;
 };
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs

@@ -3,7 +3,7 @@
 import mpcache;
 #include "client_text.hpp"
 
-namespace mpcache::tools {
+namespace mpcache::jobs {
 
 std::unique_ptr<text::Tokenizer> client_tokenizer(const std::string& spec, const std::string& model_dir,
                                                   std::size_t vocab) {
@@ -47,4 +47,4 @@ std::string TextStream::finish() {
   return rest;
 }
 
-}  // namespace mpcache::tools
+}  // namespace mpcache::jobs
