@@ -21,41 +21,12 @@
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 import mpcache.core;
 import mpcache.net;
+#include "../support/toy_record_cipher.hpp"
 
 using namespace mpcache;
+using mpcache::testing::ToyOpener;
 
 namespace {
-
-// XOR with a keystream of the record index and byte position (or none);
-// the tag is sums over the header and ciphertext, easy for the fuzzer to get
-// right.
-class ToyOpener final : public RecordOpener {
- public:
-  explicit ToyOpener(bool keystream) : keystream_(keystream) {}
-  std::size_t tag_bytes() const noexcept override { return 16; }
-  void begin(std::uint64_t index, std::span<const std::byte> header) override {
-    index_ = index;
-    pos_ = 0;
-    sum_ = 0;
-    for (auto b : header) sum_ += std::to_integer<std::uint64_t>(b);
-  }
-  void decrypt(std::span<std::byte> piece) override {
-    for (auto& b : piece) {
-      sum_ += std::to_integer<std::uint64_t>(b);
-      if (keystream_) b ^= std::byte(static_cast<std::uint8_t>(pos_ * 31 + index_ * 7 + 1));
-      ++pos_;
-    }
-  }
-  bool finish(std::span<const std::byte> tag) override {
-    for (std::size_t i = 0; i < tag.size(); ++i)
-      if (tag[i] != std::byte(static_cast<std::uint8_t>(sum_ + index_ + i))) return false;
-    return true;
-  }
-
- private:
-  bool keystream_;
-  std::uint64_t index_ = 0, pos_ = 0, sum_ = 0;
-};
 
 struct Reading {
   std::vector<std::vector<Frame>> records;

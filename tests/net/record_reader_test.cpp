@@ -8,52 +8,17 @@
 #include <doctest/doctest.h>
 import mpcache.core;
 import mpcache.net;
+#include "../support/toy_record_cipher.hpp"
 
 using namespace mpcache;
+using mpcache::testing::ToyCipher;
+using mpcache::testing::ToyOpener;
 
 namespace {
 
 void put_le(std::vector<std::byte>& out, std::uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(std::byte((v >> (8 * i)) & 0xFF));
 }
-
-// A stand-in for AES-GCM: XOR with a keystream of the record index and the
-// byte's position, and a tag of sums over the header and the ciphertext.
-// Enough to check that the reader opens each body once, in order, and
-// refuses a record whose tag does not match.
-struct ToyCipher {
-  static std::byte key(std::uint64_t index, std::uint64_t pos) {
-    return std::byte(static_cast<std::uint8_t>(pos * 31 + index * 7 + 1));
-  }
-  static std::byte tag_byte(std::uint64_t sum, std::uint64_t index, std::size_t i) {
-    return std::byte(static_cast<std::uint8_t>(sum + index + i));
-  }
-};
-
-class ToyOpener final : public RecordOpener {
- public:
-  std::size_t tag_bytes() const noexcept override { return 16; }
-  void begin(std::uint64_t index, std::span<const std::byte> header) override {
-    index_ = index;
-    pos_ = 0;
-    sum_ = 0;
-    for (auto b : header) sum_ += std::to_integer<std::uint64_t>(b);
-  }
-  void decrypt(std::span<std::byte> piece) override {
-    for (auto& b : piece) {
-      sum_ += std::to_integer<std::uint64_t>(b);
-      b ^= ToyCipher::key(index_, pos_++);
-    }
-  }
-  bool finish(std::span<const std::byte> tag) override {
-    for (std::size_t i = 0; i < tag.size(); ++i)
-      if (tag[i] != ToyCipher::tag_byte(sum_, index_, i)) return false;
-    return true;
-  }
-
- private:
-  std::uint64_t index_ = 0, pos_ = 0, sum_ = 0;
-};
 
 // One record on the wire: header, frames, and (sealed) the tag.
 std::vector<std::byte> record(const std::vector<Frame>& frames, std::optional<std::uint64_t> sealed_as = {}) {
