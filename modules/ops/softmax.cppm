@@ -26,14 +26,15 @@ export namespace mpcache::ops {
 namespace detail {
 // exp(x - max(x)), masked: the numerators of softmax.
 template <Protocol P>
-Task<typename P::Share> softmax_numerators(P& p, const typename P::Share& x, const std::optional<RingTensor>& mask) {
+Task<typename P::Share> softmax_numerators(P& p, const typename P::Share& x, const std::optional<RingTensor>& mask,
+                                           std::size_t plan_rows = 0) {
   const Shape shape = P::shape(x);
   const std::size_t n = shape.back();
   if (mask && shape_of(*mask) != shape)
     throw Error(ErrorCode::invalid_argument, "softmax mask has shape " +
                                                  shape_string(shape_of(*mask)) + ", scores " +
                                                  shape_string(shape));
-  auto row_max = co_await max_last(p, x);  // (..., 1)
+  auto row_max = co_await max_last(p, x, 0, ring_bits, plan_rows);  // (..., 1)
   auto shifted = p.sub(x, broadcast_last<P>(row_max, n));
   auto e = co_await exp_neg(p, shifted);
   if (mask) e = p.mul_public(e, *mask);  // integer 0/1: no truncation
@@ -50,11 +51,13 @@ Task<std::vector<typename P::Share>> over_sum(P& p, const typename P::Share& e, 
 }
 }  // namespace detail
 
+// plan_rows: as argmax_last's (reduce.cppm), for callers that run several
+// softmaxes at once.
 template <Protocol P>
 Task<typename P::Share> softmax_last(P& p, const typename P::Share& x,
-                                     const std::optional<RingTensor>& mask = std::nullopt) {
+                                     const std::optional<RingTensor>& mask = std::nullopt, std::size_t plan_rows = 0) {
   using Share = typename P::Share;
-  auto e = co_await detail::softmax_numerators(p, x, mask);
+  auto e = co_await detail::softmax_numerators(p, x, mask, plan_rows);
   // (over_sum has summed e before it asks for the multiplicands: e moves.)
   auto numerators = [&e](P&) -> Task<std::vector<Share>> { co_return std::vector<Share>{std::move(e)}; };
   co_return std::move((co_await detail::over_sum(p, e, numerators)).front());
@@ -71,20 +74,43 @@ Task<typename P::Share> softmax_last(P& p, const typename P::Share& x,
 template <Protocol P>
 Task<std::pair<typename P::Share, typename P::Share>> softmax_times(P& p, const typename P::Share& x,
                                                                     const typename P::Share& v,
-                                                                    const std::optional<RingTensor>& mask = std::nullopt) {
+                                                                    const std::optional<RingTensor>& mask = std::nullopt,
+                                                                    std::size_t plan_rows = 0) {
   if (!truncates_exactly(p)) {
-    auto probs = co_await softmax_last(p, x, mask);
+    auto probs = co_await softmax_last(p, x, mask, plan_rows);
     auto out = co_await p.matmul_trunc(probs, v);
     co_return std::pair{std::move(out), std::move(probs)};
   }
   using Share = typename P::Share;
-  auto e = co_await detail::softmax_numerators(p, x, mask);
+  auto e = co_await detail::softmax_numerators(p, x, mask, plan_rows);
   auto times_v_and_itself = [&](P& q) -> Task<std::vector<Share>> {
     auto ev = co_await q.matmul_trunc(e, v);
     co_return std::vector<Share>{std::move(ev), std::move(e)};  // e summed already (over_sum)
   };
   auto out = co_await detail::over_sum(p, e, times_v_and_itself);
   co_return std::pair{std::move(out[0]), std::move(out[1])};
+}
+
+// softmax(x) v alone, for x (..., n) and v (n, d), where nobody reads the
+// weights (a prefill whose policy does not look at them): e v runs while
+// the reciprocal of the row sums is computed, and the normalisation is a
+// product per output (..., d), not per weight (..., n). Where truncation
+// is probabilistic, softmax then its product (as softmax_times).
+//   error: within softmax's per-entry bound times sum_j |v_j| (tested)
+template <Protocol P>
+Task<typename P::Share> softmax_apply(P& p, const typename P::Share& x, const typename P::Share& v,
+                                      const std::optional<RingTensor>& mask = std::nullopt, std::size_t plan_rows = 0) {
+  if (!truncates_exactly(p)) {
+    auto probs = co_await softmax_last(p, x, mask, plan_rows);
+    co_return co_await p.matmul_trunc(probs, v);
+  }
+  using Share = typename P::Share;
+  auto e = co_await detail::softmax_numerators(p, x, mask, plan_rows);
+  auto times_v = [&](P& q) -> Task<std::vector<Share>> {
+    auto ev = co_await q.matmul_trunc(e, v);
+    co_return std::vector<Share>{std::move(ev)};
+  };
+  co_return std::move((co_await detail::over_sum(p, e, times_v)).front());
 }
 
 }  // namespace mpcache::ops
