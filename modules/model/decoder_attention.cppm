@@ -188,20 +188,23 @@ auto Decoder<P>::prefill_block(P& p, const Share& queries, const kv::HeadCache<P
   const Share early_keys = all_keys ? Share{} : ops::rows<P>(cache.keys, 0, keys);
   const Share early_values = all_keys ? Share{} : ops::rows<P>(cache.values, 0, keys);
   auto scores = co_await p.matmul_trunc(queries, ops::transpose<P>(all_keys ? cache.keys : early_keys));
-  const FixedPoint fp(p.frac_bits());
-  RingTensor bias = ring_zeros({g * n, keys}), mask = ring_zeros({g * n, keys});
-  const Ring minus_big = fp.encode(-1024.0);
-  for (std::size_t r = 0; r < g * n; ++r)
-    for (std::size_t c = 0; c < keys; ++c) {
-      const bool future = c > block.begin + r % n;
-      bias(r, c) = future ? minus_big : 0;
-      mask(r, c) = future ? 0 : 1;
-    }
-  scores = p.add_public(scores, bias);  // keeps the row max on visible entries
+  std::optional<RingTensor> mask(ring_zeros({g * n, keys}));
+  {
+    const FixedPoint fp(p.frac_bits());
+    RingTensor bias = ring_zeros({g * n, keys});
+    const Ring minus_big = fp.encode(-1024.0);
+    for (std::size_t r = 0; r < g * n; ++r)
+      for (std::size_t c = 0; c < keys; ++c) {
+        const bool future = c > block.begin + r % n;
+        bias(r, c) = future ? minus_big : 0;
+        (*mask)(r, c) = future ? 0 : 1;
+      }
+    scores = p.add_public(scores, bias);  // keeps the row max on visible entries
+  }
   const Share& values = all_keys ? cache.values : early_values;
   auto softmax_scope = cost_scope(p, CostTag::softmax);
-  if (!probs_out) co_return co_await ops::softmax_apply(p, scores, values, std::optional<RingTensor>(mask), plan_rows);
-  auto [out, probs] = co_await ops::softmax_times(p, scores, values, std::optional<RingTensor>(mask), plan_rows);
+  if (!probs_out) co_return co_await ops::softmax_apply(p, std::move(scores), values, mask, plan_rows);
+  auto [out, probs] = co_await ops::softmax_times(p, scores, values, mask, plan_rows);
   *probs_out = std::move(probs);
   co_return out;
 }

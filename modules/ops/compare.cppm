@@ -249,12 +249,14 @@ Task<typename P::Share> below_coarse(P& p, const typename P::Share& x, double c,
     // c 2^(f - drop) is whole; else floor(x / 2^drop) <= t, so compare with t + 1.
     const double scaled = std::ldexp(c, f - drop);
     const auto t = static_cast<std::int64_t>(std::floor(scaled)) + (std::floor(scaled) == scaled ? 0 : 1);
-    const auto coarse = P::apply(x, [drop](const RingTensor& r) {
+    const Ring minus_t = Ring{0} - static_cast<Ring>(t);
+    // The public -t goes in with the shift (add_public adds it to the
+    // right component), one tensor per component.
+    const auto shifted = p.add_public(P::apply(x, [drop](const RingTensor& r) {
       RingTensor out = RingTensor::from_shape(shape_of(r));
       for (std::size_t i = 0; i < r.size(); ++i) out.data()[i] = r.data()[i] >> drop;
       return out;
-    });
-    const auto shifted = p.add_public(coarse, ring_filled(P::shape(x), Ring{0} - static_cast<Ring>(t)));
+    }), ring_filled(P::shape(x), minus_t));
     co_return co_await msb(p, shifted, ring_bits - drop);
   }
 }

@@ -107,24 +107,36 @@ Task<typename P::Share> exp_by_polynomial(P& p, const typename P::Share& x, int 
   const FixedPoint fp(f);
   // w = x + 8 = 8z, local; the products' truncations take the 1/8s, so x
   // itself is never truncated: z^2 = w^2 / 64, z^3 = w z^2 / 8, z^4.
-  const Share w = p.add_public(x, ring_filled(s, fp.encode(8.0)));
-  const Share z2 = co_await p.mul_trunc(w, w, f + 6);
-  P pc = p.fork(), pd = p.fork();
-  auto [z3, z4] = co_await when_all(pc.mul_trunc(w, z2, f + 3), pd.mul_trunc(z2, z2));
-  const std::vector<Share> powers{w, z2, z3, z4};
-  const auto& c = exp_polynomial;
-  const std::array<double, 4> low{c[1] / 8, c[2], c[3], c[4]}, high{c[5] / 8, c[6], c[7], c[8]};
-  const auto low_sum = weighted_terms<P>(p, powers, low, bits);        // at 2^(f + bits)
-  const auto high_factor = weighted_terms<P>(p, powers, high, bits);  // at 2^(f + bits)
+  // (Each temporary is dropped as soon as it is used: over a prefill's
+  // scores they are most of the working set.)
+  Share low_sum, high_factor, z4;
+  {
+    Share w = p.add_public(x, ring_filled(s, fp.encode(8.0)));
+    Share z2 = co_await p.mul_trunc(w, w, f + 6);
+    P pc = p.fork(), pd = p.fork();
+    auto [z3, z_4] = co_await when_all(pc.mul_trunc(w, z2, f + 3), pd.mul_trunc(z2, z2));
+    z4 = std::move(z_4);
+    std::vector<Share> powers;
+    powers.reserve(4);
+    powers.push_back(std::move(w));
+    powers.push_back(std::move(z2));
+    powers.push_back(std::move(z3));
+    powers.push_back(z4);
+    const auto& c = exp_polynomial;
+    const std::array<double, 4> low{c[1] / 8, c[2], c[3], c[4]}, high{c[5] / 8, c[6], c[7], c[8]};
+    low_sum = weighted_terms<P>(p, powers, low, bits);        // at 2^(f + bits)
+    high_factor = weighted_terms<P>(p, powers, high, bits);  // at 2^(f + bits)
+  }
   Share sum;
   if constexpr (SumsProducts<P>) {
     // z^4 (its factor) + (the low half) 1 as one sum of products: the low
     // half's truncation rides the product's.
     Shape column = s;
     column.push_back(1);
-    const Share a = concat_last<P>(reshape<P>(z4, column), reshape<P>(low_sum, column));
-    const Share b = concat_last<P>(reshape<P>(high_factor, column),
-                                   public_share(p, reshape<P>(low_sum, column), ring_filled(column, Ring{1} << f)));
+    Share a = concat_last<P>(reshape<P>(std::exchange(z4, Share{}), column), reshape<P>(low_sum, column));
+    Share b = concat_last<P>(reshape<P>(std::exchange(high_factor, Share{}), column),
+                             public_share(p, reshape<P>(std::exchange(low_sum, Share{}), column),
+                                          ring_filled(column, Ring{1} << f)));
     sum = co_await p.dot_trunc(a, b, f + bits);
   } else {
     P ph = p.fork();

@@ -366,7 +366,8 @@ Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const ty
   const std::size_t m = level.m;
   const Shape shape = P::shape(x);
   const std::size_t groups = (shape.back() + m - 1) / m;
-  const auto xs = pad_to_groups(p, x, m, tournament_floor(width)), is = pad_to_groups(p, idx, m, Ring{0});
+  const auto xs = pad_to_groups(p, x, m, tournament_floor(width));
+  const auto is = with_index ? pad_to_groups(p, idx, m, Ring{0}) : idx;
   if (level.by_difference && m == 2) co_return co_await detail::pair_level_by_difference(p, xs, is, with_index, width);
   if (level.by_counts) {
     // The winner's 0/1 times values (and indices), summed per group: one product.
@@ -424,7 +425,9 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, s
     auto [value, index] = p.exact_argmax_last(x);
     co_return ArgMax<P>{std::move(value), std::move(index)};
   }
-  RingTensor iota = RingTensor::from_shape(shape);
+  // The indices only where asked for (a max over a prefill's scores would
+  // hold 24 bytes a score more at its peak).
+  RingTensor iota = RingTensor::from_shape(with_index ? shape : Shape{1, 1});
   for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
   typename P::Share idx = public_share(p, x, iota);
   std::vector<TournamentLevel> plan;
@@ -457,7 +460,7 @@ typename P::Share one_hot_index(const typename P::Share& one_hot) {
 template <Protocol P>
 Task<typename P::Share> max_last(P& p, typename P::Share x, std::size_t arity = 0, int width = ring_bits,
                                  std::size_t plan_rows = 0) {
-  auto r = co_await argmax_last(p, std::move(x), false, arity, width, plan_rows);
+  auto r = co_await argmax_last(p, std::move(x), false, arity, width, plan_rows);  // r.index unused
   co_return std::move(r.value);
 }
 

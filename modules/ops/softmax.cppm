@@ -25,8 +25,10 @@ export namespace mpcache::ops {
 
 namespace detail {
 // exp(x - max(x)), masked: the numerators of softmax.
+// (x by value: dropped once shifted, so a prefill holds one tensor of its
+// scores less through exp.)
 template <Protocol P>
-Task<typename P::Share> softmax_numerators(P& p, const typename P::Share& x, const std::optional<RingTensor>& mask,
+Task<typename P::Share> softmax_numerators(P& p, typename P::Share x, const std::optional<RingTensor>& mask,
                                            std::size_t plan_rows = 0) {
   const Shape shape = P::shape(x);
   const std::size_t n = shape.back();
@@ -35,8 +37,9 @@ Task<typename P::Share> softmax_numerators(P& p, const typename P::Share& x, con
                                                  shape_string(shape_of(*mask)) + ", scores " +
                                                  shape_string(shape));
   auto row_max = co_await max_last(p, x, 0, ring_bits, plan_rows);  // (..., 1)
-  auto shifted = p.sub(x, broadcast_last<P>(row_max, n));
+  auto shifted = p.sub(std::exchange(x, typename P::Share{}), broadcast_last<P>(row_max, n));
   auto e = co_await exp_neg(p, shifted);
+  shifted = typename P::Share{};
   if (mask) e = p.mul_public(e, *mask);  // integer 0/1: no truncation
   co_return e;
 }
@@ -98,14 +101,14 @@ Task<std::pair<typename P::Share, typename P::Share>> softmax_times(P& p, const 
 // is probabilistic, softmax then its product (as softmax_times).
 //   error: within softmax's per-entry bound times sum_j |v_j| (tested)
 template <Protocol P>
-Task<typename P::Share> softmax_apply(P& p, const typename P::Share& x, const typename P::Share& v,
+Task<typename P::Share> softmax_apply(P& p, typename P::Share x, const typename P::Share& v,
                                       const std::optional<RingTensor>& mask = std::nullopt, std::size_t plan_rows = 0) {
   if (!truncates_exactly(p)) {
     auto probs = co_await softmax_last(p, x, mask, plan_rows);
     co_return co_await p.matmul_trunc(probs, v);
   }
   using Share = typename P::Share;
-  auto e = co_await detail::softmax_numerators(p, x, mask, plan_rows);
+  auto e = co_await detail::softmax_numerators(p, std::move(x), mask, plan_rows);
   auto times_v = [&](P& q) -> Task<std::vector<Share>> {
     auto ev = co_await q.matmul_trunc(e, v);
     co_return std::vector<Share>{std::move(ev)};
