@@ -400,9 +400,11 @@ class Decoder {
   void place_wave_weights(std::vector<RingTensor>& into, const Share& wave_probs, const RowBlock& wave,
                           std::size_t g, std::size_t count) const;
   Task<std::vector<Share>> attention_rows(P& p, std::size_t layer, const Share& qr, std::size_t count,
-                                          const RowBlock& wave, std::vector<Share>& probs);
+                                          const RowBlock& wave, bool keep_weights, std::vector<Share>& probs);
   Task<Share> prefill_head(P& p, const Share& queries, const kv::HeadCache<P>& cache, std::size_t g,
-                           const RowBlock& wave, std::size_t count, Share& probs_out);
+                           const RowBlock& wave, bool keep_weights, Share& probs_out);
+  Task<Share> prefill_block(P& p, const Share& queries, const kv::HeadCache<P>& cache, std::size_t g,
+                            const RowBlock& block, std::size_t plan_rows, Share* probs_out);
   template <class Pol>
   Task<Share> attend(P& p, Pol& policy, const kv::StepView<P>& view, const kv::Selection<P>& sel);
   Task<Share> decode_head(P& p, const Share& queries, const Share& keys, const Share& values, Share& probs_out);

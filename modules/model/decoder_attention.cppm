@@ -29,7 +29,7 @@ auto Decoder<P>::attention_block(P& p, Pol& policy, std::size_t layer, const Sha
   const bool policy_reads = kv::OptionalMembers<P>::reads_prefill_attention(policy, layer, count);
   std::vector<Share> outputs;
   if (last_row_out && !policy_reads) {  // one query row over the whole prompt
-    outputs = co_await attention_rows(p, layer, qr, count, RowBlock{count - 1, count}, *prefill_probs);
+    outputs = co_await attention_rows(p, layer, qr, count, RowBlock{count - 1, count}, false, *prefill_probs);
     prefill_probs->clear();
   } else {
     outputs = co_await prefill_attention(p, layer, qr, count, policy_reads, *prefill_probs);
@@ -52,7 +52,7 @@ auto Decoder<P>::prefill_attention(P& p, std::size_t layer, const Share& qr, std
   if constexpr (!ExactReals<P>)  // float64 holds no bit planes: one wave
     waves = attention_row_blocks(count, c_.num_heads, options_.prefill_memory_budget);
   if (waves.size() == 1) {
-    auto outputs = co_await attention_rows(p, layer, qr, count, waves[0], probs);
+    auto outputs = co_await attention_rows(p, layer, qr, count, waves[0], keep_weights, probs);
     if (!keep_weights) probs.clear();
     co_return outputs;
   }
@@ -61,7 +61,7 @@ auto Decoder<P>::prefill_attention(P& p, std::size_t layer, const Share& qr, std
   std::vector<std::vector<RingTensor>> weights(kvh);     // per KV head: (g * count, count) per component
   for (const RowBlock& wave : waves) {
     std::vector<Share> wave_probs;
-    auto outs = co_await attention_rows(p, layer, qr, count, wave, wave_probs);
+    auto outs = co_await attention_rows(p, layer, qr, count, wave, keep_weights, wave_probs);
     for (std::size_t hh = 0; hh < c_.num_heads; ++hh) pieces[hh].push_back(std::move(outs[hh]));
     if (keep_weights)
       for (std::size_t j = 0; j < kvh; ++j) place_wave_weights(weights[j], wave_probs[j], wave, g, count);
@@ -94,11 +94,11 @@ void Decoder<P>::place_wave_weights(std::vector<RingTensor>& into, const Share& 
 }
 
 // Query rows `wave` of every head (rows, d), all KV heads at once (their
-// messages share rounds); the wave's weights per KV head (g * rows,
-// wave.end) go to `probs`.
+// messages share rounds); with `keep_weights` the wave's weights per KV
+// head (g * rows, wave.end) go to `probs` (else it holds empty shares).
 template <Protocol P>
 auto Decoder<P>::attention_rows(P& p, std::size_t layer, const Share& qr, std::size_t count, const RowBlock& wave,
-                                std::vector<Share>& probs) -> Task<std::vector<Share>> {
+                                bool keep_weights, std::vector<Share>& probs) -> Task<std::vector<Share>> {
   const std::size_t kvh = c_.num_kv_heads, g = c_.num_heads / kvh, rows = wave.end - wave.begin;
   const bool all = rows == count;
   probs.assign(kvh, Share{});
@@ -114,7 +114,7 @@ auto Decoder<P>::attention_rows(P& p, std::size_t layer, const Share& qr, std::s
   for (std::size_t j = 0; j < kvh; ++j) {
     group_queries[j] = query_rows(j * g);
     for (std::size_t hh = 1; hh < g; ++hh) group_queries[j] = ops::stack_rows<P>(group_queries[j], query_rows(j * g + hh));
-    tasks.push_back(prefill_head(forks[j], group_queries[j], cache_[layer][j], g, wave, count, probs[j]));
+    tasks.push_back(prefill_head(forks[j], group_queries[j], cache_[layer][j], g, wave, keep_weights, probs[j]));
   }
   auto outs = co_await when_all(std::move(tasks));
   std::vector<Share> outputs(c_.num_heads);
@@ -124,32 +124,89 @@ auto Decoder<P>::attention_rows(P& p, std::size_t layer, const Share& qr, std::s
 }
 
 // One KV head's query group over its own prompt, query rows `wave` of
-// each head: (g*rows, d) -> (g*rows, d), against keys [0, wave.end) (the
-// later ones are all in the future).
+// each head: (g*rows, d) -> (g*rows, d). The wave's rows run in causal
+// blocks (prefill_memory.cppm), concurrently: block [b0, b1) against keys
+// [0, b1) only, so no score above the diagonal block is computed. With
+// `keep_weights` the weights (g*rows, wave.end), zero where a row does not
+// attend, go to `probs_out`.
 template <Protocol P>
 auto Decoder<P>::prefill_head(P& p, const Share& queries, const kv::HeadCache<P>& cache, std::size_t g,
-                              const RowBlock& wave, std::size_t count, Share& probs_out) -> Task<Share> {
+                              const RowBlock& wave, bool keep_weights, Share& probs_out) -> Task<Share> {
+  const std::size_t rows = wave.end - wave.begin;
+  const auto blocks = causal_blocks(wave);
+  // Every KV head's blocks run at once: their tournaments plan on all rows.
+  const std::size_t plan_rows = c_.num_heads * rows;
+  std::vector<P> forks;
+  forks.reserve(blocks.size());
+  for (std::size_t b = 0; b < blocks.size(); ++b) forks.push_back(p.fork());
+  std::vector<Share> block_queries(blocks.size()), block_probs(blocks.size());
+  std::vector<Task<Share>> tasks;
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    const std::size_t from = blocks[b].begin - wave.begin, to = blocks[b].end - wave.begin;
+    block_queries[b] = ops::rows<P>(queries, from, to);
+    for (std::size_t hh = 1; hh < g; ++hh)
+      block_queries[b] = ops::stack_rows<P>(block_queries[b], ops::rows<P>(queries, hh * rows + from, hh * rows + to));
+    tasks.push_back(prefill_block(forks[b], block_queries[b], cache, g, blocks[b], plan_rows,
+                                  keep_weights ? &block_probs[b] : nullptr));
+  }
+  auto outs = co_await when_all(std::move(tasks));  // (g * block rows, d) each
+  // Back to (g*rows, d), head by head, and the weights into (g*rows, wave.end).
+  const std::size_t d = P::shape(outs.front()).back();
+  std::vector<RingTensor> out_parts, prob_parts;
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    const std::size_t n = blocks[b].end - blocks[b].begin, from = blocks[b].begin - wave.begin;
+    auto parts = share_components<P>(outs[b]);
+    if (out_parts.empty())
+      for (std::size_t k = 0; k < parts.size(); ++k) out_parts.push_back(ring_zeros({g * rows, d}));
+    for (std::size_t k = 0; k < parts.size(); ++k)
+      for (std::size_t hh = 0; hh < g; ++hh)
+        std::copy_n(parts[k].data() + hh * n * d, n * d, out_parts[k].data() + (hh * rows + from) * d);
+    if (!keep_weights) continue;
+    auto weights = share_components<P>(block_probs[b]);  // (g * n, blocks[b].end)
+    if (prob_parts.empty())
+      for (std::size_t k = 0; k < weights.size(); ++k) prob_parts.push_back(ring_zeros({g * rows, wave.end}));
+    for (std::size_t k = 0; k < weights.size(); ++k)
+      for (std::size_t hh = 0; hh < g; ++hh)
+        for (std::size_t t = 0; t < n; ++t)
+          std::copy_n(weights[k].data() + (hh * n + t) * blocks[b].end, blocks[b].end,
+                      prob_parts[k].data() + (hh * rows + from + t) * wave.end);
+  }
+  if (keep_weights) probs_out = share_from_components<P>(queries, std::move(prob_parts));
+  co_return share_from_components<P>(queries, std::move(out_parts));
+}
+
+// One causal block of a KV head's query group: rows `block` of each head
+// (g * n, d) against keys [0, block.end), the future within the block
+// masked; the weights (g * n, block.end) to `probs_out` if asked for.
+// The row max's tournament plans on `plan_rows` rows (all that run at once).
+template <Protocol P>
+auto Decoder<P>::prefill_block(P& p, const Share& queries, const kv::HeadCache<P>& cache, std::size_t g,
+                               const RowBlock& block, std::size_t plan_rows, Share* probs_out) -> Task<Share> {
   auto scope = cost_scope(p, CostTag::attention);
-  const std::size_t rows = wave.end - wave.begin, keys = wave.end;
-  const bool all_keys = keys == count;
+  const std::size_t n = block.end - block.begin, keys = block.end;
+  const bool all_keys = keys == P::shape(cache.keys)[0];
   const Share early_keys = all_keys ? Share{} : ops::rows<P>(cache.keys, 0, keys);
   const Share early_values = all_keys ? Share{} : ops::rows<P>(cache.values, 0, keys);
   auto scores = co_await p.matmul_trunc(queries, ops::transpose<P>(all_keys ? cache.keys : early_keys));
-  const FixedPoint fp(p.frac_bits());
-  RingTensor bias = ring_zeros({g * rows, keys}), mask = ring_zeros({g * rows, keys});
-  const Ring minus_big = fp.encode(-1024.0);
-  for (std::size_t r = 0; r < g * rows; ++r)
-    for (std::size_t c = 0; c < keys; ++c) {
-      const bool future = c > wave.begin + r % rows;
-      bias(r, c) = future ? minus_big : 0;
-      mask(r, c) = future ? 0 : 1;
-    }
-  scores = p.add_public(scores, bias);  // keeps the row max on visible entries
+  std::optional<RingTensor> mask(ring_zeros({g * n, keys}));
   {
-    auto softmax_scope = cost_scope(p, CostTag::softmax);
-    probs_out = co_await ops::softmax_last(p, scores, std::optional<RingTensor>(mask));
+    const FixedPoint fp(p.frac_bits());
+    RingTensor bias = ring_zeros({g * n, keys});
+    const Ring minus_big = fp.encode(-1024.0);
+    for (std::size_t r = 0; r < g * n; ++r)
+      for (std::size_t c = 0; c < keys; ++c) {
+        const bool future = c > block.begin + r % n;
+        bias(r, c) = future ? minus_big : 0;
+        (*mask)(r, c) = future ? 0 : 1;
+      }
+    scores = p.add_public(scores, bias);  // keeps the row max on visible entries
   }
-  co_return co_await p.matmul_trunc(probs_out, all_keys ? cache.values : early_values);
+  const Share& values = all_keys ? cache.values : early_values;
+  auto softmax_scope = cost_scope(p, CostTag::softmax);
+  if (!probs_out) co_return co_await ops::softmax_apply(p, std::move(scores), values, mask, plan_rows);
+  auto [out, probs] = co_await ops::softmax_times(p, scores, values, mask, plan_rows);
+  *probs_out = std::move(probs);
+  co_return out;
 }
 
 template <Protocol P>

@@ -5,8 +5,11 @@
 // prefill_bytes_per_score bytes per score at each party. Unblocked, that is
 // heads x T^2 scores at once (1.3 GB per party for 4 heads at T = 1000).
 // Waves run one after another, each as large as the budget allows (the rows
-// of a wave share their rounds), so the attention's working set is
-//   prefill_bytes_per_score x heads x (r1 - r0) x r1  <=  max(budget, prefill_bytes_per_score x heads x T)
+// of a wave share their rounds). Within a wave, rows run in causal blocks
+// (causal_block_rows each, concurrently) against the keys up to their own
+// last row, so the attention's working set is about
+//   prefill_bytes_per_score x heads x (r1 - r0) x (r0 + (r1 - r0) / 2)
+//     <=  max(budget, prefill_bytes_per_score x heads x T)
 // (the right term: one row per wave, the least a causal row can take). The
 // MLP's activation takes rows in waves too: prefill_bytes_per_activation x
 // rows x hidden width <= max(budget, prefill_bytes_per_activation x width).
@@ -44,21 +47,46 @@ struct RowBlock {
   bool operator==(const RowBlock&) const = default;
 };
 
+// Rows of a causal block: within a wave, query rows run in blocks of this
+// many, each against keys [0, its last row] only, so that the wave's
+// scores are a staircase along the diagonal, not a rectangle whose upper
+// triangle is masked (at most a block's half square of masked scores per
+// block). The blocks of a wave run concurrently: their messages share
+// rounds.
+inline constexpr std::size_t causal_block_rows = 32;
+
+// The causal blocks of a wave, first to last.
+inline std::vector<RowBlock> causal_blocks(const RowBlock& wave, std::size_t block_rows = causal_block_rows) {
+  std::vector<RowBlock> out;
+  for (std::size_t r0 = wave.begin; r0 < wave.end; r0 += block_rows)
+    out.push_back({r0, std::min(wave.end, r0 + block_rows)});
+  return out;
+}
+
+// Scores per head a wave of causal blocks holds: each block's rows times
+// its keys.
+inline std::size_t causal_scores(const RowBlock& wave, std::size_t block_rows = causal_block_rows) {
+  std::size_t scores = 0;
+  for (const RowBlock& b : causal_blocks(wave, block_rows)) scores += (b.end - b.begin) * b.end;
+  return scores;
+}
+
 // Causal attention's waves for `tokens` query rows over `heads` heads: the
 // fewest, each taking as many rows as fit (greedy from the first row: a
 // later row attends to more keys, so the earliest waves are the widest).
+// A wave's scores are causal_scores (blocks of causal_block_rows).
 inline std::vector<RowBlock> attention_row_blocks(std::size_t tokens, std::size_t heads, std::size_t budget) {
   if (tokens == 0 || heads == 0) return {};
   const std::size_t scores = std::max<std::size_t>(1, budget / (prefill_bytes_per_score * heads));
   std::vector<RowBlock> out;
   for (std::size_t r0 = 0; r0 < tokens;) {
-    // The largest rows with rows x (r0 + rows) <= scores, at least one.
-    auto fits = [&](std::size_t rows) { return rows * (r0 + rows) <= scores; };
-    std::size_t rows = static_cast<std::size_t>(
-        (std::sqrt(double(r0) * double(r0) + 4.0 * double(scores)) - double(r0)) / 2.0);
-    while (rows > 0 && !fits(rows)) --rows;
-    while (rows < tokens - r0 && fits(rows + 1)) ++rows;
+    // The largest rows whose blocks' scores fit, at least one.
+    auto fits = [&](std::size_t rows) { return causal_scores({r0, r0 + rows}) <= scores; };
+    // A first guess from rows x (r0 + rows / 2) = scores, then exact.
+    std::size_t rows = static_cast<std::size_t>(std::sqrt(double(r0) * double(r0) + 2.0 * double(scores)) - double(r0));
     rows = std::clamp<std::size_t>(rows, 1, tokens - r0);
+    while (rows > 1 && !fits(rows)) --rows;
+    while (rows < tokens - r0 && fits(rows + 1)) ++rows;
     out.push_back({r0, r0 + rows});
     r0 += rows;
   }

@@ -7,16 +7,22 @@
 //     into [-0.75, 1], and p the degree-8 interpolant of exp(4z - 4) at
 //     Chebyshev nodes of that interval (monomial coefficients below 0.21,
 //     so z's powers at f fraction bits lose nothing that counts):
-//       round 1: x/8 and x^2/64 (z and z^2 are then local);
+//       round 1: z^2 = (x + 8)^2 / 64 (x + 8 = 8z is local: the 1/8s
+//                ride the products' truncations, x is never truncated);
 //       round 2: z^3 and z^4;
-//       round 3: the low half sum_{k<=4} c_k z^k (one truncation) and
-//                z^4 (sum_{k>4} c_k z^(k-4)) (one product);
+//       round 3: z^4 (sum_{k>4} c_k z^(k-4)) + the low half
+//                sum_{k<=4} c_k z^k, one sum of products (dot_trunc,
+//                where the backend has it: the low half's truncation
+//                rides the product's; else a truncation beside it);
 //       round 4: the square.
 //     Four rounds where the squarings took nine. The product of round 3
 //     reaches 2^(3f - 1.5) before its truncation, safe only where truncation
 //     is exact; a backend whose fraction bits leave too little room (f > 24)
 //     takes the squarings.
-// The clipping comparison runs concurrently, then one select.
+// The clipping comparison runs concurrently, then one select. It reads x
+// to 1/16 (ops::below_coarse, 50 bits at f = 18: 12.3 bytes per element
+// on rss3's circuit where 64 take 15.6): every x < -14 is clipped, none
+// >= -13.875, and those between may be either (exp(-13.875) < 1e-6).
 // Where comparisons are cheap one-round DCFs as well (rss3 dcf,
 // detail::splines_pay), a spline of five degree-4 pieces on [-14, -8, -5,
 // -3, -1.5, 0] and 0 below -14 (least squares on Chebyshev nodes) by
@@ -95,26 +101,49 @@ inline int exp_coefficient_bits(int frac_bits) {
 // p(x/8 + 1)^2 (see the top of this file); needs exact truncation.
 template <Protocol P>
 Task<typename P::Share> exp_by_polynomial(P& p, const typename P::Share& x, int bits) {
+  using Share = typename P::Share;
   const int f = p.frac_bits();
   const Shape s = P::shape(x);
-  const RingTensor one = ring_filled(s, Ring{1} << f);
-  // The truncations alone run on p itself (they need no truncation pairs),
-  // so that the products' forks are a burst's first and get half of p's
-  // pairs (rss3_pairs.cppm), not a sixth.
-  P ps = p.fork();
-  auto [eighth, square] = co_await when_all(p.truncate(x, 3), ps.mul_trunc(x, x, f + 6));
-  const auto z = p.add_public(eighth, one);
-  const auto z2 = p.add_public(p.add(square, p.add(eighth, eighth)), one);  // x^2/64 + x/4 + 1
-  P pc = p.fork(), pd = p.fork();
-  auto [z3, z4] = co_await when_all(pc.mul_trunc(z, z2), pd.mul_trunc(z2, z2));
-  const std::vector<typename P::Share> powers{z, z2, z3, z4};
-  const std::span<const double> c(exp_polynomial);
-  const auto low_sum = weighted_terms<P>(p, powers, c.subspan(1, 4), bits);
-  const auto high_factor = weighted_terms<P>(p, powers, c.subspan(5, 4), bits);
-  P ph = p.fork();
-  auto [low, high] = co_await when_all(p.truncate(low_sum, bits), ph.mul_trunc(z4, high_factor, f + bits));
   const FixedPoint fp(f);
-  const auto root = p.add_public(p.add(low, high), ring_filled(s, fp.encode(exp_polynomial[0])));
+  // w = x + 8 = 8z, local; the products' truncations take the 1/8s, so x
+  // itself is never truncated: z^2 = w^2 / 64, z^3 = w z^2 / 8, z^4.
+  // (Each temporary is dropped as soon as it is used: over a prefill's
+  // scores they are most of the working set.)
+  Share low_sum, high_factor, z4;
+  {
+    Share w = p.add_public(x, ring_filled(s, fp.encode(8.0)));
+    Share z2 = co_await p.mul_trunc(w, w, f + 6);
+    P pc = p.fork(), pd = p.fork();
+    auto [z3, z_4] = co_await when_all(pc.mul_trunc(w, z2, f + 3), pd.mul_trunc(z2, z2));
+    z4 = std::move(z_4);
+    std::vector<Share> powers;
+    powers.reserve(4);
+    powers.push_back(std::move(w));
+    powers.push_back(std::move(z2));
+    powers.push_back(std::move(z3));
+    powers.push_back(z4);
+    const auto& c = exp_polynomial;
+    const std::array<double, 4> low{c[1] / 8, c[2], c[3], c[4]}, high{c[5] / 8, c[6], c[7], c[8]};
+    low_sum = weighted_terms<P>(p, powers, low, bits);        // at 2^(f + bits)
+    high_factor = weighted_terms<P>(p, powers, high, bits);  // at 2^(f + bits)
+  }
+  Share sum;
+  if constexpr (SumsProducts<P>) {
+    // z^4 (its factor) + (the low half) 1 as one sum of products: the low
+    // half's truncation rides the product's.
+    Shape column = s;
+    column.push_back(1);
+    Share a = concat_last<P>(reshape<P>(std::exchange(z4, Share{}), column), reshape<P>(low_sum, column));
+    Share b = concat_last<P>(reshape<P>(std::exchange(high_factor, Share{}), column),
+                             public_share(p, reshape<P>(std::exchange(low_sum, Share{}), column),
+                                          ring_filled(column, Ring{1} << f)));
+    sum = co_await p.dot_trunc(a, b, f + bits);
+  } else {
+    P ph = p.fork();
+    auto [lo, hi] = co_await when_all(p.truncate(low_sum, bits), ph.mul_trunc(z4, high_factor, f + bits));
+    sum = p.add(lo, hi);
+  }
+  const auto root = p.add_public(sum, ring_filled(s, fp.encode(exp_polynomial[0])));
   co_return co_await p.mul_trunc(root, root);
 }
 
@@ -130,11 +159,11 @@ template <Protocol P>
 Task<typename P::Share> exp_neg(P& p, const typename P::Share& x) {
   if constexpr (ExactReals<P>) co_return p.map_real(x, [](double v) { return std::exp(v); });
   if (detail::splines_pay(p, x)) co_return co_await piecewise(p, x, exp_spline_spec());
-  const Shape s = P::shape(x);
-  const FixedPoint fp(p.frac_bits());
-  const auto clip = public_share(p, x, ring_filled(s, fp.encode(exp_clip_below)));
+  // The clip reads x to 1/16 (below_coarse): 0 below -14, exp's
+  // approximation from -13.875, either between.
   P pe = p.fork(), pc = p.fork();  // the products' fork first (see exp_by_polynomial)
-  auto [y, below] = co_await when_all(detail::exp_unclipped(pe, x), less_than(pc, x, clip));
+  const int drop = std::max(0, p.frac_bits() - 4);
+  auto [y, below] = co_await when_all(detail::exp_unclipped(pe, x), below_coarse(pc, x, exp_clip_below, drop));
   co_return p.sub(y, co_await p.mul(below, y));  // below ? 0 : y
 }
 

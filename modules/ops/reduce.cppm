@@ -87,10 +87,25 @@ double tournament_count_group_words(std::size_t m, int width = ring_bits) {
          double(C::mul(2 * m).max_bytes()) / 8;
 }
 
-// One level of a tournament: its group size, and whether it counts wins.
+// A level of pairs that selects by the difference (m = 2): the sign s of
+// d = x_a - x_b, then x_a - s d (and i_a - s (i_a - i_b)): one term per
+// output where the bits' way selects among two (bit_dot: 16 bytes a term
+// and 8 an output on rss3), so about 40 bytes a pair where 56 were.
+template <CostModel C>
+std::size_t tournament_difference_level_rounds(int width = ring_bits) {
+  return C::msb_bits(width, 1, 0).rounds + C::bit_dot(1, 1).rounds;
+}
+template <CostModel C>
+double tournament_difference_pair_words(int width = ring_bits) {
+  return msb_bits_words<C>(width) + double(C::bit_dot(2, 1).max_bytes()) / 8;
+}
+
+// One level of a tournament: its group size, and whether it counts wins
+// or (pairs only) selects by the difference.
 struct TournamentLevel {
   std::size_t m = 2;
   bool by_counts = false;
+  bool by_difference = false;
   bool operator==(const TournamentLevel&) const = default;
 };
 
@@ -104,10 +119,13 @@ struct TournamentLevel {
 // keys cost bandwidth too, only earlier).
 template <CostModel C>
 std::vector<TournamentLevel> tournament_levels(std::size_t rows, std::size_t n, int width = ring_bits,
-                                               const Link& link = lan_link(), bool counts = ArithmeticSignCosts<C>) {
-  // A level's rounds and words per group, by group size and way (computed once).
-  const int ways = counts ? 2 : 1;
-  std::vector<std::array<double, 2>> level_rounds(tournament_max_group + 1), group_words(tournament_max_group + 1);
+                                               const Link& link = lan_link(), bool counts = ArithmeticSignCosts<C>,
+                                               bool differences = true) {
+  // A level's rounds and words per group, by group size and way (computed
+  // once): 0 bits, 1 counts (where priced), 2 the difference (pairs).
+  constexpr double never = std::numeric_limits<double>::infinity();
+  std::vector<std::array<double, 3>> level_rounds(tournament_max_group + 1, {never, never, never}),
+      group_words(tournament_max_group + 1, {never, never, never});
   for (std::size_t m = 2; m <= std::min(n, tournament_max_group); ++m) {
     level_rounds[m][0] = double(tournament_level_rounds<C>(m, width));
     group_words[m][0] = tournament_group_words<C>(m, width);
@@ -116,16 +134,21 @@ std::vector<TournamentLevel> tournament_levels(std::size_t rows, std::size_t n, 
       group_words[m][1] = tournament_count_group_words<C>(m, width);
     }
   }
+  if (n >= 2 && differences) {
+    level_rounds[2][2] = double(tournament_difference_level_rounds<C>(width));
+    group_words[2][2] = tournament_difference_pair_words<C>(width);
+  }
   // best[len] = (cost to reduce len candidates to one, its first level).
   std::vector<std::pair<double, TournamentLevel>> best(n + 1, {0.0, {}});
   for (std::size_t len = 2; len <= n; ++len) {
     best[len].first = std::numeric_limits<double>::infinity();
     for (std::size_t m = 2; m <= std::min(len, tournament_max_group); ++m)
-      for (int way = 0; way < ways; ++way) {
+      for (int way = 0; way < 3; ++way) {
+        if (level_rounds[m][way] == never) continue;
         const std::size_t groups = (len + m - 1) / m;
         const double cost = link.seconds(level_rounds[m][way], double(rows * groups) * group_words[m][way] * 8) +
                             best[groups].first;
-        if (cost < best[len].first) best[len] = {cost, {m, way == 1}};
+        if (cost < best[len].first) best[len] = {cost, {m, way == 1, way == 2}};
       }
   }
   std::vector<TournamentLevel> plan;
@@ -139,7 +162,7 @@ template <CostModel C>
 std::vector<std::size_t> tournament_plan(std::size_t rows, std::size_t n, int width = ring_bits,
                                          const Link& link = lan_link()) {
   std::vector<std::size_t> plan;
-  for (const TournamentLevel& level : tournament_levels<C>(rows, n, width, link, false)) plan.push_back(level.m);
+  for (const TournamentLevel& level : tournament_levels<C>(rows, n, width, link, false, false)) plan.push_back(level.m);
   return plan;
 }
 
@@ -183,6 +206,47 @@ typename P::Share pair_differences(const P& p, const typename P::Share& xs, std:
     return P::apply(t, [&](const RingTensor& r) { return ring_take_last(r, at); });
   };
   return p.sub(take(xs, first), take(xs, second));
+}
+}  // namespace detail
+
+namespace detail {
+// Elements at positions `at` of the last axis.
+template <Protocol P, class S>
+S take_last(const S& t, const std::vector<std::size_t>& at) {
+  return P::apply(t, [&](const RingTensor& r) { return ring_take_last(r, at); });
+}
+
+// A level of pairs by the difference (tournament_difference_level_rounds):
+// xs, is (..., 2 groups) -> each pair's larger value and its index (the
+// lower index on ties, as the other ways).
+template <Protocol P>
+Task<std::pair<typename P::Share, typename P::Share>> pair_level_by_difference(P& p, const typename P::Share& xs,
+                                                                              const typename P::Share& is,
+                                                                              bool with_index, int width) {
+  const std::size_t groups = P::shape(xs).back() / 2;
+  std::vector<std::size_t> first(groups), second(groups);
+  for (std::size_t q = 0; q < groups; ++q) {
+    first[q] = 2 * q;
+    second[q] = 2 * q + 1;
+  }
+  const auto a = take_last<P>(xs, first);
+  const auto d = p.sub(a, take_last<P>(xs, second));  // x_a - x_b
+  const auto b_wins = co_await msb_bits(p, d, width);  // x_a < x_b
+  if (!with_index) {
+    auto v = p.sub(a, co_await bit_times(p, b_wins, d));
+    co_return std::pair{v, v};
+  }
+  const auto ia = take_last<P>(is, first);
+  const auto di = p.sub(ia, take_last<P>(is, second));
+  // Both products in one bit_dot: the bits twice, over [d, di].
+  const Shape shape = P::shape(d);
+  const std::size_t total = x_rows(shape) * groups;
+  auto twice = P::apply(reshape<P>(b_wins, {1, total}), [](const RingTensor& t) { return ring_concat_last(t, t); });
+  const auto both = concat_last<P>(reshape<P>(d, {1, total}), reshape<P>(di, {1, total}));
+  auto picked = co_await bit_times(p, twice, both);  // (1, 2 total)
+  auto v = p.sub(a, reshape<P>(slice_last<P>(picked, 0, total), shape));
+  auto i = p.sub(ia, reshape<P>(slice_last<P>(picked, total, 2 * total), shape));
+  co_return std::pair{std::move(v), std::move(i)};
 }
 }  // namespace detail
 
@@ -302,7 +366,9 @@ Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const ty
   const std::size_t m = level.m;
   const Shape shape = P::shape(x);
   const std::size_t groups = (shape.back() + m - 1) / m;
-  const auto xs = pad_to_groups(p, x, m, tournament_floor(width)), is = pad_to_groups(p, idx, m, Ring{0});
+  const auto xs = pad_to_groups(p, x, m, tournament_floor(width));
+  const auto is = with_index ? pad_to_groups(p, idx, m, Ring{0}) : idx;
+  if (level.by_difference && m == 2) co_return co_await detail::pair_level_by_difference(p, xs, is, with_index, width);
   if (level.by_counts) {
     // The winner's 0/1 times values (and indices), summed per group: one product.
     const std::size_t total = x_rows(shape) * groups;
@@ -341,9 +407,12 @@ Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const ty
 // level uses groups of `arity` (2 is the classic pairwise tournament).
 // width < 64 narrows the comparisons: the caller promises
 // |x| < 2^(width-2) as ring integers (padding stays below every value).
+// plan_rows > 0: plan for that many rows (a caller running several
+// tournaments at once, whose messages share rounds, plans on all of
+// their rows; the plan changes only the cost, not the result).
 template <Protocol P>
 Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, std::size_t arity = 0,
-                            int width = ring_bits) {
+                            int width = ring_bits, std::size_t plan_rows = 0) {
   Shape shape = P::shape(x);
   if (shape.empty() || shape.back() == 0)
     throw Error(ErrorCode::invalid_argument,
@@ -356,11 +425,14 @@ Task<ArgMax<P>> argmax_last(P& p, typename P::Share x, bool with_index = true, s
     auto [value, index] = p.exact_argmax_last(x);
     co_return ArgMax<P>{std::move(value), std::move(index)};
   }
-  RingTensor iota = RingTensor::from_shape(shape);
+  // The indices only where asked for (a max over a prefill's scores would
+  // hold 24 bytes a score more at its peak).
+  RingTensor iota = RingTensor::from_shape(with_index ? shape : Shape{1, 1});
   for (std::size_t i = 0; i < iota.size(); ++i) iota.data()[i] = i % n;
   typename P::Share idx = public_share(p, x, iota);
   std::vector<TournamentLevel> plan;
-  if (arity == 0) plan = with_costs(p, [&]<CostModel C>() { return tournament_levels<C>(x_rows(shape), n, width); });
+  const std::size_t rows = plan_rows > 0 ? plan_rows : x_rows(shape);
+  if (arity == 0) plan = with_costs(p, [&]<CostModel C>() { return tournament_levels<C>(rows, n, width); });
   for (std::size_t level = 0; P::shape(x).back() > 1; ++level) {
     TournamentLevel step = arity != 0 ? TournamentLevel{arity} : plan.at(level);
     step.m = std::min(step.m, P::shape(x).back());
@@ -386,8 +458,9 @@ typename P::Share one_hot_index(const typename P::Share& one_hot) {
 }
 
 template <Protocol P>
-Task<typename P::Share> max_last(P& p, typename P::Share x, std::size_t arity = 0, int width = ring_bits) {
-  auto r = co_await argmax_last(p, std::move(x), false, arity, width);
+Task<typename P::Share> max_last(P& p, typename P::Share x, std::size_t arity = 0, int width = ring_bits,
+                                 std::size_t plan_rows = 0) {
+  auto r = co_await argmax_last(p, std::move(x), false, arity, width, plan_rows);  // r.index unused
   co_return std::move(r.value);
 }
 

@@ -25,17 +25,21 @@ export namespace mpcache::ops {
 
 namespace detail {
 // exp(x - max(x)), masked: the numerators of softmax.
+// (x by value: dropped once shifted, so a prefill holds one tensor of its
+// scores less through exp.)
 template <Protocol P>
-Task<typename P::Share> softmax_numerators(P& p, const typename P::Share& x, const std::optional<RingTensor>& mask) {
+Task<typename P::Share> softmax_numerators(P& p, typename P::Share x, const std::optional<RingTensor>& mask,
+                                           std::size_t plan_rows = 0) {
   const Shape shape = P::shape(x);
   const std::size_t n = shape.back();
   if (mask && shape_of(*mask) != shape)
     throw Error(ErrorCode::invalid_argument, "softmax mask has shape " +
                                                  shape_string(shape_of(*mask)) + ", scores " +
                                                  shape_string(shape));
-  auto row_max = co_await max_last(p, x);  // (..., 1)
-  auto shifted = p.sub(x, broadcast_last<P>(row_max, n));
+  auto row_max = co_await max_last(p, x, 0, ring_bits, plan_rows);  // (..., 1)
+  auto shifted = p.sub(std::exchange(x, typename P::Share{}), broadcast_last<P>(row_max, n));
   auto e = co_await exp_neg(p, shifted);
+  shifted = typename P::Share{};
   if (mask) e = p.mul_public(e, *mask);  // integer 0/1: no truncation
   co_return e;
 }
@@ -50,11 +54,13 @@ Task<std::vector<typename P::Share>> over_sum(P& p, const typename P::Share& e, 
 }
 }  // namespace detail
 
+// plan_rows: as argmax_last's (reduce.cppm), for callers that run several
+// softmaxes at once.
 template <Protocol P>
 Task<typename P::Share> softmax_last(P& p, const typename P::Share& x,
-                                     const std::optional<RingTensor>& mask = std::nullopt) {
+                                     const std::optional<RingTensor>& mask = std::nullopt, std::size_t plan_rows = 0) {
   using Share = typename P::Share;
-  auto e = co_await detail::softmax_numerators(p, x, mask);
+  auto e = co_await detail::softmax_numerators(p, x, mask, plan_rows);
   // (over_sum has summed e before it asks for the multiplicands: e moves.)
   auto numerators = [&e](P&) -> Task<std::vector<Share>> { co_return std::vector<Share>{std::move(e)}; };
   co_return std::move((co_await detail::over_sum(p, e, numerators)).front());
@@ -69,17 +75,18 @@ Task<typename P::Share> softmax_last(P& p, const typename P::Share& x,
 // elements per prefill failed and garbled whole generations), so there the
 // product follows the softmax. softmax_times_by takes the product as
 // times(p, w) -> w v for weights w (..., n): cluster_attention's scatter
-// then product.
+// then product. plan_rows: as argmax_last's (reduce.cppm).
 template <Protocol P, class Times>
 Task<std::pair<typename P::Share, typename P::Share>> softmax_times_by(P& p, const typename P::Share& x, Times times,
-                                                                       const std::optional<RingTensor>& mask = std::nullopt) {
+                                                                       const std::optional<RingTensor>& mask = std::nullopt,
+                                                                       std::size_t plan_rows = 0) {
   if (!truncates_exactly(p)) {
-    auto probs = co_await softmax_last(p, x, mask);
+    auto probs = co_await softmax_last(p, x, mask, plan_rows);
     auto out = co_await times(p, probs);
     co_return std::pair{std::move(out), std::move(probs)};
   }
   using Share = typename P::Share;
-  auto e = co_await detail::softmax_numerators(p, x, mask);
+  auto e = co_await detail::softmax_numerators(p, x, mask, plan_rows);
   auto times_and_itself = [&](P& q) -> Task<std::vector<Share>> {
     auto ev = co_await times(q, e);
     co_return std::vector<Share>{std::move(ev), std::move(e)};  // e summed already (over_sum)
@@ -91,9 +98,32 @@ Task<std::pair<typename P::Share, typename P::Share>> softmax_times_by(P& p, con
 template <Protocol P>
 Task<std::pair<typename P::Share, typename P::Share>> softmax_times(P& p, const typename P::Share& x,
                                                                     const typename P::Share& v,
-                                                                    const std::optional<RingTensor>& mask = std::nullopt) {
+                                                                    const std::optional<RingTensor>& mask = std::nullopt,
+                                                                    std::size_t plan_rows = 0) {
   co_return co_await softmax_times_by(
-      p, x, [&v](P& q, const typename P::Share& w) { return q.matmul_trunc(w, v); }, mask);
+      p, x, [&v](P& q, const typename P::Share& w) { return q.matmul_trunc(w, v); }, mask, plan_rows);
+}
+
+// softmax(x) v alone, for x (..., n) and v (n, d), where nobody reads the
+// weights (a prefill whose policy does not look at them): e v runs while
+// the reciprocal of the row sums is computed, and the normalisation is a
+// product per output (..., d), not per weight (..., n). Where truncation
+// is probabilistic, softmax then its product (as softmax_times).
+//   error: within softmax's per-entry bound times sum_j |v_j| (tested)
+template <Protocol P>
+Task<typename P::Share> softmax_apply(P& p, typename P::Share x, const typename P::Share& v,
+                                      const std::optional<RingTensor>& mask = std::nullopt, std::size_t plan_rows = 0) {
+  if (!truncates_exactly(p)) {
+    auto probs = co_await softmax_last(p, x, mask, plan_rows);
+    co_return co_await p.matmul_trunc(probs, v);
+  }
+  using Share = typename P::Share;
+  auto e = co_await detail::softmax_numerators(p, std::move(x), mask, plan_rows);
+  auto times_v = [&](P& q) -> Task<std::vector<Share>> {
+    auto ev = co_await q.matmul_trunc(e, v);
+    co_return std::vector<Share>{std::move(ev)};
+  };
+  co_return std::move((co_await detail::over_sum(p, e, times_v)).front());
 }
 
 }  // namespace mpcache::ops

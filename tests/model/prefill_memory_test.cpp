@@ -14,8 +14,18 @@ using testing::run;
 namespace {
 const std::filesystem::path fixture = std::filesystem::path(MPCACHE_SOURCE_DIR) / "tools/model/fixture";
 
-// Score elements a wave holds: every head's rows against keys [0, end).
-std::size_t wave_scores(const RowBlock& b, std::size_t heads) { return heads * (b.end - b.begin) * b.end; }
+// Score elements a wave holds: every head's causal blocks of
+// causal_block_rows rows, each against keys [0, its end), counted here
+// row by row.
+std::size_t wave_scores(const RowBlock& b, std::size_t heads) {
+  std::size_t scores = 0;
+  for (std::size_t r = b.begin; r < b.end; ++r) {
+    const std::size_t block_end = std::min(b.end, b.begin + (r - b.begin) / causal_block_rows * causal_block_rows +
+                                                      causal_block_rows);
+    scores += block_end;
+  }
+  return heads * scores;
+}
 
 // The full cache, keeping the prefill's attention weights it is shown.
 template <Protocol P>
@@ -150,9 +160,31 @@ TEST_SUITE("prefill memory") {
         }
     // A prompt that fits is one wave: the unblocked prefill.
     CHECK(attention_row_blocks(100, 2, tight_budget * 64) == std::vector<RowBlock>{{0, 100}});
-    // 1000 tokens, 4 heads in 64 MiB: the first wave 228 rows (228 x 228 x 4 x 320 <= 2^26 < 229 x 229 x 4 x 320).
+    // 1000 tokens, 4 heads in 64 MiB (52,428 scores per head): the first
+    // wave 308 rows, 9 blocks of 32 and one of 20 (52,240 scores; 309 rows
+    // would take 52,569), where a rectangle took 228 rows.
     const auto waves = attention_row_blocks(1000, 4, std::size_t{64} << 20);
-    CHECK(waves.front() == RowBlock{0, 228});
+    CHECK(waves.front() == RowBlock{0, 308});
+    CHECK(causal_scores(RowBlock{0, 308}) == 52240);
+    CHECK(causal_scores(RowBlock{0, 309}) == 52569);
+  }
+
+  TEST_CASE("causal blocks tile a wave in order; their scores are the staircase under the diagonal") {
+    CHECK(causal_blocks(RowBlock{0, 70}) == std::vector<RowBlock>{{0, 32}, {32, 64}, {64, 70}});
+    CHECK(causal_blocks(RowBlock{100, 101}) == std::vector<RowBlock>{{100, 101}});
+    // 32 x 32 + 32 x 64 + 6 x 70 (a rectangle: 70 x 70 = 4,900).
+    CHECK(causal_scores(RowBlock{0, 70}) == 1024 + 2048 + 420);
+    // A single row attends to every key up to its own.
+    CHECK(causal_scores(RowBlock{999, 1000}) == 1000);
+    for (std::size_t begin : {0, 5, 300})
+      for (std::size_t rows : {1, 31, 32, 33, 200}) {
+        const RowBlock wave{begin, begin + rows};
+        CAPTURE(begin);
+        CAPTURE(rows);
+        CHECK(causal_scores(wave) == wave_scores(wave, 1));
+        CHECK(causal_scores(wave) >= rows * begin + rows * (rows + 1) / 2);  // the causal triangle at least
+        CHECK(causal_scores(wave) <= rows * wave.end);                     // a rectangle at most
+      }
   }
 
   TEST_CASE("activation waves are near-equal and within the budget") {
@@ -267,10 +299,16 @@ TEST_SUITE("prefill memory") {
     // 188 and 496 before a prefill's activation took one polynomial per
     // element after its comparisons (ops::piecewise_selected: 5 rounds more
     // in each of its waves, about half the bytes).
-    CHECK(whole.rounds == 203);
-    CHECK(waves.rounds == 544);  // 2 layers x (3 attention waves more + 2 activation waves more)
-    // The later waves attend only to earlier keys: fewer bytes.
-    CHECK(waves.bytes < whole.bytes);
+    // 203 and 544 rounds, 17.2 and 13.3 MB, before the waves ran in causal
+    // blocks (no scores above the diagonal blocks), the weights' normalisation
+    // moved to the outputs (ops::softmax_apply), the row max took pairs by
+    // the difference planned on all rows at once and exp's clip 50 bits.
+    CHECK(whole.rounds == 212);
+    CHECK(waves.rounds == 526);  // 2 layers x (3 attention waves more + 2 activation waves more)
+    // Causal blocks leave the waves no masked rectangle to save; smaller
+    // waves plan their tournaments on fewer rows (wider groups): more bytes.
+    CHECK(whole.bytes == 11089128);
+    CHECK(waves.bytes == 12366504);
     for (std::size_t t = 0; t < prompt_tokens; ++t) CHECK(argmax_row(whole.logits, t) == argmax_row(waves.logits, t));
     CHECK(testing::max_abs_diff(whole.logits, waves.logits) < 1e-2);
   }
