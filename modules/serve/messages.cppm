@@ -20,6 +20,14 @@
 //       finished its prefill here and joins the decode batches (or failed)
 //   leader -> servers 1, 2 (batch_stream)        BatchStep: the sessions of
 //       the next batched decode step of a lane, and the sessions that leave (why)
+// The drain (drain_stream, DrainNote), both ways between the leader and each
+// of servers 1 and 2:
+//   servers 1, 2 -> leader  'S' this server was asked to stop (SIGTERM);
+//                           'E' a session the leader admitted has ended here
+//                           (done, failed, or never launched here); 'B' bye:
+//                           the leader's 'C' came, waiting for its close
+//   leader -> servers 1, 2  'C' the drain is complete: every session it
+//                           admitted has ended at all three servers
 export module mpcache.serve:messages;
 import mpcache.std;
 import mpcache.core;
@@ -38,6 +46,7 @@ inline constexpr StreamId announce_stream = 0x0000'616E'6E6F'756Eull;  // "annou
 inline constexpr StreamId heartbeat_stream = 0x0000'6265'6174'2121ull;  // "beat!!"
 inline constexpr StreamId batch_stream = 0x0000'6261'7463'6821ull;        // "batch!"
 inline constexpr StreamId batch_ready_stream = 0x0000'6A6F'696E'6564ull;  // "joined"
+inline constexpr StreamId drain_stream = 0x0000'6472'6169'6E21ull;        // "drain!"
 
 using Nonce = std::array<std::uint64_t, 2>;
 
@@ -104,6 +113,19 @@ struct BatchStep {
 
   std::vector<std::byte> encode() const;
   static BatchStep decode(std::span<const std::byte> bytes);
+};
+
+// One word of the coordinated drain (drain_stream, above).
+enum class DrainKind : std::uint8_t { stop_asked = 'S', session_ended = 'E', complete = 'C', bye = 'B' };
+
+struct DrainNote {
+  DrainKind kind = DrainKind::stop_asked;
+  std::uint64_t session = 0;  // session_ended: which
+  std::uint8_t asked_by = 0;  // complete: the server whose stop request began the drain
+
+  std::vector<std::byte> encode() const;
+  // Throws Error(protocol) naming what is malformed.
+  static DrainNote decode(std::span<const std::byte> bytes);
 };
 
 std::string nonce_text(const Nonce& nonce);

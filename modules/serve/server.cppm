@@ -104,6 +104,15 @@ struct ServeOptions {
   std::size_t refill_steps_ahead = 4;
   // After each chosen token (StepReport). Benches and tests.
   std::function<void(const StepReport&)> on_step;
+  // Tests: a stop as if requested here (SIGTERM), at a known phase of one
+  // session: when it is launched here, before its prefill (step -1), or
+  // right after this server chose its token number `step` (0: the
+  // prefill's; new_tokens - 2: its last step comes next).
+  struct StopAt {
+    std::uint64_t session = 0;
+    std::int64_t step = -1;
+  };
+  std::optional<StopAt> stop_at;
 };
 
 struct ServeStats {
@@ -121,6 +130,11 @@ struct ServeStats {
   // Exact truncations, elements: with a pair (one round), and in two rounds
   // where pairs were on but none was held (Rss3TruncationStats).
   std::uint64_t truncations_with_pairs = 0, truncations_in_two_rounds = 0;
+  // The run ended in a drain that all three agreed on (every admitted
+  // session ended at all three servers), begun by the stop requested at
+  // server stop_asked_by (-1: no drain; the mesh ended it).
+  bool drained = false;
+  int stop_asked_by = -1;
 };
 
 class Server {
@@ -131,9 +145,12 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Keys and weights, then serves until a stop is requested on `stop`;
-  // then refuses new requests ("shutting down"), lets the sessions in
-  // flight finish within drain_within, cancels the rest, and returns.
+  // Keys and weights, then serves until a stop is requested on `stop` here
+  // or at another server; then the service drains: server 0 refuses new
+  // and queued requests ("shutting down"), lets the sessions in flight
+  // finish within its drain_within, cancels the rest at all three, and
+  // tells servers 1 and 2 once every session it admitted has ended at all
+  // three. Then all three close the mesh and return.
   Task<ServeStats> run(std::stop_token stop);
   // On the loop's thread: a client that passed the door. One that comes
   // while the weights are being shared waits for them.

@@ -34,6 +34,13 @@ inline constexpr PartyId leader = 0;
 // make a server open streams without end.
 inline constexpr std::size_t max_lanes = 64;
 
+// What a request queued, or arriving, during a drain is told (with no
+// output: it may be retried once the service is back).
+inline constexpr const char* shutting_down = "shutting down: the service is draining; retry once it is back";
+// After the drain, how long servers 1 and 2 wait for the leader to close
+// the mesh, and the leader for their byes.
+inline constexpr std::chrono::milliseconds bye_within{5000};
+
 inline ScopeId scope_of(std::uint64_t session) { return static_cast<ScopeId>(1 + session % max_scope); }
 
 // One client's channel at this server: an endpoint on the server's loop
@@ -98,7 +105,13 @@ struct ServerContext {
   TaskGroup tasks;
   Signal changed;
   std::shared_ptr<bool> alive = make_shared<bool>(true);  // timers check it: they may outlive us
-  bool is_ready = false, stopping = false;
+  bool is_ready = false;
+  // No new requests: at the leader once the drain began (a stop asked here
+  // or at server 1 or 2), at servers 1 and 2 once the leader said it is complete.
+  bool stopping = false;
+  bool stop_asked = false;      // a stop was requested here (SIGTERM): the leader is told, and drains
+  bool drain_complete = false;  // every session the leader admitted has ended at all three
+  int stop_asked_by = -1;       // the server whose stop request began the drain
   bool mesh_lost = false;     // a link of the mesh failed or was cancelled: the service is over
   std::string mesh_lost_why;  // when that happened before a stop of ours
   std::stop_token stop;
@@ -116,8 +129,13 @@ class Sessions;
 class Batcher;
 
 // Keeps each side knowing the other is there: heartbeats on the mesh and to
-// every client, deadlines on a client's silence, and at a stop the drain
-// (the sessions in flight get drain_within, then are cut).
+// every client, deadlines on a client's silence, and at a stop the
+// coordinated drain: a stop asked at any server goes to the leader, which
+// refuses new and queued requests, gives the sessions in flight
+// drain_within (then cancels their scopes: at every server, so they leave
+// the batches between steps), and declares the drain complete once each
+// session it admitted has ended at all three servers. Only then does a
+// server close the mesh, so no stop ends a step another server still runs.
 class Liveness {
  public:
   Liveness(ServerContext& server, Admission& admission, Sessions& sessions)
@@ -134,12 +152,30 @@ class Liveness {
   void fail_unless_by(const std::shared_ptr<ClientLink>& link, std::shared_ptr<bool> done,
                       std::chrono::milliseconds limit, const std::string& what);
   Task<void> watch_client(std::uint64_t session, std::shared_ptr<ClientLink> link);
-  void drain();
+
+  // The drain. The leader counts where each session it admitted has ended.
+  void admitted(std::uint64_t session);      // leader
+  void session_ended(std::uint64_t session);  // any server: its part of the session is over (or never began)
+  Task<void> hear_drain(PartyId peer);        // the leader hears 1 and 2; they hear the leader
+  // run(), on every change until the drain is complete or the mesh fails:
+  // a stop asked here goes to the leader; the leader begins the drain and
+  // ends it. True once it is complete.
+  bool drain_step();
+  // After the drain: the leader's word to 1 and 2 and their byes, so that
+  // the leader closes the mesh last; bounded by bye_within.
+  Task<void> finish_drain();
+  // The mesh failed: requests waiting are refused, sessions cut after drain_within.
+  void cut_short();
 
  private:
+  void begin_drain(PartyId asked_by);  // leader
+
   ServerContext& s_;
   Admission& admission_;
   Sessions& sessions_;
+  std::map<std::uint64_t, unsigned> ended_at_;  // leader: admitted sessions not yet ended everywhere -> servers (bits)
+  bool told_leader_ = false;                    // 1, 2: the stop asked here went to the leader
+  unsigned byes_ = 0;                           // leader: servers 1, 2 that answered 'complete'
   std::vector<std::weak_ptr<ClientLink>> links_;  // every client link, to beat to and to close at the end
 };
 
@@ -203,6 +239,7 @@ class Sessions {
   void send_accepted(ClientLink& link, std::uint64_t session);
   Task<void> generate_tokens(std::uint64_t session, std::shared_ptr<Request> r, std::size_t& chosen, bool& joined);
   static Task<Rss3Share> chosen_row(Rss3& p, const Rss3Share& logits, const Sequence& seq);
+  void stop_here_at(std::uint64_t session, std::int64_t step);  // ServeOptions::stop_at
 
   ServerContext& s_;
   Admission& admission_;

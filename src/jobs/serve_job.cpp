@@ -119,6 +119,10 @@ void add_serve_options(CLI::App& cmd, ServeJob& o, bool* local) {
   cmd.add_option("--steps", o.steps,
                  "write one JSON line per chosen token (session, step; online rounds and bytes; the offline "
                  "refills' rounds, bytes and seconds so far; DCF elements dealt inline so far): benches");
+  cmd.add_option("--test-stop-at", o.test_stop_at,
+                 "tests: SESSION:STEP, stop as if SIGTERM came when that session is launched here (STEP -1) or "
+                 "this server chose its token STEP (0: the prefill's)")
+      ->group("");
   cmd.add_option("--report", o.report, "write one JSON object at exit (set-up cost, sessions, peak RSS)");
   cmd.add_option("--tick-us", o.tick_us,
                  "end a tick of the event loop after this many microseconds of work: the rounds finished so far "
@@ -178,6 +182,16 @@ int run_server(const ServeJob& o) {
   so.prompt_within = std::chrono::milliseconds(o.client_timeout_ms);
   so.client_tcp = o.network.tcp_options(std::chrono::milliseconds(o.client_timeout_ms + 2000));
   so.log = log_line;
+  if (!o.test_stop_at.empty()) {
+    const auto colon = o.test_stop_at.find(':');
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      so.stop_at = serve::ServeOptions::StopAt{std::stoull(o.test_stop_at.substr(0, colon)),
+                                               std::stoll(o.test_stop_at.substr(colon + 1))};
+    } catch (const std::exception&) {
+      throw Error(ErrorCode::invalid_argument, "--test-stop-at '" + o.test_stop_at + "': expected SESSION:STEP");
+    }
+  }
   if (steps)
     so.on_step = [steps](const serve::StepReport& r) {
       std::fprintf(steps, "%s\n",
@@ -211,6 +225,15 @@ int run_server(const ServeJob& o) {
   json report = {{"server", id}};
   try {
     const auto stats = sync_wait(scheduler, server.run(stop.token()));
+    // A drain that another server's stop began: this one exits 1, so that
+    // its supervisor (Restart=on-failure) brings it back for the mesh to re-form.
+    if (stats.drained && stop.signal() == 0 && stats.stop_asked_by != static_cast<int>(id)) {
+      log_line("server " + std::to_string(id) + ": the service drained because server " +
+               std::to_string(stats.stop_asked_by) + " was asked to stop; exiting with status 1 to be restarted");
+      status = 1;
+    }
+    report["drained"] = stats.drained;
+    report["stop_asked_by"] = stats.stop_asked_by;
     report["setup_seconds"] = stats.setup_seconds;
     report["setup_bytes_sent"] = stats.setup_costs.payload_bytes_sent();
     report["sessions_done"] = stats.sessions_done;

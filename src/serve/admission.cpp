@@ -17,7 +17,7 @@ namespace mpcache::serve {
 void Admission::welcome(std::shared_ptr<ClientLink> link) {
   liveness_.keep(link);
   if (s_.stopping) {
-    const std::string why = "shutting down";
+    const std::string why = shutting_down;
     ++s_.stats.refused;
     s_.log("refused " + link->name + ": " + why);
     link->reply(Reply::text(ReplyKind::refused, why));
@@ -110,6 +110,7 @@ void Admission::start_as_leader(const std::shared_ptr<Request>& r) {
   a.nonce = r->request.nonce;
   a.request = r->bytes;
   for (PartyId peer = 1; peer < 3; ++peer) s_.mesh.send(peer, announce_stream, a.encode());
+  liveness_.admitted(a.session);
   sessions_.launch(a.session, r);
 }
 
@@ -120,6 +121,7 @@ void Admission::match(const Announcement& a, const std::shared_ptr<Request>& r) 
     const std::string why = "the request " + r->link->name + " sent server " + std::to_string(s_.id()) +
                             " differs from the one server 0 admitted";
     s_.mesh.cancel_scope(scope_of(a.session), "session " + std::to_string(a.session) + ": " + why);
+    liveness_.session_ended(a.session);  // never launched here
     return refuse(*r, why);
   }
   sessions_.launch(a.session, r);
@@ -138,7 +140,8 @@ Task<void> Admission::read_request(std::shared_ptr<ClientLink> link) {
   }
   // A client that came while the model was being shared waits for it.
   while (!s_.is_ready && !s_.stopping) co_await s_.changed.wait();
-  if (s_.stopping || link->closed) co_return refuse(*r, "shutting down");
+  if (s_.id() == leader && (s_.stopping || link->closed)) co_return refuse_everywhere(*r, shutting_down);
+  if (s_.stopping || link->closed) co_return refuse(*r, shutting_down);
   if (s_.id() == leader) co_return consider(r);
   const Nonce nonce = r->request.nonce;
   if (auto it = waiting_for_client_.find(nonce); it != waiting_for_client_.end()) {
@@ -174,9 +177,10 @@ Task<void> Admission::hear_announcements() {  // servers 1 and 2
       match(a, r);
       continue;
     }
-    if (s_.stopping && a.admitted) {
+    if (s_.stopping && a.admitted) {  // after the drain: cannot happen while the leader keeps its word
       s_.mesh.cancel_scope(scope_of(a.session), "session " + std::to_string(a.session) + ": server " +
                                                     std::to_string(s_.id()) + " is shutting down");
+      liveness_.session_ended(a.session);
       continue;
     }
     waiting_for_client_[a.nonce] = a;
@@ -186,9 +190,10 @@ Task<void> Admission::hear_announcements() {  // servers 1 and 2
       auto it = waiting_for_client_.find(a.nonce);
       if (it == waiting_for_client_.end()) return;
       waiting_for_client_.erase(it);
-      if (a.admitted)
-        s_.mesh.cancel_scope(scope_of(a.session), "session " + std::to_string(a.session) +
-                                                      ": its request never reached server " + std::to_string(s_.id()));
+      if (!a.admitted) return;
+      s_.mesh.cancel_scope(scope_of(a.session), "session " + std::to_string(a.session) +
+                                                    ": its request never reached server " + std::to_string(s_.id()));
+      liveness_.session_ended(a.session);
     });
   }
 }

@@ -124,6 +124,27 @@ BatchReady BatchReady::decode(std::span<const std::byte> bytes) {
   return b;
 }
 
+std::vector<std::byte> DrainNote::encode() const {
+  ByteWriter w;
+  w.u8(static_cast<std::uint8_t>(kind));
+  w.u64(session);
+  w.u8(asked_by);
+  return std::move(w.out);
+}
+
+DrainNote DrainNote::decode(std::span<const std::byte> bytes) {
+  ByteReader r(bytes, "a server's drain note");
+  DrainNote d;
+  const std::uint8_t k = r.u8();
+  if (std::string("SECB").find(char(k)) == std::string::npos) r.fail("unknown drain note kind " + std::to_string(k));
+  d.kind = static_cast<DrainKind>(k);
+  d.session = r.u64();
+  d.asked_by = r.u8();
+  if (d.asked_by > 2) r.fail("server " + std::to_string(d.asked_by) + " is not one of 0, 1, 2");
+  r.end();
+  return d;
+}
+
 std::vector<std::byte> BatchStep::encode() const {
   ByteWriter w;
   w.u64(lane);

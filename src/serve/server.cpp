@@ -126,11 +126,20 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   for (PartyId peer = 0; peer < 3; ++peer)
     if (peer != S.id()) S.tasks.spawn(I.liveness.hear_heartbeats(peer));
   if (S.id() != leader) S.tasks.spawn(I.admission.hear_announcements());
+  for (PartyId peer = 0; peer < 3; ++peer)
+    if (peer != S.id() && (S.id() == leader || peer == leader)) S.tasks.spawn(I.liveness.hear_drain(peer));
   I.batcher.start();
   I.liveness.beat();
-  while (!S.stopping && !S.mesh_lost && !S.mesh.cancelled()) co_await S.changed.wait();
+  // A stop asked here goes to the leader, which drains the service and says
+  // when every session it admitted has ended at all three servers.
+  while (!I.liveness.drain_step() && !S.mesh_lost && !S.mesh.cancelled()) co_await S.changed.wait();
+  if (S.drain_complete) {
+    co_await I.liveness.finish_drain();
+  } else {  // the mesh failed: no server can finish a session
+    S.stopping = true;
+    I.liveness.cut_short();
+  }
   S.stopping = true;
-  I.liveness.drain();
   while (I.sessions.active() > 0) co_await S.changed.wait();
   // The background loops wait on the mesh: ending it ends them (and tells
   // the other servers, which stop too: the service needs all three).
@@ -146,6 +155,8 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   S.stats.comparisons_from_store = S.party->dcf_stats().from_store;
   S.stats.comparisons_inline = S.party->dcf_stats().inline_elements;
   S.stats.store_ran_dry = S.party->dcf_stats().ran_dry;
+  S.stats.drained = S.drain_complete;
+  S.stats.stop_asked_by = S.stop_asked_by;
   S.log("stopped: " + std::to_string(S.stats.sessions_done) + " sessions done, " +
         std::to_string(S.stats.sessions_failed) + " failed, " + std::to_string(S.stats.refused) + " refused");
   // Another server's orderly stop is ours too; a broken link is an error.

@@ -34,6 +34,7 @@ void Sessions::launch(std::uint64_t session, const std::shared_ptr<Request>& r) 
   s_.log("session " + std::to_string(session) + " for " + r->link->name + ": " +
          std::to_string(r->request.prompt_length) + " prompt tokens, up to " + std::to_string(r->request.new_tokens) +
          " new, policy " + r->request.policy);
+  stop_here_at(session, -1);
   s_.tasks.spawn(run_session(session, r));
   s_.tasks.spawn(liveness_.watch_client(session, r->link));
 }
@@ -67,6 +68,7 @@ Task<void> Sessions::run_session(std::uint64_t session, std::shared_ptr<Request>
     s_.log("session " + std::to_string(session) + " failed: " + failure);
   }
   link.close();
+  liveness_.session_ended(session);  // the leader counts it at all three for the drain
   --active_;
   kv_in_use_ -= session_memory_bytes(s_.config, r->request);
   if (s_.id() == leader) admission_.start_queued();
@@ -167,7 +169,16 @@ void Sessions::send_token(Sequence& seq) {
                         s_.mesh.costs().payload_bytes_sent() - offline.bytes, offline,
                         s_.party->dcf_stats().inline_elements});
   }
+  stop_here_at(seq.session, static_cast<std::int64_t>(seq.chosen));
   ++seq.chosen;
+}
+
+void Sessions::stop_here_at(std::uint64_t session, std::int64_t step) {
+  const auto& at = s_.options.stop_at;
+  if (!at || at->session != session || at->step != step || s_.stop_asked) return;
+  s_.log("test: a stop as if asked here, at session " + std::to_string(session) + " step " + std::to_string(step));
+  s_.stop_asked = true;
+  s_.changed.notify();
 }
 
 Rss3Share Sessions::stop_test(const Sequence& seq) {
