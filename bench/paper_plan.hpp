@@ -66,6 +66,7 @@ struct Settings {
   std::string memory_budget;  // empty: default_prefill_memory_budget
   bool compact_weights = false;
   bool real_prefill = false;  // long-context: prefill random tokens for real instead of a prepared cache
+  std::optional<std::size_t> flat_up_to;  // long-context: MpCacheOptions::flat_up_to of its MPCache arms
   bool json_stdout = false;
 };
 
@@ -119,11 +120,14 @@ inline std::vector<Run> plan(const Settings& s) {
     // Fig. 10's shapes with our MPCache defaults (the option set that keeps
     // passkey retrieval: kv::MpCacheOptions{}), exact truncation unless
     // asked otherwise, up to 4,096 tokens.
-    const auto c = shaped(llama_1024());
+    auto c = shaped(llama_1024());
+    c.max_positions = 8192;  // (LLaMA-2 has 4,096; a 4,096-token cache then decodes past it)
+    kv::MpCacheOptions ours;
+    if (s.flat_up_to) ours.flat_up_to = *s.flat_up_to;
     for (std::size_t t : lengths_or({1024, 2048, 4096}))
       for (const Arm& a : std::vector<Arm>{{"full cache", "full"},
-                                          {"MPCache 10%", "mpcache", 0.10, kv::MpCacheOptions{}},
-                                          {"MPCache 20%", "mpcache", 0.20, kv::MpCacheOptions{}}})
+                                          {"MPCache 10%", "mpcache", 0.10, ours},
+                                          {"MPCache 20%", "mpcache", 0.20, ours}})
         runs.push_back({proto, s.preset, "llama2-h1024", c, t, a, s.real_prefill, true, s.steps, s.evict_up_to});
   } else if (s.preset == "paper-fig11") {
     const auto c = shaped(llama_1024());

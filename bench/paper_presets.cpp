@@ -359,7 +359,8 @@ Task<void> party(const Run& r, P& p, PartyId id, Pol& policy, std::function<void
 // how its cache was made, where the parties ran, peak memory.
 json run_header(const Run& r) {
   const std::uint64_t rss = peak_rss_bytes();
-  return {{"preset", r.preset},
+  const bool evicts = r.arm.options.keep_ratio < 1.0;
+  json row = {{"preset", r.preset},
           {"protocol", protocol_backend_name(r.mode.backend)},
           {"model", r.model},
           {"layers", r.config.num_layers},
@@ -372,6 +373,7 @@ json run_header(const Run& r) {
           {"cache", r.real_prefill                                          ? "prefill"
                     : r.arm.policy == "full" || r.arm.policy == "longcache" ? "prepared"
                     : r.arm.policy != "mpcache"                             ? "prepared, the policy's look at zero attention"
+                    : !evicts                                               ? "prepared, no static eviction"
                     : r.length <= r.evict_up_to                             ? "prepared, static eviction run"
                                                                             : "prepared, eviction state prepared (not run)"},
           {"parties", r.add2() ? "in-process, 2 online + dealer" : "in-process"},
@@ -382,6 +384,18 @@ json run_header(const Run& r) {
           {"truncation", truncation_name(r.mode.truncation)},
           {"peak_rss_process_bytes", rss},
           {"peak_rss_per_party_bytes", rss / 3}};
+  if (r.arm.policy == "mpcache") {
+    const auto& o = r.arm.options;
+    row["mpcache_options"] = {{"keep_ratio", o.keep_ratio},
+                              {"cluster", o.cluster},
+                              {"similarity", o.similarity == kv::Similarity::bound    ? "bound"
+                                             : o.similarity == kv::Similarity::linear ? "linear"
+                                                                                      : "elementwise"},
+                              {"share_layers", o.share_layers},
+                              {"hierarchical", o.hierarchical},
+                              {"flat_up_to", o.flat_up_to}};
+  }
+  return row;
 }
 
 std::vector<json> measure(const Run& r) {
@@ -510,6 +524,9 @@ int paper_main(int argc, char** argv) {
   app.add_flag("--real-prefill", s.real_prefill,
                "long-context: prefill random token ids under MPC (the row says \"cache\":\"prefill\") instead of "
                "preparing the cache from random shares");
+  app.add_option("--flat-up-to", s.flat_up_to,
+                 "long-context: MPCache's flat top-k up to this many candidate clusters, the coarse level above "
+                 "(default: MpCacheOptions{}'s)");
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");

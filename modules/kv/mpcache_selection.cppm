@@ -134,7 +134,7 @@ auto MpCache<P>::after_first(const P& p, const Share& x) -> Share {
 // Fine clusters among [1, f) (never cluster 0, always attended anyway):
 // the one-hot (k, f) of the picked ones. Hierarchical: the coarse top-k's
 // one-hot rows expand locally into the candidates' one-hot rows; one matmul
-// gathers the candidates' summaries; the fine top-k's one-hot rows then
+// picks the candidates' similarities; the fine top-k's one-hot rows then
 // pick the clusters' one-hot rows in one more matmul. No index is ever
 // one-hot encoded twice, and no token row moves (the decoder attends the
 // picked clusters in place).
@@ -153,8 +153,25 @@ auto MpCache<P>::pick(P& p, State& st, const Share& query, std::size_t k, std::s
   const std::size_t candidates_coarse = c - 1;
   const std::size_t kc = std::min(candidates_coarse,
                                   std::max<std::size_t>((k + 1) / 2, static_cast<std::size_t>(std::ceil(o_.coarse_ratio * double(candidates_coarse)))));
-  auto csim = co_await similarity(p, query, ops::rows<P>(*st.coarse, 1, c));
-  auto chot = co_await top_onehot(p, csim, kc);  // (kc, c - 1) over coarse 1..c-1
+  // Linear and bound similarities cost one word per cluster: every fine
+  // cluster's is formed beside the coarse level, and the candidates' are
+  // picked from those (n words), where gathering the candidates' summaries
+  // moved n (d or 2d). The elementwise one costs comparisons per cluster:
+  // there the candidates' summaries are gathered and scored alone.
+  const bool score_every_fine = o_.similarity != Similarity::elementwise;
+  auto coarse_hot = [&](P& q) -> Task<Share> {
+    auto csim = co_await similarity(q, query, ops::rows<P>(*st.coarse, 1, c));
+    co_return co_await top_onehot(q, csim, kc);  // (kc, c - 1) over coarse 1..c-1
+  };
+  Share chot, every_fine;
+  if (score_every_fine) {
+    P pc = p.fork(), pf = p.fork();
+    auto [h, sims] = co_await when_all(coarse_hot(pc), similarity(pf, query, ops::rows<P>(*st.fine, 0, f)));
+    chot = std::move(h);
+    every_fine = ops::reshape<P>(sims, {f, 1});
+  } else {
+    chot = co_await coarse_hot(p);
+  }
   // Candidates: children 2i and 2i+1 of the picked coarse clusters, then
   // the public fine cluster 1 and, if f is odd, the unpaired last one.
   std::vector<std::size_t> extra{1};
@@ -174,8 +191,13 @@ auto MpCache<P>::pick(P& p, State& st, const Share& query, std::size_t k, std::s
   auto cand = ops::stack_rows<P>(children, ops::public_share(p, children, fixed));  // (n, f)
   // (st.fine may hold more than f rows: a cluster the current token just
   // filled is summarised but is still the tail.)
-  auto summaries = co_await p.matmul(cand, ops::rows<P>(*st.fine, 0, f));
-  auto fsim = co_await similarity(p, query, summaries);
+  Share fsim;
+  if (score_every_fine) {
+    auto scope = cost_scope(p, CostTag::similarity);
+    fsim = ops::reshape<P>(co_await p.matmul(cand, every_fine), {n});  // 0/1 rows: no truncation
+  } else {
+    fsim = co_await similarity(p, query, co_await p.matmul(cand, ops::rows<P>(*st.fine, 0, f)));
+  }
   if (n < k) throw Error(ErrorCode::invalid_argument, "MPCache: coarse level left too few clusters");
   auto fhot = co_await top_onehot(p, fsim, k);  // (k, n)
   co_return co_await p.matmul(fhot, cand);      // (k, f)

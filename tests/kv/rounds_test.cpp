@@ -129,11 +129,12 @@ TEST_SUITE("kv rounds") {
       // the prompt's cluster summaries (linear: one truncation more, the
       // coarse mix). A step: similarity, top-k (the bound's query
       // sign split adds 8: msb_bits, then the sign bit selects q by bit_dot;
-      // the coarse level 16, and one for the fine one-hot's product with
-      // the candidates'; no row is gathered).
+      // the coarse level 16, beside which every fine cluster is scored,
+      // so the candidates' scores are one product with their one-hot rows;
+      // no row is gathered).
       const bool bound = similarity == kv::Similarity::bound;
       CHECK(runs[0].prefill[0] == 51u);
-      CHECK(runs[0].step[1][0] == (flat_up_to == 0 ? 33u : 16u) + (bound ? 8u : 0u));
+      CHECK(runs[0].step[1][0] == (flat_up_to == 0 ? 32u : 16u) + (bound ? 8u : 0u));
     }
   }
 

@@ -1,4 +1,4 @@
-// The prefill's softmax (issue 61, item 4): softmax_apply (the weights'
+// The prefill's softmax: softmax_apply (the weights'
 // normalisation on the outputs), below_coarse (exp's clip on 50 bits), the
 // tournament's pairs by the difference, and the bytes of each, pinned on
 // a prefill-sized batch (64 rows of 512 scores, exact truncation).
