@@ -31,7 +31,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import fail, free_ports, read, run, wait_for, wait_for_log  # noqa: E402
+from serve_test import fail, loopback_cluster, read, run, wait_for, wait_for_log  # noqa: E402
 
 PROMPTS = [
     "Emma Woodhouse, handsome, clever, and rich, with a comf",
@@ -55,18 +55,7 @@ def main():
     os.makedirs(a.work)
     exe = a.mpcache
     t0 = time.monotonic()
-    keys, clients = os.path.join(a.work, "keys"), os.path.join(a.work, "clients")
-    for cmd in ([exe, "keygen", "--out", keys], [exe, "keygen", "--client", "alice", "--out", clients]):
-        r = run(cmd)
-        if r.returncode != 0:
-            fail("keygen: " + r.stderr)
-    ports = free_ports(6)
-    config = os.path.join(a.work, "cluster.json")
-    with open(config, "w") as f:
-        json.dump({"timeout_ms": 60000, "parties": [
-            {"host": "127.0.0.1", "port": ports[i], "client_port": ports[3 + i],
-             "public_key": os.path.join(keys, "p%d.pub" % i), "secret_key": os.path.join(keys, "p%d.key" % i)}
-            for i in range(3)]}, f)
+    clients, _, config, _ = loopback_cluster(exe, a.work, ("alice",))
 
     expected = {}
     for i, p in enumerate(PROMPTS):

@@ -73,6 +73,28 @@ def wait_for_log(path, text, timeout, logs):
     wait_for("%s to log %r" % (os.path.basename(path), text), lambda: text in read(path), timeout, logs)
 
 
+def loopback_cluster(exe, work, clients, strangers=()):
+    """Server keys (work/keys), the named clients' keys (work/clients) and
+    strangers' (work/strangers, unknown to the servers), and a loopback
+    cluster.json with client ports: (clients dir, strangers dir, config, ports)."""
+    keys, client_dir, stranger_dir = (os.path.join(work, d) for d in ("keys", "clients", "strangers"))
+    cmds = [[exe, "keygen", "--out", keys]]
+    cmds += [[exe, "keygen", "--client", c, "--out", client_dir] for c in clients]
+    cmds += [[exe, "keygen", "--client", c, "--out", stranger_dir] for c in strangers]
+    for cmd in cmds:
+        r = run(cmd)
+        if r.returncode != 0:
+            fail("keygen: " + r.stderr)
+    ports = free_ports(6)
+    config = os.path.join(work, "cluster.json")
+    with open(config, "w") as f:
+        json.dump({"timeout_ms": 60000, "parties": [
+            {"host": "127.0.0.1", "port": ports[i], "client_port": ports[3 + i],
+             "public_key": os.path.join(keys, "p%d.pub" % i), "secret_key": os.path.join(keys, "p%d.key" % i)}
+            for i in range(3)]}, f)
+    return client_dir, stranger_dir, config, ports
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpcache", required=True)
@@ -82,19 +104,7 @@ def main():
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     exe = a.mpcache
-    keys, clients, strangers = (os.path.join(a.work, d) for d in ("keys", "clients", "strangers"))
-    for cmd in ([exe, "keygen", "--out", keys], [exe, "keygen", "--client", "alice", "--out", clients],
-                [exe, "keygen", "--client", "bob", "--out", clients], [exe, "keygen", "--client", "eve", "--out", strangers]):
-        r = run(cmd)
-        if r.returncode != 0:
-            fail("keygen: " + r.stderr)
-    ports = free_ports(6)
-    config = os.path.join(a.work, "cluster.json")
-    with open(config, "w") as f:
-        json.dump({"timeout_ms": 60000, "parties": [
-            {"host": "127.0.0.1", "port": ports[i], "client_port": ports[3 + i],
-             "public_key": os.path.join(keys, "p%d.pub" % i), "secret_key": os.path.join(keys, "p%d.key" % i)}
-            for i in range(3)]}, f)
+    clients, strangers, config, ports = loopback_cluster(exe, a.work, ("alice", "bob"), ("eve",))
     def start_servers(tag, extra=()):
         """Three `mpcache serve` processes, once all have shared the model."""
         logs = [os.path.join(a.work, "%s%d.log" % (tag, i)) for i in range(3)]
