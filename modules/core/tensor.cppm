@@ -1,6 +1,7 @@
 // Tensor<T>: a shape and its elements, row-major, in one contiguous buffer.
 //
-// The library's own tensor, so that no public interface names xtensor:
+// The library's own tensor, so that no public interface names a tensor
+// library (the float64 reference's arithmetic uses one, privately):
 // shares and clear-text values are Tensor<Ring> (RingTensor) and
 // Tensor<double> (RealTensor). It holds only what the code base uses:
 // construction, shape, element access, raw data for the ring kernels, and
@@ -25,7 +26,7 @@ class Tensor {
   using iterator = T*;
   using const_iterator = const T*;
 
-  // A zero-dimensional tensor of one element (as xtensor's default).
+  // A zero-dimensional tensor of one element (a scalar, as in NumPy).
   Tensor() : Tensor(zeros(Shape{})) {}
   // Elements left uninitialised: the caller writes every one (as
   // xt::xarray::from_shape, which this replaces without a memset).
@@ -124,9 +125,9 @@ class Tensor {
   const T* begin() const noexcept { return data(); }
   const T* end() const noexcept { return data() + size_; }
 
-  // Element at a row-major index, xtensor's rule for the count: extra
+  // Element at a row-major index; for the count of indices: extra
   // leading indices are dropped, missing ones are the leading axes (t(i)
-  // of a matrix is row 0, column i). Unchecked, as xtensor's.
+  // of a matrix is row 0, column i). Unchecked.
   template <std::integral... I>
   T& operator()(I... index) noexcept {
     return data_[offset({static_cast<size_type>(index)...})];
