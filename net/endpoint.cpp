@@ -159,7 +159,15 @@ void Endpoint::deliver(PartyId from, std::vector<Frame>&& frames) {
       continue;
     }
     if (f.stream == cancel_stream) {
-      cancel_locally("party " + std::to_string(from) + " cancelled: " + text());
+      cancel_on_peers_word(from, from, text());
+      continue;
+    }
+    if (f.stream == cancel_relay_stream) {
+      if (f.payload.size() < 4) continue;  // not ours to make sense of
+      PartyId canceller = 0;
+      for (int i = 3; i >= 0; --i) canceller = canceller << 8 | std::to_integer<PartyId>(f.payload[i]);
+      if (canceller >= parties_ || canceller == self_) canceller = from;  // a garbled name: blame the relayer
+      cancel_on_peers_word(from, canceller, std::string(reinterpret_cast<const char*>(f.payload.data()) + 4, f.payload.size() - 4));
       continue;
     }
     if (f.stream == scope_cancel_stream) {
@@ -209,8 +217,20 @@ void Endpoint::cancel(const std::string& why) {
   // Sends queued in this tick would only feed work the peers are about to
   // drop; the cancellation goes out at once, ahead of anything later.
   for (auto& box : outbox_) box.clear();
-  tell_peers(cancel_stream, why);
+  // Cancelled here first: over an in-process transport a peer's relay comes
+  // back inside tell_peers, and must find this party cancelled already.
   cancel_locally(why);
+  tell_peers(cancel_stream, why);
+}
+
+void Endpoint::cancel_on_peers_word(PartyId from, PartyId canceller, const std::string& why) {
+  if (cancelled()) return;
+  cancel_locally("party " + std::to_string(canceller) + " cancelled: " + why);
+  std::string relay(4, '\0');
+  for (int i = 0; i < 4; ++i) relay[i] = char(canceller >> (8 * i) & 0xFF);
+  relay += why.substr(0, 4096);
+  for (PartyId to = 0; to < parties_; ++to)
+    if (to != from && to != canceller) tell_peers_one(to, cancel_relay_stream, relay);
 }
 
 void Endpoint::cancel_locally(const std::string& why) {
@@ -262,19 +282,20 @@ std::string Endpoint::scope_cancelled(ScopeId scope) const {
 void Endpoint::open_scope(ScopeId scope) { cancelled_scopes_.erase(scope); }
 
 void Endpoint::tell_peers(StreamId stream, const std::string& why) {
-  if (!transport_) return;
   const std::string text = why.substr(0, 4096);
-  for (PartyId to = 0; to < parties_; ++to) {
-    if (to == self_ || !failed_[to].empty()) continue;
-    std::vector<Frame> batch;
-    batch.push_back(Frame{stream, static_cast<std::uint32_t>(costs_.rounds),
-                          std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
-                                                 reinterpret_cast<const std::byte*>(text.data()) + text.size())});
-    try {
-      transport_->write(self_, to, std::move(batch));
-    } catch (const std::exception&) {
-      // That link is gone too: nothing to tell.
-    }
+  for (PartyId to = 0; to < parties_; ++to) tell_peers_one(to, stream, text);
+}
+
+void Endpoint::tell_peers_one(PartyId to, StreamId stream, const std::string& text) {
+  if (!transport_ || to == self_ || !failed_[to].empty()) return;
+  std::vector<Frame> batch;
+  batch.push_back(Frame{stream, static_cast<std::uint32_t>(costs_.rounds),
+                        std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
+                                               reinterpret_cast<const std::byte*>(text.data()) + text.size())});
+  try {
+    transport_->write(self_, to, std::move(batch));
+  } catch (const std::exception&) {
+    // That link is gone too: nothing to tell.
   }
 }
 

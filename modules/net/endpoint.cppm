@@ -14,7 +14,9 @@
 // every receive, waiting or future, throws Error(cancelled), and every peer
 // is told on cancel_stream, where the same happens to all of its receives
 // (not only those from the cancelling party: a party waiting on a third one
-// would otherwise wait for a message that never comes). One party's caller
+// would otherwise wait for a message that never comes). A party told so
+// passes it on (cancel_relay_stream) before it unwinds, so that every party
+// names the canceller whichever link it reads first. One party's caller
 // thus unwinds the whole computation at every party within a round trip.
 export module mpcache.net:endpoint;
 import mpcache.std;
@@ -29,6 +31,12 @@ export namespace mpcache {
 inline constexpr StreamId abort_stream = ~StreamId{0} - 1;
 // The stream of Endpoint::cancel's messages.
 inline constexpr StreamId cancel_stream = ~StreamId{0} - 2;
+// A cancellation passed on by a party that was told: 4 bytes (little
+// endian) naming the party that cancelled, then its why. Each link is its
+// own connection, so a third party may read the relayer's close before the
+// canceller's own message; the relay, sent ahead of that close, still
+// tells it that this was a cancellation and whose.
+inline constexpr StreamId cancel_relay_stream = ~StreamId{0} - 4;
 
 // Scopes: the top 16 bits of a stream id may name a scope, e.g. one session
 // of a service (a protocol handle made for a scope keeps them in every fork).
@@ -179,7 +187,13 @@ class Endpoint final : public TickListener {
   // Why a receive from `from` cannot complete: Error(cancelled) once this
   // party is cancelled, Error(network) when that link failed.
   [[noreturn]] void throw_unreceivable(PartyId from) const;
+  // Every peer still connected gets `text` on `stream`, handed
+  // to the transport at once.
   void tell_peers(StreamId stream, const std::string& text);
+  void tell_peers_one(PartyId to, StreamId stream, const std::string& text);
+  // Cancels here on a peer's word (`canceller` cancelled, saying `why`),
+  // and passes it on to the peers that may not have heard it yet.
+  void cancel_on_peers_word(PartyId from, PartyId canceller, const std::string& why);
   void cancel_scope_locally(ScopeId scope, const std::string& why);
   void cancel_locally(const std::string& why);
 

@@ -179,6 +179,26 @@ TEST_CASE("cancel: every waiting receive at every party throws Error(cancelled) 
   CHECK(net.endpoint(2).cancelled());
 }
 
+TEST_CASE("cancel: a party that never hears the canceller learns of it from a peer that did") {
+  // Over TCP each link is its own connection: party 2 may read party 1's
+  // close before party 0's cancellation. Here party 0's message to party 2
+  // is lost outright, and party 1 then closes its link to party 2; party 2
+  // must still end cancelled, naming party 0, not with a failed link.
+  Scheduler s;
+  InProcessNetwork net(s, 3);
+  net.cut(0, 2);
+  auto canceller = [&]() -> Task<void> {
+    co_await s.schedule();
+    net.endpoint(0).cancel("enough");
+    net.cut(1, 2);  // party 1 unwinds and closes at once
+  };
+  auto [e1, e2, none] =
+      sync_wait(s, when_all(receive_error(net.endpoint(1), 0, 7), receive_error(net.endpoint(2), 1, 7), canceller()));
+  (void)none;
+  CHECK(e1 == "cancelled: party 1: party 0 cancelled: enough");
+  CHECK(e2 == "cancelled: party 2: party 0 cancelled: enough");
+}
+
 TEST_CASE("cancel: a receive after the cancellation throws even when its message has arrived") {
   Scheduler s;
   InProcessNetwork net(s, 2);
