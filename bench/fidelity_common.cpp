@@ -78,8 +78,9 @@ std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
     else if (part == "flat") o.hierarchical = false;
     else if (part == "rmax") o.alpha = 1.0;
     else if (part == "hier") o.flat_up_to = 0;
+    else if (part == "ahead") o.rank_ahead = true;
     else throw Error(ErrorCode::invalid_argument, "fidelity: unknown MPCache variant '" + part + "' in '" + name +
-                                                      "' (paper, bound, noshare, noevict, flat, rmax, hier)");
+                                                      "' (paper, bound, noshare, noevict, flat, rmax, hier, ahead)");
   }
   return o;
 }

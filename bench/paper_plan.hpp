@@ -67,6 +67,7 @@ struct Settings {
   bool compact_weights = false;
   bool real_prefill = false;  // long-context: prefill random tokens for real instead of a prepared cache
   std::optional<std::size_t> flat_up_to;  // long-context: MpCacheOptions::flat_up_to of its MPCache arms
+  std::optional<bool> rank_ahead;         // long-context: MpCacheOptions::rank_ahead of its MPCache arms
   bool json_stdout = false;
 };
 
@@ -124,6 +125,7 @@ inline std::vector<Run> plan(const Settings& s) {
     c.max_positions = 8192;  // (LLaMA-2 has 4,096; a 4,096-token cache then decodes past it)
     kv::MpCacheOptions ours;
     if (s.flat_up_to) ours.flat_up_to = *s.flat_up_to;
+    if (s.rank_ahead) ours.rank_ahead = *s.rank_ahead;
     for (std::size_t t : lengths_or({1024, 2048, 4096}))
       for (const Arm& a : std::vector<Arm>{{"full cache", "full"},
                                           {"MPCache 10%", "mpcache", 0.10, ours},

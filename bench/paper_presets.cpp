@@ -393,7 +393,8 @@ json run_header(const Run& r) {
                                                                                       : "elementwise"},
                               {"share_layers", o.share_layers},
                               {"hierarchical", o.hierarchical},
-                              {"flat_up_to", o.flat_up_to}};
+                              {"flat_up_to", o.flat_up_to},
+                              {"rank_ahead", o.rank_ahead}};
   }
   return row;
 }
@@ -527,6 +528,9 @@ int paper_main(int argc, char** argv) {
   app.add_option("--flat-up-to", s.flat_up_to,
                  "long-context: MPCache's flat top-k up to this many candidate clusters, the coarse level above "
                  "(default: MpCacheOptions{}'s)");
+  app.add_option("--rank-ahead", s.rank_ahead,
+                 "long-context: whether MPCache ranks the next step's clusters with this step's query (true or "
+                 "false; default: MpCacheOptions{}'s)");
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");
