@@ -25,6 +25,8 @@ import :policy;
 //     that needs only earlier tokens (MPCache's index sharing gathers its
 //     clusters); the decoder runs it concurrently with the rest of layer - 1
 //     (kv::Prefetching, policy.cppm).
+//   ranks_ahead: rank() for the next position, with this step's queries,
+//     runs while the rest of the layer does (instead of prefetch).
 //   ranks_early, rank: a policy whose ranking is invariant under a positive
 //     scaling of the query ranks from RankView's scaled queries while the
 //     norm runs (kv::EarlyRanking, policy.cppm).
@@ -51,6 +53,7 @@ import :policy;
   OPTIONAL(Task<void>, prefetch, , no_work(), (p, layer, position), P& p, std::size_t layer, std::size_t position) \
   OPTIONAL(bool, ranks_early, const, false, (layer), std::size_t layer)                                        \
   OPTIONAL(Task<void>, rank, , refuse(policy, "does not rank early"), (p, view), P& p, const RankView<P>& view) \
+  OPTIONAL(bool, ranks_ahead, const, false, (layer), std::size_t layer)                                        \
   OPTIONAL(bool, owns_cache, const, false, ())                                                                 \
   OPTIONAL(std::optional<std::size_t>, resident_bytes, const, std::nullopt, ())                                \
   OPTIONAL(std::size_t, backing_bytes, const, 0, ())                                                           \

@@ -67,6 +67,12 @@ struct MpCacheOptions {
   // used instead. 0: always hierarchical (the paper).
   std::size_t flat_up_to = 64;
   Similarity similarity = Similarity::bound;
+  // Rank ahead: a step's query picks the clusters for the next step, while
+  // the rest of its layer runs, so that a decode step's selection adds no
+  // rounds to its critical path (the first step after the prompt still
+  // ranks for itself). It speculates that consecutive queries want the
+  // same clusters; the newest tokens are attended whatever it picks.
+  bool rank_ahead = false;
 
   // The paper's Algorithm 3 defaults: 50% static eviction, the linear
   // similarity, odd layers sharing (with our flat top-k up to 64 candidates).
@@ -150,7 +156,13 @@ class MpCache {
   // Early ranking (kv::EarlyRanking): every similarity here is positively
   // homogeneous in the query, so the scaled queries rank clusters as q does.
   // A sharing layer has nothing to rank.
-  bool ranks_early(std::size_t layer) const { return !shares_previous(layer); }
+  // A layer that ranked ahead at the last step has its pick already.
+  bool ranks_early(std::size_t layer) const { return !shares_previous(layer) && !ranked_ahead(layer); }
+
+  // Rank ahead (MpCacheOptions::rank_ahead): the decoder calls rank() with
+  // this step's queries and the next position, concurrently with the rest
+  // of the layer; the next step's select() takes that pick.
+  bool ranks_ahead(std::size_t layer) const { return o_.rank_ahead && !shares_previous(layer); }
 
   // Every KV head's pick for view.position, concurrently, before the current
   // token is in the lists: over the clusters whose tokens are all there.
@@ -209,6 +221,10 @@ class MpCache {
     std::size_t decided_at = std::size_t(-1);  // position of the last select()
     std::size_t picked_from = 0;      // its F (0: everything fitted, nothing picked)
   };
+
+  bool ranked_ahead(std::size_t layer) const {
+    return layer < state_.size() && !state_[layer].empty() && state_[layer].front().ranked.has_value();
+  }
 
   // Defined in the partitions by job, all part of this class: static
   // eviction (mpcache_eviction.cppm),

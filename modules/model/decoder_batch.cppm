@@ -139,11 +139,19 @@ auto Decoder<P>::decode_layer(P& p, std::vector<BatchSlot<Pol>>& slots, std::siz
   };
   if constexpr (kv::Prefetching<Pol, P>) {
     // The next layer's selection may need only this step's indices
-    // (index sharing): let it gather while this layer finishes.
+    // (index sharing): let it gather while this layer finishes. A policy
+    // that ranks ahead picks for this layer's next step instead, from this
+    // step's queries (its own summaries are part of that ranking).
     P pr = p.fork(), pf = p.fork();
     auto prefetch_scope = cost_scope(pf, CostTag::gather);
-    auto prefetch = per_sequence<void>(
-        pf, batch, [&](P& pq, std::size_t i) { return slots[i].policy->prefetch(pq, layer + 1, positions[i]); });
+    std::vector<kv::RankView<P>> ahead;  // alive while the rankers run
+    ahead.reserve(batch);
+    for (std::size_t i = 0; i < batch; ++i) ahead.push_back(kv::RankView<P>{layer, positions[i] + 1, g, &queries[i]});
+    auto prefetch = per_sequence<void>(pf, batch, [&](P& pq, std::size_t i) {
+      if (kv::OptionalMembers<P>::ranks_ahead(*slots[i].policy, layer))
+        return kv::OptionalMembers<P>::rank(*slots[i].policy, pq, ahead[i]);
+      return slots[i].policy->prefetch(pq, layer + 1, positions[i]);
+    });
     auto [out, none] = co_await when_all(rest(pr), std::move(prefetch));
     (void)none;
     co_return out;
