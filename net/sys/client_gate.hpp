@@ -7,6 +7,7 @@
 #pragma once
 #include <array>
 #include <chrono>
+#include <stdexcept>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -21,6 +22,13 @@ inline constexpr std::uint32_t client_handshake_id = 1000;
 struct ClientKey {
   std::string name;        // how the server's log names it (file name)
   std::string public_pem;  // Ed25519 public key
+};
+
+// Thrown by connect_as_client when the server closed the connection at the
+// handshake: it does not know this client's key. (A door that turns a
+// connection away for its load says so: std::runtime_error with the reason.)
+struct ClientNotAdmitted : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // The raw 32 bytes of an Ed25519 public key in PEM; `what` names it in errors.
