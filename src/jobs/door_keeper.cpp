@@ -106,7 +106,9 @@ void DoorKeeper::close_turned_away(bool all) {
   for (auto it = turned_away_.begin(); it != turned_away_.end();) {
     bool done = all || now >= it->until;
     char sink[512];
-    while (!done) {
+    // A few reads a pass: a client that keeps sending cannot hold the
+    // taker here (its time runs out all the same).
+    for (int reads = 0; !done && reads < 8; ++reads) {
       const auto n = ::recv(it->fd, sink, sizeof sink, MSG_DONTWAIT);
       if (n > 0) continue;
       done = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);

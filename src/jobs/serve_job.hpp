@@ -109,6 +109,7 @@ class BackgroundProcess {
   BackgroundProcess(const BackgroundProcess&) = delete;
   BackgroundProcess& operator=(const BackgroundProcess&) = delete;
   bool running();
+  int pid() const { return pid_; }  // -1 once it has been waited for
   void signal(int sig);
   // Exit status (128 + signal when killed); kills it after `limit_ms`.
   int wait(int limit_ms);
