@@ -70,6 +70,8 @@ ClientChannel connect_to_server(const std::string& host, std::uint16_t port, Par
   }
 }
 
+void turn_away(const PendingClient& connection, const std::string& why) { sys::send_door_refusal(connection.fd, why); }
+
 void close_descriptor(int fd) { sys::close_fd(fd); }
 
 }  // namespace mpcache

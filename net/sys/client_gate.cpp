@@ -125,6 +125,13 @@ std::pair<int, DirectionKeys> connect_as_client(const std::string& host, std::ui
   }
 }
 
+void send_door_refusal(int fd, const std::string& why) {
+  const std::string bytes = encode_door_refusal(why);
+  // A fresh socket's buffer takes these few bytes at once; never wait on it.
+  (void)::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  ::shutdown(fd, SHUT_WR);
+}
+
 int accept_before(int listen_fd, Clock::time_point deadline, std::string& remote) {
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();

@@ -53,6 +53,10 @@ std::pair<int, DirectionKeys> connect_as_client(const std::string& host, std::ui
                                                 const std::string& server_public_pem,
                                                 std::chrono::steady_clock::time_point deadline);
 
+// A door's refusal (door_refusal.hpp) on a connection it will not take,
+// then the end of this side's writing; never blocks.
+void send_door_refusal(int fd, const std::string& why);
+
 // A listening socket's next connection before `deadline` (-1 if none came);
 // blocking mode, TCP_NODELAY; `remote` gets "host:port".
 int accept_before(int listen_fd, std::chrono::steady_clock::time_point deadline, std::string& remote);

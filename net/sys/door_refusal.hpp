@@ -3,9 +3,9 @@
 // handshake bytes (32: an ephemeral key), "MPCDOOR1", the reason's length
 // (u32 little endian), 20 zero bytes, then the reason. The client reads it
 // where it expects the key and reports the reason, so a turned-away client
-// learns why instead of seeing a bare close. Header-only, plain C++: the
-// client side (client_gate.cpp) and the serve job's door keeper
-// (src/jobs/door_keeper.cpp) share it.
+// learns why instead of seeing a bare close. Both sides are in
+// client_gate.cpp: send_door_refusal (mpcache::turn_away) and the client's
+// connect_as_client.
 #pragma once
 #include <array>
 #include <cstdint>

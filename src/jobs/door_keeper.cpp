@@ -8,7 +8,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 import mpcache;
-#include "../../net/sys/door_refusal.hpp"  // the refusal's bytes, which the client reads (header-only)
 #include "door_keeper.hpp"
 
 namespace mpcache::jobs {
@@ -66,7 +65,7 @@ void DoorKeeper::start_handshake(PendingClient connection) {
     over = std::to_string(in_progress_by_host_[host]) + " handshakes in progress from " + host + " (at most " +
            std::to_string(limits_.per_host) + " per host)";
   if (!over.empty()) {
-    turn_away(connection.fd, "busy: " + over + "; try again later");
+    turn_away(connection, "busy: " + over + "; try again later");
     log_("refused a client connection from " + connection.remote + ": " + over);
     return;
   }
@@ -87,16 +86,13 @@ void DoorKeeper::start_handshake(PendingClient connection) {
   });
 }
 
-void DoorKeeper::turn_away(int fd, const std::string& why) {
-  const std::string bytes = sys::encode_door_refusal(why);
-  // A fresh socket's buffer takes these few bytes at once; never wait on it.
-  (void)::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  ::shutdown(fd, SHUT_WR);
+void DoorKeeper::turn_away(const PendingClient& connection, const std::string& why) {
+  mpcache::turn_away(connection, why);
   if (turned_away_.size() >= max_turned_away) {
     close_descriptor(turned_away_.front().fd);
     turned_away_.pop_front();
   }
-  turned_away_.push_back({fd, std::chrono::steady_clock::now() + turned_away_for});
+  turned_away_.push_back({connection.fd, std::chrono::steady_clock::now() + turned_away_for});
 }
 
 // Reads and drops what each turned-away client sent; closes it once the

@@ -3,7 +3,7 @@
 // exchange run on a thread of their own, so a silent or slow stranger
 // delays no other client. Handshakes in progress are bounded, in all and
 // per remote host; a connection over a bound is told why (the door's
-// refusal, net/sys/door_refusal.hpp), closed and logged.
+// refusal: mpcache::turn_away), closed and logged.
 // Include after `import mpcache;`.
 #pragma once
 #include <chrono>
@@ -47,7 +47,7 @@ class DoorKeeper {
   // read it (its end closes) or after a second, whichever comes first.
   // Closed at once, unread input would reset the connection and could
   // discard the reason before the client read it.
-  void turn_away(int fd, const std::string& why);
+  void turn_away(const PendingClient& connection, const std::string& why);
   void close_turned_away(bool all);
 
   struct TurnedAway {
