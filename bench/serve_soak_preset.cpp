@@ -3,8 +3,8 @@
 // --clients client processes at a time (`mpcache-party client`), each with a
 // random prompt length, token count and policy, and a random fault or none:
 // vanish (leaves after its first token), stall (never sends its prompt),
-// garbage (a short share), kill (SIGKILL after a random delay), or stop and
-// resume (SIGSTOP, then SIGCONT 700 ms later). Every client that exits 0
+// garbage (a short share), kill (SIGKILL 20-170 ms after its start), or
+// stop and resume (SIGSTOP at the same point, then SIGCONT 700 ms later). Every client that exits 0
 // must have exactly the tokens in-process generation gives its prompt; the
 // good ones (no fault, or stopped and resumed) must exit 0 or be refused
 // "busy"; no client may run past --client-limit-s. Every --sample-s, each
@@ -191,7 +191,9 @@ int serve_soak_main(int argc, char** argv) {
           args.push_back(l.fault);
         }
         l.start = Clock::now();
-        l.act_at = l.start + std::chrono::milliseconds(50 + pick(400));
+        // Early enough to land mid-session on a small model (a fixture
+        // client starts, connects and has its tokens in about 0.1 s).
+        l.act_at = l.start + std::chrono::milliseconds(20 + pick(150));
         l.process = std::make_unique<jobs::BackgroundProcess>(
             args, cluster.file("client" + std::to_string(l.index) + ".log"));
         live.push_back(std::move(l));
