@@ -1,5 +1,5 @@
 // mpcache-bench --preset NAME [--json] [--repeat N]   (fidelity, private-fidelity, truncation-audit and the
-// paper-scale presets paper-fig10/paper-fig11/paper-fig13/paper-table8/gpt2-512/long-context, and serve: see their files)
+// paper-scale presets paper-fig10/paper-fig11/paper-fig13/paper-table8/gpt2-512/long-context, serve, serve-soak: see their files)
 // Prints one row per case: latency, payload bytes (busiest party and total),
 // message headers, rounds on the critical path. With --json, one JSON object
 // per line on stdout.
@@ -19,6 +19,7 @@ int private_fidelity_main(int argc, char** argv);  // rss3 tokens vs the float64
 int truncation_audit_main(int argc, char** argv);  // expected truncation failures per call site
 int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-fig13, paper-table8, gpt2-512, long-context
 int serve_preset_main(int argc, char** argv);  // the service: 3 server processes, batches of clients
+int serve_soak_main(int argc, char** argv);    // the service over time: random clients and client faults
 std::vector<CaseResult> net_preset(const Options& options);
 std::vector<CaseResult> kernels_preset(const Options& options);
 std::vector<CaseResult> decode_batch_preset(const Options& options);  // continuous batching's step, B = 1..8
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
       return mpcache::bench::truncation_audit_main(argc, argv);
     else if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "serve")
       return mpcache::bench::serve_preset_main(argc, argv);
+    else if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "serve-soak")
+      return mpcache::bench::serve_soak_main(argc, argv);
     else if (std::string_view(argv[i]) == "--preset" &&
              (std::string_view(argv[i + 1]).starts_with("paper-fig") ||
               std::string_view(argv[i + 1]) == "paper-table8" || std::string_view(argv[i + 1]) == "gpt2-512" ||

@@ -63,10 +63,14 @@ ClientChannel connect_to_server(const std::string& host, std::uint16_t port, Par
     channel.peer = "server " + std::to_string(server);
     channel.remote = host + ":" + std::to_string(port);
     return channel;
+  } catch (const sys::ClientNotAdmitted& e) {
+    throw Error(ErrorCode::invalid_argument, e.what());  // not the network's doing: a retry would meet the same
   } catch (const std::runtime_error& e) {
     throw Error(ErrorCode::network, e.what());
   }
 }
+
+void turn_away(const PendingClient& connection, const std::string& why) { sys::send_door_refusal(connection.fd, why); }
 
 void close_descriptor(int fd) { sys::close_fd(fd); }
 

@@ -27,6 +27,9 @@ int run_client(const ClientCliOptions& o) {
   job.budget = o.budget;
   job.timeout_ms = o.timeout_ms;
   job.fault = o.fault;
+  job.retries = o.retries;
+  job.retry_wait_ms = o.retry_wait_ms;
+  job.on_retry = [](const std::string& note) { std::fprintf(stderr, "mpcache client: %s\n", note.c_str()); };
   job.temperature = o.temperature;
   job.seed = o.seed;
   if (!o.ignore_eos) job.stop_tokens = tok->eos_ids();
@@ -43,14 +46,17 @@ int run_client(const ClientCliOptions& o) {
     return sorted.empty() ? 0.0 : sorted[std::min(sorted.size() - 1, std::size_t(q * double(sorted.size())))];
   };
   std::fprintf(stderr,
-               "mpcache client: session %llu, %zu tokens (%s), first token after %.3f s, per token p50 %.3f s p99 %.3f s\n",
-               static_cast<unsigned long long>(r.session), r.tokens.size(), r.eos ? "eos" : "budget",
+               "mpcache client: session %llu, %zu tokens (%s), %zu attempt%s, first token after %.3f s, per token p50 %.3f s "
+               "p99 %.3f s\n",
+               static_cast<unsigned long long>(r.session), r.tokens.size(), r.eos ? "eos" : "budget", r.attempts,
+               r.attempts == 1 ? "" : "s",
                r.seconds_to_first_token, pct(0.5), pct(0.99));
   if (!o.json.empty()) {
     const nlohmann::json j = {{"session", r.session},
                               {"tokens", r.tokens},
                               {"text", text.text()},
                               {"end", r.eos ? "eos" : "budget"},
+                              {"attempts", r.attempts},
                               {"seconds_to_accept", r.seconds_to_accept},
                               {"seconds_to_first_token", r.seconds_to_first_token},
                               {"token_seconds", r.token_seconds}};

@@ -25,6 +25,8 @@ struct ClientCliOptions {
   std::uint64_t seed = 0;
   bool ids = false;        // print token ids, one line each, instead of text
   int timeout_ms = 60000;  // connect, and the longest a server may keep this client waiting
+  std::size_t retries = 0;    // serve::RetryOptions: retries of a request the service failed
+  int retry_wait_ms = 1000;
   std::string json;        // one JSON object: tokens, text, latencies
   std::string fault;       // tests: garbage | vanish | stall (jobs::ClientJob::fault)
 };

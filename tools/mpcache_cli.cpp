@@ -203,6 +203,12 @@ CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const s
   cmd->add_option("--timeout-ms", o.timeout_ms, "connect timeout, and the longest a server may stay silent (servers send a heartbeat each second, "
                                         "so a request that waits in the queue or a long prefill is not cut short)")
       ->capture_default_str()->check(CLI::Range(100, 3600000));
+  cmd->add_option("--retries", o.retries,
+                  "send the request again, up to this many times, when it failed because of the service (a server "
+                  "lost or unreachable, busy, shutting down); tokens already printed are not printed again")
+      ->capture_default_str()->check(CLI::Range(0, 10000));
+  cmd->add_option("--retry-wait-ms", o.retry_wait_ms, "wait this long before each retry")
+      ->capture_default_str()->check(CLI::Range(0, 3600000));
   cmd->add_option("--json", o.json, "write the result as one JSON object (tokens, text, latencies)");
   cmd->add_option("--fault", o.fault, "tests of the servers: garbage (a short prompt share for server 1), vanish "
                                       "(leave after the first token) or stall (never send the prompt)")

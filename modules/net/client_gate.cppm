@@ -70,6 +70,14 @@ ClientChannel connect_to_server(const std::string& host, std::uint16_t port, Par
                                 const std::string& client_secret_pem, const std::string& client_public_pem,
                                 const std::string& server_public_pem, std::chrono::milliseconds timeout);
 
+// Tells a connection the door will not take (too many handshakes) why, in
+// place of the handshake's first bytes, where a client looks for it
+// (connect_to_server then throws naming the reason), and ends this side's
+// writing. Never blocks. The caller closes the descriptor once the client
+// has read it (its end closes) or soon after: closed at once, the client's
+// unread hello would reset the connection and could lose the reason.
+void turn_away(const PendingClient& connection, const std::string& why);
+
 // Closes a channel's descriptor that no transport took over.
 void close_descriptor(int fd);
 

@@ -33,6 +33,7 @@ enum class ClientEnd { budget, eos };
 
 struct ClientResult {
   std::vector<std::uint32_t> tokens;
+  std::size_t attempts = 1;  // requests sent (ClientOptions::retry): 1 + the retries it took
   ClientEnd end = ClientEnd::budget;
   std::uint64_t session = 0;
   double seconds_to_accept = 0;        // request sent -> every server accepted (includes queueing)
@@ -40,8 +41,32 @@ struct ClientResult {
   std::vector<double> token_seconds;   // each token after the first: time since the one before
 };
 
+// How a request failed, as a retry sees it: `retryable` when the service,
+// not the request, was at fault (a server lost or unreachable, the service
+// shutting down or busy, a session it accepted and then failed), so that
+// the same request may be sent again once the service is back.
+class RequestError : public Error {
+ public:
+  RequestError(ErrorCode code, const std::string& what, bool retryable) : Error(code, what), retryable_(retryable) {}
+  bool retryable() const noexcept { return retryable_; }
+
+ private:
+  bool retryable_;
+};
+
+// Whether a server's refusal (its text) asks the client to come back later:
+// "busy: ..." (its queue is full) or "shutting down: ..." (a drain). Every
+// other refusal (a bad request, a request the servers saw differently)
+// would be refused again.
+bool retryable_refusal(std::string_view why);
+// Whether an error of a client's link to a server (connecting, or a wait
+// on a reply) means the server is lost or unreachable for now: network
+// errors and timeouts, not this client's own cancellation.
+bool retryable_link_error(const Error& error);
+
 // One request over `endpoint`: four parties, this client is party 3 and the
-// servers 0..2. Refusals and failures throw Error naming the server and why.
+// servers 0..2. Refusals and failures throw RequestError naming the server
+// and why.
 Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& request,
                            std::function<void(std::uint32_t)> on_token = {});
 
@@ -49,6 +74,18 @@ struct ServerEntry {
   std::string host;
   std::uint16_t client_port = 0;
   std::string public_key_pem;
+};
+
+// Retries of a request that failed retryably (RequestError::retryable).
+// A retry sends the whole request again (the prompt is still here), after
+// `wait`. Tokens the failed attempt already streamed are not streamed
+// again: the retry's first tokens are checked against them (greedy and
+// seeded sampling choose the same ones) and only the rest go to on_token;
+// `on_retry` is told of every retry, and of the tokens it will not repeat.
+struct RetryOptions {
+  std::size_t retries = 0;  // 0: fail at the first error
+  std::chrono::milliseconds wait{1000};
+  std::function<void(const std::string&)> on_retry;
 };
 
 struct ClientOptions {
@@ -59,10 +96,29 @@ struct ClientOptions {
   // A stop requested here (from any thread) ends the request: run_client
   // throws Error(cancelled) and every server ends the session (Endpoint::cancel_when).
   std::stop_token stop;
+  RetryOptions retry;
 };
 
-// Connects, runs one request on a loop of its own, disconnects.
+// Connects, runs one request on a loop of its own, disconnects; again per
+// options.retry while it fails retryably. A request that fails for good,
+// or whose retries run out, throws the last attempt's RequestError.
 ClientResult run_client(const ClientOptions& options, const ClientRequest& request,
                         std::function<void(std::uint32_t)> on_token = {});
 
+// The retry loop of run_client, around any `attempt` (tests give their own):
+// `attempt(sink)` runs one request, streaming its tokens to `sink`. A stop
+// on `stop` ends a wait between attempts (Error(cancelled)).
+ClientResult with_retries(const RetryOptions& retry, std::stop_token stop,
+                          const std::function<ClientResult(const std::function<void(std::uint32_t)>&)>& attempt,
+                          const std::function<void(std::uint32_t)>& on_token);
+
+}  // namespace mpcache::serve
+
+namespace mpcache::serve {
+// An Error's text without the "<code>: " its constructor put first, to
+// throw it again as another Error (src/serve/client.cpp).
+std::string reason_of(const Error& error);
+// One attempt of run_client (src/serve/client.cpp); the module's own.
+ClientResult run_client_once(const ClientOptions& options, const ClientRequest& request,
+                             const std::function<void(std::uint32_t)>& on_token);
 }  // namespace mpcache::serve

@@ -113,6 +113,12 @@ struct ServeOptions {
     std::int64_t step = -1;
   };
   std::optional<StopAt> stop_at;
+  // Tests: the leader numbers sessions from here, so that a test can run
+  // sessions across the wrap of their 16-bit scopes (scope_of) in seconds.
+  std::uint64_t first_session = 0;
+  // Once the model is shared and requests are taken (a supervisor's
+  // readiness signal; the log says "ready: model shared" too).
+  std::function<void()> on_ready;
 };
 
 struct ServeStats {

@@ -183,7 +183,7 @@ class Liveness {
 class Admission {
  public:
   Admission(ServerContext& server, Sessions& sessions, Liveness& liveness)
-      : s_(server), sessions_(sessions), liveness_(liveness) {}
+      : s_(server), sessions_(sessions), liveness_(liveness), next_session_(server.options.first_session) {}
 
   // Numbers the connections, for the logs.
   std::uint64_t next_link_number() { return ++next_link_; }
@@ -206,7 +206,7 @@ class Admission {
   ServerContext& s_;
   Sessions& sessions_;
   Liveness& liveness_;
-  std::uint64_t next_session_ = 0;  // leader
+  std::uint64_t next_session_;  // leader
   std::uint64_t next_link_ = 0;
   std::deque<std::shared_ptr<Request>> queue_;                    // leader: admitted later
   std::map<Nonce, std::shared_ptr<Request>> waiting_for_leader_;  // others: requests not yet announced

@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include "connect.hpp"
+#include "door_refusal.hpp"
 
 namespace mpcache::sys {
 namespace {
@@ -100,16 +101,35 @@ std::pair<int, DirectionKeys> connect_as_client(const std::string& host, std::ui
     std::copy(raw.begin(), raw.end(), hello.begin() + 12);
     write_exactly(fd, hello.data(), hello.size(), deadline, "hello to " + where);
     DirectionKeys keys;
+    const auto refused_at_door = [&](const std::array<unsigned char, 32>& first) {
+      const long n = door_refusal_length(first);
+      if (n < 0) return;
+      std::string reason(static_cast<std::size_t>(n), '\0');
+      try {
+        read_exactly(fd, reason.data(), reason.size(), deadline, "the refusal of " + where);
+      } catch (const std::exception&) {
+        reason = "(its reason was cut short)";
+      }
+      throw std::runtime_error(where + " turned this connection away: " + reason);
+    };
     try {
-      keys = run_handshake(fd, client_handshake_id, server, client_secret_pem, server_public_pem, deadline);
+      keys = run_handshake(fd, client_handshake_id, server, client_secret_pem, server_public_pem, deadline,
+                           refused_at_door);
     } catch (const PeerClosed&) {
-      throw std::runtime_error(where + " refused this client (its key is not among the server's client keys?)");
+      throw ClientNotAdmitted(where + " refused this client (its key is not among the server's client keys?)");
     }
     return {fd, keys};
   } catch (...) {
     ::close(fd);
     throw;
   }
+}
+
+void send_door_refusal(int fd, const std::string& why) {
+  const std::string bytes = encode_door_refusal(why);
+  // A fresh socket's buffer takes these few bytes at once; never wait on it.
+  (void)::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  ::shutdown(fd, SHUT_WR);
 }
 
 int accept_before(int listen_fd, Clock::time_point deadline, std::string& remote) {

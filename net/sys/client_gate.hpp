@@ -7,6 +7,7 @@
 #pragma once
 #include <array>
 #include <chrono>
+#include <stdexcept>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -21,6 +22,13 @@ inline constexpr std::uint32_t client_handshake_id = 1000;
 struct ClientKey {
   std::string name;        // how the server's log names it (file name)
   std::string public_pem;  // Ed25519 public key
+};
+
+// Thrown by connect_as_client when the server closed the connection at the
+// handshake: it does not know this client's key. (A door that turns a
+// connection away for its load says so: std::runtime_error with the reason.)
+struct ClientNotAdmitted : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // The raw 32 bytes of an Ed25519 public key in PEM; `what` names it in errors.
@@ -44,6 +52,10 @@ std::pair<int, DirectionKeys> connect_as_client(const std::string& host, std::ui
                                                 const std::string& client_public_pem,
                                                 const std::string& server_public_pem,
                                                 std::chrono::steady_clock::time_point deadline);
+
+// A door's refusal (door_refusal.hpp) on a connection it will not take,
+// then the end of this side's writing; never blocks.
+void send_door_refusal(int fd, const std::string& why);
 
 // A listening socket's next connection before `deadline` (-1 if none came);
 // blocking mode, TCP_NODELAY; `remote` gets "host:port".

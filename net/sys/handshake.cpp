@@ -76,7 +76,8 @@ void check_ed25519_pem(const std::string& pem, bool secret, const std::string& w
 
 DirectionKeys run_handshake(int fd, std::uint32_t self, std::uint32_t peer,
                             const std::string& secret_key_pem, const std::string& peer_public_pem,
-                            std::chrono::steady_clock::time_point deadline) {
+                            std::chrono::steady_clock::time_point deadline,
+                            const std::function<void(const std::array<unsigned char, 32>&)>& first_from_peer) {
   const std::string me = "party " + std::to_string(self), them = "party " + std::to_string(peer);
   Pkey identity = read_pem(secret_key_pem, true, me + "'s secret key");
   Pkey pinned = read_pem(peer_public_pem, false, them + "'s pinned public key");
@@ -94,6 +95,7 @@ DirectionKeys run_handshake(int fd, std::uint32_t self, std::uint32_t peer,
   const std::string step = me + ": key exchange with " + them;
   write_exactly(fd, mine.data(), mine.size(), deadline, step);
   read_exactly(fd, theirs.data(), theirs.size(), deadline, step);
+  if (first_from_peer) first_from_peer(theirs);
 
   // Transcript: both ids and both ephemeral keys, lower party first.
   std::vector<unsigned char> transcript;

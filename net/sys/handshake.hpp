@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -17,9 +18,13 @@ struct DirectionKeys {
   std::array<std::uint8_t, 32> recv{};
 };
 
+// `first_from_peer`, if given, sees the peer's first 32 bytes (its
+// ephemeral key, or whatever the peer sent instead) before anything else
+// is done with them; it may throw (a client reading a door's refusal).
 DirectionKeys run_handshake(int fd, std::uint32_t self, std::uint32_t peer,
                             const std::string& secret_key_pem, const std::string& peer_public_pem,
-                            std::chrono::steady_clock::time_point deadline);
+                            std::chrono::steady_clock::time_point deadline,
+                            const std::function<void(const std::array<unsigned char, 32>&)>& first_from_peer = {});
 
 // New Ed25519 key pair: (secret PEM, public PEM).
 std::pair<std::string, std::string> generate_ed25519_pem();

@@ -1,14 +1,22 @@
 // See door_keeper.hpp.
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
+#include <cerrno>
 #include <list>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <sys/socket.h>
+#include <unistd.h>
 import mpcache;
 #include "door_keeper.hpp"
 
 namespace mpcache::jobs {
 namespace {
+// How many turned-away connections wait for their client to read why; past
+// it, one is closed at once (a flood must not hold descriptors).
+constexpr std::size_t max_turned_away = 256;
+constexpr auto turned_away_for = std::chrono::seconds(1);
+
 // "host:port" -> "host" ("[::1]:5000" -> "[::1]").
 std::string host_of(const std::string& remote) {
   const auto colon = remote.rfind(':');
@@ -30,11 +38,13 @@ DoorKeeper::~DoorKeeper() {
     left.swap(handshakes_);
   }
   for (auto& h : left) h.thread.join();
+  close_turned_away(true);
 }
 
 void DoorKeeper::take_connections(const std::stop_token& stop) {
   while (!stop.stop_requested()) {
     join_finished();
+    close_turned_away(false);
     try {
       // A short wait, so a stop is seen soon.
       if (auto connection = door_.next_connection(std::chrono::steady_clock::now() + std::chrono::milliseconds(200)))
@@ -55,7 +65,7 @@ void DoorKeeper::start_handshake(PendingClient connection) {
     over = std::to_string(in_progress_by_host_[host]) + " handshakes in progress from " + host + " (at most " +
            std::to_string(limits_.per_host) + " per host)";
   if (!over.empty()) {
-    close_descriptor(connection.fd);
+    turn_away(connection, "busy: " + over + "; try again later");
     log_("refused a client connection from " + connection.remote + ": " + over);
     return;
   }
@@ -74,6 +84,39 @@ void DoorKeeper::start_handshake(PendingClient connection) {
     if (--in_progress_by_host_[host] == 0) in_progress_by_host_.erase(host);
     it->finished = true;
   });
+}
+
+void DoorKeeper::turn_away(const PendingClient& connection, const std::string& why) {
+  mpcache::turn_away(connection, why);
+  if (turned_away_.size() >= max_turned_away) {
+    close_descriptor(turned_away_.front().fd);
+    turned_away_.pop_front();
+  }
+  turned_away_.push_back({connection.fd, std::chrono::steady_clock::now() + turned_away_for});
+}
+
+// Reads and drops what each turned-away client sent; closes it once the
+// client closed its end, or its time is up (or `all`).
+void DoorKeeper::close_turned_away(bool all) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = turned_away_.begin(); it != turned_away_.end();) {
+    bool done = all || now >= it->until;
+    char sink[512];
+    // A few reads a pass: a client that keeps sending cannot hold the
+    // taker here (its time runs out all the same).
+    for (int reads = 0; !done && reads < 8; ++reads) {
+      const auto n = ::recv(it->fd, sink, sizeof sink, MSG_DONTWAIT);
+      if (n > 0) continue;
+      done = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+      break;
+    }
+    if (done) {
+      close_descriptor(it->fd);
+      it = turned_away_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void DoorKeeper::join_finished() {

@@ -2,7 +2,8 @@
 // one thread takes connections, and each connection's hello and key
 // exchange run on a thread of their own, so a silent or slow stranger
 // delays no other client. Handshakes in progress are bounded, in all and
-// per remote host; a connection over a bound is closed at once and logged.
+// per remote host; a connection over a bound is told why (the door's
+// refusal: mpcache::turn_away), closed and logged.
 // Include after `import mpcache;`.
 #pragma once
 #include <chrono>
@@ -42,7 +43,18 @@ class DoorKeeper {
   void take_connections(const std::stop_token& stop);
   void start_handshake(PendingClient connection);
   void join_finished();
+  // A connection over a bound: told why, then closed once the client has
+  // read it (its end closes) or after a second, whichever comes first.
+  // Closed at once, unread input would reset the connection and could
+  // discard the reason before the client read it.
+  void turn_away(const PendingClient& connection, const std::string& why);
+  void close_turned_away(bool all);
 
+  struct TurnedAway {
+    int fd = -1;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::list<TurnedAway> turned_away_;  // the taker thread's own
   ClientDoor& door_;
   const DoorLimits limits_;
   const std::function<void(ClientChannel)> admitted_;

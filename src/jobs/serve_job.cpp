@@ -19,6 +19,7 @@ import mpcache;
 #include "party_job.hpp"
 #include "serve_job.hpp"
 #include "stop_on_signal.hpp"
+#include "supervisor_notice.hpp"
 
 extern char** environ;
 
@@ -123,6 +124,9 @@ void add_serve_options(CLI::App& cmd, ServeJob& o, bool* local) {
                  "tests: SESSION:STEP, stop as if SIGTERM came when that session is launched here (STEP -1) or "
                  "this server chose its token STEP (0: the prefill's)")
       ->group("");
+  cmd.add_option("--test-first-session", o.test_first_session,
+                 "tests: server 0 numbers sessions from here (e.g. just below the wrap of the 16-bit session scopes)")
+      ->group("");
   cmd.add_option("--report", o.report, "write one JSON object at exit (set-up cost, sessions, peak RSS)");
   cmd.add_option("--tick-us", o.tick_us,
                  "end a tick of the event loop after this many microseconds of work: the rounds finished so far "
@@ -192,6 +196,12 @@ int run_server(const ServeJob& o) {
       throw Error(ErrorCode::invalid_argument, "--test-stop-at '" + o.test_stop_at + "': expected SESSION:STEP");
     }
   }
+  so.first_session = o.test_first_session;
+  // A supervisor with Type=notify starts the next unit only now: the model is shared.
+  so.on_ready = [id] {
+    if (const auto why = notify_supervisor("READY=1\nSTATUS=serving"); !why.empty())
+      log_line("server " + std::to_string(id) + ": could not tell the supervisor it is ready: " + why);
+  };
   if (steps)
     so.on_step = [steps](const serve::StepReport& r) {
       std::fprintf(steps, "%s\n",
@@ -254,6 +264,7 @@ int run_server(const ServeJob& o) {
     report["error"] = e.what();
     status = stop.signal() != 0 ? 0 : 1;
   }
+  (void)notify_supervisor("STOPPING=1");
   door_keeper.reset();
   if (steps) std::fclose(steps);
   report["peak_rss_kb"] = peak_rss_kb();
@@ -279,6 +290,9 @@ ClientReport run_client_job(const ClientJob& o, const std::function<void(std::ui
   co.connect_timeout = std::chrono::milliseconds(o.timeout_ms);
   co.tcp.silence_timeout = std::chrono::milliseconds(o.timeout_ms);
   co.stop = o.stop;
+  co.retry.retries = o.retries;
+  co.retry.wait = std::chrono::milliseconds(o.retry_wait_ms);
+  co.retry.on_retry = o.on_retry;
   serve::ClientRequest req;
   req.prompt = o.prompt;
   req.new_tokens = o.tokens;
@@ -292,8 +306,8 @@ ClientReport run_client_job(const ClientJob& o, const std::function<void(std::ui
   else if (o.fault == "stall") req.fault = serve::ClientRequest::Fault::stall;
   else if (!o.fault.empty()) throw Error(ErrorCode::invalid_argument, "--fault '" + o.fault + "': garbage, vanish or stall");
   const auto r = serve::run_client(co, req, on_token);
-  return {r.session, r.tokens, r.end == serve::ClientEnd::eos, r.seconds_to_accept, r.seconds_to_first_token,
-          r.token_seconds};
+  return {r.session,      r.tokens, r.end == serve::ClientEnd::eos, r.seconds_to_accept, r.seconds_to_first_token,
+          r.token_seconds, r.attempts};
 }
 
 int serve_main(int argc, char** argv) {

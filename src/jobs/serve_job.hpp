@@ -46,6 +46,7 @@ struct ServeJob {
   NetworkChoice network;
   std::string steps;   // JSON lines, one per chosen token: session, step, round clock, bytes sent (benches)
   std::string report;  // one JSON object at exit: set-up cost, sessions, peak RSS
+  std::uint64_t test_first_session = 0;  // tests: server 0's first session number (ServeOptions::first_session)
   std::string test_stop_at;  // tests: "SESSION:STEP", a stop as if SIGTERM came then (ServeOptions::stop_at)
 };
 
@@ -76,6 +77,9 @@ struct ClientJob {
   std::uint64_t seed = 0;   // the noise's seed
   std::stop_token stop;  // a stop requested here ends the request (serve::ClientOptions::stop)
   std::string fault;  // tests: "garbage" (a short prompt share for server 1), "vanish" (leave after a token), "stall" (no prompt)
+  std::size_t retries = 0;  // serve::RetryOptions
+  int retry_wait_ms = 1000;
+  std::function<void(const std::string&)> on_retry;  // told of each retry (serve::RetryOptions::on_retry)
 };
 
 struct ClientReport {
@@ -84,6 +88,7 @@ struct ClientReport {
   bool eos = false;
   double seconds_to_accept = 0, seconds_to_first_token = 0;
   std::vector<double> token_seconds;
+  std::size_t attempts = 1;
 };
 
 ClientReport run_client_job(const ClientJob& job, const std::function<void(std::uint32_t)>& on_token = {});
@@ -104,6 +109,7 @@ class BackgroundProcess {
   BackgroundProcess(const BackgroundProcess&) = delete;
   BackgroundProcess& operator=(const BackgroundProcess&) = delete;
   bool running();
+  int pid() const { return pid_; }  // -1 once it has been waited for
   void signal(int sig);
   // Exit status (128 + signal when killed); kills it after `limit_ms`.
   int wait(int limit_ms);

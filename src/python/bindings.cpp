@@ -210,10 +210,12 @@ class Stream {
   }
 
  private:
-  void work(const jobs::ClientJob& job) {
+  void work(jobs::ClientJob job) {
     jobs::TextStream text(*tok_);
     std::string message, code;
     json report;
+    std::vector<std::string> retry_notes;  // on this thread only, until the report
+    job.on_retry = [&](const std::string& note) { retry_notes.push_back(note); };
     try {
       const auto r = jobs::run_client_job(job, [&](std::uint32_t id) {
         std::string piece = tok_->is_eos(id) ? std::string() : text.push(id);
@@ -226,6 +228,8 @@ class Stream {
                 {"tokens", r.tokens},
                 {"text", text.text()},
                 {"end", r.eos ? "eos" : "budget"},
+                {"attempts", r.attempts},
+                {"retries", retry_notes},
                 {"seconds_to_accept", r.seconds_to_accept},
                 {"seconds_to_first_token", r.seconds_to_first_token},
                 {"token_seconds", r.token_seconds}};
@@ -259,9 +263,12 @@ class Stream {
 // model folder's config.json and tokenizer (never its weights).
 class Client {
  public:
-  Client(std::string servers, std::string key, std::string model, std::string tokenizer, int timeout_ms)
-      : servers_(std::move(servers)), key_(std::move(key)), model_(std::move(model)), timeout_ms_(timeout_ms) {
+  Client(std::string servers, std::string key, std::string model, std::string tokenizer, int timeout_ms,
+         std::size_t retries, int retry_wait_ms)
+      : servers_(std::move(servers)), key_(std::move(key)), model_(std::move(model)), timeout_ms_(timeout_ms),
+        retries_(retries), retry_wait_ms_(retry_wait_ms) {
     if (timeout_ms_ <= 0) throw Error(ErrorCode::invalid_argument, "timeout_ms must be > 0");
+    if (retry_wait_ms_ < 0) throw Error(ErrorCode::invalid_argument, "retry_wait_ms must be >= 0");
     (void)jobs::read_cluster_config(servers_);  // a bad file is an error now, not at the first request
     (void)jobs::read_text_file(key_, "this client's secret key");
     const ModelConfig c = ModelConfig::from_json_file(std::filesystem::path(model_) / "config.json");
@@ -285,6 +292,8 @@ class Client {
     job.temperature = temperature;
     job.seed = seed;
     job.fault = fault;
+    job.retries = retries_;
+    job.retry_wait_ms = retry_wait_ms_;
     if (!ignore_eos) job.stop_tokens = tok_->eos_ids();
     return std::make_unique<Stream>(std::move(job), tok_);
   }
@@ -297,6 +306,8 @@ class Client {
  private:
   std::string servers_, key_, model_;
   int timeout_ms_;
+  std::size_t retries_;
+  int retry_wait_ms_;
   std::shared_ptr<const text::Tokenizer> tok_;
   std::size_t max_positions_ = 0;
 };
@@ -339,8 +350,9 @@ PYBIND11_MODULE(_mpcache, m) {
       .def("finished", &Stream::finished)
       .def("report", &Stream::report);
   py::class_<Client>(m, "Client")
-      .def(py::init<std::string, std::string, std::string, std::string, int>(), py::arg("servers"), py::arg("key"),
-           py::arg("model"), py::arg("tokenizer"), py::arg("timeout_ms"))
+      .def(py::init<std::string, std::string, std::string, std::string, int, std::size_t, int>(), py::arg("servers"),
+           py::arg("key"), py::arg("model"), py::arg("tokenizer"), py::arg("timeout_ms"), py::arg("retries"),
+           py::arg("retry_wait_ms"))
       .def("stream", &Client::stream, py::arg("prompt"), py::arg("tokens"), py::arg("policy"), py::arg("budget"),
            py::arg("ignore_eos"), py::arg("temperature"), py::arg("seed"), py::arg("fault"))
       .def("encode", &Client::encode)

@@ -27,16 +27,27 @@ void drop_heartbeats(Endpoint& endpoint, PartyId server) {
   }
 }
 
-Task<Reply> next_reply(Endpoint& endpoint, PartyId server) {
+// A failure of the link itself (the server gone, silent past the deadline)
+// becomes a RequestError; a malformed reply is the server's, not retryable.
+Task<Reply> next_reply(Endpoint& endpoint, PartyId server, bool may_retry) {
   drop_heartbeats(endpoint, server);
-  auto bytes = co_await endpoint.recv(server, reply_stream);
+  std::vector<std::byte> bytes;
+  try {
+    bytes = co_await endpoint.recv(server, reply_stream);
+  } catch (const Error& e) {
+    throw RequestError(e.code(), reason_of(e), may_retry && retryable_link_error(e));
+  }
   co_return Reply::decode(bytes, server_name(server));
 }
 
-[[noreturn]] void refused_by(PartyId server, const Reply& r) {
+// A refusal is retryable when it says to come back later; a session the
+// server accepted and then failed is the service's failure, not the
+// request's, unless the client misbehaved on purpose (a test's fault).
+[[noreturn]] void refused_by(PartyId server, const Reply& r, bool may_retry) {
   const bool refused = r.kind == ReplyKind::refused;
-  throw Error(refused ? ErrorCode::invalid_argument : ErrorCode::protocol,
-              server_name(server) + (refused ? " refused the request: " : " failed the session: ") + r.text());
+  throw RequestError(refused ? ErrorCode::invalid_argument : ErrorCode::protocol,
+                     server_name(server) + (refused ? " refused the request: " : " failed the session: ") + r.text(),
+                     may_retry && (!refused || retryable_refusal(r.text())));
 }
 
 // temperature x Gumbel(0, 1), one row per token, in fixed point: the token
@@ -67,6 +78,17 @@ Nonce fresh_nonce() {
 }
 }  // namespace
 
+std::string reason_of(const Error& e) {
+  const std::string what = e.what(), prefix = std::string(to_string(e.code())) + ": ";
+  return what.starts_with(prefix) ? what.substr(prefix.size()) : what;
+}
+
+bool retryable_refusal(std::string_view why) { return why.starts_with("busy") || why.starts_with("shutting down"); }
+
+bool retryable_link_error(const Error& error) {
+  return error.code() == ErrorCode::network || error.code() == ErrorCode::timeout;
+}
+
 Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::function<void(std::uint32_t)> on_token) {
   if (endpoint.parties() != 4 || endpoint.id() != self)
     throw Error(ErrorCode::invalid_argument, "serve::request: the client is party 3 of 4 (servers 0..2)");
@@ -84,14 +106,15 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
     throw Error(ErrorCode::invalid_argument, "serve::request: temperature " + std::to_string(req.temperature) +
                                                  " is not in 0..100");
   q.sampled = req.temperature > 0;
+  const bool may_retry = req.fault == ClientRequest::Fault::none;
   const auto header = q.encode();
   for (PartyId s = 0; s < 3; ++s) endpoint.send(s, request_stream, header);
 
   ClientResult result;
   std::uint64_t vocab = 0;
   for (PartyId s = 0; s < 3; ++s) {
-    const Reply r = co_await next_reply(endpoint, s);
-    if (r.kind != ReplyKind::accepted) refused_by(s, r);
+    const Reply r = co_await next_reply(endpoint, s, may_retry);
+    if (r.kind != ReplyKind::accepted) refused_by(s, r, may_retry);
     if (r.body.size() != 16) throw Error(ErrorCode::protocol, server_name(s) + " sent a malformed acceptance");
     std::uint64_t words[2];
     std::memcpy(words, r.body.data(), sizeof words);
@@ -125,7 +148,7 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
     std::array<std::vector<std::byte>, 3> token_parts;
     std::optional<std::uint64_t> done;
     for (PartyId s = 0; s < 3; ++s) {
-      const Reply r = co_await next_reply(endpoint, s);
+      const Reply r = co_await next_reply(endpoint, s, may_retry);
       if (r.kind == ReplyKind::token) {
         if (done) throw Error(ErrorCode::protocol, "the servers disagree on whether generation ended");
         token_parts[s] = r.body;
@@ -133,7 +156,7 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
         if (s > 0 && !done) throw Error(ErrorCode::protocol, "the servers disagree on whether generation ended");
         done = r.number();
       } else {
-        refused_by(s, r);
+        refused_by(s, r, may_retry);
       }
     }
     if (done) {
@@ -166,6 +189,13 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
 }
 
 ClientResult run_client(const ClientOptions& options, const ClientRequest& req, std::function<void(std::uint32_t)> on_token) {
+  return with_retries(options.retry, options.stop,
+                      [&](const std::function<void(std::uint32_t)>& sink) { return run_client_once(options, req, sink); },
+                      on_token);
+}
+
+ClientResult run_client_once(const ClientOptions& options, const ClientRequest& req,
+                             const std::function<void(std::uint32_t)>& on_token) {
   Connections c;
   c.fds.assign(4, -1);
   c.keys.assign(4, std::nullopt);
@@ -179,6 +209,12 @@ ClientResult run_client(const ClientOptions& options, const ClientRequest& req, 
       c.keys[s] = channel.keys;
       c.names[s] = server_name(s) + " (" + channel.remote + ")";
     }
+  } catch (const Error& e) {
+    for (int fd : c.fds)
+      if (fd >= 0) close_descriptor(fd);
+    // Unreachable or at its door's limit: perhaps back soon. A server that
+    // does not know this client's key (invalid_argument) will not be.
+    throw RequestError(e.code(), reason_of(e), retryable_link_error(e));
   } catch (...) {
     for (int fd : c.fds)
       if (fd >= 0) close_descriptor(fd);
@@ -188,7 +224,7 @@ ClientResult run_client(const ClientOptions& options, const ClientRequest& req, 
   Endpoint endpoint(scheduler, self, 4);
   TcpTransport transport(scheduler, endpoint, std::move(c), options.tcp);
   endpoint.cancel_when(options.stop);
-  return sync_wait(scheduler, request(endpoint, req, std::move(on_token)));
+  return sync_wait(scheduler, request(endpoint, req, on_token));
 }
 
 }  // namespace mpcache::serve

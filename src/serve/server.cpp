@@ -123,6 +123,7 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   S.changed.notify();
   S.log("ready: model shared in " + std::to_string(S.stats.setup_seconds) + " s (" +
         std::to_string(S.stats.setup_costs.payload_bytes_sent()) + " bytes sent); " + S.config.summary());
+  if (S.options.on_ready) S.options.on_ready();
   for (PartyId peer = 0; peer < 3; ++peer)
     if (peer != S.id()) S.tasks.spawn(I.liveness.hear_heartbeats(peer));
   if (S.id() != leader) S.tasks.spawn(I.admission.hear_announcements());

@@ -106,3 +106,30 @@ def test_sampling_by_the_gumbel_max_trick(service):
     with pytest.raises(mpcache.Error) as e:
         c.generate(PROMPT, tokens=2, temperature=-1.0)
     assert "temperature" in str(e.value)
+
+
+def test_retries_are_counted_and_end_with_the_last_error(service, tmp_path):
+    """A server that cannot be reached may be restarting: the request is
+    sent again `retries` times, then fails naming the attempts. A request
+    that needed no retry says so in its completion."""
+    import json
+    import socket
+    folder = os.path.dirname(service.servers)
+    with open(service.servers) as f:
+        config = json.load(f)
+    for p in config["parties"]:
+        for k in ("public_key", "secret_key"):
+            if k in p and not os.path.isabs(p[k]):
+                p[k] = os.path.join(folder, p[k])
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    config["parties"][2]["client_port"] = s.getsockname()[1]  # nobody listens there
+    s.close()
+    broken = tmp_path / "cluster.json"
+    broken.write_text(json.dumps(config))
+    c = mpcache.Client(str(broken), service.key, FIXTURE_MODEL, tokenizer="none", retries=2, retry_wait_ms=10)
+    with pytest.raises(mpcache.Error) as e:
+        c.generate(PROMPT, tokens=2)
+    assert e.value.code == "network" and "(3 attempts)" in str(e.value) and "server 2" in str(e.value)
+    got = client(service, retries=2, retry_wait_ms=10).generate(PROMPT, tokens=2)
+    assert got.attempts == 1 and got.retries == [] and len(got.tokens) == 2

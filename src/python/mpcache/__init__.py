@@ -138,13 +138,16 @@ class Completion:
     seconds_to_accept: float        # request sent -> every server accepted (includes queueing)
     seconds_to_first_token: float
     token_seconds: List[float]      # each token after the first: time since the one before
+    attempts: int = 1               # requests sent: 1 + the retries it took (Client's retries)
+    retries: List[str] = field(default_factory=list)  # why each retry was made (and what it did not repeat)
 
 
 def _completion(report: dict) -> Completion:
     return Completion(text=report["text"], tokens=list(report["tokens"]), end=report["end"],
                       session=int(report["session"]), seconds_to_accept=float(report["seconds_to_accept"]),
                       seconds_to_first_token=float(report["seconds_to_first_token"]),
-                      token_seconds=list(report["token_seconds"]))
+                      token_seconds=list(report["token_seconds"]), attempts=int(report.get("attempts", 1)),
+                      retries=list(report.get("retries", [])))
 
 
 class TokenStream:
@@ -217,13 +220,20 @@ class Client:
     beside it, from ``mpcache keygen --client NAME``); ``model``: the model
     folder, of which the client reads only ``config.json`` and the
     tokenizer. ``timeout_ms``: connecting, and how long a server may stay
-    silent. Files are read now: a bad path is an :class:`Error` here."""
+    silent. ``retries``: a request that failed because of the service (a
+    server lost or unreachable, busy, shutting down) is sent again up to
+    this many times, ``retry_wait_ms`` apart; tokens already streamed are
+    not streamed again (docs/serving.md, "Retries"). Files are read now: a
+    bad path is an :class:`Error` here."""
 
     def __init__(self, servers: str, key: str, model: Optional[str] = None, *, tokenizer: str = "auto",
-                 timeout_ms: int = 60000) -> None:
+                 timeout_ms: int = 60000, retries: int = 0, retry_wait_ms: int = 1000) -> None:
         self.servers, self.key, self.model = servers, key, model or _paths.MODEL
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
         self._client = _mpcache.Client(servers=servers, key=key, model=self.model, tokenizer=tokenizer,
-                                       timeout_ms=int(timeout_ms))
+                                       timeout_ms=int(timeout_ms), retries=int(retries),
+                                       retry_wait_ms=int(retry_wait_ms))
 
     def stream(self, prompt: str, *, tokens: int = 16, policy: str = "mpcache", budget: int = 0,
                ignore_eos: bool = False, temperature: float = 0.0, seed: Optional[int] = None,

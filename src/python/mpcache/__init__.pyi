@@ -45,6 +45,8 @@ class Completion:
     seconds_to_accept: float
     seconds_to_first_token: float
     token_seconds: List[float]
+    attempts: int
+    retries: List[str]
 
 class TokenStream(Iterator[Token]):
     completion: Optional[Completion]
@@ -60,7 +62,7 @@ class Client:
     key: str
     model: str
     def __init__(self, servers: str, key: str, model: Optional[str] = ..., *, tokenizer: str = ...,
-                 timeout_ms: int = ...) -> None: ...
+                 timeout_ms: int = ..., retries: int = ..., retry_wait_ms: int = ...) -> None: ...
     def stream(self, prompt: str, *, tokens: int = ..., policy: str = ..., budget: int = ...,
                ignore_eos: bool = ..., temperature: float = ..., seed: Optional[int] = ...) -> TokenStream: ...
     def generate(self, prompt: str, *, tokens: int = ..., policy: str = ..., budget: int = ...,

@@ -452,6 +452,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--tls-cert", default=None, help="TLS certificate (PEM): needed off loopback")
     ap.add_argument("--tls-key", default=None, help="TLS private key (PEM)")
     ap.add_argument("--timeout-ms", type=int, default=60000, help="how long a server may stay silent")
+    ap.add_argument("--retries", type=int, default=0,
+                    help="send a request the service failed (a server lost, busy, shutting down) again, up to this "
+                         "many times; tokens already streamed are not streamed again")
+    ap.add_argument("--retry-wait-ms", type=int, default=1000, help="wait this long before each retry")
     ap.add_argument("--max-body", type=int, default=MAX_BODY, help="the largest request body, bytes")
     ap.add_argument("--body-seconds", type=float, default=BODY_SECONDS, help="a request body arrives within this")
     a = ap.parse_args(argv)
@@ -476,7 +480,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         tls.load_cert_chain(a.tls_cert, a.tls_key)
     model = a.model or mpcache.default_model()
     try:
-        client = mpcache.Client(a.servers, a.key, model, tokenizer=a.tokenizer, timeout_ms=a.timeout_ms)
+        client = mpcache.Client(a.servers, a.key, model, tokenizer=a.tokenizer, timeout_ms=a.timeout_ms,
+                                retries=a.retries, retry_wait_ms=a.retry_wait_ms)
         template = ChatTemplate(model)
     except (mpcache.Error, OSError, ValueError) as e:
         print("mpcache gateway: %s" % e, file=sys.stderr)
