@@ -13,11 +13,14 @@ constexpr std::string_view ngram_prefix = "ngram:";
 constexpr std::size_t ngram_order = 4;
 }  // namespace
 
-void check_drafter_name(const std::string& spec) {
+void check_drafter_name(const std::string& spec, bool client) {
   if (spec == "lookup") return;
   if (spec.starts_with(ngram_prefix)) {
     if (spec.size() == ngram_prefix.size())
       throw Error(ErrorCode::invalid_argument, "--draft ngram: needs a file of public text (ngram:FILE)");
+    const std::string file = spec.substr(ngram_prefix.size());
+    if (client && !std::filesystem::is_regular_file(file))
+      throw Error(ErrorCode::invalid_argument, "--draft " + spec + ": no such file '" + file + "'");
     return;
   }
   if (spec.starts_with("model:"))
@@ -28,11 +31,9 @@ void check_drafter_name(const std::string& spec) {
 
 Drafter drafter_named(const std::string& spec,
                       const std::function<std::vector<std::uint32_t>(std::string_view)>& tokenize) {
-  check_drafter_name(spec);
+  check_drafter_name(spec, /*client=*/true);
   if (spec == "lookup") return lookup_drafter();
   const std::string file = spec.substr(ngram_prefix.size());
-  if (!std::filesystem::is_regular_file(file))
-    throw Error(ErrorCode::invalid_argument, "--draft " + spec + ": no such file '" + file + "'");
   const std::string text = read_text_file(file, "the n-gram drafter's public text");
   return ngram_drafter(std::make_shared<const NgramModel>(tokenize(text), ngram_order));
 }

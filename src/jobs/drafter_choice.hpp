@@ -18,7 +18,8 @@ namespace mpcache::jobs {
 Drafter drafter_named(const std::string& spec,
                       const std::function<std::vector<std::uint32_t>(std::string_view)>& tokenize);
 
-// Checks `spec` without reading its file (every party, before any work).
-void check_drafter_name(const std::string& spec);
+// Checks `spec` before any work; `client`: also that its file is there
+// (only the client reads it).
+void check_drafter_name(const std::string& spec, bool client = false);
 
 }  // namespace mpcache::jobs

@@ -53,6 +53,7 @@ std::unique_ptr<text::Tokenizer> client_prompt(const GenerateOptions& o, const M
   prompt.text = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file");
   prompt.ids = encode_prompt(*tok, prompt.text);
   if (prompt.ids.empty()) throw Error(ErrorCode::invalid_argument, "empty prompt");
+  if (o.speculate > 0) check_drafter_name(o.draft, /*client=*/true);  // its file, before any work
   if (prompt.ids.size() + o.tokens > c.max_positions)
     throw Error(ErrorCode::invalid_argument,
                 "prompt (" + std::to_string(prompt.ids.size()) + " tokens) + --tokens " + std::to_string(o.tokens) +
