@@ -19,6 +19,7 @@ int private_fidelity_main(int argc, char** argv);  // rss3 tokens vs the float64
 int truncation_audit_main(int argc, char** argv);  // expected truncation failures per call site
 int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-fig13, paper-table8, gpt2-512, long-context
 int serve_preset_main(int argc, char** argv);  // the service: 3 server processes, batches of clients
+int speculate_preset_main(int argc, char** argv);  // speculative verification against K = 0
 std::vector<CaseResult> net_preset(const Options& options);
 std::vector<CaseResult> kernels_preset(const Options& options);
 std::vector<CaseResult> decode_batch_preset(const Options& options);  // continuous batching's step, B = 1..8
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
       return mpcache::bench::truncation_audit_main(argc, argv);
     else if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "serve")
       return mpcache::bench::serve_preset_main(argc, argv);
+    else if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "speculate")
+      return mpcache::bench::speculate_preset_main(argc, argv);
     else if (std::string_view(argv[i]) == "--preset" &&
              (std::string_view(argv[i + 1]).starts_with("paper-fig") ||
               std::string_view(argv[i + 1]) == "paper-table8" || std::string_view(argv[i + 1]) == "gpt2-512" ||

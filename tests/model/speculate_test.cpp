@@ -34,13 +34,14 @@ struct Run {
 
 // generate_party on the fixture model, rss3 with exact truncation (seed 5).
 Run generate(const std::vector<std::uint32_t>& prompt, const std::string& policy, std::size_t tokens,
-             std::size_t speculate = 0, Drafter draft = {}) {
+             std::size_t speculate = 0, Drafter draft = {},
+             const std::filesystem::path& model = testing::fixture_dir()) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   Run run;
   auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
     GenerationJob job;
-    job.model_dir = testing::fixture_dir();
+    job.model_dir = model;
     job.mode.truncation = TruncationMode::exact;
     job.policy = policy;
     job.new_tokens = tokens;
@@ -124,10 +125,23 @@ TEST_SUITE("speculative verification") {
 
   TEST_CASE("the other policies that speculation accepts give the greedy text too") {
     constexpr std::size_t tokens = 8, k = 2;
-    for (const std::string policy : {"streaming_llm", "quest", "snapkv", "longcache", "arkvale"}) {
+    for (const std::string policy :
+         {"mpcache-paper", "streaming_llm", "quest", "snapkv", "longcache", "arkvale", "arkvale-recall"}) {
       CAPTURE(policy);
       const Run greedy = generate(prompts[0], policy, tokens);
       const Run checked = generate(prompts[0], policy, tokens, k, oracle_with_errors(prompts[0], greedy.tokens));
+      check_speculative(greedy, checked, k, tokens);
+    }
+  }
+
+  TEST_CASE("GPT-2's blocks (biases, LayerNorm, GeLU, learned positions) give the greedy text too") {
+    const auto gpt2 = std::filesystem::path(MPCACHE_SOURCE_DIR) / "tests/fixtures/model/gpt2-tiny";
+    constexpr std::size_t tokens = 8, k = 3;  // the fixture has 64 positions
+    const std::vector<std::uint32_t> prompt(prompts[1].begin(), prompts[1].begin() + 40);
+    for (const std::string policy : {"full", "mpcache"}) {
+      CAPTURE(policy);
+      const Run greedy = generate(prompt, policy, tokens, 0, {}, gpt2);
+      const Run checked = generate(prompt, policy, tokens, k, oracle_with_errors(prompt, greedy.tokens), gpt2);
       check_speculative(greedy, checked, k, tokens);
     }
   }
