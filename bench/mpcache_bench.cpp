@@ -23,6 +23,7 @@ int speculate_preset_main(int argc, char** argv);  // speculative verification a
 std::vector<CaseResult> net_preset(const Options& options);
 std::vector<CaseResult> kernels_preset(const Options& options);
 std::vector<CaseResult> decode_batch_preset(const Options& options);  // continuous batching's step, B = 1..8
+std::vector<CaseResult> speculate_rows_preset(const Options& options);  // a step of K+1 rows against one, K = 1..8
 }
 
 namespace {
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
   mpcache::bench::Options options;
   app.add_option("--preset", preset, "benchmark preset")
       ->required()
-      ->check(CLI::IsMember({"micro", "ops", "paper-table2", "net", "kernels", "decode-batch"}));
+      ->check(CLI::IsMember({"micro", "ops", "paper-table2", "net", "kernels", "decode-batch", "speculate-rows"}));
   std::string link = "none";
   app.add_option("--link", link,
                  "link for model_s: lan (377 MB/s, 0.3 ms RTT), wan (300 Mbit/s, 40 ms), none")
@@ -131,6 +132,7 @@ int main(int argc, char** argv) {
     if (preset == "net") rows = mpcache::bench::net_preset(options);
     if (preset == "kernels") rows = mpcache::bench::kernels_preset(options);
     if (preset == "decode-batch") rows = mpcache::bench::decode_batch_preset(options);
+    if (preset == "speculate-rows") rows = mpcache::bench::speculate_rows_preset(options);
     if (json) {
       for (const auto& r : rows) std::cout << to_json(r, options.link).dump() << "\n";
     } else {
