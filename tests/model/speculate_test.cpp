@@ -30,6 +30,9 @@ struct Run {
   std::array<std::vector<std::size_t>, 3> drafted;
   std::array<std::vector<std::uint64_t>, 3> rounds;  // per step (the prefill first)
   std::array<std::size_t, 3> generated{};
+  // Each party's KV cache at the end: the decoder's and the policy's bytes.
+  std::array<std::size_t, 3> kv_decoder_bytes{};
+  std::array<std::optional<std::size_t>, 3> kv_policy_bytes{};
 };
 
 // generate_party on the fixture model, rss3 with exact truncation (seed 5).
@@ -63,7 +66,11 @@ Run generate(const std::vector<std::uint32_t>& prompt, const std::string& policy
   CHECK(results[1].tokens.empty());
   CHECK(results[2].tokens.empty());
   run.tokens = results[0].tokens;
-  for (std::size_t i = 0; i < 3; ++i) run.generated[i] = results[i].generated;
+  for (std::size_t i = 0; i < 3; ++i) {
+    run.generated[i] = results[i].generated;
+    run.kv_decoder_bytes[i] = results[i].kv_decoder_bytes;
+    run.kv_policy_bytes[i] = results[i].kv_policy_bytes;
+  }
   return run;
 }
 
@@ -87,13 +94,27 @@ std::size_t sum(const std::vector<std::size_t>& v) { return std::accumulate(v.be
 
 // What every speculating run must show: the text, one accepted count per
 // step that all parties agree on, and as many tokens as steps + accepted.
-void check_speculative(const Run& greedy, const Run& fast, std::size_t k, std::size_t tokens) {
+void check_speculative(const Run& greedy, const Run& fast, std::size_t k, std::size_t tokens,
+                       const std::string& policy) {
+  // Policies that keep their own cache: the decoder holds only rows they have not taken.
+  const bool owns_cache = policy == "mpcache" || policy == "mpcache-paper" || policy == "arkvale-recall";
   CHECK(fast.tokens == greedy.tokens);
   REQUIRE(fast.tokens.size() == tokens);
   CHECK(fast.accepted[1] == fast.accepted[0]);
   CHECK(fast.accepted[2] == fast.accepted[0]);
   CHECK(1 + fast.accepted[0].size() + sum(fast.accepted[0]) == tokens);
-  for (std::size_t i = 0; i < 3; ++i) CHECK(fast.generated[i] == tokens);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(fast.generated[i] == tokens);
+    // Rejected rows left nothing: the caches end as large as one token a
+    // step leaves them. (A policy that keeps its own cache has taken the
+    // last step's accepted rows; the decoder drops them only at the next
+    // step, so it may end with up to K+1 rows a layer and head, not one.)
+    CHECK(fast.kv_policy_bytes[i] == greedy.kv_policy_bytes[i]);
+    const std::size_t rows = fast.kv_decoder_bytes[i] / greedy.kv_decoder_bytes[i];
+    CHECK(fast.kv_decoder_bytes[i] == rows * greedy.kv_decoder_bytes[i]);
+    CHECK(rows >= 1);
+    CHECK(rows <= (owns_cache ? k + 1 : 1));
+  }
   for (std::size_t i = 0; i < fast.drafted[0].size(); ++i) {
     CHECK(fast.drafted[0][i] <= k);
     CHECK(fast.accepted[0][i] <= fast.drafted[0][i]);
@@ -112,11 +133,11 @@ TEST_SUITE("speculative verification") {
         const Run greedy = generate(prompts[i], policy, tokens);
         // Every acceptance count 0..K, then prompt lookup.
         const Run checked = generate(prompts[i], policy, tokens, k, oracle_with_errors(prompts[i], greedy.tokens));
-        check_speculative(greedy, checked, k, tokens);
+        check_speculative(greedy, checked, k, tokens, policy);
         std::set<std::size_t> counts(checked.accepted[0].begin(), checked.accepted[0].end());
         for (std::size_t a = 0; a <= k; ++a) CHECK(counts.count(a) == 1);
         const Run looked_up = generate(prompts[i], policy, tokens, k, lookup_drafter());
-        check_speculative(greedy, looked_up, k, tokens);
+        check_speculative(greedy, looked_up, k, tokens, policy);
         MESSAGE(policy << " prompt " << i << ": " << looked_up.accepted[0].size() << " decode steps with lookup, "
                        << checked.accepted[0].size() << " with the oracle, " << tokens - 1 << " one by one");
       }
@@ -130,7 +151,7 @@ TEST_SUITE("speculative verification") {
       CAPTURE(policy);
       const Run greedy = generate(prompts[0], policy, tokens);
       const Run checked = generate(prompts[0], policy, tokens, k, oracle_with_errors(prompts[0], greedy.tokens));
-      check_speculative(greedy, checked, k, tokens);
+      check_speculative(greedy, checked, k, tokens, policy);
     }
   }
 
@@ -142,7 +163,7 @@ TEST_SUITE("speculative verification") {
       CAPTURE(policy);
       const Run greedy = generate(prompt, policy, tokens, 0, {}, gpt2);
       const Run checked = generate(prompt, policy, tokens, k, oracle_with_errors(prompt, greedy.tokens), gpt2);
-      check_speculative(greedy, checked, k, tokens);
+      check_speculative(greedy, checked, k, tokens, policy);
     }
   }
 
