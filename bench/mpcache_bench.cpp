@@ -20,9 +20,11 @@ int truncation_audit_main(int argc, char** argv);  // expected truncation failur
 int paper_main(int argc, char** argv);  // paper-fig10, paper-fig11, paper-fig13, paper-table8, gpt2-512, long-context
 int serve_preset_main(int argc, char** argv);  // the service: 3 server processes, batches of clients
 int serve_soak_main(int argc, char** argv);    // the service over time: random clients and client faults
+int speculate_preset_main(int argc, char** argv);  // speculative verification against K = 0
 std::vector<CaseResult> net_preset(const Options& options);
 std::vector<CaseResult> kernels_preset(const Options& options);
 std::vector<CaseResult> decode_batch_preset(const Options& options);  // continuous batching's step, B = 1..8
+std::vector<CaseResult> speculate_rows_preset(const Options& options);  // a step of K+1 rows against one, K = 1..8
 }
 
 namespace {
@@ -76,6 +78,8 @@ int main(int argc, char** argv) {
       return mpcache::bench::serve_preset_main(argc, argv);
     else if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "serve-soak")
       return mpcache::bench::serve_soak_main(argc, argv);
+    else if (std::string_view(argv[i]) == "--preset" && std::string_view(argv[i + 1]) == "speculate")
+      return mpcache::bench::speculate_preset_main(argc, argv);
     else if (std::string_view(argv[i]) == "--preset" &&
              (std::string_view(argv[i + 1]).starts_with("paper-fig") ||
               std::string_view(argv[i + 1]) == "paper-table8" || std::string_view(argv[i + 1]) == "gpt2-512" ||
@@ -87,7 +91,7 @@ int main(int argc, char** argv) {
   mpcache::bench::Options options;
   app.add_option("--preset", preset, "benchmark preset")
       ->required()
-      ->check(CLI::IsMember({"micro", "ops", "paper-table2", "net", "kernels", "decode-batch"}));
+      ->check(CLI::IsMember({"micro", "ops", "paper-table2", "net", "kernels", "decode-batch", "speculate-rows"}));
   std::string link = "none";
   app.add_option("--link", link,
                  "link for model_s: lan (377 MB/s, 0.3 ms RTT), wan (300 Mbit/s, 40 ms), none")
@@ -131,6 +135,7 @@ int main(int argc, char** argv) {
     if (preset == "net") rows = mpcache::bench::net_preset(options);
     if (preset == "kernels") rows = mpcache::bench::kernels_preset(options);
     if (preset == "decode-batch") rows = mpcache::bench::decode_batch_preset(options);
+    if (preset == "speculate-rows") rows = mpcache::bench::speculate_rows_preset(options);
     if (json) {
       for (const auto& r : rows) std::cout << to_json(r, options.link).dump() << "\n";
     } else {

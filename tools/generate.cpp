@@ -68,16 +68,23 @@ class ClientConsole {
       std::fprintf(stderr, "\r\033[K");
       std::fflush(stderr);
     }
-    const std::string piece = s.token ? text_.push(*s.token) : std::string();
+    // A speculative step chose its accepted drafts and a correction.
+    std::string piece;
+    if (s.tokens.size() > 1)
+      for (const std::uint32_t t : s.tokens) piece += text_.push(t);
+    else if (s.token)
+      piece = text_.push(*s.token);
     const std::string all = escaped(text_.text());
     const std::string tail = all.size() > 40 ? "..." + all.substr(char_boundary(all, all.size() - 37)) : all;
     // What the token adds to the text; an end of sequence adds none.
     const std::string shown = !s.token ? "\"?\""
                               : tok_->is_eos(*s.token) ? "(end of sequence)"
                                                        : "\"" + escaped(piece) + "\"";
-    std::printf("  %-7s %4zu %9.3f s %10.3f MB %7llu rounds  +%s  %s\n", phase_name(s.phase), s.step, s.seconds,
+    const std::string accepted =
+        s.drafted > 0 ? " (" + std::to_string(s.accepted) + "/" + std::to_string(s.drafted) + " drafts)" : "";
+    std::printf("  %-7s %4zu %9.3f s %10.3f MB %7llu rounds  +%s%s  %s\n", phase_name(s.phase), s.step, s.seconds,
                 mb(s.costs.payload_bytes_sent()), static_cast<unsigned long long>(s.clock_after - s.clock_before),
-                shown.c_str(), tail.c_str());
+                shown.c_str(), accepted.c_str(), tail.c_str());
     std::fflush(stdout);
     return piece;
   }
@@ -109,10 +116,17 @@ void print_summary(const json& s, const json& parties) {
     std::printf("prefill: %.3f s, %.3f MB (busiest party), %llu rounds\n", s["prefill_latency_s"].get<double>(),
                 mb(s["prefill_bytes_max_party"].get<std::uint64_t>()),
                 static_cast<unsigned long long>(s["prefill_rounds"].get<std::uint64_t>()));
-  if (s.contains("decode_steps"))
+  if (s.contains("decode_steps") && !s.contains("drafted"))
     std::printf("per decoded token (mean of %zu): %.3f s, %.3f MB (busiest party), %.0f rounds\n",
                 s["decode_steps"].get<std::size_t>(), s["decode_latency_s_mean"].get<double>(),
                 s["decode_bytes_max_party_mean"].get<double>() / 1e6, s["decode_rounds_mean"].get<double>());
+  if (s.contains("drafted"))
+    std::printf("speculation: %zu decode steps chose %zu tokens (%zu of %zu drafts accepted); per token %.3f s, "
+                "%.3f MB (busiest party), %.0f rounds; per step %.0f rounds\n",
+                s["decode_steps"].get<std::size_t>(), s["decoded_tokens"].get<std::size_t>(),
+                s["accepted"].get<std::size_t>(), s["drafted"].get<std::size_t>(),
+                s["decode_latency_s_per_token"].get<double>(), s["decode_bytes_max_party_per_token"].get<double>() / 1e6,
+                s["decode_rounds_per_token"].get<double>(), s["decode_rounds_mean"].get<double>());
   if (s.value("prefill_offline_bytes", 0.0) > 0)
     std::printf("offline (the dealer's correlations, sent ahead): prefill %.3f MB, %.3f MB per decoded token\n",
                 mb(s["prefill_offline_bytes"].get<std::uint64_t>()), s.value("decode_offline_bytes_mean", 0.0) / 1e6);
@@ -147,6 +161,7 @@ void print_header(const GenerateOptions& o, const std::string& where, const Prom
   std::string size = std::to_string(prompt.text.size()) + " bytes";
   if (tok.name() != "bytes") size += ", " + std::to_string(prompt.ids.size()) + " tokens of " + tok.name();
   std::printf(", %zu new tokens", o.tokens);
+  if (o.speculate > 0) std::printf(", speculating %zu tokens a step (drafter %s)", o.speculate, o.draft.c_str());
   if (!tok.eos_ids().empty() && !o.ignore_eos) std::printf(" at most (ends at EOS)");
   std::printf("\n  prompt (client, %s): \"%s\"\n", size.c_str(), shown.c_str());
   ClientConsole::columns();
@@ -173,8 +188,12 @@ int finish(const GenerateOptions& o, const std::string& mode, const std::string&
     print_summary(summary, parties);
     // All the budget, or fewer ending at a stop token, every party agreeing on how many.
     if (tokens.size() != out.count || (out.count != o.tokens && out.end != GenerationEnd::eos)) ok = false;
-    for (const auto& p : parties)
-      if (p.value("generated", out.count) != out.count) ok = false;
+    // A stop token within a speculative step's accepted drafts ends the
+    // client's text there; the other parties counted the step whole.
+    for (const auto& p : parties) {
+      const std::size_t counted = p.value("generated", out.count);
+      if (o.speculate > 0 ? counted < out.count : counted != out.count) ok = false;
+    }
   }
   if (ok && o.check) {
     summary["check"] = jobs::float64_check(o, prompt.ids, tokens);

@@ -65,6 +65,14 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
                       "KV-cache policy: mpcache (our defaults), mpcache-paper (the paper's), full or a baseline")
       ->check(CLI::IsMember(mpcache::kv::policy_names()));
   gen_cmd->add_option("--budget", gen.budget, budget_help)->check(CLI::Range(1, 1 << 20));
+  gen_cmd->add_option("--speculate", gen.speculate,
+                      "each decode step verifies up to K tokens the client drafts (0: none); the text is the same, "
+                      "the servers learn how many each step accepted (docs/protocols.md)")
+      ->capture_default_str();
+  gen_cmd->add_option("--draft", gen.draft,
+                      "the client's drafter for --speculate: lookup (continue an n-gram of the prompt or output) or "
+                      "ngram:FILE (an n-gram model of the public text FILE)")
+      ->capture_default_str();
   mpcache::jobs::add_protocol_mode_options(*gen_cmd, gen.mode);
   gen_cmd->add_flag("--compact-weights", gen.compact_weights, mpcache::jobs::compact_weights_help);
   mpcache::jobs::add_network_options(*gen_cmd, gen.network);

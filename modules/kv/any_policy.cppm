@@ -43,6 +43,11 @@ import :policy;
 //   reads_prefill_attention: whether after_prefill reads PrefillView::probs
 //     for `layer` of a `tokens`-token prompt; if not, the decoder does not
 //     keep them (heads x T^2 shares per layer) and passes none.
+//   selects_from_observed: whether select() reads what observe() saw at
+//     earlier steps (accumulated attention: H2O, TOVA, InfLLM). A
+//     speculative step runs its rows side by side, each on a copy of the
+//     policy that has not observed the rows before it, so it refuses such
+//     a policy rather than select otherwise than a decode one by one would.
 #define MPCACHE_KV_POLICY_MEMBERS(REQUIRED, OPTIONAL)                                                          \
   REQUIRED(std::string, name, const, ())                                                                       \
   REQUIRED(void, reset, , (layers, heads), std::size_t layers, std::size_t heads)                              \
@@ -57,7 +62,8 @@ import :policy;
   OPTIONAL(bool, owns_cache, const, false, ())                                                                 \
   OPTIONAL(std::optional<std::size_t>, resident_bytes, const, std::nullopt, ())                                \
   OPTIONAL(std::size_t, backing_bytes, const, 0, ())                                                           \
-  OPTIONAL(bool, reads_prefill_attention, const, true, (layer, tokens), std::size_t layer, std::size_t tokens)
+  OPTIONAL(bool, reads_prefill_attention, const, true, (layer, tokens), std::size_t layer, std::size_t tokens) \
+  OPTIONAL(bool, selects_from_observed, const, false, ())
 
 // `, x...` from `x...`, nothing from nothing: what follows the policy in a
 // parameter list, or (as MPCACHE_KV_AFTER_POLICY (a, b)) in a call.

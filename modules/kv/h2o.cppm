@@ -64,6 +64,8 @@ class H2O {
     }
     co_return s;
   }
+  // Its selection follows the attention it observed (speculation refuses it).
+  bool selects_from_observed() const noexcept { return true; }
   Task<void> observe(P& p, const StepView<P>& step, const std::vector<typename P::Share>& probs) {
     const std::size_t t = step.position + 1;
     for (std::size_t j = 0; j < probs.size(); ++j) {

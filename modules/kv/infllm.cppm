@@ -102,6 +102,8 @@ class InfLlm {
 
   // Attention received at decode steps feeds the representative scores of
   // blocks that form later.
+  // Its selection follows the attention it observed (speculation refuses it).
+  bool selects_from_observed() const noexcept { return true; }
   Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) {
     const std::size_t t = step.position + 1;
     for (std::size_t j = 0; j < probs.size(); ++j) {

@@ -77,7 +77,10 @@ Task<Selection<P>> MpCache<P>::select_head(P& p, const StepView<P>& step, std::s
       st.last_ids = own.last_ids;
     }
   } else {
-    if (!st.ranked || st.ranked->position != step.position)
+    // An early rank saw the clusters complete before this token; a
+    // speculative step's later row ranks before its step's earlier rows
+    // are in the list: where those completed a cluster, rank again here.
+    if (!st.ranked || st.ranked->position != step.position || st.ranked->clusters != list.complete())
       co_await choose(p, st, (*step.queries)[j], step.position, list.complete());
     Ranked r = std::move(*st.ranked);
     st.ranked.reset();

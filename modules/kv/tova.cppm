@@ -52,6 +52,8 @@ class Tova {
     }
     co_return s;
   }
+  // Its selection follows the attention it observed (speculation refuses it).
+  bool selects_from_observed() const noexcept { return true; }
   Task<void> observe(P& p, const StepView<P>& step, const std::vector<typename P::Share>& probs) {
     for (std::size_t j = 0; j < probs.size(); ++j) {
       State& st = state_[step.layer][j];

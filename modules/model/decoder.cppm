@@ -243,12 +243,33 @@ class Decoder {
 
   // One sequence of a batched decode step: its decoder (cache, position),
   // its policy, and its token as a secret one-hot row (1, vocab).
+  // `earlier`: rows of the same sequence in this step, in the slots just
+  // before this one (a speculative step's rows, each slot a copy of the
+  // sequence made before the step): this row sits at position length() +
+  // earlier and attends to them too, so each slot ends the step as the
+  // sequence would be after its row.
   template <class Pol>
   struct BatchSlot {
     Decoder* decoder = nullptr;
     Pol* policy = nullptr;
     Share one_hot;
+    std::size_t earlier = 0;
   };
+
+  // The secret one-hot rows (count, vocab) of tokens `owner` gives (others
+  // pass nullopt).
+  Task<Share> one_hot_tokens(P& p, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
+                             std::size_t count) {
+    co_return co_await input_one_hot(p, owner, std::move(tokens), count);
+  }
+
+  // Continue as `row`, a copy of this decoder that ran further (a
+  // speculative step's row that was accepted): its cache and position.
+  void take_sequence(Decoder&& row) {
+    if (&row.w_ != &w_) throw Error(ErrorCode::invalid_argument, "take_sequence: a decoder of other weights");
+    cache_ = std::move(row.cache_);
+    length_ = row.length_;
+  }
 
   // One decode step of several sequences at once (continuous batching).
   // Their rows stack into one (B, d) activation: each weight matrix is read

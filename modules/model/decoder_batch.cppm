@@ -27,7 +27,7 @@ auto Decoder<P>::decode_batch(P& p, std::vector<BatchSlot<Pol>> slots) -> Task<S
   for (std::size_t i = 1; i < slots.size(); ++i) hot = ops::stack_rows<P>(hot, slots[i].one_hot);
   auto h = co_await lead.embed(p, hot, batch_positions(slots));
   for (std::size_t l = 0; l < lead.c_.num_layers; ++l) h = co_await decode_layer(p, slots, l, h);
-  for (auto& slot : slots) ++slot.decoder->length_;
+  for (auto& slot : slots) slot.decoder->length_ += slot.earlier + 1;
   co_return co_await lead.head(p, h);
 }
 
@@ -46,6 +46,15 @@ void Decoder<P>::check_batch(const std::vector<BatchSlot<Pol>>& slots) {
         throw Error(ErrorCode::invalid_argument, which + " repeats slot " + std::to_string(j) +
                                                      "'s sequence (its decoder or policy)");
     slot.decoder->check_decode();
+    if (slot.earlier > 0) {
+      // The rows before it: the same sequence's, one after another, at the same start.
+      if (slot.earlier > i || slots[i - 1].earlier + 1 != slot.earlier ||
+          slots[i - 1].decoder->length_ != slot.decoder->length_)
+        throw Error(ErrorCode::invalid_argument, which + " follows " + std::to_string(slot.earlier) +
+                                                     " earlier rows of its step that the slots before it do not hold");
+      if (slot.decoder->length_ + slot.earlier >= slot.decoder->c_.max_positions)
+        throw Error(ErrorCode::invalid_argument, "decode past max_position_embeddings");
+    }
     slot.decoder->check_one_hot(slot.one_hot);
     if (P::shape(slot.one_hot)[0] != 1)
       throw Error(ErrorCode::invalid_argument,
@@ -57,7 +66,7 @@ template <Protocol P>
 template <class Pol>
 std::vector<std::size_t> Decoder<P>::batch_positions(const std::vector<BatchSlot<Pol>>& slots) {
   std::vector<std::size_t> positions;
-  for (const auto& slot : slots) positions.push_back(slot.decoder->length_);
+  for (const auto& slot : slots) positions.push_back(slot.decoder->length_ + slot.earlier);
   return positions;
 }
 
@@ -106,7 +115,7 @@ auto Decoder<P>::decode_layer(P& p, std::vector<BatchSlot<Pol>>& slots, std::siz
     if (!d.ranks_early(*slots[i].policy, layer)) continue;
     h_rows[i] = row(h_in, i);
     rankers.push_back([&d, &slot = slots[i], &h = h_rows[i], layer](P& pe) {
-      return d.rank_early(pe, *slot.policy, layer, h, d.length_);
+      return d.rank_early(pe, *slot.policy, layer, h, d.length_ + slot.earlier);
     });
   }
   auto [qr, kr, v] = co_await lead.project_rotated(p, layer, h_in, positions, rankers);
@@ -116,9 +125,12 @@ auto Decoder<P>::decode_layer(P& p, std::vector<BatchSlot<Pol>>& slots, std::siz
   views.reserve(batch);
   for (std::size_t i = 0; i < batch; ++i) {
     Decoder& d = *slots[i].decoder;
-    d.keep_rows(*slots[i].policy, layer, row(kr, i), row(v, i), /*decode=*/true);
+    // This row's key and value, after those of its step's earlier rows.
+    const std::size_t from = i - slots[i].earlier;
+    auto step_rows = [&](const Share& x) { return batch == 1 ? x : ops::rows<P>(x, from, i + 1); };
+    d.keep_rows(*slots[i].policy, layer, step_rows(kr), step_rows(v), /*decode=*/true);
     queries[i] = d.query_groups(row(qr, i));
-    views.push_back(kv::StepView<P>{layer, d.length_, g, &queries[i], &d.cache_[layer]});
+    views.push_back(kv::StepView<P>{layer, positions[i], g, &queries[i], &d.cache_[layer]});
   }
   // Policies tag their own summaries, scores and top-k; the rest of a
   // selection (copying or gathering rows) counts as gathering.

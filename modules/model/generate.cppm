@@ -36,6 +36,8 @@ import :weights;
 import :prefill_memory;
 import :decoder;
 import :step_driver;
+import :draft;
+import :speculate;
 
 export namespace mpcache {
 
@@ -50,11 +52,15 @@ inline const char* phase_name(GenerationPhase phase) noexcept {
 struct GenerationStep {
   GenerationPhase phase = GenerationPhase::prefill;
   std::size_t step = 0;
-  std::optional<std::uint32_t> token;  // the chosen token: at the client only
+  std::optional<std::uint32_t> token;  // the chosen token: at the client only (a speculative step's last)
   double seconds = 0;                  // this party's wall time of the step
   CostCounters costs;                  // this party's traffic in the step
   std::uint64_t clock_before = 0;      // Lamport clock (rounds) at the start
   std::uint64_t clock_after = 0;       //   and at the end of the step
+  // A speculative step: drafts verified and accepted (public), and at the
+  // client every token it chose (the accepted drafts, then the correction).
+  std::size_t drafted = 0, accepted = 0;
+  std::vector<std::uint32_t> tokens;
 };
 
 // During the prefill: `layer` (0-based) of `layers` is done for all `tokens`.
@@ -97,6 +103,11 @@ struct GenerationRequest {
   // tokenizer's EOS ids); empty: it runs to new_tokens. Needs stop_signal.
   std::vector<std::uint32_t> stop_tokens = {};
   GenerationStopSignal stop_signal = {};
+  // Speculative decoding (public): each decode step verifies up to this
+  // many tokens the client's `draft` proposes (0: one token a step). Greedy
+  // output is the same; every party learns how many each step accepted.
+  std::size_t speculate = 0;
+  Drafter draft = {};  // at the client only, when speculating
 };
 
 // Greedy choice: the secret id of the largest of the last row's logits
@@ -140,6 +151,21 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
                           : "generate: party " + std::to_string(p.party_id()) +
                                 " is not the client but gave stop tokens (only the client sees the tokens)");
 
+  if (request.speculate > max_speculated_tokens)
+    throw Error(ErrorCode::invalid_argument, "generate: speculate " + std::to_string(request.speculate) +
+                                                 " tokens a step, outside 0.." + std::to_string(max_speculated_tokens));
+  if (request.speculate > 0) {
+    if (is_client && !request.draft)
+      throw Error(ErrorCode::invalid_argument, "generate: speculation needs the client's drafter");
+    if (request.stop_signal.lag > 0)
+      throw Error(ErrorCode::invalid_argument, "generate: speculation needs every party in step (no lag: not add2)");
+    if constexpr (std::copyable<Pol>) check_speculative_policy<Pol, P>(policy);
+    else throw Error(ErrorCode::invalid_argument, "generate: speculation copies the policy, which cannot be copied");
+  }
+  // The client's drafts follow everything it holds: the prompt, the output.
+  std::vector<std::uint32_t> context;
+  if (is_client && request.speculate > 0) context = *request.prompt;
+
   using Clock = std::chrono::steady_clock;
   auto snapshot = [&] { return observer.costs ? observer.costs() : CostCounters{}; };
   const CostCounters prefill_start = snapshot();
@@ -158,11 +184,13 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
   const bool hears = !is_client && request.stop_signal.receive;  // the client's word after each step
   std::size_t heard = 0;                                         // words read: word i is about step i + 1
   bool told_to_stop = false;
-  for (std::size_t step = 0; step < request.new_tokens; ++step) {
+  std::size_t chosen = 0;  // tokens chosen so far, known to every party
+  for (std::size_t step = 0; chosen < request.new_tokens; ++step) {
     if (request.stop.stop_requested())
       throw Error(ErrorCode::cancelled, "generation stopped by its caller before step " + std::to_string(step));
     CostCounters before = snapshot();
     auto t0 = Clock::now();
+    std::size_t drafts = 0;
     if (step == 0) {
       // Under DCF comparisons the prefill and its token choice compare on
       // the circuit: no store holds their keys. The decode steps take theirs
@@ -186,27 +214,56 @@ Task<std::vector<std::uint32_t>> generate(P& p, Decoder<P>& decoder, Pol& policy
         before = snapshot();
         t0 = Clock::now();
       }
-      logits = co_await decoder.decode(p, policy, request.client, next);
+      // Drafts the budget leaves room for (public: every party counts).
+      drafts = std::min(request.speculate, request.new_tokens - chosen - 1);
+      if (drafts == 0) logits = co_await decoder.decode(p, policy, request.client, next);
     }
-    auto opened = co_await p.reveal_to(request.client, co_await next_token(p, logits));  // only the client learns it
+    std::optional<std::vector<std::uint32_t>> step_tokens;
+    std::size_t accepted = 0;
+    if (drafts > 0) {
+      if constexpr (std::copyable<Pol>) {
+        std::optional<std::vector<std::uint32_t>> rows;
+        if (is_client) {
+          rows = request.draft(context, drafts);
+          if (rows->size() != drafts)
+            throw Error(ErrorCode::invalid_argument, "generate: the drafter gave " + std::to_string(rows->size()) +
+                                                         " tokens for " + std::to_string(drafts));
+          rows->insert(rows->begin(), *next);
+        }
+        const VerifiedStep verified = co_await verify_drafts(p, decoder, policy, request.client, std::move(rows), drafts);
+        accepted = verified.accepted;
+        step_tokens = verified.tokens;
+      }
+    } else {
+      auto opened = co_await p.reveal_to(request.client, co_await next_token(p, logits));  // only the client learns it
+      if (opened) step_tokens = std::vector<std::uint32_t>{static_cast<std::uint32_t>((*opened)(0, 0))};
+    }
     if (step == 0) driver.after_prefill(request.prompt_length);
+    chosen += accepted + 1;
     next.reset();
     bool go_on = true;
-    if (opened) {
-      next = static_cast<std::uint32_t>((*opened)(0, 0));
-      generated.push_back(*next);
-      go_on = std::find(request.stop_tokens.begin(), request.stop_tokens.end(), *next) == request.stop_tokens.end();
+    if (step_tokens) {
+      // A stop token ends the text there, also within a step's accepted drafts.
+      std::size_t kept = 0;
+      while (kept < step_tokens->size() && go_on) {
+        next = (*step_tokens)[kept++];
+        generated.push_back(*next);
+        if (!context.empty()) context.push_back(*next);
+        go_on = std::find(request.stop_tokens.begin(), request.stop_tokens.end(), *next) == request.stop_tokens.end();
+      }
+      step_tokens->resize(kept);
       // Sent now, it leaves with the next step's input (same tick).
-      if (is_client && step + 1 < request.new_tokens && request.stop_signal.send) request.stop_signal.send(go_on);
+      if (is_client && chosen < request.new_tokens && request.stop_signal.send) request.stop_signal.send(go_on);
     }
     const CostCounters after = snapshot();
     if (observer.step)
       observer.step({step == 0 ? GenerationPhase::prefill : GenerationPhase::decode, step, next,
                      std::chrono::duration<double>(Clock::now() - t0).count(), after - before, before.rounds,
-                     after.rounds});
+                     after.rounds, drafts, accepted, step_tokens.value_or(std::vector<std::uint32_t>{})});
     if (!go_on) break;
   }
-  while (hears && !told_to_stop && heard + 1 < request.new_tokens) {  // words a party ahead has not read
+  // Words a party ahead has not read (a speculating run has none ahead).
+  while (request.speculate == 0 && hears && !told_to_stop && heard + 1 < request.new_tokens) {
     told_to_stop = !co_await request.stop_signal.receive();
     ++heard;
   }
@@ -249,6 +306,10 @@ struct GenerationJob {
   // At the client only: generation ends once it chooses one of these (EOS
   // ids; empty: never before new_tokens). The others learn it step by step.
   std::vector<std::uint32_t> stop_tokens;
+  // At the client only: drafts a decode step verifies (0: none; the others
+  // learn it from the job header) and who drafts them (empty: lookup_drafter).
+  std::size_t speculate = 0;
+  Drafter draft;
   // Every party passes these; they must agree with the client's.
   std::string policy = "mpcache";
   std::optional<std::size_t> budget;  // nullopt: the policy's default (kv::default_budget)
@@ -299,16 +360,18 @@ struct GenerationResult {
 //
 // Layout (version 2): u32 "MPGH" | u32 version | u64 prompt length | u64 new
 // tokens | u64 budget | u64 config digest | u64 memory budget | the mode
-// (ProtocolMode::encode) | policy (u64 length, at most 64 bytes). Version 1
-// had no magic, version or mode: it is refused by name.
+// (ProtocolMode::encode) | policy (u64 length, at most 64 bytes) | u64
+// drafts a step (speculation; 0: none). Version 1 had no magic, version or
+// mode, version 2 no speculation: they are refused by name.
 struct GenerationHeader {
   static constexpr std::uint32_t magic = 0x4847504Du;  // "MPGH"
-  static constexpr std::uint32_t version = 2;
+  static constexpr std::uint32_t version = 3;
   static constexpr std::size_t max_policy_name = 64;
 
   std::uint64_t prompt_length = 0, new_tokens = 0, budget = 0, config_digest = 0, memory_budget = 0;
   ProtocolMode mode;
   std::string policy;
+  std::uint64_t speculate = 0;
 
   std::vector<std::byte> encode() const {
     ByteWriter w;
@@ -316,6 +379,7 @@ struct GenerationHeader {
     for (std::uint64_t word : {prompt_length, new_tokens, budget, config_digest, memory_budget}) w.u64(word);
     w.raw(mode.encode());
     w.text(policy);
+    w.u64(speculate);
     return std::move(w.out);
   }
   static GenerationHeader decode(std::span<const std::byte> bytes, PartyId from) {
@@ -324,7 +388,7 @@ struct GenerationHeader {
     const std::uint64_t lead = r.u64();
     if (static_cast<std::uint32_t>(lead) != magic || lead >> 32 != version)
       r.fail("not a version " + std::to_string(version) +
-             " header (an older mpcache sends version 1): every party must run the same mpcache");
+             " header (an older mpcache sends version 1 or 2): every party must run the same mpcache");
     GenerationHeader h;
     h.prompt_length = r.u64();
     h.new_tokens = r.u64();
@@ -333,6 +397,10 @@ struct GenerationHeader {
     h.memory_budget = r.u64();
     h.mode = ProtocolMode::decode(r.raw(ProtocolMode::encoded_bytes), what);
     h.policy = r.text(max_policy_name);
+    h.speculate = r.u64();
+    if (h.speculate > max_speculated_tokens)
+      r.fail("speculation of " + std::to_string(h.speculate) + " tokens a step, outside 0.." +
+             std::to_string(max_speculated_tokens));
     r.end();
     return h;
   }
@@ -360,7 +428,8 @@ Task<GenerationHeader> exchange_header(Endpoint& endpoint, GenerationJob& job, c
   GenerationHeader header;
   if (id == job.client) {
     if (!job.prompt) throw Error(ErrorCode::invalid_argument, "generate: the client has no prompt");
-    header = {job.prompt->size(), job.new_tokens, budget, config.digest(), job.memory_budget, job.mode, job.policy};
+    header = {job.prompt->size(), job.new_tokens, budget,  config.digest(), job.memory_budget,
+              job.mode,           job.policy,     job.speculate};
     for (PartyId peer = 0; peer < 3; ++peer)
       if (peer != id) endpoint.send(peer, generation_header_stream, header.encode());
     co_return header;
@@ -443,14 +512,25 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
   GenerationRequest request{job.client, std::move(job.prompt), header.prompt_length, header.new_tokens,
                             std::move(stop)};
   if (id == job.client) request.stop_tokens = job.stop_tokens;
+  request.speculate = header.speculate;
+  if (id == job.client && header.speculate > 0) request.draft = job.draft ? std::move(job.draft) : lookup_drafter();
   std::size_t go_words = 0;
   request.stop_signal = stop_signal(endpoint, job.client, go_words);
+  // Tokens chosen, as every party counts them (a speculative step chooses
+  // its accepted drafts and a correction).
+  std::size_t chosen = 0;
+  observer.step = [&chosen, inner = std::move(observer.step)](const GenerationStep& s) {
+    chosen += 1 + s.accepted;
+    if (inner) inner(s);
+  };
   const bool dealt = job.mode.backend == ProtocolBackend::add2;
   if (dealt && id == add2_dealer) request.stop_signal.lag = 1;
   result.tokens = co_await generate(p, decoder, policy, std::move(request), std::move(observer));
   if (dealt && id == add2_dealer) endpoint.send(1, generation_dealt_stream, std::vector<std::byte>{std::byte{1}});
   if (dealt && id == 1) (void)co_await endpoint.recv(add2_dealer, generation_dealt_stream);
-  result.generated = id == job.client ? result.tokens.size() : 1 + go_words;
+  // A stop token within a step's accepted drafts ends the client's text
+  // there; the others count the step's tokens whole.
+  result.generated = id == job.client ? result.tokens.size() : header.speculate > 0 ? chosen : 1 + go_words;
   if (id == job.client) {
     const auto& stops = job.stop_tokens;
     const bool ends_with_stop =
@@ -499,11 +579,19 @@ Task<GenerationResult> generate_party(Endpoint& endpoint, GenerationJob job,
     throw Error(ErrorCode::invalid_argument,
                 "generate: under add2 party 2 is the dealer; the client and the model owner must be parties 0 and 1");
   job.mode.check();
+  if (job.speculate > 0 && job.mode.backend != ProtocolBackend::rss3)
+    throw Error(ErrorCode::invalid_argument, std::string("generate: speculation runs under rss3, not ") + name);
+  if (job.speculate > max_speculated_tokens)
+    throw Error(ErrorCode::invalid_argument, "generate: speculate " + std::to_string(job.speculate) +
+                                                 " tokens a step, outside 0.." + std::to_string(max_speculated_tokens));
   // Shapes and the budget first, so that a bad model folder or policy fails
   // before any traffic.
   const ModelConfig config = ModelConfig::from_json_file(job.model_dir / "config.json");
   if (!job.budget) job.budget = kv::default_budget(job.policy);
-  (void)kv::make_policy<Rss3>(job.policy, *job.budget);  // refuses a budget below its minimum (on any backend)
+  {
+    const auto policy = kv::make_policy<Rss3>(job.policy, *job.budget);  // refuses a budget below its minimum (on any backend)
+    if (job.speculate > 0) check_speculative_policy<kv::AnyPolicy<Rss3>, Rss3>(policy);
+  }
   endpoint.cancel_when(stop);
   try {
     if (job.mode.backend == ProtocolBackend::add2) {

@@ -11,4 +11,6 @@ export import :decoder_attention;
 export import :decoder_mlp;
 export import :decoder_batch;
 export import :step_driver;
+export import :draft;
+export import :speculate;
 export import :generate;

@@ -8,6 +8,7 @@ import mpcache;
 #include "client_text.hpp"
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"
+#include "drafter_choice.hpp"
 #include "generate_job.hpp"
 #include "generation_report.hpp"
 #include "stop_on_signal.hpp"
@@ -31,7 +32,18 @@ ModelConfig check_generate_options(GenerateOptions& o) {
   o.network.check();
   (void)o.mode.mode();  // a mode no backend offers is an error before any work
   if (o.budget == 0) o.budget = kv::default_budget(o.policy);
-  (void)kv::make_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
+  {
+    const auto policy = kv::make_policy<Ref>(o.policy, o.budget);  // a budget the policy cannot use is an error before any work
+    if (o.speculate > max_speculated_tokens)
+      throw Error(ErrorCode::invalid_argument, "--speculate " + std::to_string(o.speculate) + " is outside 0.." +
+                                                   std::to_string(max_speculated_tokens));
+    if (o.speculate > 0) {
+      check_speculative_policy<kv::AnyPolicy<Ref>, Ref>(policy);
+      if (o.mode.protocol != "rss3")
+        throw Error(ErrorCode::invalid_argument, "--speculate runs under --protocol rss3, not " + o.mode.protocol);
+      check_drafter_name(o.draft);  // a bad --draft, before any work
+    }
+  }
   // The model's shape is public: every party reads config.json first.
   return ModelConfig::from_json_file(o.model_dir + "/config.json");
 }
@@ -41,6 +53,7 @@ std::unique_ptr<text::Tokenizer> client_prompt(const GenerateOptions& o, const M
   prompt.text = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file");
   prompt.ids = encode_prompt(*tok, prompt.text);
   if (prompt.ids.empty()) throw Error(ErrorCode::invalid_argument, "empty prompt");
+  if (o.speculate > 0) check_drafter_name(o.draft, /*client=*/true);  // its file, before any work
   if (prompt.ids.size() + o.tokens > c.max_positions)
     throw Error(ErrorCode::invalid_argument,
                 "prompt (" + std::to_string(prompt.ids.size()) + " tokens) + --tokens " + std::to_string(o.tokens) +
@@ -58,6 +71,9 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const Prompt* prompt
   job.owner = generate_owner;
   if (id == generate_client && prompt) job.prompt = prompt->ids;
   if (id == generate_client && tok && !o.ignore_eos) job.stop_tokens = tok->eos_ids();
+  job.speculate = o.speculate;
+  if (id == generate_client && tok && o.speculate > 0)
+    job.draft = drafter_named(o.draft, [tok](std::string_view text) { return tok->encode(text); });
   job.new_tokens = o.tokens;
   job.policy = o.policy;
   job.budget = o.budget;

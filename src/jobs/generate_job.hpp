@@ -45,6 +45,8 @@ struct GenerateOptions {
   bool ignore_eos = false;           // go on past the tokenizer's end-of-sequence tokens
   std::size_t budget = 0;            // tokens attended per KV head per step (0: kv::default_budget(policy))
   std::string policy = "mpcache";    // mpcache | mpcache-paper | full
+  std::size_t speculate = 0;         // drafts each decode step verifies (0: none)
+  std::string draft = "lookup";      // the client's drafter: lookup | ngram:FILE
   ProtocolModeFlags mode;            // --protocol, --truncation, --comparisons and the offline budgets
   bool compact_weights = false;      // rss3: 8 bytes per weight and party, decode slower (Rss3Options)
   NetworkChoice network;             // TCP parties: backend, spin, encryption, emulated link

@@ -24,6 +24,11 @@ json step_row(const GenerationStep& s, PartyId id) {
               {"clock_before", s.clock_before},
               {"clock_after", s.clock_after}};
   if (s.token) row["token"] = *s.token;
+  if (s.drafted > 0) {
+    row["drafted"] = s.drafted;
+    row["accepted"] = s.accepted;
+  }
+  if (s.tokens.size() > 1) row["tokens"] = s.tokens;
   return row;
 }
 
@@ -43,7 +48,7 @@ json steps_across_parties(const std::array<std::vector<json>, 3>& rows, bool dea
                    {"offline_bytes", m.offline_bytes},
                    {"rounds", m.rounds}});
     // What the client (party 0) learned at this step, where its row says.
-    for (const char* key : {"token", "text"})
+    for (const char* key : {"token", "tokens", "text", "drafted", "accepted"})
       if (rows[0][k].contains(key)) out.back()[key] = rows[0][k][key];
   }
   return out;
@@ -55,7 +60,7 @@ namespace {
 json step_means(const json& steps) {
   json s = json::object();
   double decode_s = 0, decode_bytes = 0, decode_rounds = 0, decode_offline = 0;
-  std::size_t decodes = 0;
+  std::size_t decodes = 0, decoded_tokens = 0, drafted = 0, accepted = 0;
   for (const auto& r : steps) {
     if (r["phase"] == "prefill") {
       s["prefill_latency_s"] = r["latency_s"];
@@ -68,6 +73,10 @@ json step_means(const json& steps) {
       decode_bytes += r["bytes_max_party"].get<double>();
       decode_rounds += r["rounds"].get<double>();
       ++decodes;
+      const std::size_t step_accepted = r.value("accepted", std::size_t{0});
+      decoded_tokens += 1 + step_accepted;
+      drafted += r.value("drafted", std::size_t{0});
+      accepted += step_accepted;
     }
   }
   if (decodes > 0) {
@@ -76,6 +85,15 @@ json step_means(const json& steps) {
     s["decode_bytes_max_party_mean"] = decode_bytes / double(decodes);
     s["decode_rounds_mean"] = decode_rounds / double(decodes);
     s["decode_offline_bytes_mean"] = decode_offline / double(decodes);
+    // Per token the decode steps chose (speculation: more than one a step).
+    s["decoded_tokens"] = decoded_tokens;
+    s["decode_rounds_per_token"] = decode_rounds / double(decoded_tokens);
+    s["decode_latency_s_per_token"] = decode_s / double(decoded_tokens);
+    s["decode_bytes_max_party_per_token"] = decode_bytes / double(decoded_tokens);
+    if (drafted > 0) {
+      s["drafted"] = drafted;
+      s["accepted"] = accepted;
+    }
   }
   return s;
 }
@@ -91,6 +109,8 @@ json generation_summary(const GenerateOptions& o, const std::string& mode, const
   summary["link"] = o.network.link;
   summary["encrypted"] = !o.network.insecure && !o.in_process;
   summary["policy"] = o.policy;
+  summary["speculate"] = o.speculate;
+  if (o.speculate > 0) summary["draft"] = o.draft;
   summary["budget"] = o.budget;
   summary["protocol"] = o.mode.protocol;
   summary["truncation"] = o.mode.truncation;

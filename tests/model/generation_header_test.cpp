@@ -55,7 +55,7 @@ TEST_SUITE("generation header") {
       FAIL("a version 1 header was accepted");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::protocol);
-      CHECK(std::string(e.what()).find("generation header from party 0: not a version 2 header") != std::string::npos);
+      CHECK(std::string(e.what()).find("generation header from party 0: not a version 3 header") != std::string::npos);
     }
   }
 
