@@ -15,6 +15,7 @@ import mpcache;
 #include "bench_case.hpp"
 #include "computed.hpp"
 #include "op_cases.hpp"
+#include "prepared_step.hpp"
 #include "three_party.hpp"
 
 namespace mpcache::bench {
@@ -23,34 +24,12 @@ namespace {
 constexpr std::size_t prompt_tokens = 64;
 constexpr std::size_t drafts[] = {0, 1, 2, 4, 8};
 
-struct RowShape {
-  std::string name;
-  ModelConfig config;
-};
-
-std::vector<RowShape> row_shapes() {
-  ModelConfig gpt2{.architecture = Architecture::gpt2, .vocab_size = 50257, .hidden_size = 768,
-                   .intermediate_size = 3072, .num_layers = 12, .num_heads = 12, .num_kv_heads = 12,
-                   .head_dim = 64, .max_positions = 1024, .tie_word_embeddings = true};
-  const ModelConfig austen =
-      ModelConfig::from_json_file(std::filesystem::path(MPCACHE_SOURCE_DIR) / "tools/model/austen-byte/config.json");
-  return {{"gpt2-124m", gpt2}, {"austen-byte", austen}};
-}
-
 // One party's side: weights, a sequence with a prepared cache, then one
 // step (K = 0: a decode and its token; else a verified step) in the section.
 template <Protocol P>
 Task<void> one_step(P& p, PartyId id, Section& section, const ModelConfig& config, std::size_t k) {
-  ModelConfig one = config;
-  one.num_layers = 1;
-  const auto weights =
-      tie_layers(co_await load_decoder(p, one, id == 1 ? random_weights(5) : no_weights(), 1), config.num_layers);
-  const std::size_t d = config.head_dim, kvh = config.num_kv_heads;
-  const WeightSource values = id == 0 ? random_weights(9, 1 / std::sqrt(3.0)) : no_weights();
-  auto secret = [&](const mpcache::Shape& shape) -> Task<typename P::Share> {
-    co_return jobs::computed<P>(co_await ops::secret_real(p, 0, values("prepared-cache", shape), shape));
-  };
-  const kv::HeadCache<P> head{co_await secret({prompt_tokens, d}), co_await secret({prompt_tokens, d})};
+  const auto [weights, head] = co_await prepare_step(p, id, config, prompt_tokens);
+  const std::size_t kvh = config.num_kv_heads;
   Decoder<P> decoder(weights);
   auto policy = kv::make_policy<P>("full", prompt_tokens + k + 1);
   decoder.start_from_cache(policy, std::vector<std::vector<kv::HeadCache<P>>>(config.num_layers, {kvh, head}),
@@ -75,7 +54,7 @@ Task<void> one_step(P& p, PartyId id, Section& section, const ModelConfig& confi
 
 std::vector<CaseResult> speculate_rows_preset(const Options& options) {
   std::vector<CaseResult> rows;
-  for (const auto& shape : row_shapes()) {
+  for (const auto& shape : step_shapes()) {
     if (!options.case_name.empty() && options.case_name != shape.name) continue;
     CaseResult one_row;
     for (const std::size_t k : drafts) {

@@ -70,14 +70,16 @@ struct MpCacheOptions {
   // Rank ahead: a step's query picks the clusters for the next step, while
   // the rest of its layer runs, so that a decode step's selection adds no
   // rounds to its critical path (the first step after the prompt still
-  // ranks for itself). It speculates that consecutive queries want the
+  // ranks for itself, after the norm). It speculates that consecutive queries want the
   // same clusters; the newest tokens are attended whatever it picks.
-  bool rank_ahead = false;
+  // Passkey retrieval holds with it (docs/policies.md, Ranking ahead).
+  bool rank_ahead = true;
 
   // The paper's Algorithm 3 defaults: 50% static eviction, the linear
   // similarity, odd layers sharing (with our flat top-k up to 64 candidates).
   static MpCacheOptions paper() {
     MpCacheOptions o;
+    o.rank_ahead = false;  // the paper ranks with the step's own query
     o.keep_ratio = 0.5;
     o.share_layers = true;
     o.similarity = Similarity::linear;
@@ -156,8 +158,10 @@ class MpCache {
   // Early ranking (kv::EarlyRanking): every similarity here is positively
   // homogeneous in the query, so the scaled queries rank clusters as q does.
   // A sharing layer has nothing to rank.
-  // A layer that ranked ahead at the last step has its pick already.
-  bool ranks_early(std::size_t layer) const { return !shares_previous(layer) && !ranked_ahead(layer); }
+  // Not when ranking ahead: the first step after the prompt then ranks for
+  // itself after the norm, so that its streams are those of every later
+  // step (a refill of truncation pairs plans a step from the last one's).
+  bool ranks_early(std::size_t layer) const { return !shares_previous(layer) && !o_.rank_ahead; }
 
   // Rank ahead (MpCacheOptions::rank_ahead): the decoder calls rank() with
   // this step's queries and the next position, concurrently with the rest
@@ -221,10 +225,6 @@ class MpCache {
     std::size_t decided_at = std::size_t(-1);  // position of the last select()
     std::size_t picked_from = 0;      // its F (0: everything fitted, nothing picked)
   };
-
-  bool ranked_ahead(std::size_t layer) const {
-    return layer < state_.size() && !state_[layer].empty() && state_[layer].front().ranked.has_value();
-  }
 
   // Defined in the partitions by job, all part of this class: static
   // eviction (mpcache_eviction.cppm),

@@ -53,8 +53,10 @@ Task<void> MpCache<P>::rank(P& p, const RankView<P>& view) {
 // The owning layer's choice for this step: from rank() when the decoder
 // ranked early (before this token was in the list, over the clusters
 // whose s tokens were all there: the same clusters complete() counts once
-// it is), else ranked here. A sharing layer follows its owner's choice.
-// The pick is attended in place: the first cluster, the picked ones among
+// it is) or ahead at the step before (rank_ahead), else ranked here. A
+// speculative step's later row, ranking ahead, ranks here with the row
+// before's queries: the pick that row would have made ahead. A sharing
+// layer follows its owner's choice. The pick is attended in place: the first cluster, the picked ones among
 // [1, f) and the tail from f * s (ClusterPick).
 template <Protocol P>
 Task<Selection<P>> MpCache<P>::select_head(P& p, const StepView<P>& step, std::size_t j) {
@@ -80,7 +82,9 @@ Task<Selection<P>> MpCache<P>::select_head(P& p, const StepView<P>& step, std::s
     // An early rank saw the clusters complete before this token; a
     // speculative step's later row ranks before its step's earlier rows
     // are in the list: where those completed a cluster, rank again here.
-    if (!st.ranked || st.ranked->position != step.position || st.ranked->clusters != list.complete())
+    if (o_.rank_ahead && step.previous_queries)  // the pick the row before would have made ahead
+      co_await choose(p, st, (*step.previous_queries)[j], step.position, list.complete());
+    else if (!st.ranked || st.ranked->position != step.position || st.ranked->clusters != list.complete())
       co_await choose(p, st, (*step.queries)[j], step.position, list.complete());
     Ranked r = std::move(*st.ranked);
     st.ranked.reset();

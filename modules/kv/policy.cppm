@@ -47,6 +47,10 @@ struct StepView {
   std::size_t group = 1;
   const std::vector<typename P::Share>* queries = nullptr;  // per KV head (group, d), after RoPE and 1/sqrt(d)
   const std::vector<HeadCache<P>>* cache = nullptr;
+  // A later row of a speculative step: the row before's queries. A policy
+  // that ranks ahead ranks this row with them, as the step before would
+  // have (nullptr: a step's first row, which has its pick from the last step).
+  const std::vector<typename P::Share>* previous_queries = nullptr;
 };
 
 // The step's queries up to one unknown positive factor c per step (and

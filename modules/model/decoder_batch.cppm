@@ -132,6 +132,9 @@ auto Decoder<P>::decode_layer(P& p, std::vector<BatchSlot<Pol>>& slots, std::siz
     queries[i] = d.query_groups(row(qr, i));
     views.push_back(kv::StepView<P>{layer, positions[i], g, &queries[i], &d.cache_[layer]});
   }
+  // A speculative step's later rows: the row before is the slot before.
+  for (std::size_t i = 0; i < batch; ++i)
+    if (slots[i].earlier > 0) views[i].previous_queries = &queries[i - 1];
   // Policies tag their own summaries, scores and top-k; the rest of a
   // selection (copying or gathering rows) counts as gathering.
   std::vector<kv::Selection<P>> selections;

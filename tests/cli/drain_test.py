@@ -21,17 +21,14 @@ re-forms).
 
     drain_test.py --mpcache BUILD/mpcache --model tools/model/fixture --work DIR
 """
-import argparse
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import fail, loopback_cluster, read, run, wait_for, wait_for_log  # noqa: E402
+from serve_test import fail, in_process_tokens, loopback_cluster, read, test_args, wait_for, wait_for_log  # noqa: E402
 
 PROMPTS = [
     "Emma Woodhouse, handsome, clever, and rich, with a comf",
@@ -46,26 +43,12 @@ PHASES = [("in prefill", "1:-1"), ("at the first token", "0:0"), ("batched in de
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mpcache", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    a = ap.parse_args()
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    a = test_args()
     exe = a.mpcache
     t0 = time.monotonic()
     clients, _, config, _ = loopback_cluster(exe, a.work, ("alice",))
 
-    expected = {}
-    for i, p in enumerate(PROMPTS):
-        out = os.path.join(a.work, "generate-%d.json" % i)
-        r = run([exe, "generate", "--in-process", "--model", a.model, "--tokenizer", "none", "--prompt", p,
-                 "--tokens", str(TOKENS), "--json", out])
-        if r.returncode != 0:
-            fail("generate --in-process: " + r.stdout + r.stderr)
-        rows = [json.loads(line) for line in open(out)]
-        expected[p] = [row for row in rows if row.get("row") == "summary"][0]["tokens"]
+    expected = in_process_tokens(exe, a.model, a.work, PROMPTS, TOKENS)
 
     def start(tag, extra):
         logs = [os.path.join(a.work, "%s%d.log" % (tag, i)) for i in range(3)]

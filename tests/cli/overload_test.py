@@ -18,10 +18,8 @@ sessions run across the wrap of the 16-bit session scopes (65,534).
 
     overload_test.py --mpcache BUILD/mpcache --model tools/model/fixture --work DIR
 """
-import argparse
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import fail, loopback_cluster, read, run, wait_for, wait_for_log  # noqa: E402
+from serve_test import fail, in_process_tokens, loopback_cluster, read, run, test_args, wait_for, wait_for_log  # noqa: E402
 
 PROMPTS = [
     "Emma Woodhouse, handsome, clever, and rich",
@@ -52,27 +50,13 @@ def rss_kb(pid):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mpcache", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    a = ap.parse_args()
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    a = test_args()
     exe = a.mpcache
     t0 = time.monotonic()
     clients, _, config, ports = loopback_cluster(exe, a.work, ("alice",))
     key = os.path.join(clients, "alice.key")
 
-    expected = {}
-    for i, p in enumerate(PROMPTS):
-        out = os.path.join(a.work, "generate-%d.json" % i)
-        r = run([exe, "generate", "--in-process", "--model", a.model, "--tokenizer", "none", "--prompt", p,
-                 "--tokens", str(TOKENS), "--json", out])
-        if r.returncode != 0:
-            fail("generate --in-process: " + r.stdout + r.stderr)
-        rows = [json.loads(line) for line in open(out)]
-        expected[p] = [row for row in rows if row.get("row") == "summary"][0]["tokens"]
+    expected = in_process_tokens(exe, a.model, a.work, PROMPTS, TOKENS)
 
     logs = [os.path.join(a.work, "server%d.log" % i) for i in range(3)]
     reports = [os.path.join(a.work, "server%d.json" % i) for i in range(3)]

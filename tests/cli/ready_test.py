@@ -15,9 +15,7 @@ in progress, reached by polling server 0's log, not by a guessed sleep.
 
     ready_test.py --mpcache BUILD/mpcache --model tools/model/fixture --work DIR
 """
-import argparse
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,17 +23,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import fail, loopback_cluster, read, run, wait_for_log  # noqa: E402
+from serve_test import fail, loopback_cluster, read, run, test_args, wait_for_log  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mpcache", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    a = ap.parse_args()
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    a = test_args()
     exe = a.mpcache
     t0 = time.monotonic()
     clients, _, config, _ = loopback_cluster(exe, a.work, ("alice",))

@@ -13,16 +13,13 @@ get exactly `mpcache generate --in-process`'s tokens.
 
     retry_test.py --mpcache BUILD/mpcache --model tools/model/fixture --work DIR
 """
-import argparse
-import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import fail, loopback_cluster, read, run, wait_for  # noqa: E402
+from serve_test import fail, in_process_tokens, loopback_cluster, read, run, test_args, wait_for  # noqa: E402
 
 PROMPTS = ["Emma Woodhouse, handsome, clever, and rich", "It is a truth universally acknowledged"]
 TOKENS = 48
@@ -30,27 +27,14 @@ RETRY = ["--retries", "100", "--retry-wait-ms", "200"]
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mpcache", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    a = ap.parse_args()
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    a = test_args()
     exe = a.mpcache
     t0 = time.monotonic()
     clients, _, config, _ = loopback_cluster(exe, a.work, ("alice",))
     key = os.path.join(clients, "alice.key")
 
-    expected = []
-    for i, p in enumerate(PROMPTS):
-        out = os.path.join(a.work, "generate-%d.json" % i)
-        r = run([exe, "generate", "--in-process", "--model", a.model, "--tokenizer", "none", "--prompt", p,
-                 "--tokens", str(TOKENS), "--json", out])
-        if r.returncode != 0:
-            fail("generate --in-process: " + r.stdout + r.stderr)
-        rows = [json.loads(line) for line in open(out)]
-        expected.append([row for row in rows if row.get("row") == "summary"][0]["tokens"])
+    by_prompt = in_process_tokens(exe, a.model, a.work, PROMPTS, TOKENS)
+    expected = [by_prompt[p] for p in PROMPTS]
 
     def start(tag, order=(0, 1, 2)):
         """The three servers, started in `order`, as their units would run them."""

@@ -95,7 +95,8 @@ def loopback_cluster(exe, work, clients, strangers=()):
     return client_dir, stranger_dir, config, ports
 
 
-def main():
+def test_args():
+    """The service tests' options (--mpcache, --model, --work); the work directory made afresh."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpcache", required=True)
     ap.add_argument("--model", required=True)
@@ -103,6 +104,25 @@ def main():
     a = ap.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
+    return a
+
+
+def in_process_tokens(exe, model, work, prompts, tokens):
+    """prompt -> the tokens `mpcache generate --in-process` chooses: what a client of the service must get."""
+    expected = {}
+    for i, p in enumerate(prompts):
+        out = os.path.join(work, "generate-%d.json" % i)
+        r = run([exe, "generate", "--in-process", "--model", model, "--tokenizer", "none", "--prompt", p,
+                 "--tokens", str(tokens), "--json", out])
+        if r.returncode != 0:
+            fail("generate --in-process: " + r.stdout + r.stderr)
+        rows = [json.loads(line) for line in open(out)]
+        expected[p] = [row for row in rows if row.get("row") == "summary"][0]["tokens"]
+    return expected
+
+
+def main():
+    a = test_args()
     exe = a.mpcache
     clients, strangers, config, ports = loopback_cluster(exe, a.work, ("alice", "bob"), ("eve",))
     def start_servers(tag, extra=()):
@@ -134,15 +154,7 @@ def main():
                                              "--handshake-ms", "60000", "--max-handshakes-per-host", "4"])
     try:
 
-        expected = {}
-        for p in PROMPTS:
-            out = os.path.join(a.work, "generate-%d.json" % PROMPTS.index(p))
-            r = run([exe, "generate", "--in-process", "--model", a.model, "--tokenizer", "none", "--prompt", p,
-                     "--tokens", str(TOKENS), "--json", out])
-            if r.returncode != 0:
-                fail("generate --in-process: " + r.stdout + r.stderr)
-            rows = [json.loads(line) for line in open(out)]
-            expected[p] = [row for row in rows if row.get("row") == "summary"][0]["tokens"]
+        expected = in_process_tokens(exe, a.model, a.work, PROMPTS, TOKENS)
 
         procs = []
         for i, p in enumerate(PROMPTS):
