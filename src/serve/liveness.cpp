@@ -105,11 +105,16 @@ Task<void> Liveness::watch_client(std::uint64_t session, std::shared_ptr<ClientL
 }
 
 // The mesh failed (no drain can be agreed): requests waiting are refused,
-// sessions in flight get drain_within (they fail sooner, as their peers
-// are gone), then their scopes are cancelled at this server.
+// and, as no step can finish without the lost server, every wait on the
+// mesh ends now: a step's children that wait on each other, not on the
+// lost server (when_all lets a failed child's siblings run on), would
+// otherwise wait while the heartbeats keep their links alive. Sessions
+// still in flight get drain_within, then their scopes are cancelled here.
 void Liveness::cut_short() {
   s_.log("stopping: refusing new requests, " + std::to_string(sessions_.active()) + " sessions in flight");
   admission_.refuse_waiting(shutting_down);
+  if (s_.mesh_lost && !s_.mesh.cancelled())
+    s_.mesh.cancel("server " + std::to_string(s_.id()) + " lost its mesh (" + s_.mesh_lost_why + ")");
   std::weak_ptr<bool> guard = s_.alive;
   s_.timers.at(SteadyClock::now() + s_.options.drain_within, [this, guard] {
     if (guard.expired()) return;
