@@ -50,7 +50,9 @@ def rss_kb(pid):
 
 
 def main():
-    a = test_args()
+    a = test_args(extra=lambda ap: ap.add_argument(
+        "--sanitized", action="store_true",
+        help="AddressSanitizer build: its shadow memory dominates RSS, so the bound is reported, not held"))
     exe = a.mpcache
     t0 = time.monotonic()
     clients, _, config, ports = loopback_cluster(exe, a.work, ("alice",))
@@ -154,7 +156,7 @@ def main():
         bound = ready_rss[i] + KV_LIMIT_MB * 1024 + 2 * model_kb + CLIENTS * 256 + 32 * 1024
         print("server %d: RSS %d KB when ready, peak %d KB, bound %d KB (model file %d KB, --kv-limit-mb %d)"
               % (i, ready_rss[i], peak, bound, model_kb, KV_LIMIT_MB))
-        if peak > bound:
+        if peak > bound and not a.sanitized:
             fail("server %d's peak RSS %d KB is over its bound %d KB" % (i, peak, bound), logs)
     print("overload test: %.1f s" % (time.monotonic() - t0))
 

@@ -95,12 +95,13 @@ def loopback_cluster(exe, work, clients, strangers=()):
     return client_dir, stranger_dir, config, ports
 
 
-def test_args():
-    """The service tests' options (--mpcache, --model, --work); the work directory made afresh."""
+def test_args(extra=lambda ap: None):
+    """The service tests' options (--mpcache, --model, --work, and what `extra` adds); the work directory made afresh."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpcache", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--work", required=True)
+    extra(ap)
     a = ap.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
