@@ -14,3 +14,4 @@ export import :step_driver;
 export import :draft;
 export import :speculate;
 export import :generate;
+export import :generate_party;
