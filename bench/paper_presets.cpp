@@ -394,7 +394,9 @@ json run_header(const Run& r) {
                               {"share_layers", o.share_layers},
                               {"hierarchical", o.hierarchical},
                               {"flat_up_to", o.flat_up_to},
-                              {"rank_ahead", o.rank_ahead}};
+                              {"rank_ahead", o.rank_ahead},
+                              {"score_bits", o.score_bits},
+                              {"coarse_ratio", o.coarse_ratio}};
   }
   return row;
 }
@@ -525,12 +527,7 @@ int paper_main(int argc, char** argv) {
   app.add_flag("--real-prefill", s.real_prefill,
                "long-context: prefill random token ids under MPC (the row says \"cache\":\"prefill\") instead of "
                "preparing the cache from random shares");
-  app.add_option("--flat-up-to", s.flat_up_to,
-                 "long-context: MPCache's flat top-k up to this many candidate clusters, the coarse level above "
-                 "(default: MpCacheOptions{}'s)");
-  app.add_option("--rank-ahead", s.rank_ahead,
-                 "long-context: whether MPCache ranks the next step's clusters with this step's query (true or "
-                 "false; default: MpCacheOptions{}'s)");
+  add_long_context_mpcache_options(app, s);
   app.add_flag("--json", s.json_stdout, "JSON lines on stdout instead of a table");
   std::string svg_from;
   app.add_option("--svg-from", svg_from, "only (re)draw <--out>/<preset>.svg from these JSON lines (e.g. a cut-short run)");
