@@ -79,15 +79,12 @@ std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
     else if (part == "rmax") o.alpha = 1.0;
     else if (part == "hier") o.flat_up_to = 0;
     else if (part == "ahead") o.rank_ahead = true;
-    else if (part.starts_with("score") && part.size() > 5 && part.size() <= 7 &&
-             std::all_of(part.begin() + 5, part.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
-      o.score_bits = std::stoi(part.substr(5));  // scoreN: saturate scores at 2^N, compare on N + 20 bits
     else if (part.starts_with("coarse") && part.size() > 6 && part.size() <= 8 &&
              std::all_of(part.begin() + 6, part.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
              std::stoi(part.substr(6)) > 0)
       o.coarse_ratio = std::stoi(part.substr(6)) / 100.0;  // coarseP: keep P% of the coarse clusters
     else throw Error(ErrorCode::invalid_argument, "fidelity: unknown MPCache variant '" + part + "' in '" + name +
-                                                      "' (paper, bound, noshare, noevict, flat, rmax, hier, ahead, scoreN, coarseP)");
+                                                      "' (paper, bound, noshare, noevict, flat, rmax, hier, ahead, coarseP)");
   }
   return o;
 }

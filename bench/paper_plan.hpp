@@ -68,7 +68,6 @@ struct Settings {
   bool real_prefill = false;  // long-context: prefill random tokens for real instead of a prepared cache
   std::optional<std::size_t> flat_up_to;  // long-context: MpCacheOptions::flat_up_to of its MPCache arms
   std::optional<bool> rank_ahead;         // long-context: MpCacheOptions::rank_ahead of its MPCache arms
-  std::optional<int> score_bits;          // long-context: MpCacheOptions::score_bits
   std::optional<double> coarse_ratio;     // long-context: MpCacheOptions::coarse_ratio
   bool json_stdout = false;
 };
@@ -128,7 +127,6 @@ inline std::vector<Run> plan(const Settings& s) {
     kv::MpCacheOptions ours;
     if (s.flat_up_to) ours.flat_up_to = *s.flat_up_to;
     if (s.rank_ahead) ours.rank_ahead = *s.rank_ahead;
-    if (s.score_bits) ours.score_bits = *s.score_bits;
     if (s.coarse_ratio) ours.coarse_ratio = *s.coarse_ratio;
     for (std::size_t t : lengths_or({1024, 2048, 4096}))
       for (const Arm& a : std::vector<Arm>{{"full cache", "full"},
@@ -201,10 +199,6 @@ inline void add_long_context_mpcache_options(CLI::App& app, Settings& s) {
   app.add_option("--rank-ahead", s.rank_ahead,
                  "long-context: whether MPCache ranks the next step's clusters with this step's query (true or "
                  "false; default: MpCacheOptions{}'s)");
-  app.add_option("--score-bits", s.score_bits,
-                 "long-context: MPCache's scores saturate at 2^N before a top-k on N + 20 bits (0: 64-bit "
-                 "comparisons; default: MpCacheOptions{}'s)")
-      ->check(CLI::Range(0, 40));
   app.add_option("--coarse-ratio", s.coarse_ratio,
                  "long-context: share of coarse clusters MPCache's hierarchical top-k keeps (default: "
                  "MpCacheOptions{}'s)")

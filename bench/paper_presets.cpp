@@ -395,7 +395,6 @@ json run_header(const Run& r) {
                               {"hierarchical", o.hierarchical},
                               {"flat_up_to", o.flat_up_to},
                               {"rank_ahead", o.rank_ahead},
-                              {"score_bits", o.score_bits},
                               {"coarse_ratio", o.coarse_ratio}};
   }
   return row;

@@ -74,21 +74,12 @@ struct MpCacheOptions {
   // same clusters; the newest tokens are attended whatever it picks.
   // Passkey retrieval holds with it (docs/policies.md, Ranking ahead).
   bool rank_ahead = true;
-  // Scores saturate at +-2^score_bits (reals) before the top-k, whose
-  // comparisons then run on 18 + score_bits + 2 bits instead of 64 (their
-  // bytes and rounds shrink with the width). Exact for scores inside the
-  // bound; outside, the saturated ones tie and the lower index wins. The
-  // bound similarity of a query group to a cluster is at most the largest
-  // attention logit the group could give one of its tokens, summed over the
-  // group's heads. 0: compare on the full ring (the paper).
-  int score_bits = 14;
 
   // The paper's Algorithm 3 defaults: 50% static eviction, the linear
   // similarity, odd layers sharing (with our flat top-k up to 64 candidates).
   static MpCacheOptions paper() {
     MpCacheOptions o;
     o.rank_ahead = false;  // the paper ranks with the step's own query
-    o.score_bits = 0;
     o.keep_ratio = 0.5;
     o.share_layers = true;
     o.similarity = Similarity::linear;
@@ -105,9 +96,6 @@ class MpCache {
       throw budget_below_minimum("MPCache", budget_, minimum_budget(o_),
                                  "is below three clusters of " + std::to_string(o_.cluster) +
                                      " (the first, the newest and one selected)");
-    if (o_.score_bits < 0 || o_.score_bits > 40)
-      throw Error(ErrorCode::invalid_argument,
-                  "MPCache: score_bits " + std::to_string(o_.score_bits) + " is outside [0, 40]");
   }
   static std::size_t minimum_budget(const MpCacheOptions& options = {}) { return 3 * options.cluster; }
   std::string name() const { return "mpcache"; }
@@ -246,7 +234,7 @@ class MpCache {
   // a decode step's selection (mpcache_selection.cppm),
   Task<Selection<P>> select_head(P& p, const StepView<P>& step, std::size_t j);
   Task<void> choose(P& p, State& st, const Share& queries, std::size_t position, std::size_t f);
-  Task<Share> top_onehot(P& p, const Share& scores, std::size_t k) const;
+  static Task<Share> top_onehot(P& p, const Share& scores, std::size_t k);
   static Share after_first(const P& p, const Share& x);
   Task<Share> pick(P& p, State& st, const Share& query, std::size_t k, std::size_t f);
   // the clusters' summaries and their similarity to a query (mpcache_scoring.cppm).

@@ -108,13 +108,10 @@ auto MpCache<P>::similarity(P& p, const Share& query, const Share& summaries) ->
       return out;
     });
     auto best = ops::reshape<P>(co_await ops::max_last(p, pairs), {n, d});
-    auto sim = ops::reshape<P>(ops::sum_last<P>(best), {n});
-    if (o_.score_bits > 0) co_return co_await ops::saturate(p, sim, o_.score_bits);
-    co_return sim;
+    co_return ops::reshape<P>(ops::sum_last<P>(best), {n});
   }
-  auto sim = ops::reshape<P>(co_await p.matmul_trunc(query, ops::transpose<P>(summaries)), {n});
-  if (o_.score_bits > 0) co_return co_await ops::saturate(p, sim, o_.score_bits);
-  co_return sim;
+  auto sim = co_await p.matmul_trunc(query, ops::transpose<P>(summaries));
+  co_return ops::reshape<P>(sim, {n});
 }
 
 }  // namespace mpcache::kv

@@ -124,13 +124,11 @@ Task<void> MpCache<P>::choose(P& p, State& st, const Share& queries, std::size_t
   st.ranked = std::move(r);
 }
 
-// One-hot rows (k, n) of the k best of n scores (saturated by similarity()
-// when score_bits is set, so the comparisons may be that narrow).
+// One-hot rows (k, n) of the k best of n scores.
 template <Protocol P>
-auto MpCache<P>::top_onehot(P& p, const Share& scores, std::size_t k) const -> Task<Share> {
+auto MpCache<P>::top_onehot(P& p, const Share& scores, std::size_t k) -> Task<Share> {
   auto scope = cost_scope(p, CostTag::topk);
-  const int width = o_.score_bits > 0 ? ops::comparison_width(p.frac_bits(), o_.score_bits) : ring_bits;
-  co_return co_await ops::topk_onehot(p, scores, k, ops::TopKMethod::automatic, lan_link(), width);
+  co_return co_await ops::topk_onehot(p, scores, k);
 }
 
 // (k, n) -> (k, n + 1) with a zero first column (cluster 0 is never picked).

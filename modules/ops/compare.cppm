@@ -15,8 +15,6 @@
 //   msb_times(a, x, w) [a < 0] x: 2 + ceil(log2 w) + 2 rounds
 //   less_than(a, b, w) msb(a - b, w); requires |a - b| < 2^(w-1)
 //   below_each(x, c)  [x < c_j] for public thresholds c_j, one batched msb
-//   saturate(x, m)    x clamped to +-2^m (reals), so that later comparisons
-//                     can run on comparison_width(f, m) bits
 //   select(c, x, y)   c ? x : y for an arithmetic 0/1 c: 1 multiplication
 //   detail::arithmetic_select_pays  whether a select among k values should
 //                     take its one-hot from msb_arith and select by
@@ -112,36 +110,6 @@ Task<typename P::Share> msb_times(P& p, const typename P::Share& a, const typena
     co_return co_await p.mul(p.exact_sign(a), x);
   } else {
     co_return co_await bit_times(p, co_await msb_bits(p, a, width), x);
-  }
-}
-
-// x clamped to [-b, b], b = 2^magnitude_bits - 2^-f (reals; b is the
-// largest code below 2^(f + magnitude_bits)): exact inside, the bound
-// outside. Then comparisons of the result need only
-// comparison_width(f, magnitude_bits) bits, where an unclamped value out of
-// range would wrap and compare at random. Cost: one msb of 2n words at
-// full width (both signs in one batch) and one bit_times of 2n.
-template <Protocol P>
-Task<typename P::Share> saturate(P& p, const typename P::Share& x, int magnitude_bits) {
-  const int f = p.frac_bits();
-  if (magnitude_bits < 1 || f + magnitude_bits > ring_bits - 3)
-    throw Error(ErrorCode::invalid_argument, "saturate: " + std::to_string(magnitude_bits) +
-                                                 " magnitude bits with " + std::to_string(f) +
-                                                 " fraction bits do not fit the ring");
-  if constexpr (ExactReals<P>) {
-    const double bound = std::ldexp(1.0, magnitude_bits) - std::ldexp(1.0, -f);
-    co_return p.map_real(x, [bound](double v) { return std::clamp(v, -bound, bound); });
-  } else {
-    const Ring bound = (Ring{1} << (f + magnitude_bits)) - 1;
-    const Shape s = P::shape(x);
-    const auto room_above = p.add_public(p.neg(x), ring_filled(s, bound));  // < 0 where x > b
-    const auto room_below = p.add_public(x, ring_filled(s, bound));        // < 0 where x < -b
-    const auto both = concat_last<P>(room_above, room_below);
-    const auto out_of_range = co_await msb_bits(p, both, ring_bits);
-    // x + [x > b](b - x) - [x < -b](x + b)
-    const auto fixes = co_await bit_times(p, out_of_range, both);
-    const std::size_t n = s.empty() ? 1 : s.back();
-    co_return p.sub(p.add(x, slice_last<P>(fixes, 0, n)), slice_last<P>(fixes, n, 2 * n));
   }
 }
 

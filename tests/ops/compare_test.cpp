@@ -84,42 +84,6 @@ TEST_CASE("less_than and select on fixed-point values, ties included") {
   CHECK(secure.results[2] == clear);
 }
 
-TEST_CASE("saturate clamps to +-2^m exactly, and a top-k on the narrowed width then agrees with 64 bits") {
-  // Scores from -2^20 to 2^20 (reals): those inside +-2^10 stay as they are,
-  // the rest become the bound, the largest code below 2^(18 + 10).
-  const int m = 10;
-  FixedPoint fp;
-  RealTensor xr = mpcache::testing::random_real({4, 48}, -(1 << 20), 1 << 20, 86);
-  for (std::size_t i = 0; i < 96; ++i) xr.data()[i] /= 2048;  // half the rows mostly inside the bound
-  xr(0, 0) = 1024, xr(0, 1) = -1024, xr(0, 2) = 1023.5, xr(0, 3) = 0;
-  const RingTensor x = fp.encode(xr);
-  const std::int64_t bound = (std::int64_t{1} << (fp.frac_bits() + m)) - 1;
-  const int narrow = ops::comparison_width(fp.frac_bits(), m);
-  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<std::array<RingTensor, 3>> {
-    auto a = co_await share_of(p, 0, x);
-    auto clamped = co_await ops::saturate(p, a, m);
-    auto narrow_top = co_await ops::topk_onehot(p, clamped, 5, ops::TopKMethod::rank, lan_link(), narrow);
-    auto wide_top = co_await ops::topk_onehot(p, clamped, 5, ops::TopKMethod::rank, lan_link());
-    co_return std::array<RingTensor, 3>{co_await p.reveal(clamped), co_await p.reveal(narrow_top),
-                                        co_await p.reveal(wide_top)};
-  });
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const std::int64_t v = static_cast<std::int64_t>(x.data()[i]);
-    CHECK(static_cast<std::int64_t>(secure.results[0][0].data()[i]) == std::clamp(v, -bound, bound));
-  }
-  CHECK(secure.results[0][1] == secure.results[0][2]);  // the narrow comparisons pick as the full ones
-  CHECK(secure.results[0] == clear);
-  // Rows past the bound have ties: the lower index wins, as at full width.
-  std::size_t saturated = 0;
-  for (std::size_t i = 96; i < x.size(); ++i) saturated += std::abs(xr.data()[i]) >= 1024;
-  CHECK(saturated > 40);
-  // Outside the ring's room the bound is refused by name.
-  CHECK_THROWS_WITH(mpcache::testing::run_plain([&](Plain& p) -> Task<RingTensor> {
-                      co_return (co_await ops::saturate(p, PlainShare{ring_zeros({1})}, 44)).value;
-                    }),
-                    doctest::Contains("saturate: 44 magnitude bits"));
-}
-
 TEST_CASE("short equality is exact for |a - b| below 2^width") {
   const std::size_t n = 256;
   RingTensor a = RingTensor::from_shape({n}), b = RingTensor::from_shape({n});
