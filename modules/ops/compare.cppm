@@ -13,7 +13,8 @@
 //   bit_times(b, x)   b x elementwise for a boolean bit b: B2A fused with the
 //                     product, 2 rounds where B2A then a product took 3
 //   msb_times(a, x, w) [a < 0] x: 2 + ceil(log2 w) + 2 rounds
-//   less_than(a, b, w) msb(a - b, w); requires |a - b| < 2^(w-1)
+//   less_than(a, b, w, r) msb(a - b, w); requires |a - b| < 2^(w-1); r as
+//                     msb's result_bits
 //   below_each(x, c)  [x < c_j] for public thresholds c_j, one batched msb
 //   select(c, x, y)   c ? x : y for an arithmetic 0/1 c: 1 multiplication
 //   detail::arithmetic_select_pays  whether a select among k values should
@@ -23,7 +24,8 @@
 //   select_by_bit(b, x, y) b ? x : y for a boolean b: a bit_times, 2 rounds
 //                     (less_than_bits then this: one round less than
 //                     less_than then select)
-//   is_zero(a, w)     a == 0 for |a| < 2^w: A2B of w bits, AND tree, B2A
+//   is_zero(a, w)     a == 0 for |a| < 2^w: A2B of w bits, AND tree (on
+//                     words packed 64 / w to a word: and_low_bits_packed), B2A
 //   equal(a, b, w)    is_zero(a - b, w): short values pay for w bits, not 64
 export module mpcache.ops:compare;
 import mpcache.std;
@@ -222,9 +224,9 @@ bool arithmetic_select_pays(const P& p, int width, std::size_t comparisons, std:
 // frame until msb, which takes it by reference, has finished.)
 template <Protocol P>
 Task<typename P::Share> less_than(P& p, const typename P::Share& a, const typename P::Share& b,
-                                  int width = ring_bits) {
+                                  int width = ring_bits, int result_bits = ring_bits) {
   const auto difference = p.sub(a, b);
-  co_return co_await msb(p, difference, width);
+  co_return co_await msb(p, difference, width, result_bits);
 }
 
 // [x < c] for a public real c, at a resolution of 2^(drop - f): each party
@@ -293,13 +295,56 @@ Task<typename P::Bits> and_low_bits(P& p, typename P::Bits t, int width) {
   co_return t;
 }
 
+// and_low_bits' fields: width rounded up to a power of two, 64 / field of
+// them to a word.
+inline int and_tree_field(int width) {
+  int field = 1;
+  while (field < width) field *= 2;
+  return field;
+}
+// Words each level of and_low_bits_packed ANDs for n words of `width` bits.
+inline std::size_t and_tree_words(std::size_t n, int width) {
+  const std::size_t per_word = static_cast<std::size_t>(ring_bits / and_tree_field(width));
+  return (n + per_word - 1) / per_word;
+}
+
+// and_low_bits with the words' low fields packed 64 / F to a word, F =
+// and_tree_field(width): the tree's shifts span F - 1 bits, so each field's
+// AND stays inside it, and every level ANDs and_tree_words(n, width) words
+// instead of n (a one-hot over 64 classes: 8 to a word). Bit 0 of every
+// word of the result is the AND of that word's low `width` bits (bits
+// above `width` must be 1, as for and_low_bits); the other bits are 0.
+// Packing and unpacking are local: boolean shares are XORs of components.
+template <Protocol P>
+Task<typename P::Bits> and_low_bits_packed(P& p, const typename P::Bits& t, int width) {
+  const int field = and_tree_field(width);
+  const std::size_t per_word = static_cast<std::size_t>(ring_bits / field);
+  if (per_word < 2 || width <= 1) co_return co_await and_low_bits(p, t, width);
+  const Shape shape = P::shape(t);
+  const std::size_t n = element_count(shape), words = and_tree_words(n, width);
+  const Ring field_mask = (Ring{1} << field) - 1;
+  auto packed = P::apply(t, [&](const RingTensor& x) {
+    RingTensor out = ring_zeros({words});
+    for (std::size_t i = 0; i < n; ++i)
+      out.data()[i / per_word] |= (x.data()[i] & field_mask) << (field * static_cast<int>(i % per_word));
+    return out;
+  });
+  auto anded = co_await and_low_bits(p, std::move(packed), width);
+  co_return P::apply(anded, [&](const RingTensor& x) {
+    RingTensor out = RingTensor::from_shape(shape);
+    for (std::size_t i = 0; i < n; ++i)
+      out.data()[i] = (x.data()[i / per_word] >> (field * static_cast<int>(i % per_word))) & 1;
+    return out;
+  });
+}
+
 // 1 where a == 0, for |a| < 2^width (the caller's promise).
 template <Protocol P>
 Task<typename P::Share> is_zero(P& p, const typename P::Share& a, int width) {
   auto bits = co_await p.to_bits(a, width);
   // Flip every bit: low bits become "bit is 0", high bits (0 after A2B) become 1.
   auto flipped = p.bits_xor_public(bits, ring_filled(P::shape(bits), ~Ring{0}));
-  co_return co_await p.bit_to_arith(co_await and_low_bits(p, std::move(flipped), width));
+  co_return co_await p.bit_to_arith(co_await and_low_bits_packed(p, flipped, width));
 }
 
 template <Protocol P>

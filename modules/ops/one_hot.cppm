@@ -12,7 +12,9 @@ import :compare;
 
 export namespace mpcache::ops {
 
-// idx: shape S with values in [0, classes); result: S + (classes), 0/1.
+// idx: shape S with values in [0, classes); result: S + (classes), 0/1:
+// A2B of the index's low bits, a literal per class and bit, their AND (on
+// packed words: and_low_bits_packed), B2A.
 // Values may also lie in [classes, 2^width) (all-zero rows) if the caller
 // passes that width: only the low `width` bits are compared.
 template <Protocol P>
@@ -28,7 +30,7 @@ Task<typename P::Share> one_hot(P& p, const typename P::Share& idx, std::size_t 
   RingTensor pattern = RingTensor::from_shape(P::shape(repeated));
   for (std::size_t i = 0; i < pattern.size(); ++i) pattern.data()[i] = ~Ring(i % classes);
   auto literals = p.bits_xor_public(repeated, pattern);
-  co_return co_await p.bit_to_arith(co_await and_low_bits(p, std::move(literals), width));
+  co_return co_await p.bit_to_arith(co_await and_low_bits_packed(p, literals, width));
 }
 
 }  // namespace mpcache::ops

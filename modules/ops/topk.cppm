@@ -47,6 +47,9 @@ inline std::size_t next_pow2(std::size_t n) {
   return p;
 }
 
+// The bits a rank in [0, n) needs; ranks() is exact only mod 2^rank_bits.
+inline int rank_bits(std::size_t n) { return std::max(1, ceil_log2(n)); }
+
 // b: the bits a key gives the index (positions 0..m-1 of the padded row).
 inline int key_shift(std::size_t m) { return std::max(1, ceil_log2(m)); }
 // w: the values' comparison width, so that keys compare on w + b bits.
@@ -234,9 +237,9 @@ OpCost topk_rank_cost(std::size_t n, std::size_t k, int width = ring_bits, std::
   const std::size_t pairs = n * (n - 1) / 2 * rows;
   const int key_width = detail::value_width(width, n) + detail::key_shift(n);
   const int w = std::max(1, ceil_log2(n));
-  OpCost cost = C::msb_bits(key_width, pairs, 0) + C::bit_to_arith(pairs);
+  OpCost cost = msb_arith_cost<C>(key_width, pairs, 0, detail::rank_bits(n));
   if (w >= 2) cost += C::to_bits(w, rows * n);
-  cost += C::bits_and(rows * n * n).repeated(static_cast<std::uint64_t>(ceil_log2(static_cast<std::size_t>(w))));
+  cost += C::bits_and(and_tree_words(rows * n * n, w)).repeated(static_cast<std::uint64_t>(ceil_log2(static_cast<std::size_t>(w))));
   return cost + C::bit_to_arith(rows * n * n) + C::mul(rows * n * k);
 }
 
@@ -307,8 +310,10 @@ Task<typename P::Share> ranks(P& p, const typename P::Share& x, int width = ring
       second.push_back(j);
     }
   // c = 1 when j beats i: rank_i += c; rank_j -= c (it had +1 already).
+  // A rank is read only mod 2^rank_bits(n) (one_hot's A2B), so the signs
+  // are needed only that far: a backend's B2A then sends fewer bytes.
   const auto first_keys = take<P>(key, first), second_keys = take<P>(key, second);
-  auto beaten = co_await less_than(p, first_keys, second_keys, value_width(width, n) + key_shift(n));
+  auto beaten = co_await less_than(p, first_keys, second_keys, value_width(width, n) + key_shift(n), rank_bits(n));
   auto spread = P::apply(beaten, [&](const RingTensor& c) {
     Shape out_shape = shape_of(c);
     out_shape.back() = n;

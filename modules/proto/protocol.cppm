@@ -268,11 +268,24 @@ concept NarrowArithmeticSignCosts = ArithmeticSignCosts<C> && requires(int w, st
   { C::msb_arith(w, n, n, w) } -> std::same_as<OpCost>;
 };
 
+// A model may price a B2A needed only mod 2^result_bits (rss3's:
+// bit_to_arith(n, result_bits), fewer bytes a word).
+template <class C>
+concept NarrowBitToArithCosts = CostModel<C> && requires(std::size_t n, int r) {
+  { C::bit_to_arith(n, r) } -> std::same_as<OpCost>;
+};
+
+template <CostModel C>
+OpCost bit_to_arith_cost(std::size_t n, int result_bits = ring_bits) {
+  if constexpr (NarrowBitToArithCosts<C>) return C::bit_to_arith(n, result_bits);
+  else return C::bit_to_arith(n);
+}
+
 template <CostModel C>
 OpCost msb_arith_cost(int width, std::size_t n, std::size_t fork, int result_bits = ring_bits) {
   if constexpr (NarrowArithmeticSignCosts<C>) return C::msb_arith(width, n, fork, result_bits);
   else if constexpr (ArithmeticSignCosts<C>) return C::msb_arith(width, n, fork);
-  else return C::msb_bits(width, n, fork) + C::bit_to_arith(n);
+  else return C::msb_bits(width, n, fork) + bit_to_arith_cost<C>(n, result_bits);
 }
 
 // Optional: a backend whose comparisons run one of two ways, chosen by an

@@ -12,6 +12,8 @@
 //   bits_and       every party sends n words                     1 round
 //   to_bits(w)     (A2B) 1 + (2 + ceil(log2 w)) words, 2+ceil(log2 w) rounds (w >= 2)
 //   bit_to_arith   (B2A of bit 0) every party sends n            2 rounds
+//                  (n ceil(r / 8) bytes when the result is needed only
+//                  mod 2^r)
 //                  (party 0 holds t = b0 ^ b1, parties 1 and 2 b2: party 0
 //                  sends t - r to 1, r from its key with 2; b = t ^ b2 is
 //                  then additive between 1 and 2, who reshare it)
@@ -203,6 +205,11 @@ struct Rss3Costs {
     return everyone(2 + levels, (2 * levels + 1) * n);
   }
   static OpCost bit_to_arith(std::size_t n) { return everyone(2, n); }
+  // Needed only mod 2^result_bits: ceil(result_bits / 8) bytes a word.
+  static OpCost bit_to_arith(std::size_t n, int result_bits) {
+    const std::uint64_t bytes = n * static_cast<std::uint64_t>(result_bits >= ring_bits ? 8 : (result_bits + 7) / 8);
+    return {2, {bytes, bytes, bytes}};
+  }
   static OpCost bit_dot(std::size_t n, std::size_t k) { return everyone(2, 2 * n + n / k); }
   // The call's lead is party (fork mod 3): party i pays what party
   // i - fork pays in rss3_msb_cost.
@@ -501,7 +508,10 @@ class Rss3 {
   Bits bits_shift_left(const Bits& x, int n) const;
   Bits bits_shift_right(const Bits& x, int n) const;  // logical
   // B2A of bit 0 of every word (other bits are ignored): arithmetic 0 or 1.
-  Task<Share> bit_to_arith(const Bits& x);
+  // result_bits < 64: the caller needs it only mod 2^result_bits (it sums
+  // such bits and reads the sum's low bits), so every message carries
+  // ceil(result_bits / 8) bytes a word; the higher bits are then not 0.
+  Task<Share> bit_to_arith(const Bits& x, int result_bits = ring_bits);
   // Bit 0: 1 where a < 0 as a w-bit signed value, i.e. the sign of a mod
   // 2^w (exact when |a| < 2^(w-1)). Each party leads a third of the
   // elements: it holds A = its two components, the others B = the third.
@@ -520,7 +530,8 @@ class Rss3 {
   // result_bits < 64: the caller needs the sign only mod 2^result_bits
   // (it sums signs and compares the sum on that many bits), so the pair
   // reshares ceil(result_bits / 8) bytes an element instead of 8; the
-  // result's higher bits are then not the sign's. The circuit ignores it.
+  // result's higher bits are then not the sign's. The circuit passes it to
+  // its B2A.
   Task<Share> msb_arith(const Share& a, int width = ring_bits, int result_bits = ring_bits);
   // sum_last (bit 0 of b) * x, truncated by `bits` (0: exact); see rss3.cpp.
   Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);

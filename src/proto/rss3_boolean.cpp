@@ -181,31 +181,41 @@ Task<Rss3Bits> Rss3::to_bits(const Share& a, int width) {
 // and party 2 beta = r y, alpha + beta = b. Round 2: they reshare it as
 // (sigma, rho, b - sigma - rho), sigma from the key of parties 2 and 0,
 // rho from that of parties 0 and 1 (party 2's message needs nothing from
-// round 1 and goes out at once).
-Task<Rss3Share> Rss3::bit_to_arith(const Bits& x) {
+// round 1 and goes out at once). With result_bits < 64 only the low bytes
+// travel, and parties 1 and 2 keep the low result_bits of the component
+// they share, so that both hold the same word.
+Task<Rss3Share> Rss3::bit_to_arith(const Bits& x, int result_bits) {
+  if (result_bits < 1 || result_bits > ring_bits)
+    throw Error(ErrorCode::invalid_argument,
+                "rss3 bit_to_arith: result bits " + std::to_string(result_bits) + " outside [1, 64]");
   const Shape s = shape(x);
   const std::size_t n = x.own.size();
+  const Ring low = result_bits >= ring_bits ? ~Ring{0} : (Ring{1} << result_bits) - 1;
+  auto joined = [&](RingTensor theirs, const RingTensor& part) {
+    ring_add_inplace(theirs, part);
+    if (result_bits < ring_bits)
+      for (auto& v : theirs) v &= low;
+    return theirs;
+  };
   switch (party_->id_) {
     case 0: {
       RingTensor masked = draw_prev(s);
       for (std::size_t i = 0; i < n; ++i)
         masked.data()[i] = ((x.own.data()[i] ^ x.next.data()[i]) & 1) - masked.data()[i];
-      send(1, masked);
+      send(1, masked, result_bits);
       RingTensor sigma = draw_prev(s), rho = draw_next(s);
       co_return Share{std::move(sigma), std::move(rho)};
     }
     case 1: {
-      const RingTensor masked = co_await recv(0, s);
+      const RingTensor masked = co_await recv(0, s, result_bits);
       RingTensor rho = draw_prev(s);
       RingTensor part = RingTensor::from_shape(s);
       for (std::size_t i = 0; i < n; ++i) {
         const Ring b2 = x.next.data()[i] & 1;
         part.data()[i] = masked.data()[i] * (1 - 2 * b2) + b2 - rho.data()[i];
       }
-      send(2, part);
-      RingTensor theirs = co_await recv(2, s);
-      ring_add_inplace(theirs, part);
-      co_return Share{std::move(rho), std::move(theirs)};
+      send(2, part, result_bits);
+      co_return Share{std::move(rho), joined(co_await recv(2, s, result_bits), part)};
     }
     default: {
       const RingTensor r = draw_next(s);
@@ -215,10 +225,8 @@ Task<Rss3Share> Rss3::bit_to_arith(const Bits& x) {
         const Ring b2 = x.own.data()[i] & 1;
         part.data()[i] = r.data()[i] * (1 - 2 * b2) - sigma.data()[i];
       }
-      send(1, part);
-      RingTensor theirs = co_await recv(1, s);
-      ring_add_inplace(theirs, part);
-      co_return Share{std::move(theirs), std::move(sigma)};
+      send(1, part, result_bits);
+      co_return Share{joined(co_await recv(1, s, result_bits), part), std::move(sigma)};
     }
   }
 }

@@ -419,7 +419,7 @@ Task<Rss3Share> Rss3::msb_arith(const Share& a, int width, int result_bits) {
   if (result_bits < 1 || result_bits > ring_bits)
     throw Error(ErrorCode::invalid_argument,
                 "rss3 msb_arith: result bits " + std::to_string(result_bits) + " outside [1, 64]");
-  if (!dcf_comparisons() || circuit_only_) co_return co_await bit_to_arith(co_await msb_bits(a, width));
+  if (!dcf_comparisons() || circuit_only_) co_return co_await bit_to_arith(co_await msb_bits(a, width), result_bits);
   auto [own, next] = co_await compare_thirds(a, width, 0, Rss3DcfOutput::arith, result_bits);
   co_return Share{std::move(own), std::move(next)};
 }
