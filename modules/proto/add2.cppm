@@ -62,6 +62,7 @@ import mpcache.async;
 import :protocol;
 import mpcache.net;
 import :prg;
+import :linear_base;
 
 export namespace mpcache {
 
@@ -187,7 +188,10 @@ class Add2Party {
   std::uint64_t sessions_ = 0;
 };
 
-class Add2 {
+// The local operations (add, add_public, apply2, bits_xor, ...) come from
+// LinearBase: a public constant enters party 0's component. Their results
+// carry no fixed mask; apply, a structural transform, keeps it.
+class Add2 : public LinearBase<Add2, ShareParts<Add2Share, &Add2Share::value>, ShareParts<Add2Bits, &Add2Bits::value>> {
  public:
   using Share = Add2Share;
   using Bits = Add2Bits;
@@ -211,8 +215,7 @@ class Add2 {
   CostTag cost_tag() const noexcept { return tag_; }
   void set_cost_tag(CostTag tag) noexcept { tag_ = tag; }
 
-  static Shape shape(const Share& a) { return shape_of(a.value); }
-  static Shape shape(const Bits& a) { return shape_of(a.value); }
+  using LinearBase::apply;
   template <class F>
   static Share apply(const Share& a, F&& f) {
     Share out{f(a.value), nullptr};
@@ -224,21 +227,14 @@ class Add2 {
     }
     return out;
   }
+  // No ApplyN: stacking one share through it would drop its fixed mask,
+  // where ops' fallback (apply) keeps it and a later product opens nothing.
   template <class F>
-  static Bits apply(const Bits& a, F&& f) { return {f(a.value)}; }
-  template <class F>
-  static Share apply2(const Share& a, const Share& b, F&& f) { return {f(a.value, b.value), nullptr}; }
+  static Share apply_n(std::span<const Share* const> shares, F&& f) = delete;
 
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
   Task<RingTensor> reveal(const Share& a);
   Task<std::optional<RingTensor>> reveal_to(PartyId receiver, const Share& a);
-
-  Share add(const Share& a, const Share& b) const;
-  Share sub(const Share& a, const Share& b) const;
-  Share neg(const Share& a) const;
-  Share add_public(const Share& a, const RingTensor& c) const;
-  Share mul_public(const Share& a, const RingTensor& c) const;
-  Share matmul_public(const Share& a, const RingTensor& c) const;
 
   Task<Share> mul(const Share& a, const Share& b);
   Task<Share> matmul(const Share& a, const Share& b);
@@ -248,11 +244,6 @@ class Add2 {
 
   Task<Bits> to_bits(const Share& a, int width = ring_bits);
   Task<Bits> bits_and(const Bits& x, const Bits& y);
-  Bits bits_xor(const Bits& x, const Bits& y) const;
-  Bits bits_xor_public(const Bits& x, const RingTensor& c) const;
-  Bits bits_and_public(const Bits& x, const RingTensor& c) const;
-  Bits bits_shift_left(const Bits& x, int n) const;
-  Bits bits_shift_right(const Bits& x, int n) const;
   Task<Share> bit_to_arith(const Bits& x);
   Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0);
   Task<RingTensor> reveal_bits(const Bits& x);
@@ -262,6 +253,10 @@ class Add2 {
   Task<Bits> msb_bits(const Share& a, int width = ring_bits);
 
  private:
+  friend LinearBase;
+  static constexpr const char* protocol_name = "add2";
+  bool holds_public_part(std::size_t) const noexcept { return party_->id_ == 0; }
+  ComputePool* compute_pool() const noexcept { return party_->options_.pool; }
   enum class Product { elementwise, matrix };
   // A product operand as (opened, mask): an input's fixed mask, or a fresh
   // one whose masked share `outgoing` still has to be sent.
@@ -320,7 +315,7 @@ class Add2 {
 // circuit to fall back to for a prefill) and it sends weights unpaced.
 static_assert(Protocol<Add2> && SignBits<Add2> && DcfCostsOption<Add2> && TruncationModeOption<Add2> &&
               CostTagging<Add2>);
-static_assert(!ArithmeticSign<Add2> && !DcfStoreCostsOption<Add2> && !CircuitComparisonsOption<Add2>);
+static_assert(!ArithmeticSign<Add2> && !DcfStoreCostsOption<Add2> && !CircuitComparisonsOption<Add2> && !ApplyN<Add2>);
 static_assert(!TruncationPairsRefill<Add2> && !ComparisonStoreRefill<Add2> && !WeightPacing<Add2>);
 static_assert(!ArithmeticSignCosts<Add2Costs> && !ArithmeticSignCosts<Add2DcfCosts>);
 

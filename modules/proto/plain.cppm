@@ -6,6 +6,7 @@ import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import :protocol;
+import :linear_base;
 import :rss3;
 
 export namespace mpcache {
@@ -35,7 +36,10 @@ struct PlainBits {
   RingTensor value;
 };
 
-class Plain {
+// The local operations (add, add_public, apply, bits_xor, ...) come from
+// LinearBase, on the one component, which holds the whole value.
+class Plain : public LinearBase<Plain, ShareParts<PlainShare, &PlainShare::value>,
+                                ShareParts<PlainBits, &PlainBits::value>> {
  public:
   using Share = PlainShare;
   using Bits = PlainBits;
@@ -55,32 +59,9 @@ class Plain {
   // Record every truncation's input in `audit` (nullptr: stop recording).
   void audit_truncations(std::shared_ptr<TruncationAudit> audit) { audit_ = std::move(audit); }
 
-  static Shape shape(const Share& a) { return shape_of(a.value); }
-  static Shape shape(const Bits& a) { return shape_of(a.value); }
-  template <class F>
-  static Share apply(const Share& a, F&& f) { return {f(a.value)}; }
-  template <class F>
-  static Bits apply(const Bits& a, F&& f) { return {f(a.value)}; }
-  template <class F>
-  static Share apply2(const Share& a, const Share& b, F&& f) { return {f(a.value, b.value)}; }
-  // The ApplyN hook (protocol.cppm).
-  template <class F>
-  static Share apply_n(std::span<const Share* const> shares, F&& f) {
-    std::vector<const RingTensor*> values;
-    for (const Share* a : shares) values.push_back(&a->value);
-    return {f(std::span<const RingTensor* const>(values))};
-  }
-
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
   Task<RingTensor> reveal(const Share& a);
   Task<std::optional<RingTensor>> reveal_to(PartyId receiver, const Share& a);
-
-  Share add(const Share& a, const Share& b) const;
-  Share sub(const Share& a, const Share& b) const;
-  Share neg(const Share& a) const;
-  Share add_public(const Share& a, const RingTensor& c) const;
-  Share mul_public(const Share& a, const RingTensor& c) const;
-  Share matmul_public(const Share& a, const RingTensor& c) const;
 
   Task<Share> mul(const Share& a, const Share& b);
   Task<Share> matmul(const Share& a, const Share& b);
@@ -94,11 +75,6 @@ class Plain {
 
   Task<Bits> to_bits(const Share& a, int width = ring_bits);
   Task<Bits> bits_and(const Bits& x, const Bits& y);
-  Bits bits_xor(const Bits& x, const Bits& y) const;
-  Bits bits_xor_public(const Bits& x, const RingTensor& c) const;
-  Bits bits_and_public(const Bits& x, const RingTensor& c) const;
-  Bits bits_shift_left(const Bits& x, int n) const;
-  Bits bits_shift_right(const Bits& x, int n) const;
   Task<Share> bit_to_arith(const Bits& x);
   Task<Share> bit_dot(const Bits& b, const Share& x, int bits = 0,
                       std::source_location where = std::source_location::current());
@@ -110,6 +86,10 @@ class Plain {
                         std::source_location where = std::source_location::current());
 
  private:
+  friend LinearBase;
+  static constexpr const char* protocol_name = "plain";
+  bool holds_public_part(std::size_t) const noexcept { return true; }
+  ComputePool* compute_pool() const noexcept { return nullptr; }
   RingTensor audited(const RingTensor& before, int bits, std::source_location where) const;
 
   int frac_bits_;

@@ -65,6 +65,7 @@ import mpcache.core;
 import mpcache.async;
 import mpcache.net;
 import :prg;
+import :linear_base;
 export import :rss3_store;
 export import :rss3_pairs;
 
@@ -350,7 +351,11 @@ class Rss3Party {
   Rss3TruncationStats truncation_stats_;
 };
 
-class Rss3 {
+// The local operations (add, add_public, apply, bits_xor, ...) come from
+// LinearBase: component by component; a public constant enters s_0, held
+// as `own` by party 0 and as `next` by party 2.
+class Rss3 : public LinearBase<Rss3, ShareParts<Rss3Share, &Rss3Share::own, &Rss3Share::next>,
+                               ShareParts<Rss3Bits, &Rss3Bits::own, &Rss3Bits::next>> {
  public:
   using Share = Rss3Share;
   using Bits = Rss3Bits;
@@ -434,23 +439,7 @@ class Rss3 {
   CostTag cost_tag() const noexcept { return tag_; }
   void set_cost_tag(CostTag tag) noexcept { tag_ = tag; }
 
-  static Shape shape(const Share& a) { return shape_of(a.own); }
-  static Shape shape(const Bits& a) { return shape_of(a.own); }
-  template <class F>
-  static Share apply(const Share& a, F&& f) { return {f(a.own), f(a.next)}; }
-  template <class F>
-  static Bits apply(const Bits& a, F&& f) { return {f(a.own), f(a.next)}; }
-  template <class F>
-  static Share apply2(const Share& a, const Share& b, F&& f) {
-    return {f(a.own, b.own), f(a.next, b.next)};
-  }
-  // The ApplyN hook (protocol.cppm): f(span of each share's component).
-  template <class F>
-  static Share apply_n(std::span<const Share* const> shares, F&& f) {
-    std::vector<const RingTensor*> own, next;
-    for (const Share* a : shares) own.push_back(&a->own), next.push_back(&a->next);
-    return {f(std::span<const RingTensor* const>(own)), f(std::span<const RingTensor* const>(next))};
-  }
+  using LinearBase::shape;
 
   Task<Share> input(PartyId owner, std::optional<RingTensor> value, Shape shape);
   // Weights (Rss3Weight; src/proto/rss3_weights.cpp), at 8 bytes per
@@ -477,13 +466,6 @@ class Rss3 {
   Task<RingTensor> reveal(const Share& a);
   Task<std::optional<RingTensor>> reveal_to(PartyId receiver, const Share& a);
 
-  Share add(const Share& a, const Share& b) const;
-  Share sub(const Share& a, const Share& b) const;
-  Share neg(const Share& a) const;
-  Share add_public(const Share& a, const RingTensor& c) const;
-  Share mul_public(const Share& a, const RingTensor& c) const;     // elementwise, no truncation
-  Share matmul_public(const Share& a, const RingTensor& c) const;  // (m,k) x public (k,n)
-
   Task<Share> mul(const Share& a, const Share& b);
   Task<Share> matmul(const Share& a, const Share& b);
   Task<Share> truncate(const Share& a, int bits);
@@ -502,11 +484,6 @@ class Rss3 {
   // Carry-save of the three components, then a Kogge-Stone adder.
   Task<Bits> to_bits(const Share& a, int width = ring_bits);
   Task<Bits> bits_and(const Bits& x, const Bits& y);
-  Bits bits_xor(const Bits& x, const Bits& y) const;
-  Bits bits_xor_public(const Bits& x, const RingTensor& c) const;
-  Bits bits_and_public(const Bits& x, const RingTensor& c) const;
-  Bits bits_shift_left(const Bits& x, int n) const;
-  Bits bits_shift_right(const Bits& x, int n) const;  // logical
   // B2A of bit 0 of every word (other bits are ignored): arithmetic 0 or 1.
   // result_bits < 64: the caller needs it only mod 2^result_bits (it sums
   // such bits and reads the sum's low bits), so every message carries
@@ -543,6 +520,11 @@ class Rss3 {
   Task<RingTensor> reveal_bits(const Bits& x);
 
  private:
+  friend LinearBase;
+  static constexpr const char* protocol_name = "rss3";
+  // Component i is s_{id+i}; a public constant is added to s_0.
+  bool holds_public_part(std::size_t i) const noexcept { return (party_->id_ + i) % 3 == 0; }
+  ComputePool* compute_pool() const noexcept { return party_->options_.pool; }
   PartyId next_id() const noexcept { return (party_->id_ + 1) % 3; }
   PartyId prev_id() const noexcept { return (party_->id_ + 2) % 3; }
   RingTensor draw_next(const Shape& s);  // from k_i

@@ -166,26 +166,6 @@ Task<std::optional<RingTensor>> Add2::reveal_to(PartyId receiver, const Share& a
   co_return std::optional<RingTensor>(std::move(theirs));
 }
 
-// ---- local linear operations ------------------------------------------------
-
-Add2Share Add2::add(const Share& a, const Share& b) const { return {ring_add(a.value, b.value), nullptr}; }
-Add2Share Add2::sub(const Share& a, const Share& b) const { return {ring_sub(a.value, b.value), nullptr}; }
-Add2Share Add2::neg(const Share& a) const { return {ring_neg(a.value), nullptr}; }
-
-Add2Share Add2::add_public(const Share& a, const RingTensor& c) const {
-  require_same_shape(a.value, c, "add2 add_public");
-  Share out{a.value, nullptr};
-  if (party_->id_ == 0) ring_add_inplace(out.value, c);
-  return out;
-}
-
-Add2Share Add2::mul_public(const Share& a, const RingTensor& c) const {
-  return {ring_mul(a.value, c, party_->options_.pool), nullptr};
-}
-Add2Share Add2::matmul_public(const Share& a, const RingTensor& c) const {
-  return {ring_matmul(a.value, c, party_->options_.pool), nullptr};
-}
-
 // ---- products -----------------------------------------------------------------
 
 Add2::Operand Add2::operand(const Share& x) {

@@ -30,19 +30,6 @@ RingTensor low_bit(const RingTensor& t) {
 }
 }  // namespace
 
-Add2Bits Add2::bits_xor(const Bits& x, const Bits& y) const { return {ring_xor(x.value, y.value)}; }
-
-Add2Bits Add2::bits_xor_public(const Bits& x, const RingTensor& c) const {
-  require_same_shape(x.value, c, "add2 bits_xor_public");
-  Bits out = x;
-  if (party_->id_ == 0) ring_xor_inplace(out.value, c);
-  return out;
-}
-
-Add2Bits Add2::bits_and_public(const Bits& x, const RingTensor& c) const { return {ring_and(x.value, c)}; }
-Add2Bits Add2::bits_shift_left(const Bits& x, int n) const { return {ring_shift_left(x.value, n)}; }
-Add2Bits Add2::bits_shift_right(const Bits& x, int n) const { return {ring_shift_right_logical(x.value, n)}; }
-
 // A boolean Beaver triple (u, v, w = u & v): open e = x ^ u and f = y ^ v
 // (one message of 2n words each way), then x & y = w ^ (e & v) ^ (f & u)
 // ^ (e & f), the last term at party 0.

@@ -24,19 +24,6 @@ Task<std::optional<RingTensor>> Plain::reveal_to(PartyId, const Share& a) {
   co_return std::optional<RingTensor>(a.value);
 }
 
-PlainShare Plain::add(const Share& a, const Share& b) const { return {ring_add(a.value, b.value)}; }
-PlainShare Plain::sub(const Share& a, const Share& b) const { return {ring_sub(a.value, b.value)}; }
-PlainShare Plain::neg(const Share& a) const { return {ring_neg(a.value)}; }
-PlainShare Plain::add_public(const Share& a, const RingTensor& c) const {
-  return {ring_add(a.value, c)};
-}
-PlainShare Plain::mul_public(const Share& a, const RingTensor& c) const {
-  return {ring_mul(a.value, c)};
-}
-PlainShare Plain::matmul_public(const Share& a, const RingTensor& c) const {
-  return {ring_matmul(a.value, c)};
-}
-
 Task<PlainShare> Plain::mul(const Share& a, const Share& b) { co_return PlainShare{ring_mul(a.value, b.value)}; }
 Task<PlainShare> Plain::matmul(const Share& a, const Share& b) {
   co_return PlainShare{ring_matmul(a.value, b.value)};
@@ -94,17 +81,6 @@ Task<PlainBits> Plain::to_bits(const Share& a, int width) {
 }
 Task<PlainBits> Plain::bits_and(const Bits& x, const Bits& y) {
   co_return PlainBits{ring_and(x.value, y.value)};
-}
-PlainBits Plain::bits_xor(const Bits& x, const Bits& y) const { return {ring_xor(x.value, y.value)}; }
-PlainBits Plain::bits_xor_public(const Bits& x, const RingTensor& c) const {
-  return {ring_xor(x.value, c)};
-}
-PlainBits Plain::bits_and_public(const Bits& x, const RingTensor& c) const {
-  return {ring_and(x.value, c)};
-}
-PlainBits Plain::bits_shift_left(const Bits& x, int n) const { return {ring_shift_left(x.value, n)}; }
-PlainBits Plain::bits_shift_right(const Bits& x, int n) const {
-  return {ring_shift_right_logical(x.value, n)};
 }
 Task<PlainShare> Plain::bit_to_arith(const Bits& x) {
   PlainShare out{x.value};

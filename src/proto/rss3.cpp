@@ -189,35 +189,6 @@ Task<std::optional<RingTensor>> Rss3::reveal_to(PartyId receiver, const Rss3Shar
   co_return std::optional<RingTensor>(std::move(missing));
 }
 
-// ---- local linear operations ------------------------------------------------
-
-Rss3Share Rss3::add(const Share& a, const Share& b) const {
-  ComputePool* pool = party_->options_.pool;
-  return {ring_add(a.own, b.own, pool), ring_add(a.next, b.next, pool)};
-}
-Rss3Share Rss3::sub(const Share& a, const Share& b) const {
-  ComputePool* pool = party_->options_.pool;
-  return {ring_sub(a.own, b.own, pool), ring_sub(a.next, b.next, pool)};
-}
-Rss3Share Rss3::neg(const Share& a) const { return {ring_neg(a.own), ring_neg(a.next)}; }
-
-Rss3Share Rss3::add_public(const Share& a, const RingTensor& c) const {
-  require_same_shape(a.own, c, "rss3 add_public");
-  // Party 0 holds s_0 first, party 2 second (the sum writes a fresh tensor: no copy first).
-  ComputePool* pool = party_->options_.pool;
-  return {party_->id_ == 0 ? ring_add(a.own, c, pool) : a.own, party_->id_ == 2 ? ring_add(a.next, c, pool) : a.next};
-}
-
-Rss3Share Rss3::mul_public(const Share& a, const RingTensor& c) const {
-  ComputePool* pool = party_->options_.pool;
-  return {ring_mul(a.own, c, pool), ring_mul(a.next, c, pool)};
-}
-
-Rss3Share Rss3::matmul_public(const Share& a, const RingTensor& c) const {
-  ComputePool* pool = party_->options_.pool;
-  return {ring_matmul(a.own, c, pool), ring_matmul(a.next, c, pool)};
-}
-
 // ---- multiplication ---------------------------------------------------------
 
 // z is this party's term of a 3-out-of-3 sharing (zero-share included); each

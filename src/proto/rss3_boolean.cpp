@@ -39,29 +39,6 @@ Rss3Bits part(const Rss3Bits& flat, std::size_t which, const Shape& shape) {
 }
 }  // namespace
 
-Rss3Bits Rss3::bits_xor(const Bits& x, const Bits& y) const {
-  return {ring_xor(x.own, y.own), ring_xor(x.next, y.next)};
-}
-
-Rss3Bits Rss3::bits_xor_public(const Bits& x, const RingTensor& c) const {
-  require_same_shape(x.own, c, "rss3 bits_xor_public");
-  // b_0 is held by parties 0 and 2 (the xor writes a fresh tensor: no copy first).
-  ComputePool* pool = party_->options_.pool;
-  return {party_->id_ == 0 ? ring_xor(x.own, c, pool) : x.own, party_->id_ == 2 ? ring_xor(x.next, c, pool) : x.next};
-}
-
-Rss3Bits Rss3::bits_and_public(const Bits& x, const RingTensor& c) const {
-  return {ring_and(x.own, c), ring_and(x.next, c)};
-}
-
-Rss3Bits Rss3::bits_shift_left(const Bits& x, int n) const {
-  return {ring_shift_left(x.own, n), ring_shift_left(x.next, n)};
-}
-
-Rss3Bits Rss3::bits_shift_right(const Bits& x, int n) const {
-  return {ring_shift_right_logical(x.own, n), ring_shift_right_logical(x.next, n)};
-}
-
 // z_i = x_i y_i ^ x_i y_{i+1} ^ x_{i+1} y_i ^ (F(k_i) ^ F(k_{i-1})), then resharing.
 Task<Rss3Bits> Rss3::bits_and(const Bits& x, const Bits& y) {
   require_same_shape(x.own, y.own, "rss3 bits_and");

@@ -6,6 +6,7 @@
 import mpcache;
 
 #include "../support/parties.hpp"
+#include "../support/pinned_costs.hpp"
 
 using namespace mpcache;
 
@@ -150,7 +151,7 @@ TEST_SUITE("kv rounds") {
     // 4 tokens and the coarse pair's) runs in that step's
     // prefetch, which the decoder overlaps with the rest of the layer.
     const std::uint64_t steady = r.step[0][0];
-    CHECK(steady == 16);
+    testing::check_pinned("kv.mpcache.steady_step_rounds", steady);
     for (std::size_t i = 0; i < s.steps; ++i) {
       CAPTURE(i);
       CHECK(r.step[i][0] == steady);
@@ -173,7 +174,8 @@ TEST_SUITE("kv rounds") {
       CHECK(r.step[i][3] == 0);             // layer 2's one-hot rows over its own list
       CHECK(r.prefetch[i][2] == 0);         // nothing to gather ahead (no cluster fills here)
       CHECK(r.step[i][2] == r.step[i][1]);  // layer 2 selects like any layer
-      CHECK(r.step[i][2] == 16);            // similarity 1, rank top-2 of 11: 15
+      // Similarity 1, rank top-2 of 11: 15.
+      testing::check_pinned("kv.mpcache.sharing_layer_step_rounds", r.step[i][2]);
     }
   }
 }

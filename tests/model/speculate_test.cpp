@@ -12,6 +12,7 @@ import mpcache;
 #include "../support/run_task.hpp"
 #include "../support/parties.hpp"
 #include "../support/fixture_generation.hpp"
+#include "../support/pinned_costs.hpp"
 
 using namespace mpcache;
 
@@ -178,9 +179,7 @@ TEST_SUITE("speculative verification") {
     // The rows share every layer's rounds. The acceptance adds an equality
     // on 8 bits, a prefix product over the K matches (0 rounds for K = 1,
     // 2 for K = 3) and one more opening than a step that opens one token.
-    CHECK(one == 200);
-    CHECK(two == 211);
-    CHECK(four == 213);
+    testing::check_pinned("model.speculate.step_rounds_1_2_4_rows", std::vector<std::uint64_t>{one, two, four});
   }
 
   TEST_CASE("speculation refuses what it cannot run exactly, naming why") {

@@ -6,6 +6,7 @@ import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 #include "../support/parties.hpp"
+#include "../support/pinned_costs.hpp"
 
 using namespace mpcache;
 using mpcache::testing::share_of;
@@ -234,17 +235,19 @@ TEST_CASE("exp_neg's rounds: 10 by squarings; exact, 9 (circuit), 3 with truncat
   const RingTensor x = fp.encode(linspace(-10, 0, 32));
   auto exp_op = [](Rss3& p, const Rss3Share& a) { return ops::exp_neg(p, a); };
   // Probabilistic: max(truncate + 8 squarings, comparison: 8) + select.
-  CHECK(mpcache::testing::measure_op(x, exp_op).rounds == 10);
+  const std::uint64_t probabilistic = mpcache::testing::measure_op(x, exp_op).rounds;
   // Exact, two rounds per truncation: max(4 x 2, comparison: 8) + select.
-  CHECK(mpcache::testing::measure_op(x, exp_op, Rss3Options{.exact_truncation = true, .insecure_seed = 1}).rounds ==
-        9);
+  const std::uint64_t exact =
+      mpcache::testing::measure_op(x, exp_op, Rss3Options{.exact_truncation = true, .insecure_seed = 1}).rounds;
   // With dcf comparisons the spline (piecewise), with pairs at every shift
   // it truncates by (60 - f for t^2, 2f for the folded sum's product):
   // max(2, msb_arith: 2) + dot_trunc (the polynomial took 5).
   const int f = default_frac_bits;
   const Rss3Options pairs{.exact_truncation = true, .comparisons = Rss3Comparisons::dcf, .insecure_seed = 1,
                           .truncation_pairs_budget = std::uint64_t{64} << 20};
-  CHECK(mpcache::testing::measure_op_with_pairs(x, exp_op, pairs, {60 - f, 2 * f}, 4096).rounds == 3);
+  const std::uint64_t with_pairs =
+      mpcache::testing::measure_op_with_pairs(x, exp_op, pairs, {60 - f, 2 * f}, 4096).rounds;
+  testing::check_pinned("ops.exp_neg.rounds", std::vector<std::uint64_t>{probabilistic, exact, with_pairs});
 }
 
 // Exact truncation folds each piece's last truncation (piecewise.cppm) and,
@@ -303,7 +306,7 @@ TEST_CASE("silu_times(x, y) within 1e-3 |y| of silu(x) y, in SiLU's rounds, larg
   const auto cost = mpcache::testing::measure_op(xe, [&](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
     co_return co_await ops::silu_times(p, a, a);
   });
-  CHECK(cost.rounds == 8);
+  testing::check_pinned("ops.silu_times.rounds", cost.rounds);
   // The spline (exact truncation, dcf comparisons), within the same bound.
   auto [spline, spline_plain] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
     auto a = co_await share_of(p, 0, xe);
@@ -504,8 +507,7 @@ TEST_CASE("norm_project: norm(h) W for RMSNorm and LayerNorm, the projections in
     }).rounds;
   };
   // (LayerNorm one more here: its comparisons' leads fall differently.)
-  CHECK(rounds_of(false) == 12);
-  CHECK(rounds_of(true) == 13);
+  testing::check_pinned("ops.norm_project.rounds", std::vector<std::uint64_t>{rounds_of(false), rounds_of(true)});
 }
 
 TEST_CASE("norms truncate nothing above 2^47 on rows with outlier features of 300") {
@@ -551,36 +553,41 @@ TEST_CASE("round counts of the non-linear functions match the documented costs")
   // reciprocal: highest bit over 41 bits (42-bit comparisons: msb_bits in
   // groups of 6, 5 rounds), x' by bit_dot 2, then 3; over 29 bits (x <
   // 2^11) msb_bits 5 as well.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a); }) == 10);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a, 11); }) == 10);
+  testing::check_pinned("ops.rounds.circuit.reciprocal",
+                        rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a); }));
+  testing::check_pinned("ops.rounds.circuit.reciprocal_below_2^11",
+                        rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a, 11); }));
   CHECK(rss3_msb_cost(42, 1).rounds == 5);
   CHECK(rss3_msb_cost(42, 1).group == 6);
   CHECK(rss3_msb_cost(30, 1).rounds == 5);
   // rsqrt: highest bit over 41 bits (msb_bits 5), x' and y0 by bit_dot 2, then 4.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); }) == 11);
+  testing::check_pinned("ops.rounds.circuit.rsqrt",
+                        rounds_of([](Rss3& p, const Rss3Share& a) { return ops::rsqrt(p, a); }));
   // Piecewise: the comparisons' msb_bits 6, then the pieces selected by bit_dot 2.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 8);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 8);
+  testing::check_pinned("ops.rounds.circuit.gelu",
+                        rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }));
+  testing::check_pinned("ops.rounds.circuit.silu",
+                        rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }));
   // RMSNorm: x truncated (party 0's message alone: it overlaps) and x^2 1,
   // then rsqrt_times 11, whose last product is the norm's.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
-          co_return co_await ops::rms_norm(p, ops::reshape<Rss3>(a, {1, 8}), a);
-        }) == 12);
+  testing::check_pinned("ops.rounds.circuit.rms_norm", rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    co_return co_await ops::rms_norm(p, ops::reshape<Rss3>(a, {1, 8}), a);
+  }));
   // LayerNorm: mean, squares and variance 2 (the mean's truncation is party
   // 0's alone and overlaps), then as RMSNorm.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
-          co_return co_await ops::layer_norm(p, ops::reshape<Rss3>(a, {1, 8}), a, a);
-        }) == 13);
+  testing::check_pinned("ops.rounds.circuit.layer_norm", rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    co_return co_await ops::layer_norm(p, ops::reshape<Rss3>(a, {1, 8}), a, a);
+  }));
   // softmax over 8: max in one group of 8 (msb_bits 6 + AND 3 + bit_dot 2 =
   // 11), exp 10, reciprocal of a sum below 16 (w = 22: 23-bit comparisons'
   // msb_bits in groups of 6, 4 rounds, bit_dot 2, then 3 = 9), product 1;
   // each step starts a round early where a comparison's lead had nothing
   // to wait for (which party leads rotates from call to call, so a step
   // may also start a round later than the sum suggests).
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
-          const auto row = ops::reshape<Rss3>(a, {1, 8});
-          co_return co_await ops::softmax_last(p, row);
-        }) == 29);
+  testing::check_pinned("ops.rounds.circuit.softmax_8", rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    const auto row = ops::reshape<Rss3>(a, {1, 8});
+    co_return co_await ops::softmax_last(p, row);
+  }));
 }
 
 // Where truncation is exact and every product has a truncation pair (rss3
@@ -606,13 +613,17 @@ TEST_CASE("round counts where truncation is exact, with truncation pairs and dcf
   // Piecewise: max(msb_arith 2, the pieces) + dot_trunc 1. The splines'
   // degree-4 pieces take 2 (t and t^2 at once, then the sum folded in):
   // SiLU and GeLU 3 (with the degree-8 and -10 pieces: 4 and 5).
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }) == 3);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }) == 3);
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
-          co_return co_await ops::piecewise(p, a, ops::gelu_spec());  // (its defaults must outlive it)
-        }) == 5);
+  testing::check_pinned("ops.rounds.pairs_dcf.silu",
+                        rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu(p, a); }));
+  testing::check_pinned("ops.rounds.pairs_dcf.gelu",
+                        rounds_of([](Rss3& p, const Rss3Share& a) { return ops::gelu(p, a); }));
+  const auto piecewise_gelu = [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    co_return co_await ops::piecewise(p, a, ops::gelu_spec());  // (its defaults must outlive it)
+  };
+  testing::check_pinned("ops.rounds.pairs_dcf.piecewise_gelu", rounds_of(piecewise_gelu));
   // silu_times: the product with y after the polynomial.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu_times(p, a, a); }) == 4);
+  testing::check_pinned("ops.rounds.pairs_dcf.silu_times",
+                        rounds_of([](Rss3& p, const Rss3Share& a) { return ops::silu_times(p, a, a); }));
   // softmax then its product with v, against softmax_times: one round less.
   const auto row = [](const Rss3Share& a) { return ops::reshape<Rss3>(a, {1, 8}); };
   const auto column = [](const Rss3Share& a) { return ops::reshape<Rss3>(a, {8, 1}); };
@@ -624,7 +635,7 @@ TEST_CASE("round counts where truncation is exact, with truncation pairs and dcf
     co_return (co_await ops::softmax_times(p, row(a), column(a))).first;
   });
   CHECK(fused + 1 == apart);
-  CHECK(fused == 12);
+  testing::check_pinned("ops.rounds.pairs_dcf.softmax_times", fused);
   MESSAGE("softmax over 8 then v: " << apart << " rounds, softmax_times " << fused);
   // rsqrt by octave pieces (octaves.cppm): msb_arith 2 beside the squares,
   // then one dot_trunc: 3 (x' by dot_trunc, then x'^2 | q | q g took 6).
@@ -639,12 +650,13 @@ TEST_CASE("round counts where truncation is exact, with truncation pairs and dcf
     co_return co_await ops::layer_norm(p, row(a), a, a);
   });
   MESSAGE("rsqrt " << rsqrt_rounds << ", RMSNorm " << rms_rounds << ", LayerNorm " << layer_rounds);
-  CHECK(rsqrt_rounds == 3);
-  CHECK(rms_rounds == 5);
-  CHECK(layer_rounds == 6);
+  testing::check_pinned("ops.rounds.pairs_dcf.rsqrt", rsqrt_rounds);
+  testing::check_pinned("ops.rounds.pairs_dcf.rms_norm", rms_rounds);
+  testing::check_pinned("ops.rounds.pairs_dcf.layer_norm", layer_rounds);
   // The reciprocal the same way: 3 (its Newton series took 6), and the
   // products with softmax's numerators one more.
-  CHECK(rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a); }) == 3);
+  testing::check_pinned("ops.rounds.pairs_dcf.reciprocal",
+                        rounds_of([](Rss3& p, const Rss3Share& a) { return ops::reciprocal(p, a); }));
   // norm_project over rows of mean zero (GPT-2's centred residual stream,
   // load_gpt2): LayerNorm skips its mean, RMSNorm's rounds.
   auto project_rounds = [&](bool layer, bool mean_zero) {

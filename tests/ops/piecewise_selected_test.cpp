@@ -9,6 +9,7 @@ import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 #include "../support/parties.hpp"
+#include "../support/pinned_costs.hpp"
 
 using namespace mpcache;
 using mpcache::testing::linspace;
@@ -98,7 +99,7 @@ TEST_CASE("piecewise_selected's rounds and bytes on rss3, against every piece, a
     co_return co_await ops::piecewise_selected(p, a, ops::silu_spec(), std::optional<Rss3Share>(a));
   };
   const OpCost cost = mpcache::testing::measure_op(x, selected_silu_times);
-  CHECK(cost.rounds == 13);
+  testing::check_pinned("ops.piecewise_selected.rounds", cost.rounds);
   // The busiest party: msb_bits of 4n values, B2A of 4n bits and 8
   // products (t, its 3 powers, low, high, t^4 y, the last), 8 bytes an
   // element each (probabilistic truncation travels in the product's message).
@@ -126,8 +127,7 @@ TEST_CASE("piecewise_selected's rounds and bytes on rss3, against every piece, a
   const RingTensor many = fp.encode(mpcache::testing::random_real({16, 4096}, -12.0, 12.0, 10));
   const OpCost selected = mpcache::testing::measure_op(many, selected_silu_times);
   const OpCost each = mpcache::testing::measure_op(many, each_silu_times);
-  CHECK(selected.rounds == 13);
-  CHECK(each.rounds == 8);
+  testing::check_pinned("ops.piecewise.selected_each_rounds", std::vector<std::uint64_t>{selected.rounds, each.rounds});
   // Every piece: 3 polynomials (degrees 5, 8, 5) and the identity, each times y.
   MESSAGE("silu_times over 65,536 elements, busiest party: selected " << selected.max_bytes() << " bytes, "
           << selected.rounds << " rounds; every piece " << each.max_bytes() << " bytes, " << each.rounds << " rounds");
@@ -142,7 +142,8 @@ TEST_CASE("piecewise_selected's rounds and bytes on rss3, against every piece, a
     };
   };
   const RingTensor row = fp.encode(mpcache::testing::random_real({1, 1024}, -12.0, 12.0, 11));
-  CHECK(mpcache::testing::measure_op(many, planned(0)).rounds == 13);
-  CHECK(mpcache::testing::measure_op(row, planned(0)).rounds == 8);
-  CHECK(mpcache::testing::measure_op(row, planned(65536)).rounds == 13);
+  testing::check_pinned("ops.piecewise.planned_rounds",
+                        std::vector<std::uint64_t>{mpcache::testing::measure_op(many, planned(0)).rounds,
+                                                   mpcache::testing::measure_op(row, planned(0)).rounds,
+                                                   mpcache::testing::measure_op(row, planned(65536)).rounds});
 }

@@ -6,6 +6,7 @@ import mpcache.net;
 import mpcache.proto;
 import mpcache.ops;
 #include "../support/parties.hpp"
+#include "../support/pinned_costs.hpp"
 
 using namespace mpcache;
 using mpcache::testing::share_of;
@@ -60,17 +61,15 @@ TEST_CASE("argmax rounds follow the tournament depth and the group size") {
   // its value and index, bit_dot 2), the model's 32; measured, every level
   // after the first starts a round early (a comparison's lead sends its
   // first message without waiting for the previous level's last one).
-  CHECK(ops::tournament_level_rounds<Rss3Costs>(2) == 8);
+  testing::check_pinned("ops.tournament.circuit.level_rounds_2_16", std::vector<std::uint64_t>{
+      ops::tournament_level_rounds<Rss3Costs>(2), ops::tournament_level_rounds<Rss3Costs>(16)});
   CHECK(rounds(2) == 8 + 3 * 7);
   // Groups of 4: 2 levels x (6 + AND of 3 bits 2 + 2), the second level
-  // starting a round early.
-  CHECK(rounds(4) == 19);
-  // One group of 16: 6 + AND of 15 bits 4 + 2.
-  CHECK(rounds(16) == 12);
-  CHECK(ops::tournament_level_rounds<Rss3Costs>(16) == 12);
-  // The link model picks one group for two short rows, small groups for many long ones.
+  // starting a round early. One group of 16: 6 + AND of 15 bits 4 + 2.
+  // Planned (arity 0): the link model picks one group for two short rows,
+  // small groups for many long ones.
   CHECK(ops::tournament_plan<Rss3Costs>(2, 16) == std::vector<std::size_t>{16});
-  CHECK(rounds(0) == 12);
+  testing::check_pinned("ops.argmax.rounds_by_arity", std::vector<std::uint64_t>{rounds(4), rounds(16), rounds(0)});
   // Many long rows: small groups (the comparisons' bytes matter), yet since
   // packed comparisons cost a sixth of A2B's bytes, groups of 3 rather
   // than pairs: 6 levels instead of 10.
@@ -125,8 +124,7 @@ TEST_CASE("argmax with narrowed comparisons: same values and indices within rang
       return ops::argmax_last(p, a, true, 16, w);
     }).rounds;
   };
-  CHECK(rounds(64) == 12);
-  CHECK(rounds(32) == 11);
+  testing::check_pinned("ops.argmax.rounds_by_width", std::vector<std::uint64_t>{rounds(64), rounds(32)});
 }
 
 TEST_CASE("argmax as a one-hot row: 1 at the first largest value, its index locally, every length") {

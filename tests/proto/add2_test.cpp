@@ -9,6 +9,7 @@ import mpcache.ops;
 #include "../support/add2_parties.hpp"
 #include "../support/signed_edges.hpp"
 #include "../support/comparison_paths.hpp"
+#include "../support/pinned_costs.hpp"
 
 using namespace mpcache;
 using mpcache::testing::Add2OpCost;
@@ -410,9 +411,10 @@ TEST_CASE("add2 dcf: msb_bits costs one round, ceil(w/8) bytes per element, and 
   }
   // Pinned: w = 64 is 8 bytes each way per element and 2032 dealt bytes
   // (1016 to each party) plus a bit; w = 27: 4 bytes and 838.75 dealt.
-  CHECK(Add2DcfCosts::msb_bits(64, n, 0).bytes[0] == 8000);
-  CHECK(2 * dcf_correction_bytes(63, 1, n) + n / 8 == 2'032'125);
-  CHECK(2 * dcf_correction_bytes(26, 1, n) + n / 8 == 838'875);
+  testing::check_pinned("proto.add2_dcf.msb_w64.bytes", Add2DcfCosts::msb_bits(64, n, 0).bytes[0]);
+  const std::uint64_t dealt64 = 2 * dcf_correction_bytes(63, 1, n) + n / 8;
+  const std::uint64_t dealt27 = 2 * dcf_correction_bytes(26, 1, n) + n / 8;
+  testing::check_pinned("proto.add2_dcf.dealt_w64_w27", std::vector<std::uint64_t>{dealt64, dealt27});
   // Everything else costs what the circuit model says.
   CHECK(Add2DcfCosts::mul(n).bytes[0] == Add2Costs::mul(n).bytes[0]);
   static_assert(CostModel<Add2DcfCosts>);

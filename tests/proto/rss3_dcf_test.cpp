@@ -10,6 +10,7 @@ import mpcache.ops;
 #include "../support/parties.hpp"
 #include "../support/signed_edges.hpp"
 #include "../support/comparison_paths.hpp"
+#include "../support/pinned_costs.hpp"
 
 using namespace mpcache;
 using mpcache::testing::random_ring;
@@ -151,10 +152,10 @@ TEST_CASE("rss3 dcf: msb_bits costs two rounds, the opening, the result bits and
   // Pinned: w = 27 is 4125 bytes from each of the pair and 838,875 dealt
   // (26 levels of 16 bytes and 27 bits an element, to each, and a bit of
   // msb(r) to one); w = 64: 8125 and 2,032,125.
-  CHECK(Rss3DcfCosts::msb_bits(27, n, 0).bytes == std::array<std::uint64_t, 3>{4125, 4125, 838'875});
-  CHECK(Rss3DcfCosts::msb_bits(64, n, 0).bytes == std::array<std::uint64_t, 3>{8125, 8125, 2'032'125});
+  testing::check_pinned("proto.rss3_dcf.msb_w27.bytes", Rss3DcfCosts::msb_bits(27, n, 0).bytes);
+  testing::check_pinned("proto.rss3_dcf.msb_w64.bytes", Rss3DcfCosts::msb_bits(64, n, 0).bytes);
   // The dealer rotates with the call, as the circuit's lead: call 1 is party 0's.
-  CHECK(Rss3DcfCosts::msb_bits(27, n, 1).bytes == std::array<std::uint64_t, 3>{838'875, 4125, 4125});
+  testing::check_pinned("proto.rss3_dcf.msb_w27_fork1.bytes", Rss3DcfCosts::msb_bits(27, n, 1).bytes);
   // Everything else costs what the circuit model says.
   CHECK(Rss3DcfCosts::mul(n).bytes == Rss3Costs::mul(n).bytes);
   CHECK(Rss3DcfCosts::bit_dot(n, 4).rounds == Rss3Costs::bit_dot(n, 4).rounds);
@@ -220,21 +221,22 @@ TEST_CASE("rss3 dcf: two calls in a row take four rounds, dealt by parties 2 the
 
 TEST_CASE("rss3 dcf: ops plan on the dcf costs, and argmax takes the rounds they model") {
   // A level of pairs: msb 2 + bit_dot 2 rounds, against the circuit's 6 + 2.
-  CHECK(ops::tournament_level_rounds<Rss3DcfCosts>(2) == 4);
-  CHECK(ops::tournament_level_rounds<Rss3Costs>(2) == 8);
+  testing::check_pinned("ops.tournament.dcf.level_rounds_2_16", std::vector<std::uint64_t>{
+      ops::tournament_level_rounds<Rss3DcfCosts>(2), ops::tournament_level_rounds<Rss3DcfCosts>(16)});
+  testing::check_pinned("ops.tournament.circuit.level_rounds_2_16", std::vector<std::uint64_t>{
+      ops::tournament_level_rounds<Rss3Costs>(2), ops::tournament_level_rounds<Rss3Costs>(16)});
   // One group of 16 by bits (msb 2 + an AND of 15 bits 4 + bit_dot 2): 8
   // rounds, against 12 for the circuit; by counting wins (2 + 2 + a
   // product 1) 5, which the planner takes and argmax measures.
   CHECK(ops::tournament_plan<Rss3DcfCosts>(1, 16) == std::vector<std::size_t>{16});
-  CHECK(ops::tournament_level_rounds<Rss3DcfCosts>(16) == 8);
-  CHECK(ops::tournament_level_rounds<Rss3Costs>(16) == 12);
-  CHECK(ops::tournament_count_level_rounds<Rss3DcfCosts>(16) == 5);
+  testing::check_pinned("ops.tournament.dcf.count_level_rounds_16",
+                        ops::tournament_count_level_rounds<Rss3DcfCosts>(16));
   CHECK(ops::tournament_levels<Rss3DcfCosts>(1, 16) == std::vector<ops::TournamentLevel>{{16, true}});
   CHECK(ops::tournament_levels<Rss3Costs>(1, 16) == std::vector<ops::TournamentLevel>{{16, false}});
   const RingTensor row = random_ring({1, 16}, 3);
   const DealtCost c = measure_dealt(
       row, [](Rss3& p, const Rss3Share& s) -> Task<void> { (void)co_await ops::argmax_last(p, s); }, dcf_options(6));
-  CHECK(c.cost.rounds == 5);
+  testing::check_pinned("ops.tournament.dcf.count_level_rounds_16", c.cost.rounds);
   // Bytes: 120 signs at 64 bits, needed mod 2^5 only (their sums are
   // compared on 5 bits: 1 byte each reshared, not 8), 16 at 5 bits (dealers
   // rotate, so compare the parties' total), and the product of 16 wins
@@ -361,8 +363,8 @@ TEST_CASE("rss3 dcf: msb_arith costs msb_bits' two rounds, 8 bytes a result and 
   }
   // Pinned: w = 27 is 12,000 bytes from each of the pair and 1,272,000
   // dealt (msb_bits: 4125 and 838,875); w = 64 16,000 and 3,048,000.
-  CHECK(Rss3DcfCosts::msb_arith(27, n, 0).bytes == std::array<std::uint64_t, 3>{12'000, 12'000, 1'272'000});
-  CHECK(Rss3DcfCosts::msb_arith(64, n, 0).bytes == std::array<std::uint64_t, 3>{16'000, 16'000, 3'048'000});
+  testing::check_pinned("proto.rss3_dcf.msb_arith_w27.bytes", Rss3DcfCosts::msb_arith(27, n, 0).bytes);
+  testing::check_pinned("proto.rss3_dcf.msb_arith_w64.bytes", Rss3DcfCosts::msb_arith(64, n, 0).bytes);
   CHECK(dcf_key_bytes(63, 64, 1) == 16 + 16 * 63 + 8 * 64);
   // The circuit has no such hook: msb_bits then B2A, priced as their sum
   // and running exactly as the two calls do.
@@ -443,7 +445,7 @@ TEST_CASE("rss3 dcf: msb_arith deals in slices, a third to each dealer, from a d
   }
   // 26 or 27 slices per dealer, two in flight: 2 + 2 * 13 rounds.
   CHECK(c.cost.rounds == model.rounds);
-  CHECK(model.rounds == 28);
+  testing::check_pinned("proto.rss3_dcf.sliced_rounds", model.rounds);
 }
 
 namespace {
@@ -465,14 +467,14 @@ TEST_CASE("rss3 dcf: the vocabulary argmax of GPT-2 (50,257 logits) plans 20 rou
                                << " rounds, groups of" << sizes);
   // 4 levels of 5 (groups of 4, 8, 25, 63): the pairs' signs reshare 1 byte
   // each, not 8, so wider groups pay on the LAN (5 levels before).
-  CHECK(planned_rounds<Rss3DcfStoreCosts>(stored) == 20);
+  testing::check_pinned("proto.rss3_dcf.tournament_store_rounds", planned_rounds<Rss3DcfStoreCosts>(stored));
   CHECK(stored == std::vector<ops::TournamentLevel>{{4, true}, {8, true}, {25, true}, {63, true}});
   for (const auto& level : stored) CHECK(level.by_counts);
   // Inline, the keys are online bytes too (about 3 KB a comparison): the
   // LAN plan takes small groups and more rounds.
   const auto inline_keys = ops::tournament_levels<Rss3DcfCosts>(1, 50257);
   MESSAGE("dcf inline: " << inline_keys.size() << " levels, " << planned_rounds<Rss3DcfCosts>(inline_keys) << " rounds");
-  CHECK(planned_rounds<Rss3DcfCosts>(inline_keys) == 43);
+  testing::check_pinned("proto.rss3_dcf.tournament_inline_rounds", planned_rounds<Rss3DcfCosts>(inline_keys));
   // A party with a store plans on those costs.
   Rss3Options options = dcf_options(6);
   options.offline_budget = 1 << 20;
@@ -510,7 +512,7 @@ TEST_CASE("rss3 dcf+store: a vocabulary argmax over 4,096 logits takes its plann
   CHECK(planned_rounds<Rss3DcfStoreCosts>(plan) == 5 * plan.size());
   // The model's plan (printed above): groups of 5, 13 and 64, 15 rounds.
   CHECK(plan == std::vector<ops::TournamentLevel>{{5, true}, {13, true}, {64, true}});
-  CHECK(planned_rounds<Rss3DcfStoreCosts>(plan) == 15);
+  testing::check_pinned("proto.rss3_dcf.argmax_store_rounds", planned_rounds<Rss3DcfStoreCosts>(plan));
   RingTensor logits = random_ring({1, vocab}, 77);
   for (std::size_t i = 0; i < vocab; ++i) logits(0, i) = static_cast<Ring>(static_cast<std::int64_t>(logits(0, i)) >> 40);
   std::size_t best = 0;
@@ -549,7 +551,7 @@ TEST_CASE("rss3 dcf+store: a vocabulary argmax over 4,096 logits takes its plann
   CHECK(ran_dry == std::array<std::uint64_t, 3>{});  // every key came from the store
   CHECK(index[0](0, 0) == best);
   CHECK(rounds == planned_rounds<Rss3DcfStoreCosts>(plan));
-  CHECK(rounds == 15);
+  testing::check_pinned("proto.rss3_dcf.argmax_store_rounds", rounds);
 }
 
 TEST_CASE("rss3 dcf: reciprocal, rsqrt and the norms select with a ring one-hot, a round less each") {
@@ -580,14 +582,14 @@ TEST_CASE("rss3 dcf: reciprocal, rsqrt and the norms select with a ring one-hot,
     co_return co_await ops::layer_norm(p, ops::reshape<Rss3>(a, {1, 8}), a, a);
   };
   // reciprocal: msb_arith 2 + x' by dot_trunc 1 + 3 (circuit: 5 + 2 + 3).
-  CHECK(rounds_of(reciprocal, false) == 6);
+  testing::check_pinned("ops.rounds.dcf.reciprocal", rounds_of(reciprocal, false));
   // rsqrt: msb_arith 2 + x' and -b x' by dot_trunc 1 + 4 (circuit 11).
-  CHECK(rounds_of(rsqrt, false) == 7);
+  testing::check_pinned("ops.rounds.dcf.rsqrt", rounds_of(rsqrt, false));
   // The norms (circuit 12, 13): the mean square or variance, then
   // rsqrt_times; measured, RMSNorm takes a round more than the sum of its
   // steps (1 + 7) here.
-  CHECK(rounds_of(rms, false) == 9);
-  CHECK(rounds_of(layer, false) == 9);
+  testing::check_pinned("ops.rounds.dcf.rms_norm", rounds_of(rms, false));
+  testing::check_pinned("ops.rounds.dcf.layer_norm", rounds_of(layer, false));
   // Exact truncation: each truncating product one round more.
   MESSAGE("exact truncation: reciprocal " << rounds_of(reciprocal, true) << ", rsqrt " << rounds_of(rsqrt, true)
                                           << ", RMSNorm " << rounds_of(rms, true) << ", LayerNorm "
@@ -665,20 +667,17 @@ TEST_CASE("rss3 dcf: SiLU, GeLU and silu_times select their pieces with a ring o
   // Rounds: the polynomials' chains (SiLU's degree 8, GeLU's 10, silu_times
   // a product more) bound them, the comparisons (2) overlap, then the
   // select's 1 (circuit: 8 each, nonlinear_test.cpp).
-  CHECK(s.rounds == 5);
-  CHECK(g.rounds == 6);
-  CHECK(st.rounds == 6);
-  CHECK(s_stored.rounds == 5);
-  CHECK(g_stored.rounds == 6);
-  CHECK(st_stored.rounds == 6);
+  testing::check_pinned("proto.rss3_dcf.activation_rounds",
+                        std::vector<std::uint64_t>{s.rounds, g.rounds, st.rounds, s_stored.rounds, g_stored.rounds,
+                                                   st_stored.rounds});
   // Bytes per party: inline, this dealer (party 2 for 64 or 48 signs)
   // sends the keys; with a filled store the opening and reshares only.
-  CHECK(s.bytes == std::array<std::uint64_t, 3>{3840, 3072, 197120});
-  CHECK(g.bytes == std::array<std::uint64_t, 3>{2944, 2432, 147968});
-  CHECK(st.bytes == std::array<std::uint64_t, 3>{4352, 3584, 197632});
-  CHECK(s_stored.bytes == std::array<std::uint64_t, 3>{3840, 3072, 3104});
-  CHECK(g_stored.bytes == std::array<std::uint64_t, 3>{2944, 2432, 2464});
-  CHECK(st_stored.bytes == std::array<std::uint64_t, 3>{4352, 3584, 3616});
+  testing::check_pinned("proto.rss3_dcf.silu.bytes", s.bytes);
+  testing::check_pinned("proto.rss3_dcf.gelu.bytes", g.bytes);
+  testing::check_pinned("proto.rss3_dcf.silu_times.bytes", st.bytes);
+  testing::check_pinned("proto.rss3_dcf.silu_stored.bytes", s_stored.bytes);
+  testing::check_pinned("proto.rss3_dcf.gelu_stored.bytes", g_stored.bytes);
+  testing::check_pinned("proto.rss3_dcf.silu_times_stored.bytes", st_stored.bytes);
 }
 
 TEST_CASE("rss3 dcf: SiLU, GeLU and silu_times by a ring one-hot stay within their bounds of float64") {
