@@ -243,14 +243,19 @@ OpCost topk_rank_cost(std::size_t n, std::size_t k, int width = ring_bits, std::
   return cost + C::bit_to_arith(rows * n * n) + C::mul(rows * n * k);
 }
 
+// The rank method holds n^2 words a row and component (the pairs' signs,
+// the ranks' one-hot): `automatic` considers it up to this n only (2 MiB a
+// row), where the sorting networks hold n.
+inline constexpr std::size_t topk_rank_max_n = 512;
+
 // `automatic` becomes the method with the lowest modelled time on `link`.
 template <CostModel C>
 TopKMethod resolve_topk_method(TopKMethod method, std::size_t n, std::size_t k, const Link& link, int width = ring_bits) {
   if (method != TopKMethod::automatic) return method;
-  const double rank = topk_rank_cost<C>(n, k, width).seconds(link);
   const double network = topk_network_cost<C>(n, k, width).seconds(link);
   const double blocks = topk_blocks_cost<C>(n, k, width).seconds(link);
-  if (rank <= std::min(network, blocks)) return TopKMethod::rank;
+  if (n <= topk_rank_max_n && topk_rank_cost<C>(n, k, width).seconds(link) <= std::min(network, blocks))
+    return TopKMethod::rank;
   return blocks < network ? TopKMethod::blocks : TopKMethod::network;
 }
 

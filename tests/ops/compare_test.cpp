@@ -102,6 +102,28 @@ TEST_CASE("short equality is exact for |a - b| below 2^width") {
   CHECK(clear == secure.results[0]);
 }
 
+TEST_CASE("equality packs its AND tree at every width, a partial last word included") {
+  // 37 elements: no field count divides them. Widths 1 (no tree), 3 and 7
+  // (fields of 4 and 8 bits), 17 and 33 (16 and 64 bits: one to a word).
+  const std::size_t n = 37;
+  for (int width : {1, 3, 7, 17, 33}) {
+    CAPTURE(width);
+    const std::int64_t top = std::int64_t{1} << (width - 1);
+    RingTensor a = RingTensor::from_shape({n}), b = RingTensor::from_shape({n});
+    for (std::size_t i = 0; i < n; ++i) {
+      a(i) = static_cast<Ring>(static_cast<std::int64_t>(i * 7919) % top);
+      b(i) = i % 3 == 0 ? a(i) : a(i) - 1;  // |a - b| <= 1 < 2^width
+    }
+    auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
+      auto x = co_await share_of(p, 0, a);
+      auto y = co_await share_of(p, 1, b);
+      co_return co_await p.reveal(co_await ops::equal(p, x, y, width));
+    });
+    for (std::size_t i = 0; i < n; ++i) CHECK(secure.results[0](i) == (a(i) == b(i) ? 1u : 0u));
+    CHECK(clear == secure.results[0]);
+  }
+}
+
 TEST_CASE("comparison and equality costs: rounds and bytes are exact") {
   const std::size_t n = 64;
   const RingTensor x = random_ring({n}, 84);
@@ -121,12 +143,14 @@ TEST_CASE("comparison and equality costs: rounds and bytes are exact") {
   // 7. Measured 6: 64 elements have one lead, party 2, whose clock the
   // tree leaves behind party 1's, and B2A's chain runs 0 -> 1 -> 2.
   CHECK(bits32.rounds + Rss3Costs::bit_to_arith(n).rounds == 7);
-  // is_zero(7): A2B(7) = 2 + 3 rounds, 1+1+2*3-1 = 7 words; AND tree 3 rounds, 3 words; B2A 2 rounds, 1 word.
+  // is_zero(7): A2B(7) = 2 + 3 rounds, 1+1+2*3-1 = 7 words; AND tree 3
+  // rounds on words packed 8 to a word (fields of 8 bits); B2A 2 rounds, 1 word.
   testing::check_pinned("ops.compare.rounds", std::vector<std::uint64_t>{msb.rounds, narrow.rounds, zero.rounds});
   for (PartyId id = 0; id < 3; ++id) {
     CHECK(msb.bytes[id] == bits64.bytes[id] + n * 8);
     CHECK(narrow.bytes[id] == bits32.bytes[id] + n * 8);
-    CHECK(zero.bytes[id] == 11 * n * 8);
+    CHECK(zero.bytes[id] == (8 * n + 3 * ops::and_tree_words(n, 7)) * 8);
+    CHECK(ops::and_tree_words(n, 7) == (n + 7) / 8);
   }
   // Packed: at most 5 words per element for the busiest party at 64 bits
   // (the A2B this replaces sent 13, B2A 2 more).

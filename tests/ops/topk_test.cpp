@@ -161,6 +161,10 @@ TEST_CASE("the cost model picks ranks for small n on a LAN and the network for l
   const Link lan = lan_link();
   CHECK(ops::topk_rank_cost<Rss3Costs>(64, 16).seconds(lan) < ops::topk_network_cost<Rss3Costs>(64, 16).seconds(lan));
   CHECK(ops::topk_network_cost<Rss3Costs>(4096, 4096).seconds(lan) < ops::topk_rank_cost<Rss3Costs>(4096, 4096).seconds(lan));
+  // Ranks hold n^2 words a row: never above topk_rank_max_n, although at
+  // 1,024 their modelled time would win since their signs' B2A is narrow.
+  CHECK(ops::topk_rank_cost<Rss3Costs>(1024, 256).seconds(lan) < ops::topk_blocks_cost<Rss3Costs>(1024, 256).seconds(lan));
+  CHECK(ops::resolve_topk_method<Rss3Costs>(ops::TopKMethod::automatic, 512, 128, lan) == ops::TopKMethod::rank);
   // A quarter of 1024: the blocks stop at k.
   CHECK(ops::resolve_topk_method<Rss3Costs>(ops::TopKMethod::automatic, 1024, 256, lan) == ops::TopKMethod::blocks);
   CHECK(ops::resolve_topk_method<Rss3Costs>(ops::TopKMethod::automatic, 1024, 1024, lan) == ops::TopKMethod::network);
