@@ -194,7 +194,6 @@ class Admission {
   void refuse_waiting(const std::string& why);
 
  private:
-  std::string check(const ServeRequest& q) const;
   void refuse(Request& r, const std::string& why);
   void refuse_everywhere(Request& r, const std::string& why);
   bool has_room(const ServeRequest& q) const;
