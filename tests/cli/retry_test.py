@@ -94,6 +94,20 @@ class StalePeer:
             t.join()
 
 
+def rest_of(proc):
+    """(stdout, stderr) to their ends, once `proc` has been read with
+    readline(): through the same buffered readers, since communicate() reads
+    the descriptors and would lose what readline() had buffered. stderr is
+    read beside stdout, so neither pipe fills."""
+    err = []
+    t = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    t.start()
+    out = proc.stdout.read()
+    t.join(timeout=900)
+    proc.wait(timeout=900)
+    return out, err[0] if err else ""
+
+
 def main():
     def extra(ap):
         ap.add_argument("--restart-s", type=float, default=5.0, help="the unit's RestartSec")
@@ -184,7 +198,7 @@ def main():
             got_b = [int(x) for x in out_b.split()]
             if got_b != expected_b:
                 fail("round %d: client B got %s, expected %s\n%s" % (round_no, got_b, expected_b, err_b), logs)
-            out_a, err_a = a_proc.communicate(timeout=900)
+            out_a, err_a = rest_of(a_proc)
             got_a = [int(x) for x in (first + out_a).split()]
             if a_proc.returncode != 0 or got_a != expected_a:
                 fail("round %d: client A: status %d, tokens %s, expected %s (each once)\n%s" %
