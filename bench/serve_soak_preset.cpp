@@ -8,15 +8,20 @@
 // must have exactly the tokens in-process generation gives its prompt; the
 // good ones (no fault, or stopped and resumed) must exit 0 or be refused
 // "busy"; no client may run past --client-limit-s. Every --sample-s, each
-// server's RSS and open descriptors are sampled (/proc). At the end the
-// descriptors of every server must come back to their idle count (once the
-// model was shared, before any client), or the preset fails naming them.
+// server's RSS and open descriptors (/proc) and its mesh's open streams and
+// cancelled scopes (its --status-file) are sampled. Clients come in bursts
+// of --burst-s; after each burst, once its last client is gone, every
+// server's descriptors and mesh streams must come back to their idle counts
+// (once the model was shared, before any client) within 15 s, or the preset
+// fails naming them.
 //
-//   mpcache-bench --preset serve-soak [--minutes 2] [--clients 4] [--seed 1] [--sample-s 5]
+//   mpcache-bench --preset serve-soak [--minutes 2] [--clients 4] [--seed 1] [--sample-s 5] [--burst-s 20]
 //                                     [--model tools/model/fixture] [--json]
 //
-// Rows (--json: one object per line): "sample" (t_s, server, rss_kb, fds),
-// "session" (its choices, fault, exit status, outcome, seconds), "summary".
+// Rows (--json: one object per line): "sample" (t_s, server, rss_kb, fds,
+// mesh_streams, cancelled_scopes, sessions_running), "session" (its choices,
+// fault, exit status, outcome, seconds), "idle" (after a burst: each server's
+// counts, whether they came back, how long it took), "summary".
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <csignal>
 #include <cstdio>
@@ -96,6 +101,24 @@ std::string read_all(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// A server's --status-file (serve_job.cpp): -1 in every field until it is there.
+struct Status {
+  long mesh_streams = -1, cancelled_scopes = -1, sessions_running = -1;
+};
+
+Status read_status(const std::string& path) {
+  Status s;
+  try {
+    const json j = json::parse(read_all(path));
+    s.mesh_streams = j.at("mesh_streams").get<long>();
+    s.cancelled_scopes = j.at("cancelled_scopes").get<long>();
+    s.sessions_running = j.at("sessions_running").get<long>();
+  } catch (const std::exception&) {
+    // not written yet (or, on a slow disk, the old file's rename raced): -1s
+  }
+  return s;
+}
+
 struct Live {
   std::unique_ptr<jobs::BackgroundProcess> process;
   std::size_t index = 0;
@@ -110,7 +133,7 @@ struct Live {
 int serve_soak_main(int argc, char** argv) {
   CLI::App app{"mpcache-bench --preset serve-soak: the service under random clients and client faults, over time"};
   std::string preset, model = std::string(MPCACHE_SOURCE_DIR) + "/tools/model/fixture";
-  double minutes = 2, sample_s = 5, client_limit_s = 120;
+  double minutes = 2, sample_s = 5, client_limit_s = 120, burst_s = 20;
   std::size_t clients = 4;
   std::uint64_t seed = 1;
   bool as_json = false;
@@ -119,6 +142,8 @@ int serve_soak_main(int argc, char** argv) {
   app.add_option("--clients", clients, "client processes at a time")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--seed", seed, "the random choices' seed")->capture_default_str();
   app.add_option("--sample-s", sample_s, "seconds between samples of the servers' RSS and descriptors")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--burst-s", burst_s, "clients come for this long, then none until the servers are idle again")
       ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
   app.add_option("--client-limit-s", client_limit_s, "a client still running after this long is a hang")
       ->capture_default_str()->check(CLI::Range(1.0, 3600.0));
@@ -149,12 +174,30 @@ int serve_soak_main(int argc, char** argv) {
           std::vector<std::string>{runner, "serve", "--config", cluster.config_path(), "--id", std::to_string(i),
                                    "--clients", cluster.file("clients"), "--model", model, "--max-sessions", "4",
                                    "--max-queued", "8", "--client-timeout-ms", "3000", "--report",
-                                   cluster.file("report" + std::to_string(i) + ".json")},
+                                   cluster.file("report" + std::to_string(i) + ".json"), "--status-file",
+                                   cluster.file("status" + std::to_string(i) + ".json")},
           logs.back()));
     }
     jobs::wait_servers_ready(servers, logs, std::chrono::minutes(5));
-    std::array<long, 3> idle_fds{};
+    const auto status_of = [&](int i) { return read_status(cluster.file("status" + std::to_string(i) + ".json")); };
+    std::array<long, 3> idle_fds{}, idle_streams{};
     for (int i = 0; i < 3; ++i) idle_fds[i] = open_fds(servers[i]->pid());
+    // Idle streams: the most of three status files a second apart (a file
+    // written while a receive was between its frame and its next wait counts
+    // one fewer).
+    for (int i = 0; i < 3; ++i) idle_streams[i] = -1;
+    for (int round = 0, seen = 0; seen < 3; ++round) {
+      if (round > 100) throw Error(ErrorCode::io, "serve-soak: the servers wrote no --status-file within 10 s");
+      std::array<long, 3> now{};
+      for (int i = 0; i < 3; ++i) now[i] = status_of(i).mesh_streams;
+      if (std::ranges::find(now, -1) == now.end()) {
+        for (int i = 0; i < 3; ++i) idle_streams[i] = std::max(idle_streams[i], now[i]);
+        ++seen;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
 
     const auto t0 = Clock::now();
     const auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(minutes * 60));
@@ -162,20 +205,71 @@ int serve_soak_main(int argc, char** argv) {
     std::vector<Live> live;
     std::size_t started = 0, exact = 0, busy = 0, faulty_ended = 0;
     std::vector<std::string> problems;
-    std::array<long, 3> rss_max{}, fds_max{};
+    std::map<std::string, std::map<std::string, std::size_t>> outcomes;  // fault -> outcome -> clients
+    std::array<long, 3> rss_max{}, fds_max{}, streams_max{}, scopes_max{};
     auto sample = [&] {
       const double t = std::chrono::duration<double>(Clock::now() - t0).count();
       for (int i = 0; i < 3; ++i) {
         const long rss = status_kb(servers[i]->pid(), "VmRSS"), fds = open_fds(servers[i]->pid());
+        const Status st = status_of(i);
         rss_max[i] = std::max(rss_max[i], rss);
         fds_max[i] = std::max(fds_max[i], fds);
-        emit({{"row", "sample"}, {"t_s", t}, {"server", i}, {"rss_kb", rss}, {"fds", fds}});
+        streams_max[i] = std::max(streams_max[i], st.mesh_streams);
+        scopes_max[i] = std::max(scopes_max[i], st.cancelled_scopes);
+        emit({{"row", "sample"}, {"t_s", t}, {"server", i}, {"rss_kb", rss}, {"fds", fds},
+              {"mesh_streams", st.mesh_streams}, {"cancelled_scopes", st.cancelled_scopes},
+              {"sessions_running", st.sessions_running}});
       }
     };
+    auto sample_when_due = [&] {
+      if (Clock::now() < next_sample) return;
+      sample();
+      next_sample += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sample_s));
+    };
+    // After a burst (every client gone): each server's descriptors and mesh
+    // streams come back to their idle counts, and no session runs; the
+    // servers close a link once its session or refusal is over, and a
+    // status file is a second old at most. 15 s, then it is a problem.
+    std::size_t bursts = 0, bursts_back_to_idle = 0;
+    std::array<long, 3> end_fds{}, end_streams{};
+    auto idle_check = [&] {
+      ++bursts;
+      const auto began = Clock::now(), settle = began + std::chrono::seconds(15);
+      bool idle = false;
+      for (;;) {
+        idle = true;
+        for (int i = 0; i < 3; ++i) {
+          end_fds[i] = open_fds(servers[i]->pid());
+          const Status st = status_of(i);
+          end_streams[i] = st.mesh_streams;
+          idle = idle && end_fds[i] == idle_fds[i] && end_streams[i] == idle_streams[i] && st.sessions_running == 0;
+        }
+        if (idle || Clock::now() > settle) break;
+        sample_when_due();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double settle_s = std::chrono::duration<double>(Clock::now() - began).count();
+      for (int i = 0; i < 3; ++i)
+        emit({{"row", "idle"}, {"t_s", t}, {"burst", bursts}, {"server", i}, {"fds", end_fds[i]},
+              {"idle_fds", idle_fds[i]}, {"mesh_streams", end_streams[i]}, {"idle_mesh_streams", idle_streams[i]},
+              {"back_to_idle", idle}, {"settle_s", settle_s}});
+      if (idle) {
+        ++bursts_back_to_idle;
+        return;
+      }
+      for (int i = 0; i < 3; ++i)
+        if (end_fds[i] != idle_fds[i] || end_streams[i] != idle_streams[i])
+          problems.push_back("after burst " + std::to_string(bursts) + ", server " + std::to_string(i) + " holds " +
+                             std::to_string(end_fds[i]) + " descriptors and " + std::to_string(end_streams[i]) +
+                             " mesh streams, " + std::to_string(idle_fds[i]) + " and " +
+                             std::to_string(idle_streams[i]) + " before the first client");
+    };
+    auto burst_end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(burst_s));
     while (Clock::now() < end || !live.empty()) {
       for (int i = 0; i < 3; ++i)
         if (!servers[i]->running()) throw Error(ErrorCode::network, "serve-soak: server " + std::to_string(i) + " exited:\n" + read_all(logs[i]));
-      while (Clock::now() < end && live.size() < clients) {
+      while (Clock::now() < std::min(end, burst_end) && live.size() < clients) {
         Live l;
         l.index = started++;
         l.choice = {pick(prompt_lengths.size()), pick(token_counts.size()), pick(policies.size())};
@@ -241,33 +335,22 @@ int serve_soak_main(int argc, char** argv) {
           outcome = "fault ended it";
           ++faulty_ended;
         }
+        ++outcomes[l.fault.empty() ? "none" : l.fault][outcome];
         emit({{"row", "session"}, {"client", l.index}, {"prompt_bytes", prompt_lengths[l.choice.prompt]},
               {"tokens", token_counts[l.choice.tokens]}, {"policy", policies[l.choice.policy]},
               {"fault", l.fault.empty() ? "none" : l.fault}, {"status", status}, {"outcome", outcome},
               {"seconds", seconds}});
         it = live.erase(it);
       }
-      if (Clock::now() >= next_sample) {
-        sample();
-        next_sample += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sample_s));
+      if (live.empty() && Clock::now() >= burst_end && Clock::now() < end) {  // between two bursts
+        idle_check();
+        burst_end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(burst_s));
       }
+      sample_when_due();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    // Idle again: every client is gone, so each server's descriptors come
-    // back to their count before the first client (the servers close a
-    // link once its session or refusal is over; a few seconds at most).
-    std::array<long, 3> end_fds{};
-    const auto settle = Clock::now() + std::chrono::seconds(15);
-    for (;;) {
-      for (int i = 0; i < 3; ++i) end_fds[i] = open_fds(servers[i]->pid());
-      if (end_fds == idle_fds || Clock::now() > settle) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    idle_check();  // the last burst's
     sample();
-    for (int i = 0; i < 3; ++i)
-      if (end_fds[i] != idle_fds[i])
-        problems.push_back("server " + std::to_string(i) + " holds " + std::to_string(end_fds[i]) +
-                           " descriptors once idle again, " + std::to_string(idle_fds[i]) + " before the first client");
     for (auto& s : servers) s->signal(SIGTERM);
     std::array<long, 3> peak{};
     for (int i = 0; i < 3; ++i) {
@@ -281,18 +364,28 @@ int serve_soak_main(int argc, char** argv) {
                           {"exact", exact},
                           {"refused_busy", busy},
                           {"ended_by_their_fault", faulty_ended},
+                          {"outcomes", outcomes},
                           {"problems", problems},
+                          {"bursts", bursts},
+                          {"bursts_back_to_idle", bursts_back_to_idle},
                           {"idle_fds", idle_fds},
                           {"end_fds", end_fds},
                           {"max_fds", fds_max},
+                          {"idle_mesh_streams", idle_streams},
+                          {"end_mesh_streams", end_streams},
+                          {"max_mesh_streams", streams_max},
+                          {"max_cancelled_scopes", scopes_max},
                           {"max_rss_kb", rss_max},
                           {"peak_rss_kb", peak}};
     emit(summary);
     if (!as_json)
       std::printf("serve-soak %.2f min: %zu clients, %zu exact, %zu refused busy, %zu ended by their fault; "
-                  "descriptors idle %ld/%ld/%ld, at the end %ld/%ld/%ld, max %ld/%ld/%ld; RSS max %ld/%ld/%ld KB\n",
-                  minutes, started, exact, busy, faulty_ended, idle_fds[0], idle_fds[1], idle_fds[2], end_fds[0],
-                  end_fds[1], end_fds[2], fds_max[0], fds_max[1], fds_max[2], rss_max[0], rss_max[1], rss_max[2]);
+                  "%zu bursts, %zu back to idle; descriptors idle %ld/%ld/%ld, at the end %ld/%ld/%ld, max "
+                  "%ld/%ld/%ld; mesh streams idle %ld/%ld/%ld, max %ld/%ld/%ld; RSS max %ld/%ld/%ld KB\n",
+                  minutes, started, exact, busy, faulty_ended, bursts, bursts_back_to_idle, idle_fds[0], idle_fds[1],
+                  idle_fds[2], end_fds[0], end_fds[1], end_fds[2], fds_max[0], fds_max[1], fds_max[2],
+                  idle_streams[0], idle_streams[1], idle_streams[2], streams_max[0], streams_max[1], streams_max[2],
+                  rss_max[0], rss_max[1], rss_max[2]);
     for (const auto& p : problems) std::fprintf(stderr, "serve-soak: %s\n", p.c_str());
     return problems.empty() ? 0 : 1;
   } catch (const std::exception& e) {

@@ -177,7 +177,7 @@ void Endpoint::deliver(PartyId from, std::vector<Frame>&& frames) {
       if (scope != no_scope) cancel_scope_locally(scope, "party " + std::to_string(from) + " cancelled " + why);
       continue;
     }
-    if (stream_scope(f.stream) != no_scope && cancelled_scopes_.contains(stream_scope(f.stream))) continue;
+    if (stream_scope(f.stream) != no_scope && cancelled_scope_bits_[stream_scope(f.stream)]) continue;
     auto w = waiters_.find(Key{from, f.stream});
     if (w != waiters_.end()) {
       RecvAwaiter* a = w->second.awaiter;
@@ -246,7 +246,7 @@ void Endpoint::cancel_locally(const std::string& why) {
 void Endpoint::cancel_scope(ScopeId scope, const std::string& why) {
   if (scope == no_scope || scope > max_scope)
     throw Error(ErrorCode::invalid_argument, "cancel_scope: " + std::to_string(scope) + " is not a scope");
-  if (cancelled_scopes_.contains(scope)) return;
+  if (cancelled_scope_bits_[scope]) return;
   std::vector<std::byte> payload{std::byte(scope & 0xFF), std::byte(scope >> 8)};
   const std::string text = why.substr(0, 4096);
   payload.insert(payload.end(), reinterpret_cast<const std::byte*>(text.data()),
@@ -260,8 +260,19 @@ void Endpoint::cancel_scope(ScopeId scope, const std::string& why) {
 }
 
 void Endpoint::cancel_scope_locally(ScopeId scope, const std::string& why) {
-  if (cancelled_scopes_.contains(scope)) return;
-  cancelled_scopes_[scope] = why.empty() ? "scope " + std::to_string(scope) + " cancelled" : why;
+  if (cancelled_scope_bits_[scope]) return;
+  cancelled_scope_bits_[scope] = true;
+  ++cancelled_scope_count_;
+  if (!why.empty()) {
+    cancel_reasons_[scope] = {++cancel_serial_, why};
+    cancel_reasons_by_age_.emplace_back(scope, cancel_serial_);
+    if (cancel_reasons_by_age_.size() > kept_cancel_reasons) {
+      const auto [old, serial] = cancel_reasons_by_age_.front();
+      cancel_reasons_by_age_.pop_front();
+      if (auto it = cancel_reasons_.find(old); it != cancel_reasons_.end() && it->second.first == serial)
+        cancel_reasons_.erase(it);
+    }
+  }
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (stream_scope(it->first.stream) == scope) {
       it->second.awaiter->unreceivable = true;
@@ -275,11 +286,26 @@ void Endpoint::cancel_scope_locally(ScopeId scope, const std::string& why) {
 }
 
 std::string Endpoint::scope_cancelled(ScopeId scope) const {
-  auto it = cancelled_scopes_.find(scope);
-  return it == cancelled_scopes_.end() ? std::string() : it->second;
+  if (!cancelled_scope_bits_[scope]) return {};
+  auto it = cancel_reasons_.find(scope);
+  return it == cancel_reasons_.end() ? "scope " + std::to_string(scope) + " cancelled" : it->second.second;
 }
 
-void Endpoint::open_scope(ScopeId scope) { cancelled_scopes_.erase(scope); }
+void Endpoint::open_scope(ScopeId scope) {
+  if (!cancelled_scope_bits_[scope]) return;
+  cancelled_scope_bits_[scope] = false;
+  --cancelled_scope_count_;
+  cancel_reasons_.erase(scope);  // its entry by age, if any, goes when it is the oldest
+}
+
+Endpoint::StreamCounts Endpoint::stream_counts() const noexcept {
+  StreamCounts c;
+  c.receiving = waiters_.size();
+  c.holding = mailbox_.size();
+  for (const auto& [key, frames] : mailbox_) c.held_frames += frames.size();
+  c.cancelled_scopes = cancelled_scope_count_;
+  return c;
+}
 
 void Endpoint::tell_peers(StreamId stream, const std::string& why) {
   const std::string text = why.substr(0, 4096);

@@ -154,6 +154,13 @@ class Endpoint final : public TickListener {
   // before it reuses the scope, so no late frame of the old session can
   // reach the new one and no early frame of the new one is dropped.
   void open_scope(ScopeId scope);
+  // What this endpoint holds open, for a long-running party to watch: the
+  // streams a receive waits on, the streams holding frames no receive took
+  // yet (and those frames), and the scopes cancelled and not yet reopened.
+  struct StreamCounts {
+    std::size_t receiving = 0, holding = 0, held_frames = 0, cancelled_scopes = 0;
+  };
+  StreamCounts stream_counts() const noexcept;
   // Transport side: whether a task is blocked on a message from `peer`
   // (deadlines apply only then).
   bool waiting_on(PartyId peer) const;
@@ -206,7 +213,16 @@ class Endpoint final : public TickListener {
   std::unordered_map<Key, Waiter, KeyHash> waiters_;
   std::vector<std::string> failed_;  // per peer: why the link is gone ("" = fine)
   std::string cancelled_;            // why this party's work was cancelled ("" = it was not)
-  std::unordered_map<ScopeId, std::string> cancelled_scopes_;  // scope -> why
+  // Cancelled scopes: each one's bit (its frames are dropped until
+  // open_scope), and why for the latest kept_cancel_reasons only (an older
+  // one reads "scope N cancelled"), so that memory stays flat however many
+  // sessions of a long-running service fail.
+  static constexpr std::size_t kept_cancel_reasons = 1024;
+  std::vector<bool> cancelled_scope_bits_ = std::vector<bool>(std::size_t{1} << 16);
+  std::size_t cancelled_scope_count_ = 0;
+  std::uint64_t cancel_serial_ = 0;
+  std::unordered_map<ScopeId, std::pair<std::uint64_t, std::string>> cancel_reasons_;  // scope -> (serial, why)
+  std::deque<std::pair<ScopeId, std::uint64_t>> cancel_reasons_by_age_;
   std::stop_token stop_;
   CostCounters costs_;
   // When the round clock last advanced: the wall time since then is charged

@@ -178,5 +178,9 @@ std::uint64_t session_kv_bytes(const ModelConfig& config, std::uint64_t position
 // All that admission counts for a request at one server: its KV cache, and
 // a sampled request's noise shares (two components per token and entry).
 std::uint64_t session_memory_bytes(const ModelConfig& config, const ServeRequest& request);
+// Why a service cannot serve `request` at all, "" if it can: the leader
+// refuses it as a bad request before any MPC work. The client chose every
+// field, so none may be trusted (a prompt length near 2^64 must not wrap).
+std::string request_problem(const ServeOptions& options, const ModelConfig& config, const ServeRequest& request);
 
 }  // namespace mpcache::serve

@@ -194,7 +194,6 @@ class Admission {
   void refuse_waiting(const std::string& why);
 
  private:
-  std::string check(const ServeRequest& q) const;
   void refuse(Request& r, const std::string& why);
   void refuse_everywhere(Request& r, const std::string& why);
   bool has_room(const ServeRequest& q) const;
@@ -265,6 +264,10 @@ class Batcher {
   void failed_before_joining(std::uint64_t session, const std::string& failure);
   // The session's run has ended here: nothing of it is kept.
   void forget(std::uint64_t session);
+  // The mesh is gone (a server died or stopped): no step can run again, so
+  // every session waiting in the batches ends here now, failed with `why`,
+  // whether or not a step was in flight (the lanes' loops just return).
+  void end_all(const std::string& why);
   // After the tasks: the lanes' streams go before the party does.
   void close_lanes() { lane_streams_.clear(); }
   const OfflineCosts& offline_costs() const { return store_refill_.costs(); }

@@ -52,9 +52,12 @@ AcceptedClient authenticate_client(int fd, std::uint32_t server, const std::stri
     throw std::runtime_error("not an mpcache client (bad hello)");
   std::uint32_t wanted = 0;
   for (int i = 0; i < 4; ++i) wanted |= std::uint32_t(hello[8 + i]) << (8 * i);
-  if (wanted != server)
+  if (wanted != server) {
+    send_door_refusal(fd, std::string(not_admitted_prefix) + "this is server " + std::to_string(server) +
+                              ", not server " + std::to_string(wanted));
     throw std::runtime_error("the client wants server " + std::to_string(wanted) + ", this is server " +
                              std::to_string(server));
+  }
   std::array<std::uint8_t, 32> raw{};
   std::memcpy(raw.data(), hello.data() + 12, raw.size());
   for (std::size_t i = 0; i < allowed.size(); ++i) {
@@ -68,6 +71,7 @@ AcceptedClient authenticate_client(int fd, std::uint32_t server, const std::stri
     }
     return accepted;
   }
+  send_door_refusal(fd, std::string(not_admitted_prefix) + "its key is not among the server's client keys");
   static constexpr char hex[] = "0123456789abcdef";
   std::string fingerprint;
   for (std::size_t i = 0; i < 8; ++i) fingerprint += {hex[raw[i] >> 4], hex[raw[i] & 15]};
@@ -110,13 +114,17 @@ std::pair<int, DirectionKeys> connect_as_client(const std::string& host, std::ui
       } catch (const std::exception&) {
         reason = "(its reason was cut short)";
       }
+      if (reason.starts_with(not_admitted_prefix))
+        throw ClientNotAdmitted(where + " refused this client: " + reason.substr(std::strlen(not_admitted_prefix)));
       throw std::runtime_error(where + " turned this connection away: " + reason);
     };
     try {
       keys = run_handshake(fd, client_handshake_id, server, client_secret_pem, server_public_pem, deadline,
                            refused_at_door);
-    } catch (const PeerClosed&) {
-      throw ClientNotAdmitted(where + " refused this client (its key is not among the server's client keys?)");
+    } catch (const PeerClosed& e) {
+      // A refusal says so (above): this server went away mid-handshake.
+      throw std::runtime_error(where + " closed the connection during the key exchange (stopping or restarting?): " +
+                               e.what());
     }
     return {fd, keys};
   } catch (...) {

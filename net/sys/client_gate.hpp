@@ -24,9 +24,11 @@ struct ClientKey {
   std::string public_pem;  // Ed25519 public key
 };
 
-// Thrown by connect_as_client when the server closed the connection at the
-// handshake: it does not know this client's key. (A door that turns a
-// connection away for its load says so: std::runtime_error with the reason.)
+// Thrown by connect_as_client when the server refused this client for good
+// (door_refusal.hpp's not_admitted_prefix): it does not know this client's
+// key, or is not the server the client asked for. (A door that turns a
+// connection away for its load, or a server that closed mid-handshake:
+// std::runtime_error with the reason.)
 struct ClientNotAdmitted : std::runtime_error {
   using std::runtime_error::runtime_error;
 };

@@ -1,5 +1,6 @@
 // What a server's client door says to a connection it turns away before
-// the handshake (too many handshakes in progress): instead of its first
+// the handshake (too many handshakes in progress, a key it does not know,
+// another server asked for): instead of its first
 // handshake bytes (32: an ephemeral key), "MPCDOOR1", the reason's length
 // (u32 little endian), 20 zero bytes, then the reason. The client reads it
 // where it expects the key and reports the reason, so a turned-away client
@@ -15,6 +16,10 @@
 namespace mpcache::sys {
 
 inline constexpr std::array<unsigned char, 8> door_refusal_magic{'M', 'P', 'C', 'D', 'O', 'O', 'R', '1'};
+// A reason that starts so refuses this client for good (its key, the server
+// it asked for), not for the door's load: the client does not retry it. A
+// bare close is not a refusal: the server may have died mid-handshake.
+inline constexpr const char* not_admitted_prefix = "not admitted: ";
 inline constexpr std::size_t door_refusal_max = 1024;  // longest reason a client reads
 
 inline std::string encode_door_refusal(std::string reason) {

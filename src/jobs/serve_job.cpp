@@ -128,6 +128,9 @@ void add_serve_options(CLI::App& cmd, ServeJob& o, bool* local) {
                  "tests: server 0 numbers sessions from here (e.g. just below the wrap of the 16-bit session scopes)")
       ->group("");
   cmd.add_option("--report", o.report, "write one JSON object at exit (set-up cost, sessions, peak RSS)");
+  cmd.add_option("--status-file", o.status,
+                 "rewrite this file each second with one JSON object: sessions running and the mesh's open streams "
+                 "(receives waiting, streams holding frames, scopes cancelled): for a monitor, or the soak bench");
   cmd.add_option("--tick-us", o.tick_us,
                  "end a tick of the event loop after this many microseconds of work: the rounds finished so far "
                  "leave and arrivals come in before the other sessions' work goes on (0: a tick runs everything "
@@ -231,6 +234,31 @@ int run_server(const ServeJob& o) {
   door_keeper.emplace(door, limits, [&](ClientChannel c) { inbox.post([&server, c] { server.admit(c); }); }, log_line);
   log_line("server " + std::to_string(id) + ": clients on " + me.host + ":" + std::to_string(door.port()) + ", " +
            std::to_string(allowed.size()) + " client keys");
+  // --status-file, on the loop's thread each second: written beside, then renamed, so a reader sees it whole.
+  // Not once the service has stopped: the transport's shutdown waits for its timers.
+  bool serving = true;
+  TimerQueue::Id status_timer = 0;
+  std::function<void()> write_status = [&] {
+    if (!serving) return;
+    const auto c = mesh.stream_counts();
+    const json now = {{"server", id},
+                      {"ready", server.ready()},
+                      {"sessions_running", server.sessions_running()},
+                      {"mesh_streams", c.receiving + c.holding},
+                      {"mesh_receiving", c.receiving},
+                      {"mesh_holding", c.holding},
+                      {"mesh_held_frames", c.held_frames},
+                      {"cancelled_scopes", c.cancelled_scopes}};
+    try {
+      write_text_file(o.status + ".new", now.dump() + "\n", false);
+      std::filesystem::rename(o.status + ".new", o.status);
+    } catch (const std::exception& e) {
+      log_line("server " + std::to_string(id) + ": cannot write its status to " + o.status + ": " + e.what());
+      return;  // not again: the log would fill
+    }
+    status_timer = connection.transport().timers().at(SteadyClock::now() + std::chrono::seconds(1), write_status);
+  };
+  if (!o.status.empty()) write_status();
   int status = 0;
   json report = {{"server", id}};
   try {
@@ -264,6 +292,8 @@ int run_server(const ServeJob& o) {
     report["error"] = e.what();
     status = stop.signal() != 0 ? 0 : 1;
   }
+  serving = false;
+  if (status_timer != 0) (void)connection.transport().timers().cancel(status_timer);
   (void)notify_supervisor("STOPPING=1");
   door_keeper.reset();
   if (steps) std::fclose(steps);

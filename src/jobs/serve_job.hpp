@@ -46,6 +46,7 @@ struct ServeJob {
   NetworkChoice network;
   std::string steps;   // JSON lines, one per chosen token: session, step, round clock, bytes sent (benches)
   std::string report;  // one JSON object at exit: set-up cost, sessions, peak RSS
+  std::string status;  // one JSON object, rewritten each second: sessions running, the mesh's open streams
   std::uint64_t test_first_session = 0;  // tests: server 0's first session number (ServeOptions::first_session)
   std::string test_stop_at;  // tests: "SESSION:STEP", a stop as if SIGTERM came then (ServeOptions::stop_at)
 };

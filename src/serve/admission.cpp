@@ -28,16 +28,14 @@ void Admission::welcome(std::shared_ptr<ClientLink> link) {
   s_.tasks.spawn(read_request(std::move(link)));
 }
 
-// Why the service cannot serve `q` at all; "" if it can.
-std::string Admission::check(const ServeRequest& q) const {
-  const ServeOptions& options = s_.options;
-  const ModelConfig& config = s_.config;
+std::string request_problem(const ServeOptions& options, const ModelConfig& config, const ServeRequest& q) {
   if (q.prompt_length == 0) return "an empty prompt";
   if (q.new_tokens == 0) return "zero new tokens";
   if (q.new_tokens > options.max_new_tokens)
     return std::to_string(q.new_tokens) + " new tokens (this service allows at most " +
            std::to_string(options.max_new_tokens) + ")";
-  if (q.prompt_length + q.new_tokens > config.max_positions)
+  // Each bound alone first: their sum could wrap.
+  if (q.prompt_length > config.max_positions || q.new_tokens > config.max_positions - q.prompt_length)
     return "prompt (" + std::to_string(q.prompt_length) + ") + new tokens (" + std::to_string(q.new_tokens) +
            ") exceed the model's " + std::to_string(config.max_positions) + " positions";
   for (auto t : q.stop_tokens)
@@ -84,7 +82,8 @@ bool Admission::has_room(const ServeRequest& q) const {
 }
 
 void Admission::consider(const std::shared_ptr<Request>& r) {  // leader
-  if (const std::string why = check(r->request); !why.empty()) return refuse_everywhere(*r, "bad request: " + why);
+  if (const std::string why = request_problem(s_.options, s_.config, r->request); !why.empty())
+    return refuse_everywhere(*r, "bad request: " + why);
   // Nobody overtakes the queue: a small request does not starve a big one.
   if (has_room(r->request) && queue_.empty()) return start_as_leader(r);
   if (queue_.size() >= s_.options.max_queued)

@@ -246,13 +246,18 @@ Task<void> Batcher::run_step(Rss3& p, const std::vector<std::uint64_t>& sessions
   }
 }
 
+void Batcher::end_all(const std::string& why) {
+  for (auto& [session, seq] : std::map(decoding_)) end_sequence(*seq, why);
+  s_.changed.notify();
+}
+
 // The mesh cannot go on (a broken batched step): every session ends, and
 // run() stops with an error (systemd restarts the service).
 void Batcher::lose_mesh(const std::string& why) {
   s_.log(why);
   if (s_.mesh_lost_why.empty()) s_.mesh_lost_why = why;
   s_.mesh_lost = true;
-  for (auto& [session, seq] : std::map(decoding_)) end_sequence(*seq, why);
+  end_all(why);
   // The others must stop with an error too, not as after an orderly stop.
   if (!s_.mesh.cancelled()) s_.mesh.cancel("server " + std::to_string(s_.id()) + " lost its mesh (" + why + ")");
   s_.changed.notify();

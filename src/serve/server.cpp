@@ -139,6 +139,9 @@ Task<ServeStats> Server::run(std::stop_token stop) {
   } else {  // the mesh failed: no server can finish a session
     S.stopping = true;
     I.liveness.cut_short();
+    // A session waiting in the batches for a step that no lane will run
+    // now would wait for ever (and this server never exit to be restarted).
+    I.batcher.end_all(S.mesh_lost_why.empty() ? "the service stopped" : S.mesh_lost_why);
   }
   S.stopping = true;
   while (I.sessions.active() > 0) co_await S.changed.wait();

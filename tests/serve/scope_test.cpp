@@ -69,3 +69,31 @@ TEST_CASE("idle receives do not move the round clock") {
   CHECK(b.rounds() == 0);  // the idle receive took a frame but no round
   CHECK(a.rounds() == 1);  // b's reply: clock 0 + 1
 }
+
+TEST_CASE("a long run's cancelled scopes cost a bit each; only the latest keep their reasons") {
+  Scheduler scheduler;
+  InProcessNetwork network(scheduler, 2);
+  Endpoint& a = network.endpoint(0);
+  for (ScopeId s = 1; s <= 3000; ++s) a.cancel_scope(s, "session " + std::to_string(s) + " failed");
+  CHECK(a.stream_counts().cancelled_scopes == 3000);
+  CHECK(a.scope_cancelled(3000) == "session 3000 failed");  // among the latest 1024
+  CHECK(a.scope_cancelled(1) == "scope 1 cancelled");       // still cancelled, its reason forgotten
+  a.open_scope(1);
+  a.open_scope(2000);
+  CHECK(a.scope_cancelled(1).empty());
+  CHECK(a.stream_counts().cancelled_scopes == 2998);
+  // Cancelled again after it was opened: its new reason stays, however the old one aged.
+  a.cancel_scope(2000, "session 2000 failed again");
+  for (ScopeId s = 4000; s < 4000 + 1023; ++s) a.cancel_scope(s, "x");
+  CHECK(a.scope_cancelled(2000) == "session 2000 failed again");
+  // A late frame of an old cancelled scope is still dropped, not held (the
+  // frame after it, in no scope, arrives after it).
+  auto late = [&]() -> Task<void> {
+    network.endpoint(1).send(0, in_scope(5, 9), word(1));
+    network.endpoint(1).send(0, 77, word(2));
+    const auto next = co_await a.recv(1, 77);
+    CHECK(next == word(2));
+  };
+  sync_wait(scheduler, late());
+  CHECK(a.stream_counts().holding == 0);
+}

@@ -76,6 +76,20 @@ TEST_CASE("requests the service cannot run are refused before any MPC work, nami
   CHECK(service.logged("server 0: session 0 for fine"));  // the refused ones never got a session
 }
 
+TEST_CASE("a prompt length near 2^64 is refused, not wrapped past the model's positions") {
+  const ModelConfig config = ModelConfig::from_json_file(fixture_dir() / "config.json");
+  serve::ServeOptions options;
+  serve::ServeRequest q;
+  q.prompt_length = 4;
+  q.new_tokens = 2;
+  q.policy = "mpcache";
+  CHECK(serve::request_problem(options, config, q).empty());
+  q.prompt_length = ~std::uint64_t{0};  // + 2 new tokens wraps to 1
+  CHECK(serve::request_problem(options, config, q).find("exceed the model's") != std::string::npos);
+  q.prompt_length = config.max_positions;  // fits alone, not with the tokens
+  CHECK(serve::request_problem(options, config, q).find("exceed the model's") != std::string::npos);
+}
+
 TEST_CASE("over the session limit a request queues, and past the queue it is refused busy") {
   serve::ServeOptions options;
   options.max_sessions = 1;

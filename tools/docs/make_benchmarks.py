@@ -26,6 +26,8 @@ never numbers), then its table. Each row kind has its own table:
   * private-fidelity rows (preset private-fidelity): one row per policy run;
   * case rows (mpcache-bench --json: "case"): case, latency, bytes of the
     busiest party, rounds, link;
+  * soak rows (preset serve-soak: "row"): per server, RSS after the warm-up,
+    descriptors and mesh streams against their idle counts; the summary;
   * anything else: its scalar fields as they are.
 """
 import argparse
@@ -432,6 +434,47 @@ def generic_section(rows):
     return table(keys, [[fmt_num(r.get(k)) if k in r else "-" for k in keys] for r in rows])
 
 
+# Soak rows: bench/serve_soak_preset.cpp ("row": sample, idle, session, summary)
+SOAK_WARMUP_S = 600  # RSS is judged after this much of the run
+
+
+def is_soak(rows):
+    return any(r.get("row") == "summary" for r in rows) and all(
+        r.get("row") in ("sample", "idle", "session", "summary") for r in rows)
+
+
+def soak_section(rows):
+    """Per server: RSS after the warm-up (range, and its spread around the
+    median), descriptors and mesh streams (idle, most), the bursts after which
+    both came back to idle; then the summary's counts."""
+    samples = [r for r in rows if r.get("row") == "sample"]
+    idle = [r for r in rows if r.get("row") == "idle"]
+    summary = [r for r in rows if r.get("row") == "summary"][-1]
+    out = []
+    servers = sorted({r["server"] for r in samples})
+    body = []
+    for s in servers:
+        mine = [r for r in samples if r["server"] == s]
+        late = sorted(r["rss_kb"] for r in mine if r["t_s"] >= SOAK_WARMUP_S) or sorted(r["rss_kb"] for r in mine)
+        median = late[len(late) // 2]
+        spread = max(median - late[0], late[-1] - median) / median if median else 0.0
+        streams = [r.get("mesh_streams", -1) for r in mine]
+        backs = [r for r in idle if r["server"] == s]
+        body.append([s, "{:,}-{:,} KB".format(late[0], late[-1]), "{:.1f}%".format(100 * spread),
+                     "{}-{}".format(min(r["fds"] for r in mine), max(r["fds"] for r in mine)),
+                     fmt_num(summary.get("idle_fds", [None] * 3)[s]),
+                     "{}-{}".format(min(streams), max(streams)),
+                     fmt_num(summary.get("idle_mesh_streams", [None] * 3)[s]),
+                     "{} of {}".format(sum(1 for r in backs if r.get("back_to_idle")), len(backs))])
+    out += table(["server", "RSS after {} s".format(SOAK_WARMUP_S), "RSS spread around its median",
+                  "descriptors", "idle", "mesh streams", "idle", "bursts back to idle"], body)
+    out += [""] + table(["minutes", "clients", "exact", "refused busy", "ended by their fault", "problems"], [[
+        fmt_num(summary.get("minutes")), fmt_num(summary.get("clients_started")), fmt_num(summary.get("exact")),
+        fmt_num(summary.get("refused_busy")), fmt_num(summary.get("ended_by_their_fault")),
+        "; ".join(summary.get("problems", [])) or "none"]])
+    return out
+
+
 # ---------------------------------------------------------------------------
 
 def read_rows(path):
@@ -480,6 +523,8 @@ def section(name, rows, notes):
         body = fidelity_section(rows)
     elif is_cases(rows):
         body = cases_section(rows)
+    elif is_soak(rows):
+        body = soak_section(rows)
     else:
         body = generic_section(rows)
     if body and body[0] != "":
