@@ -114,7 +114,7 @@ int speculate_preset_main(int argc, char** argv) {
   app.add_option("--model", s.model, "model folder (byte tokens)")->capture_default_str();
   app.add_option("--prompts", s.prompts, "prompts, one a line")->capture_default_str();
   app.add_option("--prompt-count", s.prompt_count, "the first N prompts (0: all)")->capture_default_str();
-  app.add_option("--draft", s.draft, "lookup or ngram:FILE")->capture_default_str();
+  app.add_option("--draft", s.draft, "lookup, ngram:FILE or model:DIR")->capture_default_str();
   app.add_option("--ks", s.ks, "drafts a step to compare (0 is always run first)")->delimiter(',');
   app.add_option("--policies", s.policies, "KV policies")->delimiter(',');
   app.add_option("--tokens", s.tokens, "tokens generated per prompt")->capture_default_str();
@@ -127,7 +127,8 @@ int speculate_preset_main(int argc, char** argv) {
     const auto prompt_texts = read_prompts(s);
     std::vector<std::vector<std::uint32_t>> prompts;
     for (const auto& text : prompt_texts) prompts.emplace_back(text.begin(), text.end());  // byte tokens
-    const Drafter draft = jobs::drafter_named(s.draft, [](std::string_view text) {
+    const std::size_t vocab = ModelConfig::from_json_file(s.model + "/config.json").vocab_size;
+    const Drafter draft = jobs::drafter_named(s.draft, vocab, [](std::string_view text) {
       return std::vector<std::uint32_t>(text.begin(), text.end());
     });
     const Link lan = link_named("lan"), wan = link_named("wan");

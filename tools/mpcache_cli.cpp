@@ -70,8 +70,9 @@ CLI::App* add_generate(CLI::App& app, mpcache::tools::GenerateOptions& gen, cons
                       "the servers learn how many each step accepted (docs/protocols.md)")
       ->capture_default_str();
   gen_cmd->add_option("--draft", gen.draft,
-                      "the client's drafter for --speculate: lookup (continue an n-gram of the prompt or output) or "
-                      "ngram:FILE (an n-gram model of the public text FILE)")
+                      "the client's drafter for --speculate: lookup (continue an n-gram of the prompt or output), "
+                      "ngram:FILE (an n-gram model of the public text FILE) or model:DIR (a public model folder with "
+                      "the same tokens, run by the client in the clear)")
       ->capture_default_str();
   mpcache::jobs::add_protocol_mode_options(*gen_cmd, gen.mode);
   gen_cmd->add_flag("--compact-weights", gen.compact_weights, mpcache::jobs::compact_weights_help);

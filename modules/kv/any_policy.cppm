@@ -45,9 +45,12 @@ import :policy;
 //     keep them (heads x T^2 shares per layer) and passes none.
 //   selects_from_observed: whether select() reads what observe() saw at
 //     earlier steps (accumulated attention: H2O, TOVA, InfLLM). A
-//     speculative step runs its rows side by side, each on a copy of the
-//     policy that has not observed the rows before it, so it refuses such
-//     a policy rather than select otherwise than a decode one by one would.
+//     speculative step runs each row on a copy of the policy; such a
+//     policy's rows take turns within each layer (kv::LayerAdopting).
+//   adopts_layers: whether it has adopt_layer (kv::LayerAdopting, in
+//     policy.cppm); AnyPolicy forwards adopt_layer between two copies of
+//     the same kind. Speculation refuses a policy that selects from what it
+//     observed but cannot adopt a layer.
 #define MPCACHE_KV_POLICY_MEMBERS(REQUIRED, OPTIONAL)                                                          \
   REQUIRED(std::string, name, const, ())                                                                       \
   REQUIRED(void, reset, , (layers, heads), std::size_t layers, std::size_t heads)                              \
@@ -63,7 +66,8 @@ import :policy;
   OPTIONAL(std::optional<std::size_t>, resident_bytes, const, std::nullopt, ())                                \
   OPTIONAL(std::size_t, backing_bytes, const, 0, ())                                                           \
   OPTIONAL(bool, reads_prefill_attention, const, true, (layer, tokens), std::size_t layer, std::size_t tokens) \
-  OPTIONAL(bool, selects_from_observed, const, false, ())
+  OPTIONAL(bool, selects_from_observed, const, false, ())                                                      \
+  OPTIONAL(bool, adopts_layers, const, adopting(policy), ())
 
 // `, x...` from `x...`, nothing from nothing: what follows the policy in a
 // parameter list, or (as MPCACHE_KV_AFTER_POLICY (a, b)) in a call.
@@ -92,6 +96,18 @@ struct OptionalMembers {
   static Task<void> refuse(const Pol& policy, const std::string& why) {
     throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) + " " + why);
   }
+  template <class Pol>
+  static bool adopting(const Pol&) {
+    return LayerAdopting<Pol>;
+  }
+
+ public:
+  // policy.adopt_layer(source, layer), or an Error where it has none.
+  template <class Pol>
+  static void adopt_layer(Pol& policy, const Pol& source, std::size_t layer) {
+    if constexpr (LayerAdopting<Pol>) policy.adopt_layer(source, layer);
+    else throw Error(ErrorCode::invalid_argument, "policy " + std::string(policy.name()) + " cannot adopt a layer's state");
+  }
 };
 
 template <Protocol P>
@@ -99,6 +115,7 @@ class AnyPolicy {
   struct Iface {
     virtual ~Iface() = default;
     virtual std::unique_ptr<Iface> clone() const = 0;
+    virtual void adopt_layer_of(const Iface& source, std::size_t layer) = 0;
 #define MPCACHE_KV_VIRTUAL(result, member, qualifier, args, ...) virtual result member(__VA_ARGS__) qualifier = 0;
 #define MPCACHE_KV_OPTIONAL_VIRTUAL(result, member, qualifier, fallback, args, ...) \
   MPCACHE_KV_VIRTUAL(result, member, qualifier, args, __VA_ARGS__)
@@ -111,6 +128,13 @@ class AnyPolicy {
     Pol policy;
     explicit Impl(Pol pol) : policy(std::move(pol)) {}
     std::unique_ptr<Iface> clone() const override { return std::make_unique<Impl>(policy); }
+    void adopt_layer_of(const Iface& source, std::size_t layer) override {
+      const auto* same = dynamic_cast<const Impl*>(&source);
+      if (!same)
+        throw Error(ErrorCode::invalid_argument,
+                    "policy " + std::string(policy.name()) + " cannot adopt a layer of another kind of policy");
+      OptionalMembers<P>::adopt_layer(policy, same->policy, layer);
+    }
 #define MPCACHE_KV_FORWARD(result, member, qualifier, args, ...) \
   result member(__VA_ARGS__) qualifier override { return policy.member args; }
 #define MPCACHE_KV_FORWARD_OR_DEFAULT(result, member, qualifier, fallback, args, ...) \
@@ -142,6 +166,8 @@ class AnyPolicy {
   MPCACHE_KV_POLICY_MEMBERS(MPCACHE_KV_PUBLIC, MPCACHE_KV_OPTIONAL_PUBLIC)
 #undef MPCACHE_KV_OPTIONAL_PUBLIC
 #undef MPCACHE_KV_PUBLIC
+  // The wrapped policy's adopt_layer, from a copy of the same kind.
+  void adopt_layer(const AnyPolicy& source, std::size_t layer) { impl_->adopt_layer_of(*source.impl_, layer); }
 };
 
 // Feeds one prefill to every policy in `targets`; not for decoding.

@@ -64,7 +64,9 @@ class H2O {
     }
     co_return s;
   }
-  // Its selection follows the attention it observed (speculation refuses it).
+  // Its selection follows the attention it observed: a speculative step's
+  // row takes the row before's state of each layer (kv::LayerAdopting).
+  void adopt_layer(const H2O& source, std::size_t layer) { state_.at(layer) = source.state_.at(layer); }
   bool selects_from_observed() const noexcept { return true; }
   Task<void> observe(P& p, const StepView<P>& step, const std::vector<typename P::Share>& probs) {
     const std::size_t t = step.position + 1;

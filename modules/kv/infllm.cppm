@@ -102,7 +102,9 @@ class InfLlm {
 
   // Attention received at decode steps feeds the representative scores of
   // blocks that form later.
-  // Its selection follows the attention it observed (speculation refuses it).
+  // Its selection follows the attention it observed: a speculative step's
+  // row takes the row before's state of each layer (kv::LayerAdopting).
+  void adopt_layer(const InfLlm& source, std::size_t layer) { state_.at(layer) = source.state_.at(layer); }
   bool selects_from_observed() const noexcept { return true; }
   Task<void> observe(P& p, const StepView<P>& step, const std::vector<Share>& probs) {
     const std::size_t t = step.position + 1;

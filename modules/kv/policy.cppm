@@ -117,9 +117,10 @@ concept Policy =
 // Optional members (prefetch, early ranking, a cache of its own, the bytes
 // it holds) are listed, with their defaults, in any_policy.cppm
 // (MPCACHE_KV_POLICY_MEMBERS); callers reach them through
-// OptionalMembers<P>. The concepts below name two of them: the decoder
-// gives a prefetching policy a stream of its own, and the tests check that
-// wrappers keep early ranking visible.
+// OptionalMembers<P>. The concepts below name three of them: the decoder
+// gives a prefetching policy a stream of its own, the tests check that
+// wrappers keep early ranking visible, and a speculative step chains the
+// rows of a policy that adopts layers.
 
 // Has prefetch: once layer - 1 has selected at `position`, a policy may start
 // work for `layer` that needs only earlier tokens (MPCache's index sharing
@@ -143,6 +144,18 @@ concept EarlyRanking = Protocol<P> && requires(Pol& pol, const Pol& cpol, P& p, 
                                                std::size_t n) {
   { cpol.ranks_early(n) } -> std::convertible_to<bool>;
   { pol.rank(p, view) } -> std::same_as<Task<void>>;
+};
+
+// Has adopt_layer: a policy whose selection follows the attention it
+// observed (selects_from_observed) keeps its state per layer, and one copy
+// can take another's state of one layer. A speculative step's row i runs on
+// a copy of the policy as it was before the step; at each layer it adopts
+// row i - 1's state once row i - 1 has attended and observed there, so it
+// selects as a decode one token at a time would (the rows of such a policy
+// take turns within each layer, the rest of the layer stays shared).
+template <class Pol>
+concept LayerAdopting = requires(Pol& pol, const Pol& source, std::size_t layer) {
+  { pol.adopt_layer(source, layer) } -> std::same_as<void>;
 };
 
 // ---------------------------------------------------------------------------

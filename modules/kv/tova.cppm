@@ -52,7 +52,9 @@ class Tova {
     }
     co_return s;
   }
-  // Its selection follows the attention it observed (speculation refuses it).
+  // Its selection follows the attention it observed: a speculative step's
+  // row takes the row before's state of each layer (kv::LayerAdopting).
+  void adopt_layer(const Tova& source, std::size_t layer) { state_.at(layer) = source.state_.at(layer); }
   bool selects_from_observed() const noexcept { return true; }
   Task<void> observe(P& p, const StepView<P>& step, const std::vector<typename P::Share>& probs) {
     for (std::size_t j = 0; j < probs.size(); ++j) {

@@ -450,6 +450,10 @@ class Decoder {
   template <class Pol>
   static Task<Share> decode_layer(P& p, std::vector<BatchSlot<Pol>>& slots, std::size_t layer, const Share& h_in);
   template <class Pol>
+  static Task<std::vector<Share>> attend_in_turn(P& p, std::vector<BatchSlot<Pol>>& slots,
+                                                 const std::vector<kv::StepView<P>>& views,
+                                                 const std::vector<bool>& waits, std::size_t layer);
+  template <class Pol>
   bool ranks_early(const Pol& policy, std::size_t layer) const;
   template <class Pol>
   Task<void> rank_early(P& p, Pol& policy, std::size_t layer, const Share& h_in, std::size_t position);

@@ -133,20 +133,30 @@ auto Decoder<P>::decode_layer(P& p, std::vector<BatchSlot<Pol>>& slots, std::siz
     views.push_back(kv::StepView<P>{layer, positions[i], g, &queries[i], &d.cache_[layer]});
   }
   // A speculative step's later rows: the row before is the slot before.
+  // Under a policy that selects by the attention it observed, a row waits
+  // for the row before it to attend (and observe) in this layer.
+  std::vector<bool> waits(batch, false);
   for (std::size_t i = 0; i < batch; ++i)
-    if (slots[i].earlier > 0) views[i].previous_queries = &queries[i - 1];
-  // Policies tag their own summaries, scores and top-k; the rest of a
-  // selection (copying or gathering rows) counts as gathering.
+    if (slots[i].earlier > 0) {
+      views[i].previous_queries = &queries[i - 1];
+      waits[i] = kv::OptionalMembers<P>::selects_from_observed(*slots[i].policy);
+    }
+  std::vector<Share> attended;
   std::vector<kv::Selection<P>> selections;
-  {
+  if (std::find(waits.begin(), waits.end(), true) != waits.end()) {
+    attended = co_await attend_in_turn(p, slots, views, waits, layer);
+  } else {
+    // Policies tag their own summaries, scores and top-k; the rest of a
+    // selection (copying or gathering rows) counts as gathering.
     auto scope = cost_scope(p, CostTag::gather);
     selections = co_await per_sequence<kv::Selection<P>>(
         p, batch, [&](P& ps, std::size_t i) { return slots[i].policy->select(ps, views[i]); });
   }
   auto rest = [&](P& px) -> Task<Share> {
-    auto attended = co_await per_sequence<Share>(px, batch, [&](P& pa, std::size_t i) {
-      return slots[i].decoder->attend(pa, *slots[i].policy, views[i], selections[i]);
-    });
+    if (attended.empty())
+      attended = co_await per_sequence<Share>(px, batch, [&](P& pa, std::size_t i) {
+        return slots[i].decoder->attend(pa, *slots[i].policy, views[i], selections[i]);
+      });
     Share joined = attended[0];
     for (std::size_t i = 1; i < batch; ++i) joined = ops::stack_rows<P>(joined, attended[i]);
     auto after = px.add(h_in, co_await lead.affine(px, joined, lw.wo, lw.bo));
@@ -173,6 +183,36 @@ auto Decoder<P>::decode_layer(P& p, std::vector<BatchSlot<Pol>>& slots, std::siz
   } else {
     co_return co_await rest(p);
   }
+}
+
+// Selection and attention of a layer where some rows wait for the row
+// before (`waits`): each run of a sequence's rows goes one row after
+// another, a waiting row first adopting the row before's policy state of
+// this layer (kv::LayerAdopting); runs of different sequences, and rows
+// that wait for nothing, go concurrently. A run of K+1 rows costs K+1
+// times one row's selection and attention rounds in every layer.
+template <Protocol P>
+template <class Pol>
+auto Decoder<P>::attend_in_turn(P& p, std::vector<BatchSlot<Pol>>& slots, const std::vector<kv::StepView<P>>& views,
+                                const std::vector<bool>& waits, std::size_t layer) -> Task<std::vector<Share>> {
+  std::vector<std::size_t> run_starts;
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    if (!waits[i]) run_starts.push_back(i);
+  std::vector<Share> attended(slots.size());
+  auto run = [&](P& pr, std::size_t r) -> Task<void> {
+    const std::size_t end = r + 1 < run_starts.size() ? run_starts[r + 1] : slots.size();
+    for (std::size_t i = run_starts[r]; i < end; ++i) {
+      if (waits[i]) kv::OptionalMembers<P>::adopt_layer(*slots[i].policy, *slots[i - 1].policy, layer);
+      kv::Selection<P> selection;
+      {
+        auto scope = cost_scope(pr, CostTag::gather);  // as in decode_layer
+        selection = co_await slots[i].policy->select(pr, views[i]);
+      }
+      attended[i] = co_await slots[i].decoder->attend(pr, *slots[i].policy, views[i], selection);
+    }
+  };
+  co_await per_sequence<void>(p, run_starts.size(), run);
+  co_return attended;
 }
 
 // Early ranking (kv::EarlyRanking) needs q up to a positive factor: LLaMA

@@ -12,6 +12,7 @@ export import :decoder_mlp;
 export import :decoder_batch;
 export import :step_driver;
 export import :draft;
+export import :draft_model;
 export import :speculate;
 export import :generate;
 export import :generate_party;

@@ -34,16 +34,18 @@ struct VerifiedStep {
   std::optional<std::vector<std::uint32_t>> tokens;
 };
 
-// Refuses a policy whose selection follows what it observed (each row's
-// copy would not have observed the rows before it).
+// Refuses a policy whose selection follows what it observed but which
+// cannot take the row before's state of a layer (kv::LayerAdopting): its
+// rows could not see the rows before them as a decode one by one would.
 template <class Pol, Protocol P>
   requires kv::Policy<Pol, P>
 void check_speculative_policy(const Pol& policy) {
-  if (kv::OptionalMembers<P>::selects_from_observed(policy))
+  if (kv::OptionalMembers<P>::selects_from_observed(policy) && !kv::OptionalMembers<P>::adopts_layers(policy))
     throw Error(ErrorCode::invalid_argument,
                 "speculation: policy " + std::string(policy.name()) +
-                    " selects by the attention it observed at earlier steps, so the rows of a step cannot be "
-                    "verified side by side exactly; speculate with another policy (full, mpcache, ...)");
+                    " selects by the attention it observed at earlier steps and cannot adopt a layer's state "
+                    "from the row before, so the rows of a step cannot be verified exactly; speculate with "
+                    "another policy (full, mpcache, h2o, ...)");
 }
 
 namespace detail {

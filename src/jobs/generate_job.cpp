@@ -73,7 +73,8 @@ GenerationJob job_for(const GenerateOptions& o, PartyId id, const Prompt* prompt
   if (id == generate_client && tok && !o.ignore_eos) job.stop_tokens = tok->eos_ids();
   job.speculate = o.speculate;
   if (id == generate_client && tok && o.speculate > 0)
-    job.draft = drafter_named(o.draft, [tok](std::string_view text) { return tok->encode(text); });
+    job.draft = drafter_named(o.draft, ModelConfig::from_json_file(o.model_dir + "/config.json").vocab_size,
+                              [tok](std::string_view text) { return tok->encode(text); });
   job.new_tokens = o.tokens;
   job.policy = o.policy;
   job.budget = o.budget;

@@ -145,14 +145,30 @@ TEST_SUITE("speculative verification") {
     }
   }
 
-  TEST_CASE("the other policies that speculation accepts give the greedy text too") {
+  TEST_CASE("the other policies give the greedy text too, on three prompts") {
     constexpr std::size_t tokens = 8, k = 2;
     for (const std::string policy :
-         {"mpcache-paper", "streaming_llm", "quest", "snapkv", "longcache", "arkvale", "arkvale-recall"}) {
-      CAPTURE(policy);
-      const Run greedy = generate(prompts[0], policy, tokens);
-      const Run checked = generate(prompts[0], policy, tokens, k, oracle_with_errors(prompts[0], greedy.tokens));
-      check_speculative(greedy, checked, k, tokens, policy);
+         {"mpcache-paper", "streaming_llm", "quest", "snapkv", "longcache", "arkvale", "arkvale-recall"})
+      for (std::size_t i = 0; i < prompts.size(); ++i) {
+        CAPTURE(policy);
+        CAPTURE(i);
+        const Run greedy = generate(prompts[i], policy, tokens);
+        const Run checked = generate(prompts[i], policy, tokens, k, oracle_with_errors(prompts[i], greedy.tokens));
+        check_speculative(greedy, checked, k, tokens, policy);
+      }
+  }
+
+  TEST_CASE("a public draft model (here the checkpoint itself, in float64) gives the greedy text, mostly accepted") {
+    constexpr std::size_t tokens = 12, k = 3;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      const Run greedy = generate(prompts[i], "full", tokens);
+      const Run drafted = generate(prompts[i], "full", tokens, k, model_drafter(testing::fixture_dir(), 256));
+      check_speculative(greedy, drafted, k, tokens, "full");
+      // Private greedy tokens are the float64 argmax: a draft model equal to
+      // the target is wrong only where fixed point breaks a near-tie.
+      MESSAGE("prompt " << i << ": " << drafted.accepted[0].size() << " decode steps for " << tokens - 1 << " tokens");
+      CHECK(2 * drafted.accepted[0].size() <= tokens - 1);
     }
   }
 
@@ -182,6 +198,48 @@ TEST_SUITE("speculative verification") {
     testing::check_pinned("model.speculate.step_rounds_1_2_4_rows", std::vector<std::uint64_t>{one, two, four});
   }
 
+  TEST_CASE("policies that select by what they observed: exact on three prompts, rows taking turns per layer") {
+    // H2O, TOVA and InfLLM evict by the attention they observed: at the
+    // default budget (48) the 80-token prompts evict at every step, so a
+    // row that selected without the rows before it would choose otherwise.
+    constexpr std::size_t tokens = 8, k = 3;
+    for (const std::string policy : {"h2o", "tova", "infllm"})
+      for (std::size_t i = 0; i < prompts.size(); ++i) {
+        CAPTURE(policy);
+        CAPTURE(i);
+        const Run greedy = generate(prompts[i], policy, tokens);
+        const Run checked = generate(prompts[i], policy, tokens, k, oracle_with_errors(prompts[i], greedy.tokens));
+        check_speculative(greedy, checked, k, tokens, policy);
+      }
+    // The rows take turns in each layer's selection and attention only:
+    // a 4-row step costs less than 4 steps of one row.
+    const Run one = generate(prompts[0], "h2o", 4);
+    const Run four = generate(prompts[0], "h2o", 4, 3, lookup_drafter());
+    const std::uint64_t one_row = one.rounds[0].at(1), four_rows = four.rounds[0].at(1);
+    MESSAGE("h2o decode step rounds at party 0: 1 row " << one_row << ", 4 rows " << four_rows);
+    CHECK(four_rows < 4 * one_row);
+    testing::check_pinned("model.speculate.h2o_step_rounds_1_4_rows", std::vector<std::uint64_t>{one_row, four_rows});
+  }
+
+  TEST_CASE("speculation refuses a policy that selects by what it observed but cannot adopt a layer") {
+    // Full cache that claims to select from what it observed, without adopt_layer.
+    struct Forgetful : kv::FullCache<Ref> {
+      bool selects_from_observed() const noexcept { return true; }
+    };
+    const kv::AnyPolicy<Ref> forgetful{Forgetful{}};
+    auto check = [](const kv::AnyPolicy<Ref>& policy) { check_speculative_policy<kv::AnyPolicy<Ref>, Ref>(policy); };
+    CHECK(kv::OptionalMembers<Ref>::selects_from_observed(forgetful));
+    CHECK_FALSE(kv::OptionalMembers<Ref>::adopts_layers(forgetful));
+    CHECK_THROWS_WITH_AS(check(forgetful), doctest::Contains("cannot adopt a layer's state"), Error);
+    const auto h2o = kv::make_policy<Ref>("h2o", 48);
+    CHECK(kv::OptionalMembers<Ref>::adopts_layers(h2o));
+    CHECK_NOTHROW(check(h2o));
+    // Adopting across kinds of policy is an error, not a silent copy.
+    auto tova = kv::make_policy<Ref>("tova", 48);
+    tova.reset(1, 1);
+    CHECK_THROWS_WITH_AS(tova.adopt_layer(h2o, 0), doctest::Contains("another kind of policy"), Error);
+  }
+
   TEST_CASE("speculation refuses what it cannot run exactly, naming why") {
     auto error_of = [](const std::string& policy, std::size_t k, ProtocolBackend backend = ProtocolBackend::rss3) {
       GenerationJob job;
@@ -200,10 +258,6 @@ TEST_SUITE("speculative verification") {
       return std::string();
     };
     CHECK(error_of("full", 17).find("speculate 17 tokens a step, outside 0..16") != std::string::npos);
-    for (const std::string policy : {"h2o", "tova", "infllm"}) {
-      CAPTURE(policy);
-      CHECK(error_of(policy, 2).find("policy " + policy + " selects by the attention it observed") != std::string::npos);
-    }
     CHECK(error_of("full", 2, ProtocolBackend::add2).find("speculation runs under rss3, not add2") != std::string::npos);
   }
 
