@@ -79,6 +79,13 @@ struct MpCacheOptions {
   // same clusters; the newest tokens are attended whatever it picks.
   // Passkey retrieval holds with it (docs/policies.md, Ranking ahead).
   bool rank_ahead = true;
+  // Under speculation (rank ahead only): a step's later rows take the pick
+  // its first row has from the step before, instead of ranking with the
+  // row before's query (which is what a decode one token a step would do).
+  // It takes the K later rankings off the step's critical path and their
+  // bytes, and is not exact: the bench reports its agreement with per-row
+  // picks (policy "mpcache-shared-step"; docs/protocols.md).
+  bool step_shares_pick = false;
 
   // The paper's Algorithm 3 defaults: 50% static eviction, the linear
   // similarity, odd layers sharing (with our flat top-k up to 64 candidates).
@@ -89,6 +96,12 @@ struct MpCacheOptions {
     o.keep_ratio = 0.5;
     o.share_layers = true;
     o.similarity = Similarity::linear;
+    return o;
+  }
+  // Our defaults, with a speculative step's rows sharing its first pick.
+  static MpCacheOptions shared_step() {
+    MpCacheOptions o;
+    o.step_shares_pick = true;
     return o;
   }
 };

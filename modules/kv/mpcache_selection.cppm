@@ -82,10 +82,14 @@ Task<Selection<P>> MpCache<P>::select_head(P& p, const StepView<P>& step, std::s
     // An early rank saw the clusters complete before this token; a
     // speculative step's later row ranks before its step's earlier rows
     // are in the list: where those completed a cluster, rank again here.
-    if (o_.rank_ahead && step.previous_queries)  // the pick the row before would have made ahead
+    if (o_.step_shares_pick && step.previous_queries && st.ranked) {
+      // step_shares_pick: the step's first row's pick, ranked at the step
+      // before over the clusters complete then (the tail holds the rest).
+    } else if (o_.rank_ahead && step.previous_queries) {  // the pick the row before would have made ahead
       co_await choose(p, st, (*step.previous_queries)[j], step.position, list.complete());
-    else if (!st.ranked || st.ranked->position != step.position || st.ranked->clusters != list.complete())
+    } else if (!st.ranked || st.ranked->position != step.position || st.ranked->clusters != list.complete()) {
       co_await choose(p, st, (*step.queries)[j], step.position, list.complete());
+    }
     Ranked r = std::move(*st.ranked);
     st.ranked.reset();
     st.decided_at = step.position;

@@ -29,6 +29,7 @@ import :any_policy;
 #define MPCACHE_NAMED_POLICIES(X)                                   \
   X("mpcache", MpCache<P>, MpCacheOptions{})                        \
   X("mpcache-paper", MpCache<P>, MpCacheOptions::paper())           \
+  X("mpcache-shared-step", MpCache<P>, MpCacheOptions::shared_step()) \
   X("full", FullCache<P>)                                           \
   X("streaming_llm", StreamingLlm<P>)                               \
   X("h2o", H2O<P>)                                                  \

@@ -221,6 +221,33 @@ TEST_SUITE("speculative verification") {
     testing::check_pinned("model.speculate.h2o_step_rounds_1_4_rows", std::vector<std::uint64_t>{one_row, four_rows});
   }
 
+  TEST_CASE("mpcache-shared-step: the later rows take the first row's pick, fewer rounds a step") {
+    // Not exact by design: the text is reported, the rounds are checked.
+    constexpr std::size_t tokens = 8, k = 3;
+    std::vector<std::uint64_t> shared_second_steps;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      const Run greedy = generate(prompts[i], "mpcache", tokens);
+      const Run per_row = generate(prompts[i], "mpcache", tokens, k, oracle_with_errors(prompts[i], greedy.tokens));
+      const Run shared =
+          generate(prompts[i], "mpcache-shared-step", tokens, k, oracle_with_errors(prompts[i], greedy.tokens));
+      // Without speculation it is mpcache.
+      CHECK(generate(prompts[i], "mpcache-shared-step", tokens).tokens == greedy.tokens);
+      REQUIRE(shared.tokens.size() == tokens);
+      std::size_t agree = 0;
+      while (agree < tokens && shared.tokens[agree] == greedy.tokens[agree]) ++agree;
+      MESSAGE("prompt " << i << ": shared picks agree with per-row picks on the first " << agree << " of " << tokens
+                        << " tokens; second step rounds " << shared.rounds[0].at(2) << " against "
+                        << per_row.rounds[0].at(2));
+      // The first step after the prompt has no pick from a step before:
+      // its rows rank as per-row mode does. From the second on they do not.
+      CHECK(shared.rounds[0].at(1) == per_row.rounds[0].at(1));
+      CHECK(shared.rounds[0].at(2) < per_row.rounds[0].at(2));
+      shared_second_steps.push_back(shared.rounds[0].at(2));
+    }
+    testing::check_pinned("model.speculate.shared_step_second_step_rounds", shared_second_steps);
+  }
+
   TEST_CASE("speculation refuses a policy that selects by what it observed but cannot adopt a layer") {
     // Full cache that claims to select from what it observed, without adopt_layer.
     struct Forgetful : kv::FullCache<Ref> {
