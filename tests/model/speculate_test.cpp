@@ -122,6 +122,19 @@ void check_speculative(const Run& greedy, const Run& fast, std::size_t k, std::s
   }
 }
 
+// Each policy on every prompt: speculating with the oracle's drafts gives
+// the greedy text.
+void check_exact_with_oracle(const std::vector<std::string>& policies, std::size_t tokens, std::size_t k) {
+  for (const std::string& policy : policies)
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(policy);
+      CAPTURE(i);
+      const Run greedy = generate(prompts[i], policy, tokens);
+      const Run checked = generate(prompts[i], policy, tokens, k, oracle_with_errors(prompts[i], greedy.tokens));
+      check_speculative(greedy, checked, k, tokens, policy);
+    }
+}
+
 }  // namespace
 
 TEST_SUITE("speculative verification") {
@@ -146,16 +159,8 @@ TEST_SUITE("speculative verification") {
   }
 
   TEST_CASE("the other policies give the greedy text too, on three prompts") {
-    constexpr std::size_t tokens = 8, k = 2;
-    for (const std::string policy :
-         {"mpcache-paper", "streaming_llm", "quest", "snapkv", "longcache", "arkvale", "arkvale-recall"})
-      for (std::size_t i = 0; i < prompts.size(); ++i) {
-        CAPTURE(policy);
-        CAPTURE(i);
-        const Run greedy = generate(prompts[i], policy, tokens);
-        const Run checked = generate(prompts[i], policy, tokens, k, oracle_with_errors(prompts[i], greedy.tokens));
-        check_speculative(greedy, checked, k, tokens, policy);
-      }
+    check_exact_with_oracle({"mpcache-paper", "streaming_llm", "quest", "snapkv", "longcache", "arkvale", "arkvale-recall"},
+                            /*tokens=*/8, /*k=*/2);
   }
 
   TEST_CASE("a public draft model (here the checkpoint itself, in float64) gives the greedy text, mostly accepted") {
@@ -202,15 +207,7 @@ TEST_SUITE("speculative verification") {
     // H2O, TOVA and InfLLM evict by the attention they observed: at the
     // default budget (48) the 80-token prompts evict at every step, so a
     // row that selected without the rows before it would choose otherwise.
-    constexpr std::size_t tokens = 8, k = 3;
-    for (const std::string policy : {"h2o", "tova", "infllm"})
-      for (std::size_t i = 0; i < prompts.size(); ++i) {
-        CAPTURE(policy);
-        CAPTURE(i);
-        const Run greedy = generate(prompts[i], policy, tokens);
-        const Run checked = generate(prompts[i], policy, tokens, k, oracle_with_errors(prompts[i], greedy.tokens));
-        check_speculative(greedy, checked, k, tokens, policy);
-      }
+    check_exact_with_oracle({"h2o", "tova", "infllm"}, /*tokens=*/8, /*k=*/3);
     // The rows take turns in each layer's selection and attention only:
     // a 4-row step costs less than 4 steps of one row.
     const Run one = generate(prompts[0], "h2o", 4);
