@@ -21,7 +21,7 @@
 //
 //   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--max-batch 8,1] [--tokens 8]
 //                                [--lanes 1] [--tick-us 200] [--server-threads 1]
-//                                [--speculate 0] [--draft lookup] [--client-link none]
+//                                [--speculate 0] [--draft lookup] [--client-link none] [--prompts FILE]
 //                                [--comparisons WAY] [--truncation WAY] [--json]
 //
 // Under dcf+offline the servers' stores of DCF keys are refilled between
@@ -97,6 +97,7 @@ struct Settings {
   std::vector<int> speculate = {0};     // the clients' --speculate, each on the same servers
   std::string draft = "lookup";         // the clients' --draft
   std::string client_link = "none";     // the clients' emulated link; "same": the mesh's
+  std::vector<std::string> prompts;     // --prompts FILE: client c's is line c (cycled); none: slices of `austen`
 };
 
 // Three servers over `link`, then one batch per client count.
@@ -146,7 +147,8 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     std::vector<std::unique_ptr<jobs::BackgroundProcess>> clients;
     const auto t0 = Clock::now();
     for (int c = 0; c < n; ++c) {
-      const std::string prompt = austen.substr((7 * c) % 40, s.prompt_bytes);
+      const std::string prompt = s.prompts.empty() ? austen.substr((7 * c) % 40, s.prompt_bytes)
+                                                   : s.prompts[std::size_t(c) % s.prompts.size()].substr(0, s.prompt_bytes);
       std::vector<std::string> args{runner, "client", "--servers", cluster.config_path(), "--key",
                                     cluster.file("clients/bench.key"), "--prompt", prompt, "--tokens",
                                     std::to_string(tokens), "--json", cluster.file(tag + std::to_string(c) + ".json"),
@@ -209,7 +211,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     double rounds_sum = 0;
     std::size_t rounds_n = 0;
     std::set<std::uint64_t> step_clocks;  // server 0's batched steps: one clock per step
-    std::size_t decoded = 0;
+    std::set<std::pair<std::uint64_t, std::uint64_t>> session_steps;  // (clock, session): a session's tokens of one step
     for (int i = 0; i < 3; ++i) {
       const auto lines = read_steps(cluster.file("steps" + std::to_string(i) + ".jsonl"));
       if (lines.size() <= lines_before[i] || lines_before[i] == 0) continue;
@@ -223,7 +225,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
         for (std::size_t k = 1; k < steps.size(); ++k, ++rounds_n) {
           rounds_sum += double(steps[k].rounds - steps[k - 1].rounds);
           step_clocks.insert(steps[k].rounds);
-          ++decoded;
+          session_steps.emplace(steps[k].rounds, session);
         }
     }
     const std::uint64_t bytes_max = merge_party_costs(online).bytes_max_party;
@@ -236,7 +238,9 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
                     {"tick_us", tick_us},
                     {"server_threads", threads},
                     {"lanes", lanes},
-                    {"mean_batch", max_batch > 1 && !step_clocks.empty() ? double(decoded) / double(step_clocks.size()) : 1.0},
+                    {"mean_batch", max_batch > 1 && !step_clocks.empty()
+                                       ? double(session_steps.size()) / double(step_clocks.size())
+                                       : 1.0},
                     {"clients", n},
                     {"speculate", spec},
                     {"draft", spec > 0 ? s.draft : "none"},
@@ -318,6 +322,8 @@ int serve_preset_main(int argc, char** argv) {
                  "the clients' --speculate, comma-separated: each K runs on the same servers (0: none)")
       ->capture_default_str();
   app.add_option("--draft", s.draft, "the speculating clients' --draft (lookup or ngram:FILE)")->capture_default_str();
+  std::string prompts_file;
+  app.add_option("--prompts", prompts_file, "client c's prompt: the first --prompt-bytes of line c of this file (cycled)");
   app.add_option("--client-link", s.client_link, "the clients' emulated link (none, lan, wan, ...; same: the mesh's)")
       ->capture_default_str();
   app.add_option("--prompt-bytes", s.prompt_bytes, "prompt length per client")->capture_default_str()->check(CLI::Range(1, 150));
@@ -333,6 +339,13 @@ int serve_preset_main(int argc, char** argv) {
   try {
     s.clients = parse_list(clients);
     s.speculate = parse_list(speculate);
+    if (!prompts_file.empty()) {
+      std::ifstream in(prompts_file);
+      if (!in) throw Error(ErrorCode::invalid_argument, "--prompts: cannot read '" + prompts_file + "'");
+      for (std::string line; std::getline(in, line);)
+        if (!line.empty()) s.prompts.push_back(line);
+      if (s.prompts.empty()) throw Error(ErrorCode::invalid_argument, "--prompts: '" + prompts_file + "' has no prompt");
+    }
     std::stringstream ls(links);
     for (std::string link; std::getline(ls, link, ',');) {
       std::vector<json> rows;

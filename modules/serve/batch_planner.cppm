@@ -38,6 +38,9 @@ class BatchPlanner {
   void speculating(std::uint64_t session);
   // Whether it is joined at all three (and so may be planned once free).
   bool ready(std::uint64_t session) const;
+  // A speculating session, in no step, whose next rows have not yet come
+  // to all three servers (nor is it leaving).
+  bool awaiting_rows(std::uint64_t session) const;
   // Out of the batches (done, stopped, failed): never planned again. Its
   // departures, if any, are still told.
   void ended(std::uint64_t session);

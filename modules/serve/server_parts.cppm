@@ -299,6 +299,7 @@ class Batcher {
   // Speculating sessions (src/serve/batch_drafts.cpp): each step's rows
   // from the client, and what a step does with them.
   Task<void> receive_drafts(std::shared_ptr<Sequence> seq);
+  Task<void> wait_for_drafts(const std::vector<std::uint64_t>& last, double last_seconds);
   void drafts_came(std::uint64_t session);
   void drafts_failed(std::uint64_t session, const std::string& failure);
   using DraftedRows = DraftRows<Rss3, kv::AnyPolicy<Rss3>>;

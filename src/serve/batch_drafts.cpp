@@ -95,6 +95,30 @@ void Batcher::drafts_failed(std::uint64_t session, const std::string& failure) {
   failed_before_joining(session, failure);
 }
 
+// The leader, before planning a lane's step: speculating sessions of its
+// last step whose clients are drafting now would otherwise miss this step
+// and run their own after it, so that the lane's steps alternate between
+// them (twice the steps, each half as wide). It waits for their rows, at
+// most a quarter of the last step's time (and 1 s): a slow or silent client
+// delays the others' steps by that much at most, until its own deadline
+// (prompt_within) ends its session.
+Task<void> Batcher::wait_for_drafts(const std::vector<std::uint64_t>& last, double last_seconds) {
+  auto awaiting = [&] {
+    return std::ranges::any_of(last, [&](std::uint64_t session) { return planner_.awaiting_rows(session); });
+  };
+  if (last_seconds <= 0 || !awaiting()) co_return;
+  const auto until = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                                              std::chrono::duration<double>(std::min(last_seconds / 4, 1.0)));
+  auto over = make_shared<bool>(false);
+  std::weak_ptr<bool> guard = s_.alive;
+  s_.timers.at(until, [this, guard, over] {
+    if (guard.expired()) return;
+    *over = true;
+    s_.changed.notify();
+  });
+  while (!*over && !s_.mesh.cancelled() && awaiting()) co_await s_.changed.wait();
+}
+
 Task<void> Batcher::accept_drafts_of(Rss3& p, const std::vector<Sequence*>& seqs, const std::vector<Rss3Share>& rows,
                                      const std::vector<Rss3Share>& chosen,
                                      std::vector<std::unique_ptr<DraftedRows>>& kept) {

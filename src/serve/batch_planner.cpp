@@ -24,6 +24,12 @@ bool BatchPlanner::ready(std::uint64_t session) const {
   return it != members_.end() && it->second.servers == all_servers;
 }
 
+bool BatchPlanner::awaiting_rows(std::uint64_t session) const {
+  auto it = members_.find(session);
+  return it != members_.end() && it->second.each_step && it->second.servers != all_servers && !stepping(session) &&
+         !departing(session);
+}
+
 void BatchPlanner::ended(std::uint64_t session) { members_.erase(session); }
 
 void BatchPlanner::depart(std::uint64_t session, std::string why) { departing_.emplace_back(session, std::move(why)); }

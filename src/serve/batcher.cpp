@@ -94,9 +94,12 @@ void Batcher::end_sequence(Sequence& seq, const std::string& failure) {
 }
 
 Task<void> Batcher::lead_lane(std::size_t lane) {
+  std::vector<std::uint64_t> last;  // the sessions of this lane's last step
+  double last_seconds = 0;          // and how long it took
   for (;;) {
     while (!s_.mesh.cancelled() && !planner_.has_work()) co_await s_.changed.wait();
     if (s_.mesh.cancelled()) co_return;
+    co_await wait_for_drafts(last, last_seconds);
     for (const auto& [session, seq] : decoding_)  // clients gone, sessions cut by a drain
       if (auto why = s_.mesh.scope_cancelled(scope_of(session)); !why.empty() && !planner_.departing(session))
         planner_.depart(session, why);
@@ -105,7 +108,11 @@ Task<void> Batcher::lead_lane(std::size_t lane) {
     if (step.sessions.empty() && step.departures.empty()) continue;
     if (!step.sessions.empty()) begin_step(lane, step.sessions);
     for (PartyId peer = 1; peer < 3; ++peer) s_.mesh.send(peer, batch_stream, step.encode());
-    if (!step.sessions.empty()) co_await run_lane_step(lane, step.sessions);
+    if (step.sessions.empty()) continue;
+    const auto t0 = SteadyClock::now();
+    co_await run_lane_step(lane, step.sessions);
+    last = step.sessions;
+    last_seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   }
 }
 
