@@ -179,6 +179,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
   (void)batch(1, 2, "warm");  // first-touch costs out of the way
 
   std::vector<json> rows;
+  std::map<int, std::vector<json>> plain_tokens;  // clients -> each client's tokens at K = 0 (same prompts)
   for (int n : s.clients)
   for (int spec : s.speculate) {
     if (spec > 0 && max_batch < 2) continue;  // speculation runs in the batched steps
@@ -202,6 +203,12 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     }
     double token_sum = 0;
     for (double t : per_token) token_sum += t;
+    // Greedy speculation must give K = 0's text: each client's tokens, same prompt.
+    std::vector<json> tokens_now;
+    for (const auto& r : reports) tokens_now.push_back(r["tokens"]);
+    if (spec == 0) plain_tokens[n] = tokens_now;
+    const bool compared = spec > 0 && plain_tokens.contains(n);
+    const bool identical = compared && plain_tokens[n] == tokens_now;
     // Servers' traffic in the batch: bytes per token (the busiest server),
     // and server 0's rounds per decoded token (clock steps within a
     // session; sessions that run at once advance each other's clocks).
@@ -246,6 +253,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
                     {"draft", spec > 0 ? s.draft : "none"},
                     {"client_link", client_link},
                     {"tokens_per_step", verified_steps ? double(verified_tokens) / double(verified_steps) : 1.0},
+                    {"identical_to_k0", compared ? json(identical) : json(nullptr)},
                     {"token_mean_s", per_token.empty() ? 0.0 : token_sum / double(per_token.size())},
                     {"tokens_per_client", s.tokens},
                     {"prompt_bytes", s.prompt_bytes},
