@@ -14,9 +14,14 @@
 // Lists of the servers' --tick-us, --lanes (batched steps in flight at
 // once) and --threads (--server-threads) run each value with fresh servers
 // in the same run, and the rows say which.
+// --speculate 0,4 runs each batch once per K on the same servers (its
+// clients speculate K tokens a step with --draft, K = 0 beside it);
+// --client-link emulates the clients' own links too (`same`: the mesh's),
+// which a speculating client, on each step's critical path, pays per step.
 //
 //   mpcache-bench --preset serve [--clients 1,2,4,8] [--links none,lan] [--max-batch 8,1] [--tokens 8]
 //                                [--lanes 1] [--tick-us 200] [--server-threads 1]
+//                                [--speculate 0] [--draft lookup] [--client-link none] [--prompts FILE]
 //                                [--comparisons WAY] [--truncation WAY] [--json]
 //
 // Under dcf+offline the servers' stores of DCF keys are refilled between
@@ -89,6 +94,10 @@ struct Settings {
   std::vector<int> clients = {1, 2, 4, 8};
   jobs::ProtocolModeFlags mode;  // the servers' --truncation, --comparisons and budgets
   int batch_timeout_s = 600;            // a batch's clients must all finish within this
+  std::vector<int> speculate = {0};     // the clients' --speculate, each on the same servers
+  std::string draft = "lookup";         // the clients' --draft
+  std::string client_link = "none";     // the clients' emulated link; "same": the mesh's
+  std::vector<std::string> prompts;     // --prompts FILE: client c's is line c (cycled); none: slices of `austen`
 };
 
 // Three servers over `link`, then one batch per client count.
@@ -133,16 +142,20 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
   }
 
   // One batch: `n` clients at once, each its own slice of the text.
-  auto batch = [&](int n, std::size_t tokens, const std::string& tag) {
+  const std::string client_link = s.client_link == "same" ? link : s.client_link;
+  auto batch = [&](int n, std::size_t tokens, const std::string& tag, int speculate = 0) {
     std::vector<std::unique_ptr<jobs::BackgroundProcess>> clients;
     const auto t0 = Clock::now();
     for (int c = 0; c < n; ++c) {
-      const std::string prompt = austen.substr((7 * c) % 40, s.prompt_bytes);
-      clients.push_back(std::make_unique<jobs::BackgroundProcess>(
-          std::vector<std::string>{runner, "client", "--servers", cluster.config_path(), "--key",
-                                   cluster.file("clients/bench.key"), "--prompt", prompt, "--tokens",
-                                   std::to_string(tokens), "--json", cluster.file(tag + std::to_string(c) + ".json")},
-          cluster.file(tag + std::to_string(c) + ".log")));
+      const std::string prompt = s.prompts.empty() ? austen.substr((7 * c) % 40, s.prompt_bytes)
+                                                   : s.prompts[std::size_t(c) % s.prompts.size()].substr(0, s.prompt_bytes);
+      std::vector<std::string> args{runner, "client", "--servers", cluster.config_path(), "--key",
+                                    cluster.file("clients/bench.key"), "--prompt", prompt, "--tokens",
+                                    std::to_string(tokens), "--json", cluster.file(tag + std::to_string(c) + ".json"),
+                                    "--link", client_link};
+      if (speculate > 0)
+        args.insert(args.end(), {"--speculate", std::to_string(speculate), "--draft", s.draft});
+      clients.push_back(std::make_unique<jobs::BackgroundProcess>(args, cluster.file(tag + std::to_string(c) + ".log")));
     }
     std::vector<json> reports;
     const auto deadline = t0 + std::chrono::seconds(s.batch_timeout_s);
@@ -166,21 +179,36 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
   (void)batch(1, 2, "warm");  // first-touch costs out of the way
 
   std::vector<json> rows;
-  for (int n : s.clients) {
+  std::map<int, std::vector<json>> plain_tokens;  // clients -> each client's tokens at K = 0 (same prompts)
+  for (int n : s.clients)
+  for (int spec : s.speculate) {
+    if (spec > 0 && max_batch < 2) continue;  // speculation runs in the batched steps
     std::array<std::size_t, 3> lines_before{};
     for (int i = 0; i < 3; ++i) lines_before[i] = read_steps(cluster.file("steps" + std::to_string(i) + ".jsonl")).size();
-    const auto [seconds, reports] = batch(n, s.tokens, "c" + std::to_string(n) + "-");
+    const auto [seconds, reports] = batch(n, s.tokens, "c" + std::to_string(n) + "-k" + std::to_string(spec) + "-", spec);
     // Rows print once the servers stop (they add the servers' peak RSS):
     // on a long run this line says how far it got.
-    std::fprintf(stderr, "serve preset: link %s, %d %s: done in %.1f s\n", link.c_str(), n, n == 1 ? "client" : "clients",
-                 seconds);
-    std::size_t total_tokens = 0;
+    std::fprintf(stderr, "serve preset: link %s, %d %s, speculate %d: done in %.1f s\n", link.c_str(), n,
+                 n == 1 ? "client" : "clients", spec, seconds);
+    std::size_t total_tokens = 0, verified_steps = 0, verified_tokens = 0;
     std::vector<double> ttft, per_token;
     for (const auto& r : reports) {
       total_tokens += r["tokens"].size();
       ttft.push_back(r["seconds_to_first_token"]);
       for (double t : r["token_seconds"]) per_token.push_back(t);
+      for (std::size_t a : r.value("accepted", std::vector<std::size_t>{})) {
+        ++verified_steps;
+        verified_tokens += a + 1;
+      }
     }
+    double token_sum = 0;
+    for (double t : per_token) token_sum += t;
+    // Greedy speculation must give K = 0's text: each client's tokens, same prompt.
+    std::vector<json> tokens_now;
+    for (const auto& r : reports) tokens_now.push_back(r["tokens"]);
+    if (spec == 0) plain_tokens[n] = tokens_now;
+    const bool compared = spec > 0 && plain_tokens.contains(n);
+    const bool identical = compared && plain_tokens[n] == tokens_now;
     // Servers' traffic in the batch: bytes per token (the busiest server),
     // and server 0's rounds per decoded token (clock steps within a
     // session; sessions that run at once advance each other's clocks).
@@ -190,7 +218,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
     double rounds_sum = 0;
     std::size_t rounds_n = 0;
     std::set<std::uint64_t> step_clocks;  // server 0's batched steps: one clock per step
-    std::size_t decoded = 0;
+    std::set<std::pair<std::uint64_t, std::uint64_t>> session_steps;  // (clock, session): a session's tokens of one step
     for (int i = 0; i < 3; ++i) {
       const auto lines = read_steps(cluster.file("steps" + std::to_string(i) + ".jsonl"));
       if (lines.size() <= lines_before[i] || lines_before[i] == 0) continue;
@@ -204,7 +232,7 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
         for (std::size_t k = 1; k < steps.size(); ++k, ++rounds_n) {
           rounds_sum += double(steps[k].rounds - steps[k - 1].rounds);
           step_clocks.insert(steps[k].rounds);
-          ++decoded;
+          session_steps.emplace(steps[k].rounds, session);
         }
     }
     const std::uint64_t bytes_max = merge_party_costs(online).bytes_max_party;
@@ -217,8 +245,16 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
                     {"tick_us", tick_us},
                     {"server_threads", threads},
                     {"lanes", lanes},
-                    {"mean_batch", max_batch > 1 && !step_clocks.empty() ? double(decoded) / double(step_clocks.size()) : 1.0},
+                    {"mean_batch", max_batch > 1 && !step_clocks.empty()
+                                       ? double(session_steps.size()) / double(step_clocks.size())
+                                       : 1.0},
                     {"clients", n},
+                    {"speculate", spec},
+                    {"draft", spec > 0 ? s.draft : "none"},
+                    {"client_link", client_link},
+                    {"tokens_per_step", verified_steps ? double(verified_tokens) / double(verified_steps) : 1.0},
+                    {"identical_to_k0", compared ? json(identical) : json(nullptr)},
+                    {"token_mean_s", per_token.empty() ? 0.0 : token_sum / double(per_token.size())},
                     {"tokens_per_client", s.tokens},
                     {"prompt_bytes", s.prompt_bytes},
                     {"wall_s", seconds},
@@ -242,6 +278,11 @@ std::vector<json> run_link(const Settings& s, const std::string& link, int max_b
                                                                 std::to_string(status) + ": " + server_log(i));
     reports.push_back(json::parse(in));
   }
+  // Speculating against K = 0, same servers, same clients, same run.
+  for (auto& r : rows)
+    for (const auto& base : rows)
+      if (base["speculate"] == 0 && base["clients"] == r["clients"] && base["token_mean_s"].get<double>() > 0)
+        r["token_mean_vs_k0"] = r["token_mean_s"].get<double>() / base["token_mean_s"].get<double>();
   const double one = rows.empty() ? 0.0 : rows.front()["tokens_per_s"].get<double>();
   for (auto& r : rows) {
     r["throughput_vs_1_client"] = one > 0 ? r["tokens_per_s"].get<double>() / one : 0.0;
@@ -284,6 +325,15 @@ int serve_preset_main(int argc, char** argv) {
                  "the servers' --lanes (batched steps in flight at once), comma-separated; 1: one step at a time")
       ->capture_default_str();
   app.add_option("--tokens", s.tokens, "tokens per client")->capture_default_str();
+  std::string speculate = "0";
+  app.add_option("--speculate", speculate,
+                 "the clients' --speculate, comma-separated: each K runs on the same servers (0: none)")
+      ->capture_default_str();
+  app.add_option("--draft", s.draft, "the speculating clients' --draft (lookup, ngram:FILE or model:DIR)")->capture_default_str();
+  std::string prompts_file;
+  app.add_option("--prompts", prompts_file, "client c's prompt: the first --prompt-bytes of line c of this file (cycled)");
+  app.add_option("--client-link", s.client_link, "the clients' emulated link (none, lan, wan, ...; same: the mesh's)")
+      ->capture_default_str();
   app.add_option("--prompt-bytes", s.prompt_bytes, "prompt length per client")->capture_default_str()->check(CLI::Range(1, 150));
   app.add_option("--model", s.model, "model folder (bytes as tokens)")->capture_default_str();
   app.add_option("--batch-timeout-s", s.batch_timeout_s,
@@ -296,6 +346,14 @@ int serve_preset_main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     s.clients = parse_list(clients);
+    s.speculate = parse_list(speculate);
+    if (!prompts_file.empty()) {
+      std::ifstream in(prompts_file);
+      if (!in) throw Error(ErrorCode::invalid_argument, "--prompts: cannot read '" + prompts_file + "'");
+      for (std::string line; std::getline(in, line);)
+        if (!line.empty()) s.prompts.push_back(line);
+      if (s.prompts.empty()) throw Error(ErrorCode::invalid_argument, "--prompts: '" + prompts_file + "' has no prompt");
+    }
     std::stringstream ls(links);
     for (std::string link; std::getline(ls, link, ',');) {
       std::vector<json> rows;

@@ -6,6 +6,7 @@
 import mpcache;
 #include "client_text.hpp"
 #include "cluster_config.hpp"
+#include "drafter_choice.hpp"
 #include "client.hpp"
 #include "serve_job.hpp"
 
@@ -32,6 +33,9 @@ int run_client(const ClientCliOptions& o) {
   job.on_retry = [](const std::string& note) { std::fprintf(stderr, "mpcache client: %s\n", note.c_str()); };
   job.temperature = o.temperature;
   job.seed = o.seed;
+  job.speculate = o.speculate;
+  if (o.speculate > 0)
+    job.draft = jobs::drafter_named(o.draft, tok->vocab_size(), [&tok](std::string_view text) { return tok->encode(text); });
   if (!o.ignore_eos) job.stop_tokens = tok->eos_ids();
   TextStream text(*tok);
   const auto r = jobs::run_client_job(job, [&](std::uint32_t id) {
@@ -59,7 +63,9 @@ int run_client(const ClientCliOptions& o) {
                               {"attempts", r.attempts},
                               {"seconds_to_accept", r.seconds_to_accept},
                               {"seconds_to_first_token", r.seconds_to_first_token},
-                              {"token_seconds", r.token_seconds}};
+                              {"token_seconds", r.token_seconds},
+                              {"speculate", o.speculate},
+                              {"accepted", r.accepted}};
     std::ofstream(o.json) << j.dump() << "\n";
   }
   return 0;

@@ -23,12 +23,14 @@ struct ClientCliOptions {
   bool ignore_eos = false;
   double temperature = 0;  // > 0: Gumbel-max sampling, the noise secret-shared (serve::ClientRequest)
   std::uint64_t seed = 0;
+  std::size_t speculate = 0;      // drafts each decode step verifies (0: none)
+  std::string draft = "lookup";   // the drafter: lookup | ngram:FILE (jobs::drafter_named)
   bool ids = false;        // print token ids, one line each, instead of text
   int timeout_ms = 60000;  // connect, and the longest a server may keep this client waiting
   std::size_t retries = 0;    // serve::RetryOptions: retries of a request the service failed
   int retry_wait_ms = 1000;
   std::string json;        // one JSON object: tokens, text, latencies
-  std::string fault;       // tests: garbage | vanish | stall (jobs::ClientJob::fault)
+  std::string fault;       // tests: garbage | vanish | stall | garbage-drafts | stall-drafts (jobs::ClientJob::fault)
 };
 
 int run_client(const ClientCliOptions& options);

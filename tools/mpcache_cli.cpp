@@ -209,6 +209,15 @@ CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const s
                   "0: greedy; > 0: sample (Gumbel-max: this client draws the noise from --seed and secret-shares it)")
       ->capture_default_str()->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--seed", o.seed, "the sampling noise's seed (the same seed, the same text)")->capture_default_str();
+  cmd->add_option("--speculate", o.speculate,
+                  "each decode step verifies up to K tokens this client drafts (0: none; greedy only); the text is "
+                  "the same, the servers learn how many each step accepted (docs/serving.md)")
+      ->capture_default_str()->check(CLI::Range(std::size_t{0}, mpcache::max_speculated_tokens));
+  cmd->add_option("--draft", o.draft,
+                  "the drafter for --speculate: lookup (continue an n-gram of the prompt or output), ngram:FILE "
+                  "(an n-gram model of the public text FILE, read here) or model:DIR (a public model folder with the "
+                  "same tokens, run here in the clear)")
+      ->capture_default_str();
   cmd->add_option("--timeout-ms", o.timeout_ms, "connect timeout, and the longest a server may stay silent (servers send a heartbeat each second, "
                                         "so a request that waits in the queue or a long prefill is not cut short)")
       ->capture_default_str()->check(CLI::Range(100, 3600000));
@@ -220,8 +229,9 @@ CLI::App* add_client(CLI::App& app, mpcache::tools::ClientCliOptions& o, const s
       ->capture_default_str()->check(CLI::Range(0, 3600000));
   cmd->add_option("--json", o.json, "write the result as one JSON object (tokens, text, latencies)");
   cmd->add_option("--fault", o.fault, "tests of the servers: garbage (a short prompt share for server 1), vanish "
-                                      "(leave after the first token) or stall (never send the prompt)")
-      ->check(CLI::IsMember({"garbage", "vanish", "stall"}));
+                                      "(leave after the first token), stall (never send the prompt), garbage-drafts "
+                                      "or stall-drafts (the first speculative step's rows: short for server 1, never sent)")
+      ->check(CLI::IsMember({"garbage", "vanish", "stall", "garbage-drafts", "stall-drafts"}));
   return cmd;
 }
 

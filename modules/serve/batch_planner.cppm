@@ -33,6 +33,14 @@ class BatchPlanner {
   // `server` (0, 1 or 2) holds the session for the batches; once all three
   // do, it is planned.
   void joined(std::uint64_t session, PartyId server);
+  // A speculating session: each step it starts uses up its readiness at
+  // every server (joined() again once its next rows came there).
+  void speculating(std::uint64_t session);
+  // Whether it is joined at all three (and so may be planned once free).
+  bool ready(std::uint64_t session) const;
+  // A speculating session, in no step, whose next rows have not yet come
+  // to all three servers (nor is it leaving).
+  bool awaiting_rows(std::uint64_t session) const;
   // Out of the batches (done, stopped, failed): never planned again. Its
   // departures, if any, are still told.
   void ended(std::uint64_t session);
@@ -66,6 +74,7 @@ class BatchPlanner {
   struct Member {
     unsigned servers = 0;         // bit i: server i holds it
     std::uint64_t last_turn = 0;  // the step it last started in; 0: none yet
+    bool each_step = false;       // speculating: joined anew for each step
   };
   std::vector<std::uint64_t> next_sessions() const;
 

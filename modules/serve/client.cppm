@@ -7,6 +7,7 @@ import mpcache.std;
 import mpcache.core;
 import mpcache.async;
 import mpcache.net;
+import mpcache.model;
 import :messages;
 
 export namespace mpcache::serve {
@@ -22,11 +23,20 @@ struct ClientRequest {
   // and secret-shares it (ServeRequest::sampled); 0: greedy.
   double temperature = 0;
   std::uint64_t seed = 0;
+  // Speculative decoding (greedy only): each decode step verifies up to
+  // `speculate` (0..max_speculated_tokens) tokens that `draft` proposes
+  // here, in the clear (empty: lookup_drafter()). The client sends each
+  // step's rows and so is on each step's critical path; the text is the
+  // same, and the servers learn how many each step accepted.
+  std::size_t speculate = 0;
+  Drafter draft = {};
   // Tests of the servers' fault isolation only: misbehave on purpose.
   // garbage_share: server 1's prompt share is cut short; vanish: the client
   // leaves once it has its first token (request() throws Error(cancelled));
-  // stall: it never sends its prompt, yet stays to read the replies.
-  enum class Fault { none, garbage_share, vanish, stall } fault = Fault::none;
+  // stall: it never sends its prompt, yet stays to read the replies;
+  // garbage_drafts (speculating): server 1's part of the first step's rows
+  // is cut short; stall_drafts: it never sends the first step's rows.
+  enum class Fault { none, garbage_share, vanish, stall, garbage_drafts, stall_drafts } fault = Fault::none;
 };
 
 enum class ClientEnd { budget, eos };
@@ -38,7 +48,9 @@ struct ClientResult {
   std::uint64_t session = 0;
   double seconds_to_accept = 0;        // request sent -> every server accepted (includes queueing)
   double seconds_to_first_token = 0;   // request sent -> first token
-  std::vector<double> token_seconds;   // each token after the first: time since the one before
+  std::vector<double> token_seconds;   // each token after the first: time since the one before (the
+                                       // tokens of one speculative step share its time evenly)
+  std::vector<std::size_t> accepted;   // speculating: the drafts each decode step accepted
 };
 
 // How a request failed, as a retry sees it: `retryable` when the service,
@@ -97,6 +109,11 @@ struct ClientOptions {
   // throws Error(cancelled) and every server ends the session (Endpoint::cancel_when).
   std::stop_token stop;
   RetryOptions retry;
+  // Benches: emulate this client's own network link (none: its real one).
+  // What it sends is held for the link's whole round trip and bandwidth,
+  // the servers' replies are not held: a client on each step's critical
+  // path (speculating) waits one round trip per step, as over a real link.
+  Link link;
 };
 
 // Connects, runs one request on a loop of its own, disconnects; again per

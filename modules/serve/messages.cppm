@@ -5,9 +5,15 @@
 //   request_stream  ServeRequest: nonce, shapes, policy, stop tokens (public)
 //   prompt_stream   the client's part of its secret one-hot prompt
 //                   (client_shares::split; server i gets part i)
+//   drafts_stream   speculating (ServeRequest::speculate > 0): before each
+//                   decode step, its part of the step's K'+1 one-hot rows
+//                   (the last token, then K' drafts); an empty frame ends
+//                   the generation (the client saw a stop token)
 // Server -> client, one stream (reply_stream), in order:
 //   'A' accepted (session number) or 'R' refused (why), then per chosen
-//   token 'T' + the server's part of it (client_shares::open_part), then
+//   token 'T' + the server's part of it (client_shares::open_part); a
+//   speculating session's decode steps send 'V' + n (8 bytes) + the part of
+//   the step's n tokens (the accepted drafts and the correction), then
 //   'D' done (tokens chosen) or 'F' failed (why). Beside it, an empty
 //   frame on heartbeat_stream every ServeOptions::heartbeat_every, which the
 //   client takes and ignores: it keeps the client's silence deadline from
@@ -40,6 +46,7 @@ inline constexpr StreamId request_stream = 0x0000'7265'7175'6573ull;  // "reques
 inline constexpr StreamId prompt_stream = 0x0000'7072'6F6D'7074ull;   // "prompt"
 inline constexpr StreamId reply_stream = 0x0000'7265'706C'7921ull;    // "reply!"
 inline constexpr StreamId noise_stream = 0x0000'6E6F'6973'6521ull;    // "noise!": Gumbel noise shares (sampled requests)
+inline constexpr StreamId drafts_stream = 0x0000'6472'6166'7473ull;   // "drafts": each step's rows (speculating requests)
 inline constexpr StreamId goodbye_stream = 0x0000'6279'6521'2121ull;  // "bye!!!": never sent; its wait ends when the link does
 // Mesh streams of the service (scope 0).
 inline constexpr StreamId announce_stream = 0x0000'616E'6E6F'756Eull;  // "announ"
@@ -63,17 +70,28 @@ struct ServeRequest {
   // the argmax of the logits plus its row (the Gumbel-max trick: the noise
   // is temperature x Gumbel(0, 1), drawn by the client; no server learns it).
   bool sampled = false;
+  // Speculation: each decode step verifies up to this many tokens the
+  // client drafted (0: none). The client sends each step's rows on
+  // drafts_stream; every server learns how many each step accepted.
+  std::uint64_t speculate = 0;
 
   std::vector<std::byte> encode() const;
   // Throws Error(protocol) naming what is malformed.
   static ServeRequest decode(std::span<const std::byte> bytes);
 };
 
-enum class ReplyKind : std::uint8_t { accepted = 'A', refused = 'R', token = 'T', done = 'D', failed = 'F' };
+enum class ReplyKind : std::uint8_t {
+  accepted = 'A',
+  refused = 'R',
+  token = 'T',
+  verified = 'V',  // a speculative step's tokens
+  done = 'D',
+  failed = 'F'
+};
 
 struct Reply {
   ReplyKind kind = ReplyKind::failed;
-  std::vector<std::byte> body;  // session number (8 bytes), a token part, tokens chosen (8 bytes) or why (text)
+  std::vector<std::byte> body;  // session number (8 bytes), a token part, n + n tokens' part, tokens chosen (8 bytes) or why (text)
 
   std::vector<std::byte> encode() const;
   static Reply decode(std::span<const std::byte> bytes, const std::string& from);

@@ -126,8 +126,10 @@ struct ServeStats {
   CostCounters setup_costs;   // this server's traffic for them (the weights cross once per start)
   std::uint64_t sessions_done = 0, sessions_failed = 0, refused = 0;
   // Batched decoding: steps run, and rows in them (one per session per
-  // step); rows / steps is the mean batch.
+  // step, K'+1 for a speculating one); rows / steps is the mean batch.
   std::uint64_t batched_steps = 0, batched_rows = 0;
+  // Steps with a speculating session, and those also with one that is not.
+  std::uint64_t speculative_steps = 0, mixed_steps = 0;
   // The offline refills (DCF keys, truncation pairs). Comparisons = dcf:
   // how the steps' deals were served (Rss3DcfStats: from the store,
   // inline, deals the store could not fully serve).

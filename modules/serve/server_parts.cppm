@@ -84,6 +84,16 @@ struct Sequence {
   bool stop_test_due = false;  // row's stop test is opened alongside the next step
   std::size_t chosen = 0;      // tokens chosen so far
   std::optional<Rss3Share> noise;  // sampled: (new_tokens, vocab) Gumbel noise shares, row `chosen` is the next token's
+  // Speculating (ServeRequest::speculate > 0): each step's rows come from
+  // the client (drafts_due() + 1 of them: the last token, then the drafts),
+  // and `row` is unused.
+  std::size_t speculate = 0;
+  std::optional<Rss3Share> drafted;  // the next step's rows, once they came here
+  // Drafts the next step verifies: as many as the budget leaves room for.
+  std::size_t drafts_due() const {
+    const std::size_t left = request->request.new_tokens - chosen;
+    return left == 0 ? 0 : std::min(speculate, left - 1);
+  }
   bool ended = false;
   std::string failure;  // why it ended early; "" once done
 };
@@ -226,6 +236,9 @@ class Sessions {
 
   // The chosen token's index to the client (this server's part of it).
   void send_token(Sequence& seq);
+  // A speculative step's tokens (n, 1), the accepted drafts and the
+  // correction, to the client (this server's part of them).
+  void send_verified(Sequence& seq, const Rss3Share& tokens);
   // Whether the last chosen token is a stop token, still secret (1, 1): the
   // sum of its one-hot entries at the stop ids.
   static Rss3Share stop_test(const Sequence& seq);
@@ -253,7 +266,7 @@ class Sessions {
 // together, in the steps the leader plans (BatchPlanner) and every server runs.
 class Batcher {
  public:
-  Batcher(ServerContext& server, Sessions& sessions);
+  Batcher(ServerContext& server, Sessions& sessions, Liveness& liveness);
 
   // Once the model is shared: the leader's lanes and its ear for servers 1
   // and 2, or a follower's loop over the leader's plans.
@@ -283,9 +296,23 @@ class Batcher {
   Task<void> hear_batch_ready(PartyId peer);
   Task<void> run_step(Rss3& p, const std::vector<std::uint64_t>& sessions);
   void lose_mesh(const std::string& why);
+  // Speculating sessions (src/serve/batch_drafts.cpp): each step's rows
+  // from the client, and what a step does with them.
+  Task<void> receive_drafts(std::shared_ptr<Sequence> seq);
+  Task<void> wait_for_drafts(const std::vector<std::uint64_t>& last, double last_seconds);
+  void drafts_came(std::uint64_t session);
+  void drafts_failed(std::uint64_t session, const std::string& failure);
+  using DraftedRows = DraftRows<Rss3, kv::AnyPolicy<Rss3>>;
+  // After the step's argmax: each speculating sequence's acceptance (all
+  // in the same rounds), its tokens to its client, its cache and policy as
+  // its last accepted row left them. `rows`: its step's one-hot rows;
+  // `chosen`: their argmaxes, one-hot.
+  Task<void> accept_drafts_of(Rss3& p, const std::vector<Sequence*>& seqs, const std::vector<Rss3Share>& rows,
+                              const std::vector<Rss3Share>& chosen, std::vector<std::unique_ptr<DraftedRows>>& kept);
 
   ServerContext& s_;
   Sessions& sessions_;
+  Liveness& liveness_;
   std::map<std::uint64_t, std::shared_ptr<Sequence>> decoding_;  // joined here, not yet ended
   std::map<std::uint64_t, std::string> left_early_;              // others: left before they joined here
   BatchPlanner planner_;

@@ -16,6 +16,7 @@ import mpcache;
 #include "cluster_config.hpp"
 #include "cluster_connect.hpp"
 #include "door_keeper.hpp"
+#include "drafter_choice.hpp"
 #include "party_job.hpp"
 #include "serve_job.hpp"
 #include "stop_on_signal.hpp"
@@ -279,6 +280,8 @@ int run_server(const ServeJob& o) {
     report["refused"] = stats.refused;
     report["batched_steps"] = stats.batched_steps;
     report["batched_rows"] = stats.batched_rows;
+    report["speculative_steps"] = stats.speculative_steps;
+    report["mixed_steps"] = stats.mixed_steps;
     report["offline_refills"] = stats.offline.refills;
     report["offline_bytes_sent"] = stats.offline.bytes;
     report["offline_s"] = stats.offline.seconds;
@@ -323,6 +326,7 @@ ClientReport run_client_job(const ClientJob& o, const std::function<void(std::ui
   co.retry.retries = o.retries;
   co.retry.wait = std::chrono::milliseconds(o.retry_wait_ms);
   co.retry.on_retry = o.on_retry;
+  co.link = link_named(o.link);
   serve::ClientRequest req;
   req.prompt = o.prompt;
   req.new_tokens = o.tokens;
@@ -331,13 +335,19 @@ ClientReport run_client_job(const ClientJob& o, const std::function<void(std::ui
   req.stop_tokens = o.stop_tokens;
   req.temperature = o.temperature;
   req.seed = o.seed;
+  req.speculate = o.speculate;
+  req.draft = o.draft;
   if (o.fault == "garbage") req.fault = serve::ClientRequest::Fault::garbage_share;
   else if (o.fault == "vanish") req.fault = serve::ClientRequest::Fault::vanish;
   else if (o.fault == "stall") req.fault = serve::ClientRequest::Fault::stall;
-  else if (!o.fault.empty()) throw Error(ErrorCode::invalid_argument, "--fault '" + o.fault + "': garbage, vanish or stall");
+  else if (o.fault == "garbage-drafts") req.fault = serve::ClientRequest::Fault::garbage_drafts;
+  else if (o.fault == "stall-drafts") req.fault = serve::ClientRequest::Fault::stall_drafts;
+  else if (!o.fault.empty())
+    throw Error(ErrorCode::invalid_argument,
+                "--fault '" + o.fault + "': garbage, vanish, stall, garbage-drafts or stall-drafts");
   const auto r = serve::run_client(co, req, on_token);
-  return {r.session,      r.tokens, r.end == serve::ClientEnd::eos, r.seconds_to_accept, r.seconds_to_first_token,
-          r.token_seconds, r.attempts};
+  return {r.session,       r.tokens,   r.end == serve::ClientEnd::eos, r.seconds_to_accept, r.seconds_to_first_token,
+          r.token_seconds, r.attempts, r.accepted};
 }
 
 int serve_main(int argc, char** argv) {
@@ -365,15 +375,26 @@ int client_main(int argc, char** argv) {
   app.add_option("--timeout-ms", job.timeout_ms, "connect and silence deadline");
   app.add_option("--json", out, "write the report here");
   app.add_option("--fault", job.fault, "tests: garbage (a short prompt share for server 1), vanish (leave after a token) or stall (never send the prompt)");
+  std::string draft = "lookup";
+  app.add_option("--speculate", job.speculate, "drafts each decode step verifies (0: none)");
+  app.add_option("--draft", draft, "the drafter for --speculate: lookup, ngram:FILE or model:DIR (bytes)");
+  app.add_option("--link", job.link, "this client's emulated link: none, lan, wan or RTT_MS:MBYTES_PER_S");
   CLI11_PARSE(app, argc, argv);
   try {
     for (unsigned char c : prompt) job.prompt.push_back(c);
+    if (job.speculate > 0)
+      job.draft = drafter_named(draft, /*target_vocab=*/256, [](std::string_view text) {  // byte tokens
+        std::vector<std::uint32_t> ids;
+        for (unsigned char c : text) ids.push_back(c);
+        return ids;
+      });
     const auto r = run_client_job(job);
     const json report = {{"session", r.session},
                          {"tokens", r.tokens},
                          {"seconds_to_accept", r.seconds_to_accept},
                          {"seconds_to_first_token", r.seconds_to_first_token},
-                         {"token_seconds", r.token_seconds}};
+                         {"token_seconds", r.token_seconds},
+                         {"accepted", r.accepted}};
     if (out.empty()) std::printf("%s\n", report.dump().c_str());
     else write_text_file(out, report.dump() + "\n", false);
     return 0;

@@ -76,8 +76,12 @@ struct ClientJob {
   int timeout_ms = 60000;
   double temperature = 0;   // > 0: Gumbel-max sampling (serve::ClientRequest::temperature)
   std::uint64_t seed = 0;   // the noise's seed
+  std::size_t speculate = 0;  // drafts each decode step verifies (serve::ClientRequest::speculate)
+  Drafter draft = {};         // the client's drafter (jobs::drafter_named); empty: lookup
+  std::string link = "none";  // benches: this client's emulated link (serve::ClientOptions::link)
   std::stop_token stop;  // a stop requested here ends the request (serve::ClientOptions::stop)
-  std::string fault;  // tests: "garbage" (a short prompt share for server 1), "vanish" (leave after a token), "stall" (no prompt)
+  std::string fault;  // tests: "garbage" (a short prompt share for server 1), "vanish" (leave after a token), "stall" (no prompt),
+                      // "garbage-drafts", "stall-drafts" (the first speculative step's rows: short for server 1, never sent)
   std::size_t retries = 0;  // serve::RetryOptions
   int retry_wait_ms = 1000;
   std::function<void(const std::string&)> on_retry;  // told of each retry (serve::RetryOptions::on_retry)
@@ -90,6 +94,7 @@ struct ClientReport {
   double seconds_to_accept = 0, seconds_to_first_token = 0;
   std::vector<double> token_seconds;
   std::size_t attempts = 1;
+  std::vector<std::size_t> accepted;  // speculating: drafts accepted per decode step
 };
 
 ClientReport run_client_job(const ClientJob& job, const std::function<void(std::uint32_t)>& on_token = {});

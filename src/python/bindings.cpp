@@ -21,6 +21,7 @@ import mpcache.text;
 import mpcache;
 #include "client_text.hpp"
 #include "cluster_config.hpp"
+#include "drafter_choice.hpp"
 #include "generate_job.hpp"
 #include "generation_report.hpp"
 #include "serve_job.hpp"
@@ -278,7 +279,7 @@ class Client {
 
   std::unique_ptr<Stream> stream(const std::string& prompt, std::size_t tokens, const std::string& policy,
                                  std::size_t budget, bool ignore_eos, double temperature, std::uint64_t seed,
-                                 const std::string& fault) {
+                                 const std::string& fault, std::size_t speculate, const std::string& draft) {
     jobs::ClientJob job;
     job.servers = servers_;
     job.key = key_;
@@ -292,6 +293,11 @@ class Client {
     job.temperature = temperature;
     job.seed = seed;
     job.fault = fault;
+    job.speculate = speculate;
+    if (speculate > 0) {
+      auto tok = tok_;
+      job.draft = jobs::drafter_named(draft, tok->vocab_size(), [tok](std::string_view text) { return tok->encode(text); });
+    }
     job.retries = retries_;
     job.retry_wait_ms = retry_wait_ms_;
     if (!ignore_eos) job.stop_tokens = tok_->eos_ids();
@@ -354,7 +360,8 @@ PYBIND11_MODULE(_mpcache, m) {
            py::arg("key"), py::arg("model"), py::arg("tokenizer"), py::arg("timeout_ms"), py::arg("retries"),
            py::arg("retry_wait_ms"))
       .def("stream", &Client::stream, py::arg("prompt"), py::arg("tokens"), py::arg("policy"), py::arg("budget"),
-           py::arg("ignore_eos"), py::arg("temperature"), py::arg("seed"), py::arg("fault"))
+           py::arg("ignore_eos"), py::arg("temperature"), py::arg("seed"), py::arg("fault"), py::arg("speculate"),
+           py::arg("draft"))
       .def("encode", &Client::encode)
       .def("eos_ids", &Client::eos_ids)
       .def("max_positions", &Client::max_positions)

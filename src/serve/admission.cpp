@@ -41,13 +41,24 @@ std::string request_problem(const ServeOptions& options, const ModelConfig& conf
   for (auto t : q.stop_tokens)
     if (t >= config.vocab_size)
       return "stop token " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(config.vocab_size);
+  if (q.speculate > max_speculated_tokens)
+    return "speculation of " + std::to_string(q.speculate) + " tokens a step, outside 0.." +
+           std::to_string(max_speculated_tokens);
+  if (q.speculate > 0 && q.sampled)
+    return "speculation verifies greedy choices; it cannot sample (temperature > 0)";
+  if (q.speculate > 0 && options.max_batch < 2)
+    return "speculation runs in the batched steps, and this service does not batch (max batch " +
+           std::to_string(options.max_batch) + ")";
   try {
-    (void)kv::make_policy<Rss3>(q.policy, q.budget == 0 ? kv::default_budget(q.policy) : q.budget);
+    const auto policy = kv::make_policy<Rss3>(q.policy, q.budget == 0 ? kv::default_budget(q.policy) : q.budget);
+    if (q.speculate > 0) check_speculative_policy<kv::AnyPolicy<Rss3>, Rss3>(policy);
   } catch (const Error& e) {
     return e.what();
   }
   if (session_memory_bytes(config, q) > options.kv_bytes_limit)
-    return std::string(q.sampled ? "its KV cache and sampling noise (" : "its KV cache (") +
+    return std::string(q.speculate > 0 ? "its KV cache, with a copy per draft for each step's rows, ("
+                       : q.sampled   ? "its KV cache and sampling noise ("
+                                     : "its KV cache (") +
            std::to_string(session_memory_bytes(config, q)) + " bytes) exceeds this service's limit of " +
            std::to_string(options.kv_bytes_limit);
   return {};

@@ -17,6 +17,19 @@ void BatchPlanner::joined(std::uint64_t session, PartyId server) {
   members_[session].servers |= 1u << server;
 }
 
+void BatchPlanner::speculating(std::uint64_t session) { members_[session].each_step = true; }
+
+bool BatchPlanner::ready(std::uint64_t session) const {
+  auto it = members_.find(session);
+  return it != members_.end() && it->second.servers == all_servers;
+}
+
+bool BatchPlanner::awaiting_rows(std::uint64_t session) const {
+  auto it = members_.find(session);
+  return it != members_.end() && it->second.each_step && it->second.servers != all_servers && !stepping(session) &&
+         !departing(session);
+}
+
 void BatchPlanner::ended(std::uint64_t session) { members_.erase(session); }
 
 void BatchPlanner::depart(std::uint64_t session, std::string why) { departing_.emplace_back(session, std::move(why)); }
@@ -76,7 +89,10 @@ void BatchPlanner::start(std::size_t lane, const std::vector<std::uint64_t>& ses
   ++steps_started_;
   for (auto session : sessions) {
     stepping_.insert(session);
-    if (auto it = members_.find(session); it != members_.end()) it->second.last_turn = steps_started_;
+    if (auto it = members_.find(session); it != members_.end()) {
+      it->second.last_turn = steps_started_;
+      if (it->second.each_step) it->second.servers = 0;
+    }
   }
 }
 

@@ -15,9 +15,10 @@ import mpcache.model;
 namespace mpcache::serve {
 
 // Not batching (max_batch < 2), the planner is never asked: 1 keeps it valid.
-Batcher::Batcher(ServerContext& server, Sessions& sessions)
+Batcher::Batcher(ServerContext& server, Sessions& sessions, Liveness& liveness)
     : s_(server),
       sessions_(sessions),
+      liveness_(liveness),
       planner_(std::max<std::size_t>(server.options.max_batch, 1), lanes()),
       store_refill_(server.options.refill_steps_ahead) {}
 
@@ -48,9 +49,16 @@ Task<void> Batcher::join_batches(std::shared_ptr<Sequence> seq) {
     left_early_.erase(it);
     co_return;
   }
-  if (s_.id() != leader) s_.mesh.send(leader, batch_ready_stream, BatchReady{session, true, {}}.encode());
-  if (s_.id() == leader) planner_.joined(session, leader);
+  // A speculating session is ready for a step once its rows came
+  // (receive_drafts), at every server, for each step anew.
+  if (s_.id() != leader && seq->speculate == 0)
+    s_.mesh.send(leader, batch_ready_stream, BatchReady{session, true, {}}.encode());
+  if (s_.id() == leader) {
+    if (seq->speculate > 0) planner_.speculating(session);
+    else planner_.joined(session, leader);
+  }
   decoding_[session] = seq;
+  if (seq->speculate > 0) s_.tasks.spawn(receive_drafts(seq));
   s_.changed.notify();
   while (!seq->ended) co_await s_.changed.wait();
 }
@@ -86,9 +94,12 @@ void Batcher::end_sequence(Sequence& seq, const std::string& failure) {
 }
 
 Task<void> Batcher::lead_lane(std::size_t lane) {
+  std::vector<std::uint64_t> last;  // the sessions of this lane's last step
+  double last_seconds = 0;          // and how long it took
   for (;;) {
     while (!s_.mesh.cancelled() && !planner_.has_work()) co_await s_.changed.wait();
     if (s_.mesh.cancelled()) co_return;
+    co_await wait_for_drafts(last, last_seconds);
     for (const auto& [session, seq] : decoding_)  // clients gone, sessions cut by a drain
       if (auto why = s_.mesh.scope_cancelled(scope_of(session)); !why.empty() && !planner_.departing(session))
         planner_.depart(session, why);
@@ -97,7 +108,11 @@ Task<void> Batcher::lead_lane(std::size_t lane) {
     if (step.sessions.empty() && step.departures.empty()) continue;
     if (!step.sessions.empty()) begin_step(lane, step.sessions);
     for (PartyId peer = 1; peer < 3; ++peer) s_.mesh.send(peer, batch_stream, step.encode());
-    if (!step.sessions.empty()) co_await run_lane_step(lane, step.sessions);
+    if (step.sessions.empty()) continue;
+    const auto t0 = SteadyClock::now();
+    co_await run_lane_step(lane, step.sessions);
+    last = step.sessions;
+    last_seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   }
 }
 
@@ -171,7 +186,9 @@ Task<void> Batcher::hear_batch_ready(PartyId peer) {
 
 // One batched decode step of `sessions` (rows in that order), the same at
 // every server: the stop tests due ride along, then one argmax for the
-// sessions that go on, and each one's token to its client.
+// sessions that go on, and each one's token to its client. A speculating
+// session's rows (its last token and its drafts, from its client) sit side
+// by side in the step (DraftRows); its acceptance follows the argmax.
 Task<void> Batcher::run_step(Rss3& p, const std::vector<std::uint64_t>& sessions) {
   std::vector<std::shared_ptr<Sequence>> batch;
   for (auto session : sessions) {
@@ -179,16 +196,36 @@ Task<void> Batcher::run_step(Rss3& p, const std::vector<std::uint64_t>& sessions
     if (it == decoding_.end())
       co_return lose_mesh("server 0 planned a decode step of session " + std::to_string(session) +
                           ", which is not decoding at server " + std::to_string(s_.id()));
+    if (it->second->speculate > 0 && !it->second->drafted)
+      co_return lose_mesh("server 0 planned a decode step of session " + std::to_string(session) +
+                          ", whose drafted rows have not come to server " + std::to_string(s_.id()));
     batch.push_back(it->second);
   }
+  // Each sequence's rows: one, or a speculating one's K'+1.
+  std::vector<Rss3Share> drafted(batch.size());
+  std::vector<std::size_t> first_row(batch.size() + 1, 0);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i]->speculate > 0) drafted[i] = *std::exchange(batch[i]->drafted, std::nullopt);
+    first_row[i + 1] = first_row[i] + (batch[i]->speculate > 0 ? Rss3::shape(drafted[i]).at(0) : 1);
+  }
   ++s_.stats.batched_steps;
-  s_.stats.batched_rows += batch.size();
+  s_.stats.batched_rows += first_row.back();
+  const auto speculating_now = std::count_if(batch.begin(), batch.end(), [](const auto& seq) { return seq->speculate > 0; });
+  if (speculating_now > 0) ++s_.stats.speculative_steps;
+  if (speculating_now > 0 && speculating_now < std::ssize(batch)) ++s_.stats.mixed_steps;
   try {
-    co_await store_refill_.before_step(*s_.party, p, batch.size());  // offline, before the step's window
+    co_await store_refill_.before_step(*s_.party, p, first_row.back());  // offline, before the step's window
     std::vector<Decoder<Rss3>::BatchSlot<kv::AnyPolicy<Rss3>>> slots;
+    std::vector<std::unique_ptr<DraftedRows>> draft_rows(batch.size());
     std::vector<std::size_t> tested;
     std::optional<Rss3Share> tests;
     for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i]->speculate > 0) {
+        draft_rows[i] = std::make_unique<DraftedRows>(*batch[i]->decoder, *batch[i]->policy,
+                                                      Rss3::shape(drafted[i]).at(0) - 1);
+        draft_rows[i]->add_slots(slots, drafted[i]);
+        continue;
+      }
       slots.push_back({batch[i]->decoder.get(), batch[i]->policy.get(), batch[i]->row});
       if (!batch[i]->stop_test_due) continue;
       tested.push_back(i);
@@ -221,25 +258,40 @@ Task<void> Batcher::run_step(Rss3& p, const std::vector<std::uint64_t>& sessions
       rows = std::move(logits);  // the usual step: every session goes on, no copy
     } else {
       for (std::size_t i : going) {
-        auto row = ops::rows<Rss3>(logits, i, i + 1);
+        auto row = ops::rows<Rss3>(logits, first_row[i], first_row[i + 1]);
         rows = rows ? ops::stack_rows<Rss3>(*rows, row) : row;
       }
     }
     Rss3Share chosen;
     {
       auto scope = cost_scope(p, CostTag::argmax);
-      std::vector<const Sequence*> going_seqs;
-      for (std::size_t i : going) going_seqs.push_back(batch[i].get());
-      chosen = co_await ops::argmax_onehot_last(p, Sessions::with_noise(p, std::move(*rows), going_seqs,
+      std::vector<const Sequence*> row_seqs;  // one per row (a speculating one: never sampled, no noise)
+      for (std::size_t i : going) row_seqs.insert(row_seqs.end(), first_row[i + 1] - first_row[i], batch[i].get());
+      chosen = co_await ops::argmax_onehot_last(p, Sessions::with_noise(p, std::move(*rows), row_seqs,
                                                                          s_.config.vocab_size));
     }
-    for (std::size_t k = 0; k < going.size(); ++k) {
-      Sequence& seq = *batch[going[k]];
-      seq.row = ops::rows<Rss3>(chosen, k, k + 1);
+    std::vector<Sequence*> speculating;
+    std::vector<Rss3Share> spec_rows, spec_chosen;
+    std::vector<std::unique_ptr<DraftedRows>> spec_kept;
+    std::size_t at = 0;  // row of `chosen`
+    for (std::size_t i : going) {
+      Sequence& seq = *batch[i];
+      const std::size_t n = first_row[i + 1] - first_row[i];
+      if (seq.speculate > 0) {
+        speculating.push_back(&seq);
+        spec_rows.push_back(std::move(drafted[i]));
+        spec_chosen.push_back(ops::rows<Rss3>(chosen, at, at + n));
+        spec_kept.push_back(std::move(draft_rows[i]));
+        at += n;
+        continue;
+      }
+      seq.row = ops::rows<Rss3>(chosen, at, at + 1);
+      ++at;
       sessions_.send_token(seq);
       seq.stop_test_due = !seq.request->request.stop_tokens.empty();
       if (seq.chosen == seq.request->request.new_tokens) end_sequence(seq, "");
     }
+    if (!speculating.empty()) co_await accept_drafts_of(p, speculating, spec_rows, spec_chosen, spec_kept);
   } catch (const Error& e) {
     // The step's streams are the mesh's own: a failure here is the mesh's.
     co_return lose_mesh(std::string("a batched decode step failed: ") + e.what());

@@ -4,6 +4,7 @@ import mpcache.core;
 import mpcache.async;
 import mpcache.net;
 import mpcache.proto;
+import mpcache.model;
 
 namespace mpcache::serve {
 
@@ -106,6 +107,14 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
     throw Error(ErrorCode::invalid_argument, "serve::request: temperature " + std::to_string(req.temperature) +
                                                  " is not in 0..100");
   q.sampled = req.temperature > 0;
+  if (req.speculate > max_speculated_tokens)
+    throw Error(ErrorCode::invalid_argument, "serve::request: speculate " + std::to_string(req.speculate) +
+                                                 " tokens a step, outside 0.." + std::to_string(max_speculated_tokens));
+  if (req.speculate > 0 && q.sampled)
+    throw Error(ErrorCode::invalid_argument,
+                "serve::request: speculation verifies greedy choices; it cannot sample (temperature > 0)");
+  q.speculate = req.speculate;
+  const Drafter draft = req.speculate == 0 ? Drafter{} : req.draft ? req.draft : lookup_drafter();
   const bool may_retry = req.fault == ClientRequest::Fault::none;
   const auto header = q.encode();
   for (PartyId s = 0; s < 3; ++s) endpoint.send(s, request_stream, header);
@@ -132,9 +141,12 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
     if (t >= vocab)
       throw Error(ErrorCode::invalid_argument, "prompt token " + std::to_string(t) + " is outside the model's vocabulary of " +
                                                    std::to_string(vocab));
-  RingTensor hot = ring_zeros({req.prompt.size(), vocab});
-  for (std::size_t i = 0; i < req.prompt.size(); ++i) hot(i, req.prompt[i]) = 1;
-  auto parts = client_shares::split(hot);
+  auto one_hot_rows = [vocab](std::span<const std::uint32_t> tokens) {
+    RingTensor hot = ring_zeros({tokens.size(), vocab});
+    for (std::size_t i = 0; i < tokens.size(); ++i) hot(i, tokens[i]) = 1;
+    return hot;
+  };
+  auto parts = client_shares::split(one_hot_rows(req.prompt));
   if (req.fault == ClientRequest::Fault::garbage_share) parts[1].resize(parts[1].size() / 2);
   if (req.fault != ClientRequest::Fault::stall)
     for (PartyId s = 0; s < 3; ++s) endpoint.send(s, prompt_stream, parts[s]);
@@ -143,48 +155,103 @@ Task<ClientResult> request(Endpoint& endpoint, const ClientRequest& req, std::fu
     for (PartyId s = 0; s < 3; ++s) endpoint.send(s, noise_stream, noise[s]);
   }
 
+  // Speculating: what the drafter sees (the prompt and every token chosen),
+  // and the tokens the servers chose, also those past a stop token.
+  std::vector<std::uint32_t> context;
+  if (draft) context = req.prompt;
+  std::size_t chosen = 0;
+  bool stop_seen = false;  // speculating: a stop token came, the rest of its step is not streamed
+  bool told_end = false;   // and the servers were told that generation ended
   auto last = Clock::now();
   for (;;) {
     std::array<std::vector<std::byte>, 3> token_parts;
     std::optional<std::uint64_t> done;
+    std::optional<ReplyKind> kind;
+    std::uint64_t count = 1;
     for (PartyId s = 0; s < 3; ++s) {
-      const Reply r = co_await next_reply(endpoint, s, may_retry);
+      Reply r = co_await next_reply(endpoint, s, may_retry);
+      if (r.kind == ReplyKind::token || r.kind == ReplyKind::verified || r.kind == ReplyKind::done) {
+        if (kind && *kind != r.kind)
+          throw Error(ErrorCode::protocol, "the servers disagree on whether generation ended or how a step was chosen");
+        kind = r.kind;
+      }
       if (r.kind == ReplyKind::token) {
-        if (done) throw Error(ErrorCode::protocol, "the servers disagree on whether generation ended");
         token_parts[s] = r.body;
+      } else if (r.kind == ReplyKind::verified) {
+        ByteReader reader(std::span<const std::byte>(r.body).first(std::min<std::size_t>(8, r.body.size())),
+                          server_name(s) + "'s verified step");
+        const std::uint64_t n = reader.u64();
+        if (n == 0 || n > req.speculate + 1 || (s > 0 && n != count))
+          throw Error(ErrorCode::protocol, server_name(s) + " sent a verified step of " + std::to_string(n) + " tokens" +
+                                               (s > 0 ? " where server 0 sent " + std::to_string(count) : ""));
+        count = n;
+        token_parts[s].assign(r.body.begin() + 8, r.body.end());
       } else if (r.kind == ReplyKind::done) {
-        if (s > 0 && !done) throw Error(ErrorCode::protocol, "the servers disagree on whether generation ended");
         done = r.number();
       } else {
         refused_by(s, r, may_retry);
       }
     }
     if (done) {
-      if (*done != result.tokens.size())
+      if (*done != chosen)
         throw Error(ErrorCode::protocol, "the servers report " + std::to_string(*done) + " tokens, the client got " +
-                                             std::to_string(result.tokens.size()));
+                                             std::to_string(chosen));
       break;
     }
-    const RingTensor token = client_shares::reconstruct(token_parts, {1, 1});
-    if (token(0, 0) >= vocab) throw Error(ErrorCode::protocol, "the servers opened token " + std::to_string(token(0, 0)) +
-                                                                    ", outside the vocabulary");
-    const auto id = static_cast<std::uint32_t>(token(0, 0));
+    if (told_end) throw Error(ErrorCode::protocol, "the servers went on after the client ended the generation");
+    const RingTensor tokens = client_shares::reconstruct(token_parts, {count, 1});
+    if (chosen + count > req.new_tokens)
+      throw Error(ErrorCode::protocol, "the servers chose " + std::to_string(chosen + count) + " tokens of " +
+                                           std::to_string(req.new_tokens));
+    if (*kind == ReplyKind::verified) result.accepted.push_back(count - 1);
     const auto now = Clock::now();
-    if (result.tokens.empty())
-      result.seconds_to_first_token = std::chrono::duration<double>(now - t0).count();
-    else
-      result.token_seconds.push_back(std::chrono::duration<double>(now - last).count());
+    const double each = std::chrono::duration<double>(now - last).count() / static_cast<double>(count);
     last = now;
-    result.tokens.push_back(id);
-    if (on_token) on_token(id);
-    if (req.fault == ClientRequest::Fault::vanish)
-      throw Error(ErrorCode::cancelled, "the client left after its first token (a test's fault)");
-    if (std::find(req.stop_tokens.begin(), req.stop_tokens.end(), id) != req.stop_tokens.end()) result.end = ClientEnd::eos;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (tokens(i, 0) >= vocab)
+        throw Error(ErrorCode::protocol, "the servers opened token " + std::to_string(tokens(i, 0)) +
+                                             ", outside the vocabulary");
+      const auto id = static_cast<std::uint32_t>(tokens(i, 0));
+      ++chosen;
+      if (draft) context.push_back(id);
+      if (stop_seen) continue;  // past a stop token within a verified step: not part of the text
+      if (result.tokens.empty())
+        result.seconds_to_first_token = std::chrono::duration<double>(now - t0).count();
+      else
+        result.token_seconds.push_back(each);
+      result.tokens.push_back(id);
+      if (on_token) on_token(id);
+      if (req.fault == ClientRequest::Fault::vanish)
+        throw Error(ErrorCode::cancelled, "the client left after its first token (a test's fault)");
+      if (std::find(req.stop_tokens.begin(), req.stop_tokens.end(), id) != req.stop_tokens.end()) {
+        result.end = ClientEnd::eos;
+        stop_seen = draft != nullptr;
+      }
+    }
+    if (!draft) continue;
+    // The next step's rows: the last token and the drafts the budget leaves room for.
+    if (stop_seen) {  // the servers answer with done
+      for (PartyId s = 0; s < 3; ++s) endpoint.send(s, drafts_stream, std::vector<std::byte>{});
+      told_end = true;
+      continue;
+    }
+    if (chosen >= req.new_tokens) continue;
+    const std::size_t k = std::min<std::size_t>(req.speculate, req.new_tokens - chosen - 1);
+    std::vector<std::uint32_t> rows = draft(context, k);
+    if (rows.size() != k)
+      throw Error(ErrorCode::invalid_argument, "serve::request: the drafter gave " + std::to_string(rows.size()) +
+                                                   " tokens for " + std::to_string(k));
+    for (auto t : rows)
+      if (t >= vocab)
+        throw Error(ErrorCode::invalid_argument, "serve::request: the drafter proposed token " + std::to_string(t) +
+                                                     ", outside the vocabulary of " + std::to_string(vocab));
+    rows.insert(rows.begin(), context.back());
+    auto step_parts = client_shares::split(one_hot_rows(rows));
+    const bool first = result.accepted.empty();
+    if (first && req.fault == ClientRequest::Fault::garbage_drafts) step_parts[1].resize(step_parts[1].size() / 2);
+    if (!(first && req.fault == ClientRequest::Fault::stall_drafts))
+      for (PartyId s = 0; s < 3; ++s) endpoint.send(s, drafts_stream, step_parts[s]);
   }
-  if (result.end == ClientEnd::eos && (result.tokens.empty() ||
-                                       std::find(req.stop_tokens.begin(), req.stop_tokens.end(), result.tokens.back()) ==
-                                           req.stop_tokens.end()))
-    throw Error(ErrorCode::protocol, "the servers went on after a stop token");
   co_return result;
 }
 
@@ -223,6 +290,13 @@ ClientResult run_client_once(const ClientOptions& options, const ClientRequest& 
   Scheduler scheduler;
   Endpoint endpoint(scheduler, self, 4);
   TcpTransport transport(scheduler, endpoint, std::move(c), options.tcp);
+  std::optional<LinkEmulator> emulated;
+  if (options.link.rtt_s > 0 || options.link.bytes_per_s > 0) {
+    Link both_ways = options.link;
+    both_ways.rtt_s *= 2;  // the emulator holds a batch for half a round trip
+    emulated.emplace(transport, transport.timers(), both_ways);
+    endpoint.attach(&*emulated);
+  }
   endpoint.cancel_when(options.stop);
   return sync_wait(scheduler, request(endpoint, req, on_token));
 }

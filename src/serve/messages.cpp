@@ -22,6 +22,7 @@ std::vector<std::byte> ServeRequest::encode() const {
   w.u64(stop_tokens.size());
   for (auto t : stop_tokens) w.u64(t);
   w.u8(sampled ? 1 : 0);
+  w.u64(speculate);
   return std::move(w.out);
 }
 
@@ -43,6 +44,7 @@ ServeRequest ServeRequest::decode(std::span<const std::byte> bytes) {
   const std::uint8_t sampled = r.u8();
   if (sampled > 1) r.fail("sampled is " + std::to_string(sampled) + ", not 0 or 1");
   q.sampled = sampled == 1;
+  q.speculate = r.u64();  // its range: admission (request_problem)
   r.end();
   return q;
 }
@@ -56,7 +58,7 @@ std::vector<std::byte> Reply::encode() const {
 Reply Reply::decode(std::span<const std::byte> bytes, const std::string& from) {
   if (bytes.empty()) throw Error(ErrorCode::protocol, from + " sent an empty reply");
   const auto k = std::to_integer<std::uint8_t>(bytes[0]);
-  const std::string known = "ARTDF";
+  const std::string known = "ARTVDF";
   if (known.find(char(k)) == std::string::npos)
     throw Error(ErrorCode::protocol, from + " sent a reply of unknown kind " + std::to_string(k));
   return Reply{ReplyKind(k), std::vector<std::byte>(bytes.begin() + 1, bytes.end())};

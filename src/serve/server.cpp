@@ -56,7 +56,7 @@ struct Server::Impl {
         liveness(server, admission, sessions),
         admission(server, sessions, liveness),
         sessions(server, admission, batcher, liveness),
-        batcher(server, sessions) {}
+        batcher(server, sessions, liveness) {}
 };
 
 Server::Server(Scheduler& scheduler, Endpoint& mesh, TimerQueue& timers, ServeOptions options)

@@ -19,9 +19,11 @@ std::uint64_t session_kv_bytes(const ModelConfig& c, std::uint64_t positions) {
   return 2 * c.num_layers * c.num_kv_heads * c.head_dim * positions * 2 * sizeof(Ring);
 }
 
+// Speculating, a step holds a copy of the cache per draft (DraftRows).
 std::uint64_t session_memory_bytes(const ModelConfig& c, const ServeRequest& q) {
   const std::uint64_t noise = q.sampled ? 2 * q.new_tokens * c.vocab_size * sizeof(Ring) : 0;
-  return session_kv_bytes(c, q.prompt_length + q.new_tokens) + noise;
+  const std::uint64_t copies = 1 + std::min<std::uint64_t>(q.speculate, max_speculated_tokens);
+  return copies * session_kv_bytes(c, q.prompt_length + q.new_tokens) + noise;
 }
 
 void Sessions::launch(std::uint64_t session, const std::shared_ptr<Request>& r) {
@@ -109,6 +111,7 @@ Task<void> Sessions::generate_tokens(std::uint64_t session, std::shared_ptr<Requ
   seq->noise = std::move(noise);
   seq->session = session;
   seq->request = r;
+  seq->speculate = q.speculate;  // admitted only with batching (request_problem)
   // Only the last position's logits choose the first token (chosen_row),
   // so the prefill computes no others, as generate's does.
   seq->decoder = std::make_unique<Decoder<Rss3>>(*s_.weights,
@@ -134,7 +137,7 @@ Task<void> Sessions::generate_tokens(std::uint64_t session, std::shared_ptr<Requ
     send_token(*seq);
     chosen = seq->chosen;
     if (q.new_tokens == 1) co_return;
-    seq->stop_test_due = !q.stop_tokens.empty();
+    seq->stop_test_due = !q.stop_tokens.empty() && q.speculate == 0;  // a speculating client ends it itself
     joined = true;
     co_await batcher_.join_batches(seq);
     chosen = seq->chosen;
@@ -171,6 +174,24 @@ void Sessions::send_token(Sequence& seq) {
   }
   stop_here_at(seq.session, static_cast<std::int64_t>(seq.chosen));
   ++seq.chosen;
+}
+
+void Sessions::send_verified(Sequence& seq, const Rss3Share& tokens) {
+  ByteWriter w;
+  w.u64(Rss3::shape(tokens).at(0));
+  const auto part = client_shares::open_part(tokens);
+  w.out.insert(w.out.end(), part.begin(), part.end());
+  seq.request->link->reply(Reply{ReplyKind::verified, std::move(w.out)});
+  for (std::size_t i = 0; i < Rss3::shape(tokens).at(0); ++i) {
+    if (s_.options.on_step) {
+      const OfflineCosts offline = batcher_.offline_costs();
+      s_.options.on_step({s_.id(), seq.session, seq.chosen, s_.mesh.rounds() - offline.rounds,
+                          s_.mesh.costs().payload_bytes_sent() - offline.bytes, offline,
+                          s_.party->dcf_stats().inline_elements});
+    }
+    stop_here_at(seq.session, static_cast<std::int64_t>(seq.chosen));
+    ++seq.chosen;
+  }
 }
 
 void Sessions::stop_here_at(std::uint64_t session, std::int64_t step) {

@@ -108,13 +108,13 @@ def test_args(extra=lambda ap: None):
     return a
 
 
-def in_process_tokens(exe, model, work, prompts, tokens):
+def in_process_tokens(exe, model, work, prompts, tokens, extra=()):
     """prompt -> the tokens `mpcache generate --in-process` chooses: what a client of the service must get."""
     expected = {}
     for i, p in enumerate(prompts):
         out = os.path.join(work, "generate-%d.json" % i)
         r = run([exe, "generate", "--in-process", "--model", model, "--tokenizer", "none", "--prompt", p,
-                 "--tokens", str(tokens), "--json", out])
+                 "--tokens", str(tokens), "--json", out] + list(extra))
         if r.returncode != 0:
             fail("generate --in-process: " + r.stdout + r.stderr)
         rows = [json.loads(line) for line in open(out)]

@@ -133,3 +133,18 @@ def test_retries_are_counted_and_end_with_the_last_error(service, tmp_path):
     assert e.value.code == "network" and "(3 attempts)" in str(e.value) and "server 2" in str(e.value)
     got = client(service, retries=2, retry_wait_ms=10).generate(PROMPT, tokens=2)
     assert got.attempts == 1 and got.retries == [] and len(got.tokens) == 2
+
+
+def test_speculation_gives_the_same_tokens(service):
+    """speculate K: the client drafts (prompt lookup), the servers verify
+    K+1 rows a step; the tokens are greedy decoding's. K out of range and
+    speculation with sampling are refused."""
+    c = client(service)
+    greedy = c.generate(PROMPT, tokens=8).tokens
+    assert c.generate(PROMPT, tokens=8, speculate=3).tokens == greedy
+    assert c.generate(PROMPT, tokens=8, speculate=2, draft="lookup").tokens == greedy
+    with pytest.raises(ValueError):
+        c.generate(PROMPT, tokens=2, speculate=17)
+    with pytest.raises(mpcache.Error) as e:
+        c.generate(PROMPT, tokens=2, speculate=2, temperature=1.0)
+    assert "cannot sample" in str(e.value)

@@ -314,6 +314,19 @@ def test_the_official_openai_npm_client(gateway):
     assert out["missing_model"]["status"] == 404
 
 
+def test_a_speculating_gateway_gives_the_same_text(busy_service):
+    """--speculate 3: greedy requests verify the gateway's drafts; the text
+    is the in-process one."""
+    g = Gateway(busy_service, CHAT_MODEL, ["--speculate", "3"])
+    try:
+        status, out = post_when_free(g, "/v1/completions",
+                                     {"model": "chat-model", "prompt": PROMPT, "max_tokens": 6, "temperature": 0})
+        assert status == 200, out
+        assert out["choices"][0]["text"] == expected(PROMPT, 6)
+    finally:
+        g.stop()
+
+
 def test_a_dead_server_is_503(gateway, busy_service):
     """Last: kills server 2. The gateway answers 503 naming the server."""
     import signal as sig
@@ -333,3 +346,4 @@ def test_a_dead_server_is_503(gateway, busy_service):
             break
         time.sleep(0.05)
     assert status == 503 and out["error"]["type"] == "service_unavailable", out
+

@@ -47,6 +47,24 @@ TEST_SUITE("serve batch planner") {
     CHECK(step(planner) == Sessions{5});
   }
 
+  TEST_CASE("a speculating session is ready for one step at a time: each step uses up its rows everywhere") {
+    BatchPlanner planner(4, 1);
+    planner.speculating(7);
+    join_all(planner, {7, 8});  // 8 does not speculate
+    CHECK(planner.ready(7));
+    CHECK(step(planner) == Sessions{7, 8});
+    CHECK_FALSE(planner.ready(7));
+    CHECK(step(planner) == Sessions{8});  // 7's next rows have not come
+    planner.joined(7, 1);
+    planner.joined(7, 0);
+    CHECK(step(planner) == Sessions{8});  // not yet at server 2
+    planner.joined(7, 2);
+    CHECK(planner.ready(7));
+    CHECK(step(planner) == Sessions{7, 8});
+    planner.ended(7);
+    CHECK_FALSE(planner.ready(7));
+  }
+
   TEST_CASE("a step holds at most max_batch sessions") {
     BatchPlanner planner(3, 1);
     join_all(planner, {1, 2, 3, 4, 5, 6, 7});

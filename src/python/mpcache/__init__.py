@@ -237,7 +237,7 @@ class Client:
 
     def stream(self, prompt: str, *, tokens: int = 16, policy: str = "mpcache", budget: int = 0,
                ignore_eos: bool = False, temperature: float = 0.0, seed: Optional[int] = None,
-               _fault: str = "") -> TokenStream:
+               speculate: int = 0, draft: str = "lookup", _fault: str = "") -> TokenStream:
         """Starts a request; its tokens come as they are chosen (see
         :class:`TokenStream`). Connects and runs on a thread of its own.
 
@@ -246,20 +246,29 @@ class Client:
         client draws temperature x Gumbel(0, 1) noise for every token and
         vocabulary entry from ``seed`` (None: a random one), secret-shares
         it, and the servers take the argmax of logits plus noise, learning
-        neither. The same seed gives the same tokens."""
+        neither. The same seed gives the same tokens.
+
+        ``speculate`` K > 0 (greedy only): each decode step verifies up to K
+        tokens this client drafts with ``draft`` (``"lookup"`` or
+        ``"ngram:FILE"``); the text is the same, the servers learn how many
+        each step accepted (docs/serving.md, "Speculation")."""
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a str")
         if seed is None:
             seed = int.from_bytes(_os.urandom(8), "little")
+        if not 0 <= int(speculate) <= 16:
+            raise ValueError("speculate must be in 0..16 (drafted tokens a step)")
         return TokenStream(self._client.stream(prompt=prompt, tokens=int(tokens), policy=policy, budget=int(budget),
                                                ignore_eos=bool(ignore_eos), temperature=float(temperature),
-                                               seed=int(seed) & 0xFFFFFFFFFFFFFFFF, fault=_fault))
+                                               seed=int(seed) & 0xFFFFFFFFFFFFFFFF, fault=_fault,
+                                               speculate=int(speculate), draft=str(draft)))
 
     def generate(self, prompt: str, *, tokens: int = 16, policy: str = "mpcache", budget: int = 0,
-                 ignore_eos: bool = False, temperature: float = 0.0, seed: Optional[int] = None) -> Completion:
+                 ignore_eos: bool = False, temperature: float = 0.0, seed: Optional[int] = None,
+                 speculate: int = 0, draft: str = "lookup") -> Completion:
         """One request, to its end: the :class:`Completion` (see :meth:`stream`)."""
         with self.stream(prompt, tokens=tokens, policy=policy, budget=budget, ignore_eos=ignore_eos,
-                         temperature=temperature, seed=seed) as s:
+                         temperature=temperature, seed=seed, speculate=speculate, draft=draft) as s:
             for _ in s:
                 pass
             assert s.completion is not None

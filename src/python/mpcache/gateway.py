@@ -141,8 +141,11 @@ class ChatTemplate:
 class Gateway:
     def __init__(self, client: mpcache.Client, model_name: str, template: ChatTemplate,
                  api_key: Optional[str] = None, max_body: int = MAX_BODY, body_seconds: float = BODY_SECONDS,
-                 workers: int = 64) -> None:
+                 workers: int = 64, speculate: int = 0, draft: str = "lookup") -> None:
         self.client, self.model_name, self.template = client, model_name, template
+        # Greedy requests (temperature 0) speculate this many tokens a step
+        # with this drafter (docs/serving.md, "Speculation"); sampled ones do not.
+        self.speculate, self.draft = speculate, draft
         self.api_key, self.max_body, self.body_seconds = api_key, max_body, body_seconds
         # Each running stream waits for its next token on a thread of this pool.
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mpcache-stream")
@@ -326,8 +329,10 @@ class Gateway:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         try:
+            greedy = opts["temperature"] == 0
             stream = self.client.stream(prompt, tokens=opts["max_tokens"], temperature=opts["temperature"],
-                                        seed=opts["seed"])
+                                        seed=opts["seed"], speculate=self.speculate if greedy else 0,
+                                        draft=self.draft)
         except mpcache.Error as e:
             raise service_error(e)
         response: Optional[web.StreamResponse] = None
@@ -458,7 +463,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--retry-wait-ms", type=int, default=1000, help="wait this long before each retry")
     ap.add_argument("--max-body", type=int, default=MAX_BODY, help="the largest request body, bytes")
     ap.add_argument("--body-seconds", type=float, default=BODY_SECONDS, help="a request body arrives within this")
+    ap.add_argument("--speculate", type=int, default=0,
+                    help="greedy requests (temperature 0) verify up to this many tokens the gateway drafts a step "
+                         "(0..16; the servers learn how many each step accepted)")
+    ap.add_argument("--draft", default="lookup", help="the drafter for --speculate: lookup, ngram:FILE or model:DIR")
     a = ap.parse_args(argv)
+    if not 0 <= a.speculate <= 16:
+        print("mpcache gateway: --speculate %d is outside 0..16" % a.speculate, file=sys.stderr)
+        return 2
     host, port = parse_listen(a.listen)
     if not is_loopback(host) and (not a.api_key_file or not a.tls_cert or not a.tls_key):
         print("mpcache gateway: %s is not a loopback address: prompts would cross a network; give --api-key-file, "
@@ -487,7 +499,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("mpcache gateway: %s" % e, file=sys.stderr)
         return 1
     name = a.model_name or os.path.basename(os.path.normpath(model))
-    gateway = Gateway(client, name, template, api_key, a.max_body, a.body_seconds)
+    gateway = Gateway(client, name, template, api_key, a.max_body, a.body_seconds, speculate=a.speculate,
+                      draft=a.draft)
 
     async def serve() -> None:
         runner = web.AppRunner(gateway.app(), access_log=None, handle_signals=True)
