@@ -297,11 +297,7 @@ Task<typename P::Bits> and_low_bits(P& p, typename P::Bits t, int width) {
 
 // and_low_bits' fields: width rounded up to a power of two, 64 / field of
 // them to a word.
-inline int and_tree_field(int width) {
-  int field = 1;
-  while (field < width) field *= 2;
-  return field;
-}
+inline int and_tree_field(int width) { return 1 << ceil_log2(static_cast<std::size_t>(std::max(width, 1))); }
 // Words each level of and_low_bits_packed ANDs for n words of `width` bits.
 inline std::size_t and_tree_words(std::size_t n, int width) {
   const std::size_t per_word = static_cast<std::size_t>(ring_bits / and_tree_field(width));
