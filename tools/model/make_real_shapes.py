@@ -16,7 +16,12 @@ Tensors are written one at a time (the file's header is computed from the
 shapes first), so the script holds one tensor, not the model.
 
 Needs NumPy (Debian's python3-numpy).
+--layers N keeps the first N layers (the same widths and vocabulary): a
+smaller model of the same shape, e.g. to run an older build beside this
+one where the older cannot hold the whole model.
+
 Usage: /usr/bin/python3 tools/model/make_real_shapes.py --shape qwen2-0.5b|tinyllama-1.1b --out DIR [--seed 1]
+           [--layers N]
 """
 import argparse
 import json
@@ -76,8 +81,15 @@ def main():
     ap.add_argument("--shape", required=True, choices=sorted(SHAPES))
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=0, help="keep the first N layers (default: all)")
     a = ap.parse_args()
-    config = SHAPES[a.shape]
+    config = dict(SHAPES[a.shape])
+    if a.layers:
+        if not 0 < a.layers <= config["num_hidden_layers"]:
+            ap.error("--layers must be between 1 and %d" % config["num_hidden_layers"])
+        config["num_hidden_layers"] = a.layers
+        if "max_window_layers" in config:
+            config["max_window_layers"] = min(config["max_window_layers"], a.layers)
     shapes = tensor_shapes(config)
     header, offset = {}, 0
     for name in sorted(shapes):
