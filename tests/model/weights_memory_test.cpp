@@ -70,6 +70,31 @@ TEST_SUITE("weights memory") {
     }
   }
 
+  TEST_CASE("rss3 input_weight paces a big weight: the others confirm all pieces but the last 4, nothing else "
+            "changes") {
+    const Shape shape{3, 2 * (std::size_t{1} << 20) + 1};  // 7 pieces of 2^20 elements, the last one of 3
+    const RingTensor x = random_ring(shape, 12);
+    auto full = run_rss3([&](Rss3& p) -> Task<Rss3Share> { co_return co_await p.input(1, owned(p, 1, x), shape); },
+                         seeded);
+    auto weight = run_rss3(
+        [&](Rss3& p) -> Task<Rss3Share> {
+          const Rss3Weight w = co_await p.input_weight(1, owned(p, 1, x), shape);
+          co_return p.expand(w);
+        },
+        seeded);
+    for (std::size_t i = 0; i < 3; ++i) {
+      CHECK(weight.results[i].own == full.results[i].own);
+      CHECK(weight.results[i].next == full.results[i].next);
+      CHECK(weight.costs[i].payload_bytes_sent() == full.costs[i].payload_bytes_sent());
+    }
+    // The confirmations (empty): pieces 0-2 of 7, at parties 0 and 2 to the owner.
+    CHECK(weight.costs[0].messages_sent() == 3);
+    CHECK(weight.costs[2].messages_sent() == 3);
+    CHECK(full.costs[0].messages_sent() == 0);
+    // The owner waited: its clock moved past the unpaced input's.
+    CHECK(weight.costs[1].rounds > full.costs[1].rounds);
+  }
+
   TEST_CASE("rss3 expand_rows at odd element offsets draws the key stream where expand does") {
     const RingTensor x = random_ring({5, 3}, 3);
     auto run = run_rss3(
