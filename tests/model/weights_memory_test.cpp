@@ -252,6 +252,37 @@ TEST_SUITE("weights memory") {
     }
   }
 
+  TEST_CASE("the owner reads a tensor a block of rows at a time: the rows load gives, bad ranges refused") {
+    const auto path = std::filesystem::temp_directory_path() / "mpcache_test_weights_rows.safetensors";
+    const std::string header = R"({"w":{"dtype":"BF16","shape":[3,4],"data_offsets":[0,24]}})";
+    std::string blob;
+    for (int i = 0; i < 8; ++i) blob += static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+    blob += header;
+    for (int i = 0; i < 12; ++i) {  // BF16 of i + 1: the high half of the float's bits
+      const float f = float(i + 1);
+      std::uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      blob += static_cast<char>((bits >> 16) & 0xFF);
+      blob += static_cast<char>(bits >> 24);
+    }
+    std::ofstream(path, std::ios::binary) << blob;
+    const auto file = SafeTensorsFile::open(path);
+    const RealTensor all = file.load("w"), rows = file.load_rows("w", {3, 4}, 1, 3);
+    REQUIRE(rows.shape() == Shape{2, 4});
+    for (std::size_t i = 0; i < 8; ++i) CHECK(rows.data()[i] == all.data()[4 + i]);
+    CHECK(rows(1, 3) == 12.0);
+    std::string what;
+    try {
+      (void)file.load_rows("w", {3, 4}, 2, 5);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    CHECK(what.find("rows [2, 5) of tensor 'w'") != std::string::npos);
+    const WeightSource source = weights_from_file(path, UnusedTensors::allow);
+    CHECK(source.rows("w", {3, 4}, 0, 1)->data()[3] == 4.0);
+    std::filesystem::remove(path);
+  }
+
   TEST_CASE("a checkpoint that shrinks after open is refused when a tensor is read, naming it") {
     const auto path = std::filesystem::temp_directory_path() / "mpcache_test_weights_memory.safetensors";
     const std::string header = R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
