@@ -136,6 +136,16 @@ void print_summary(const json& s, const json& parties) {
       rss += (rss.empty() ? "" : ", ") + std::string("party ") + std::to_string(p["party"].get<int>()) + " " +
              std::to_string(p["peak_rss_kb"].get<long>() / 1024) + " MB";
   if (!rss.empty()) std::printf("peak RSS: %s\n", rss.c_str());
+  std::string held;
+  for (const auto& p : parties) {
+    if (!p.contains("weight_bytes") || p.value("weights", std::size_t{0}) == 0) continue;
+    const auto bytes = p["weight_bytes"].get<std::size_t>();
+    char part[96];
+    std::snprintf(part, sizeof part, "%sparty %d %.0f MB (%.2f bytes per weight)", held.empty() ? "" : ", ",
+                  p["party"].get<int>(), mb(bytes), double(bytes) / double(p["weights"].get<std::size_t>()));
+    held += part;
+  }
+  if (!held.empty()) std::printf("weights held: %s\n", held.c_str());
   for (const auto& p : parties) {
     if (!p.contains("kv_decoder_bytes")) continue;
     std::printf("KV cache at the end, party %d: decoder %.3f MB", p["party"].get<int>(),

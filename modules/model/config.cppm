@@ -58,6 +58,9 @@ struct ModelConfig {
   std::uint64_t digest() const;
   // "llama, layers 2, hidden 16, ...": the fields, for messages.
   std::string summary() const;
+  // Weights of the checkpoint as published (a tied head counted once):
+  // what "bytes per weight" divides by.
+  std::size_t weight_count() const;
 };
 
 }  // namespace mpcache

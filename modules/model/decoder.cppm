@@ -94,14 +94,22 @@ class Decoder {
   Task<Share> prefill(P& p, Pol& policy, PartyId owner, std::optional<std::vector<std::uint32_t>> tokens,
                       std::size_t count, std::function<void(std::size_t layer)> layer_done = {}) {
     check_prefill(count);
+    if (tokens && tokens->size() != count)
+      throw Error(ErrorCode::invalid_argument, "embed: " + std::to_string(tokens->size()) + " token ids for " +
+                                                   std::to_string(count) + " positions");
+    start_sequence(policy);
+    // The one-hot prompt (count x vocab: 155 MB per party for 64 tokens of
+    // Qwen2's 151,936) is input and embedded in waves of rows within the
+    // memory budget (prefill_bytes_per_one_hot), each dropped once embedded.
     Share h;
-    {
-      // The one-hot prompt (count x vocab; 412 MB per party for 512 GPT-2
-      // tokens) is dropped once embedded, before the layers' working sets.
-      const Share one_hot = co_await input_one_hot(p, owner, std::move(tokens), count);
+    for (const RowBlock& wave :
+         even_row_blocks(count, c_.vocab_size, options_.prefill_memory_budget, prefill_bytes_per_one_hot)) {
+      std::optional<std::vector<std::uint32_t>> part;
+      if (tokens) part.emplace(tokens->begin() + wave.begin, tokens->begin() + wave.end);
+      const Share one_hot = co_await input_one_hot(p, owner, std::move(part), wave.end - wave.begin);
       check_one_hot(one_hot);
-      start_sequence(policy);
-      h = co_await embed(p, one_hot, consecutive(0, count));
+      Share rows = co_await embed(p, one_hot, consecutive(wave.begin, wave.end - wave.begin));
+      h = wave.begin == 0 ? std::move(rows) : ops::stack_rows<P>(h, rows);
     }
     co_return co_await prefill_embedded(p, policy, std::move(h), count, std::move(layer_done));
   }

@@ -78,6 +78,9 @@ struct GenerationResult {
   // This party's KV cache at the end: bytes the decoder holds, bytes the
   // policy holds (nullopt: a policy that does not count them; it holds at
   // most a selection's worth besides), bytes in its backing file.
+  // Bytes of weights this party holds (DecoderWeights::resident_bytes) and
+  // the checkpoint's weight count (ModelConfig::weight_count).
+  std::size_t weight_bytes = 0, weights = 0;
   std::size_t kv_decoder_bytes = 0;
   std::optional<std::size_t> kv_policy_bytes;
   std::size_t kv_backing_bytes = 0;
@@ -236,6 +239,8 @@ Task<GenerationResult> generate_on(P& p, Endpoint& endpoint, GenerationJob job, 
   GenerationResult result;
   result.prompt_length = header.prompt_length;
   result.new_tokens = header.new_tokens;
+  result.weight_bytes = weights.resident_bytes();
+  result.weights = config.weight_count();
   result.setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.setup_costs = endpoint.costs() - start;
   if (!observer.costs) observer.costs = [&endpoint] { return endpoint.costs(); };

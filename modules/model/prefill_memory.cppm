@@ -26,6 +26,10 @@ export namespace mpcache {
 // docs/protocols.md, "The prefill within a memory budget").
 inline constexpr std::size_t prefill_bytes_per_score = 320;
 inline constexpr std::size_t prefill_bytes_per_activation = 320;
+// Bytes per element of the one-hot prompt (rows x vocab) at the party that
+// inputs it: its 0/1 values, the two components drawn and the third sent,
+// then the share's two: the prompt is input and embedded in waves of rows.
+inline constexpr std::size_t prefill_bytes_per_one_hot = 48;
 
 // The default budget of that working set per party: 96 MiB, which keeps a
 // 1,000-token prefill of our model under 300 MB of peak RSS per party.

@@ -30,17 +30,37 @@ class WeightSource {
   using Getter = std::function<std::optional<RealTensor>(const std::string& name, const Shape& shape)>;
   using Finish = std::function<void(const std::set<std::string>& requested)>;
   using Holds = std::function<bool(const std::string& name)>;
+  // Rows [first, last) of dim 0 of a named tensor of the given (whole) shape.
+  using Rows = std::function<std::optional<RealTensor>(const std::string& name, const Shape& shape, std::size_t first,
+                                                       std::size_t last)>;
 
   WeightSource() = default;
   template <class F>
     requires std::is_invocable_r_v<std::optional<RealTensor>, F&, const std::string&, const Shape&>
   WeightSource(F get) : get_(std::move(get)) {}  // NOLINT: implicit on purpose
-  WeightSource(Getter get, Finish finish, Holds holds = {})
-      : get_(std::move(get)), finish_(std::move(finish)), holds_(std::move(holds)) {}
+  WeightSource(Getter get, Finish finish, Holds holds = {}, Rows rows = {})
+      : get_(std::move(get)), finish_(std::move(finish)), holds_(std::move(holds)), rows_(std::move(rows)) {}
 
   std::optional<RealTensor> operator()(const std::string& name, const Shape& shape) const {
     requested_->insert(name);
     return get_(name, shape);
+  }
+  // Rows [first, last) of dim 0 of a tensor of `shape`: from the file alone
+  // where the source reads rows (a checkpoint), else sliced from the whole
+  // tensor, which is kept while the same name is asked for (random weights).
+  std::optional<RealTensor> rows(const std::string& name, const Shape& shape, std::size_t first, std::size_t last) const {
+    requested_->insert(name);
+    if (rows_) return rows_(name, shape, first, last);
+    if (cached_->first != name || !cached_->second) *cached_ = {name, get_(name, shape)};
+    const auto& all = cached_->second;
+    if (!all) return std::nullopt;
+    const std::size_t row = all->size() / std::max<std::size_t>(shape.at(0), 1);
+    Shape part = shape;
+    part[0] = last - first;
+    RealTensor out = RealTensor::from_shape(part);
+    std::copy(all->data() + first * row, all->data() + last * row, out.data());
+    if (last == shape[0]) *cached_ = {};
+    return out;
   }
   // Whether a checkpoint holds `name` (the owner's loaders ask before
   // choosing a layout: GPT-2's "transformer." prefix, a stored lm_head);
@@ -58,7 +78,10 @@ class WeightSource {
   Getter get_;
   Finish finish_;
   Holds holds_;
+  Rows rows_;
   std::shared_ptr<std::set<std::string>> requested_ = make_shared<std::set<std::string>>();
+  std::shared_ptr<std::pair<std::string, std::optional<RealTensor>>> cached_ =
+      make_shared<std::pair<std::string, std::optional<RealTensor>>>();
 };
 
 // Loads (and shape-checks) tensors from a checkpoint, kept open: one
@@ -78,13 +101,17 @@ WeightSource random_weights(std::uint64_t seed, double scale = 0.02);
 // For parties that do not own the weights.
 WeightSource no_weights();
 
-// How a protocol keeps a weight. rss3 keeps it at 8 bytes per element and
-// party (Rss3Weight: one component in memory, the other drawn from a
-// pairwise key when a product uses it, blockwise); its matmul and
-// matmul_trunc take the weight as it is. Other protocols keep shares.
+// How a protocol keeps a weight. rss3 keeps it at 8 bytes per element at
+// two parties and none at the owner (Rss3Weight: the received component in
+// memory, the others drawn from pairwise keys when a product uses them,
+// blockwise); its matmul and matmul_trunc take the weight as it is, also
+// one stored transposed (a tied LM head reads the embedding). Its input
+// takes the owner's values a piece at a time. Other protocols keep shares.
 template <class P>
 concept CompactWeights = requires(P& p, const typename P::Weight& w, const typename P::Share& a) {
   { p.input_weight(PartyId{}, std::optional<RingTensor>{}, Shape{}) } -> std::same_as<Task<typename P::Weight>>;
+  { p.input_weight(PartyId{}, Rss3WeightPieces{}, Shape{}) } -> std::same_as<Task<typename P::Weight>>;
+  { P::transposed(w, bool{}) } -> std::same_as<typename P::Weight>;
   { p.expand(w) } -> std::same_as<typename P::Share>;
   { p.expand_rows(w, std::size_t{}, std::size_t{}) } -> std::same_as<typename P::Share>;
   p.matmul(a, w);
@@ -139,6 +166,40 @@ Task<Weight<P>> secret_weight(P& p, PartyId owner, std::optional<RealTensor> val
     value.reset();  // the owner streams: no float copy beside the encoded one
     co_return co_await p.input_weight(owner, std::move(encoded), shape);
   } else {
+    co_return co_await ops::secret_real(p, owner, std::move(value), shape);
+  }
+}
+
+// A (rows, cols) tensor of the source as a weight, read and input a piece
+// of rows at a time under CompactWeights (the owner never holds it whole,
+// as reals or encoded); `row_map` (owner side) transforms each piece's rows
+// and must act on rows alone (rows_centered). Other protocols read it whole.
+template <Protocol P>
+Task<Weight<P>> secret_weight_rows(P& p, PartyId owner, const WeightSource& source, const std::string& name,
+                                   const Shape& shape, std::function<void(RealTensor&)> row_map = {}) {
+  const bool mine = p.holds_input(owner);
+  if constexpr (CompactWeights<P>) {
+    Rss3WeightPieces pieces;
+    if (mine)
+      pieces = [&source, name, shape, row_map, fp = FixedPoint(p.frac_bits())](std::size_t first, std::size_t count) {
+        const std::size_t row = element_count(shape) / shape.at(0);
+        const std::size_t r0 = first / row, r1 = (first + count + row - 1) / row;
+        auto rows = source.rows(name, shape, r0, r1);
+        if (!rows) throw Error(ErrorCode::invalid_argument, "weights: no tensor '" + name + "'");
+        if (row_map) row_map(*rows);
+        const RingTensor encoded = fp.encode(*rows);
+        RingTensor out = RingTensor::from_shape({count});
+        std::copy(encoded.data() + (first - r0 * row), encoded.data() + (first - r0 * row) + count, out.data());
+        return out;
+      };
+    co_return co_await p.input_weight(owner, std::move(pieces), shape);
+  } else {
+    std::optional<RealTensor> value;
+    if (mine) {
+      value = source(name, shape);
+      if (!value) throw Error(ErrorCode::invalid_argument, "weights: no tensor '" + name + "'");
+      if (row_map) row_map(*value);
+    }
     co_return co_await ops::secret_real(p, owner, std::move(value), shape);
   }
 }
@@ -230,6 +291,13 @@ inline std::optional<RealTensor> scaled(std::optional<RealTensor> v, double scal
   return v;
 }
 
+// An untied checkpoint must store its head (owner side).
+inline void require_head(const WeightSource& source, const std::string& embed_name) {
+  if (source.holds("lm_head.weight") == false)
+    throw Error(ErrorCode::format, "weights: no 'lm_head.weight', and config.json says tie_word_embeddings is "
+                                   "false (set it to true if the LM head is the embedding " + embed_name + ")");
+}
+
 // The LM head's (vocab, hidden) matrix: the embedding when tied, else
 // lm_head.weight. A tied checkpoint may still store lm_head.weight (some
 // exporters write both): it must then equal the embedding, as transformers
@@ -239,9 +307,7 @@ std::optional<RealTensor> lm_head_rows(const ModelConfig& c, const WeightSource&
                                        const std::optional<RealTensor>& embed, const std::string& embed_name) {
   const Shape shape{c.vocab_size, c.hidden_size};
   if (!c.tie_word_embeddings) {
-    if (embed && source.holds("lm_head.weight") == false)
-      throw Error(ErrorCode::format, "weights: no 'lm_head.weight', and config.json says tie_word_embeddings is "
-                                     "false (set it to true if the LM head is the embedding " + embed_name + ")");
+    if (embed) require_head(source, embed_name);
     return get("lm_head.weight", shape);
   }
   if (embed && source.holds("lm_head.weight") == true) {
@@ -253,6 +319,21 @@ std::optional<RealTensor> lm_head_rows(const ModelConfig& c, const WeightSource&
                                          "to use lm_head.weight)");
   }
   return embed;
+}
+
+// A tied checkpoint that also stores lm_head.weight: it must equal the
+// embedding (lm_head_rows' check), compared a block of rows at a time.
+inline void check_tied_head(const WeightSource& source, const std::string& embed_name, const Shape& shape) {
+  if (source.holds("lm_head.weight") != true) return;
+  const std::size_t step = std::max<std::size_t>(1, (std::size_t{1} << 20) / std::max<std::size_t>(shape[1], 1));
+  for (std::size_t r = 0; r < shape[0]; r += step) {
+    const std::size_t end = std::min(shape[0], r + step);
+    const auto head = source.rows("lm_head.weight", shape, r, end), embed = source.rows(embed_name, shape, r, end);
+    if (!std::equal(head->data(), head->data() + head->size(), embed->data()))
+      throw Error(ErrorCode::format, "weights: 'lm_head.weight' differs from '" + embed_name +
+                                         "', but config.json says tie_word_embeddings is true (set it to false "
+                                         "to use lm_head.weight)");
+  }
 }
 
 // Owner-side diag(v) w scale: row i of an [in, out] matrix times v_i and scale.
@@ -311,7 +392,7 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
   DecoderWeights<P> w;
   w.config = c;
   detail::OwnerPacing<P> pacing(p, owner);
-  w.embed = co_await secret_weight(p, owner, get("model.embed_tokens.weight", {v, h}), {v, h});
+  w.embed = co_await secret_weight_rows(p, owner, source, "model.embed_tokens.weight", {v, h});
   for (std::size_t l = 0; l < c.num_layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
     LayerWeights<P> lw;
@@ -345,10 +426,23 @@ Task<DecoderWeights<P>> load_llama(P& p, const ModelConfig& c, const WeightSourc
     co_await pacing.layer_done();
   }
   w.final_norm = co_await secret_weight(p, owner, get("model.norm.weight", {h}), {h});
-  // The embedding is read again rather than held through the layers.
-  const auto embed = get("model.embed_tokens.weight", {v, h});
-  w.lm_head = co_await secret_weight(
-      p, owner, detail::transposed(detail::lm_head_rows(c, source, get, embed, "model.embed_tokens.weight")), {h, v});
+  if constexpr (CompactWeights<P>) {
+    // The head is read transposed where the checkpoint stores it: the
+    // embedding itself when tied (no second copy), else lm_head.weight as
+    // it is, streamed by rows.
+    if (c.tie_word_embeddings) {
+      if (mine) detail::check_tied_head(source, "model.embed_tokens.weight", {v, h});
+      w.lm_head = P::transposed(w.embed, true);
+    } else {
+      if (mine) detail::require_head(source, "model.embed_tokens.weight");
+      w.lm_head = P::transposed(co_await secret_weight_rows(p, owner, source, "lm_head.weight", {v, h}), false);
+    }
+  } else {
+    // The embedding is read again rather than held through the layers.
+    const auto embed = get("model.embed_tokens.weight", {v, h});
+    w.lm_head = co_await secret_weight(
+        p, owner, detail::transposed(detail::lm_head_rows(c, source, get, embed, "model.embed_tokens.weight")), {h, v});
+  }
   if (mine) source.finish();
   co_return w;
 }
@@ -416,7 +510,8 @@ Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource
   w.config = c;
   detail::OwnerPacing<P> pacing(p, owner);
   w.centered_residual = true;
-  w.embed = co_await secret_weight(p, owner, detail::rows_centered(get("wte.weight", {v, h})), {v, h});
+  w.embed = co_await secret_weight_rows(p, owner, source, prefix + "wte.weight", {v, h},
+                                        [](RealTensor& rows) { rows = *detail::rows_centered(std::move(rows)); });
   w.positions = co_await secret_weight(p, owner, detail::rows_centered(get("wpe.weight", {c.max_positions, h})),
                                        {c.max_positions, h});
   for (std::size_t l = 0; l < c.num_layers; ++l) {
@@ -446,16 +541,25 @@ Task<DecoderWeights<P>> load_gpt2(P& p, const ModelConfig& c, const WeightSource
   }
   w.final_norm = co_await secret_weight(p, owner, get("ln_f.weight", {h}), {h});
   w.final_norm_bias = co_await secret_weight(p, owner, get("ln_f.bias", {h}), {h});
-  auto unprefixed = [&](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {
-    if (!mine) return std::nullopt;
-    auto t = source(name, shape);
-    if (!t) throw Error(ErrorCode::invalid_argument, "weights: no tensor '" + name + "'");
-    return t;
-  };
-  // The embedding is read again rather than held through the layers.
-  const auto wte = get("wte.weight", {v, h});
-  w.lm_head = co_await secret_weight(
-      p, owner, detail::transposed(detail::lm_head_rows(c, source, unprefixed, wte, prefix + "wte.weight")), {h, v});
+  if constexpr (CompactWeights<P>) {
+    // The head reads wte as stored (the embedding is centred): a second
+    // matrix, streamed by rows and read transposed.
+    if (mine && c.tie_word_embeddings) detail::check_tied_head(source, prefix + "wte.weight", {v, h});
+    if (mine && !c.tie_word_embeddings) detail::require_head(source, prefix + "wte.weight");
+    const std::string head = c.tie_word_embeddings ? prefix + "wte.weight" : "lm_head.weight";
+    w.lm_head = P::transposed(co_await secret_weight_rows(p, owner, source, head, {v, h}), false);
+  } else {
+    auto unprefixed = [&](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {
+      if (!mine) return std::nullopt;
+      auto t = source(name, shape);
+      if (!t) throw Error(ErrorCode::invalid_argument, "weights: no tensor '" + name + "'");
+      return t;
+    };
+    // The embedding is read again rather than held through the layers.
+    const auto wte = get("wte.weight", {v, h});
+    w.lm_head = co_await secret_weight(
+        p, owner, detail::transposed(detail::lm_head_rows(c, source, unprefixed, wte, prefix + "wte.weight")), {h, v});
+  }
   if (mine) source.finish();
   co_return w;
 }

@@ -68,6 +68,7 @@ import :prg;
 import :linear_base;
 export import :rss3_store;
 export import :rss3_pairs;
+export import :rss3_weight;
 
 export namespace mpcache {
 
@@ -90,24 +91,6 @@ struct Rss3Bits {
 enum class Rss3Comparisons : std::uint8_t { circuit, dcf };
 // Keys per inline slice of a dcf comparison (Rss3Options::dcf_slice_bytes).
 inline constexpr std::uint64_t rss3_default_dcf_slice_bytes = std::uint64_t{16} << 20;
-
-// A weight (Rss3::input_weight). Of the two components a party holds, one
-// came from a pairwise key stream at input (rss3's input draws s_o from
-// k_{o-1} and s_{o+1} from k_o, the owner o sends s_{o-1}). With
-// Rss3Options::compact_weights that one is not kept but drawn again, from
-// the same key at the same counter, each time the weight is used (8 bytes
-// per element); by default it is kept too (16 bytes, no redraws). Which is
-// always kept: the received s_{o-1} at parties o+1 and o-1, s_{o+1} at the owner.
-struct Rss3Weight {
-  Shape shape;
-  RingTensor kept;           // the component this party holds in memory
-  bool kept_is_own = false;  // kept is s_i (then s_{i+1} is drawn from k_i), else s_{i+1} (s_i from k_{i-1})
-  StreamId stream = 0;       // where the drawn component's key stream starts
-  std::uint64_t block = 0;
-  std::optional<RingTensor> drawn;  // the drawn component, held unless weights are compact
-  // Bytes this weight holds in memory: 8 per element, 16 unless compact.
-  std::size_t resident_bytes() const noexcept { return (kept.size() + (drawn ? drawn->size() : 0)) * sizeof(Ring); }
-};
 
 struct Rss3Options {
   int frac_bits = default_frac_bits;
@@ -139,10 +122,10 @@ struct Rss3Options {
   // this pool, which the caller owns and keeps alive as long as the party;
   // nullptr: everything runs on the loop's thread. Results do not depend on it.
   ComputePool* pool = nullptr;
-  // Keep weights (input_weight) at 8 bytes per element instead of 16: one
-  // component, the other drawn again with AES-128-CTR at every use, so a
-  // decode step is slower. Messages and results do not change; each party
-  // chooses for itself.
+  // Keep weights (input_weight) at 8 bytes per element instead of 16 (none
+  // at their owner): only the component a party received, the others drawn
+  // again with AES-128-CTR at every use (Rss3Weight), so a decode step is
+  // slower. Messages and results do not change; each party chooses for itself.
   bool compact_weights = false;
 };
 
@@ -451,6 +434,11 @@ class Rss3 : public LinearBase<Rss3, ShareParts<Rss3Share, &Rss3Share::own, &Rss
   // share, and only one block of the weight is ever held twice.
   using Weight = Rss3Weight;
   Task<Weight> input_weight(PartyId owner, std::optional<RingTensor> value, Shape shape);
+  // The same, the owner's values given a piece at a time (empty elsewhere).
+  Task<Weight> input_weight(PartyId owner, Rss3WeightPieces pieces, Shape shape);
+  // A (k, n) matrix weight read as (n, k), sharing w's storage; borrowed:
+  // w still counts its bytes (a tied LM head), else the result does (w is dropped).
+  static Weight transposed(const Weight& w, bool borrowed);
   Share expand(const Weight& w) const;  // both components, for small weights
   Share expand_rows(const Weight& w, std::size_t begin, std::size_t end) const;  // rows [begin, end) of dim 0
   static Shape shape(const Weight& w) { return w.shape; }
@@ -555,6 +543,7 @@ class Rss3 : public LinearBase<Rss3, ShareParts<Rss3Share, &Rss3Share::own, &Rss
   // call (a truncation alone, not after a product): rss3.cpp.
   Task<Share> truncate_view_exact_at_once(RingTensor part, int bits);
   StreamId confirmations_stream() const;  // confirm_weights's
+  StreamId pieces_stream() const;         // input_weight's own pacing of a big weight's pieces
   // The local product a w of matmul with a weight, blockwise (rss3_weights.cpp).
   RingTensor local_matmul_weight(const Share& a, const Weight& w) const;
   // msb_bits of flat values with party `lead` holding A; planes in, bit planes out.

@@ -131,6 +131,8 @@ json generation_summary(const GenerateOptions& o, const std::string& mode, const
 }
 
 void add_kv_memory(json& party, const GenerationResult& result) {
+  party["weight_bytes"] = result.weight_bytes;
+  party["weights"] = result.weights;
   party["kv_decoder_bytes"] = result.kv_decoder_bytes;
   if (result.kv_policy_bytes) party["kv_policy_bytes"] = *result.kv_policy_bytes;
   party["kv_backing_bytes"] = result.kv_backing_bytes;

@@ -301,4 +301,19 @@ std::string ModelConfig::summary() const {
   return out.str();
 }
 
+std::size_t ModelConfig::weight_count() const {
+  const std::size_t h = hidden_size, v = vocab_size, f = intermediate_size;
+  const std::size_t head = tie_word_embeddings ? 0 : v * h;
+  if (architecture == Architecture::gpt2) {
+    // wte, wpe; per layer ln_1, ln_2 (weight, bias), c_attn, c_proj, c_fc, c_proj with biases; ln_f.
+    const std::size_t layer = 4 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h);
+    return v * h + max_positions * h + num_layers * layer + 2 * h + head;
+  }
+  const std::size_t q = num_heads * head_dim, kv = num_kv_heads * head_dim;
+  std::size_t layer = 2 * h + h * q + 2 * h * kv + q * h + 3 * h * f;
+  if (qkv_bias) layer += q + 2 * kv;
+  if (o_bias) layer += h;
+  return v * h + num_layers * layer + h + head;
+}
+
 }  // namespace mpcache

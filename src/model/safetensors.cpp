@@ -120,17 +120,30 @@ class MappedRange {
 RealTensor SafeTensorsFile::load(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) fail(ErrorCode::format, path_, "no tensor named '" + name + "'");
-  const TensorEntry& e = it->second;
+  const Shape shape = it->second.shape;
+  if (shape.empty()) return decode(name, 0, 1, shape);
+  return decode(name, 0, shape[0], shape);
+}
+
+// Rows [first, last) of dim 0 (all of a 0-d tensor), decoded from a mapping
+// of their bytes only.
+RealTensor SafeTensorsFile::decode(const std::string& name, std::size_t first, std::size_t last, Shape shape) const {
+  const TensorEntry& e = entries_.at(name);
+  std::size_t row = 1;
+  for (std::size_t d = 1; d < e.shape.size(); ++d) row *= e.shape[d];
+  const std::uint64_t width = e.dtype == "F64" ? 8 : e.dtype == "F32" ? 4 : 2;
   // The file may have shrunk since open(): touching a mapped page past its
   // end would be a SIGBUS, so the size is checked first.
   std::error_code ec;
   const std::uint64_t size = std::filesystem::file_size(path_, ec);
   if (ec) fail(ErrorCode::io, path_, "cannot reopen");
   if (size < data_offset_ + e.end) fail(ErrorCode::format, path_, "tensor '" + name + "': truncated data");
-  const MappedRange mapped(path_, data_offset_ + e.begin, e.end - e.begin);
-  const unsigned char* raw = mapped.data();
-  RealTensor out = RealTensor::from_shape(e.shape);
+  if (!shape.empty()) shape[0] = last - first;
+  RealTensor out = RealTensor::from_shape(shape);
   const std::size_t n = out.size();
+  if (n == 0) return out;
+  const MappedRange mapped(path_, data_offset_ + e.begin + first * row * width, n * width);
+  const unsigned char* raw = mapped.data();
   auto le = [&](std::size_t at, int bytes) {
     std::uint64_t v = 0;
     for (int b = 0; b < bytes; ++b) v |= std::uint64_t(raw[at + b]) << (8 * b);
@@ -166,6 +179,19 @@ RealTensor SafeTensorsFile::load(const std::string& name, const Shape& expected)
                                        shape_string(it->second.shape) + ", expected " +
                                        shape_string(expected));
   return load(name);
+}
+
+RealTensor SafeTensorsFile::load_rows(const std::string& name, const Shape& expected, std::size_t first,
+                                      std::size_t last) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) fail(ErrorCode::format, path_, "no tensor named '" + name + "'");
+  if (it->second.shape != expected)
+    fail(ErrorCode::format, path_, "tensor '" + name + "' has shape " + shape_string(it->second.shape) +
+                                       ", expected " + shape_string(expected));
+  if (expected.empty() || first > last || last > expected[0])
+    fail(ErrorCode::invalid_argument, path_, "rows [" + std::to_string(first) + ", " + std::to_string(last) +
+                                                 ") of tensor '" + name + "' of shape " + shape_string(expected));
+  return decode(name, first, last, expected);
 }
 
 }  // namespace mpcache

@@ -94,6 +94,12 @@ WeightSource weights_from_file(const std::filesystem::path& path, UnusedTensors 
     return it->second->load(name, shape);
   };
   auto holds = [ck](const std::string& name) { return ck->where.count(name) != 0; };
+  auto rows = [ck](const std::string& name, const Shape& shape, std::size_t first,
+                   std::size_t last) -> std::optional<RealTensor> {
+    const auto it = ck->where.find(name);
+    if (it == ck->where.end()) throw Error(ErrorCode::format, ck->origin + ": missing tensor '" + name + "'");
+    return it->second->load_rows(name, shape, first, last);
+  };
   auto finish = [ck, unused](const std::set<std::string>& requested) {
     if (unused == UnusedTensors::allow) return;
     std::vector<std::string> left;
@@ -114,7 +120,7 @@ WeightSource weights_from_file(const std::filesystem::path& path, UnusedTensors 
                     "); config.json and the weights disagree (num_hidden_layers? biases?). Allow it explicitly "
                     "(UnusedTensors::allow, --allow-unused-weights) to run on a subset");
   };
-  return WeightSource(std::move(get), std::move(finish), std::move(holds));
+  return WeightSource(std::move(get), std::move(finish), std::move(holds), std::move(rows));
 }
 WeightSource random_weights(std::uint64_t seed, double scale) {
   return [seed, scale](const std::string& name, const Shape& shape) -> std::optional<RealTensor> {

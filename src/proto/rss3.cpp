@@ -107,6 +107,11 @@ StreamId Rss3::confirmations_stream() const {
   return scoped_ ? in_scope(derived, stream_scope(stream_)) : derived;
 }
 
+StreamId Rss3::pieces_stream() const {
+  const StreamId derived = derive_stream(stream_, ~std::uint64_t{1});
+  return scoped_ ? in_scope(derived, stream_scope(stream_)) : derived;
+}
+
 RingTensor Rss3::draw_next(const Shape& s) { return party_->prg_next_.draw(stream_, block_next_, s); }
 RingTensor Rss3::draw_prev(const Shape& s) { return party_->prg_prev_.draw(stream_, block_prev_, s); }
 

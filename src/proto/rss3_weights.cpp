@@ -1,6 +1,7 @@
 // rss3 weights (Rss3Weight): with Rss3Options::compact_weights at 8 bytes
-// per element, one component kept and the other drawn again from its
-// pairwise key stream at every use; by default both kept (16 bytes).
+// per element at two parties (the received component kept, the other drawn
+// again from its pairwise key stream at every use) and none at the owner
+// (both drawn); by default both kept (16 bytes).
 //
 // Why drawn and not mmapped from a share file: AES-128-CTR (OpenSSL, AES-NI
 // and VAES) makes 12.5 GB/s on one core of this machine (`openssl speed
@@ -43,6 +44,12 @@ std::size_t row_size(const Shape& shape) {
 // drawn and multiplied while in cache; even, so that every block starts on
 // an AES block boundary.
 std::size_t block_rows(std::size_t row) { return std::max<std::size_t>(2, ((std::size_t{1} << 17) / std::max<std::size_t>(row, 1)) & ~std::size_t{1}); }
+
+Shape rows_shape(const Shape& stored, std::size_t rows) {
+  Shape shape = stored;
+  shape[0] = rows;
+  return shape;
+}
 }  // namespace
 
 // A big weight is input in pieces of this many elements (even, so that
@@ -50,65 +57,125 @@ std::size_t block_rows(std::size_t row) { return std::max<std::size_t>(2, ((std:
 // piece's components, not the whole tensor's three, and its messages
 // leave piece by piece. The payload bytes and rounds are input's.
 constexpr std::size_t input_piece = std::size_t{1} << 20;
+constexpr std::size_t pieces_in_flight = 4;
 
 Task<Rss3Weight> Rss3::input_weight(PartyId owner, std::optional<RingTensor> value, Shape shape) {
   if (value && shape_of(*value) != shape)
     throw Error(ErrorCode::invalid_argument, "rss3 input_weight: value has shape " + shape_string(shape_of(*value)) +
                                                  ", declared shape is " + shape_string(shape));
+  Rss3WeightPieces pieces;
+  if (value)
+    pieces = [v = std::make_shared<const RingTensor>(std::move(*value))](std::size_t first, std::size_t count) {
+      RingTensor piece = RingTensor::from_shape({count});
+      std::copy(v->data() + first, v->data() + first + count, piece.data());
+      return piece;
+    };
+  return input_weight(owner, std::move(pieces), std::move(shape));
+}
+
+Task<Rss3Weight> Rss3::input_weight(PartyId owner, Rss3WeightPieces pieces, Shape shape) {
+  const PartyId id = party_->id_;
+  if (owner > 2) throw Error(ErrorCode::bad_party, "rss3 input_weight: owner " + std::to_string(owner) + " is not a party (0..2)");
+  if ((id == owner) != bool(pieces))
+    throw Error(ErrorCode::invalid_argument, id == owner ? "rss3 input_weight: the owner passed no values"
+                                                         : "rss3 input_weight: values passed for party " +
+                                                               std::to_string(owner) + "'s weight");
+  const bool compact = party_->options_.compact_weights;
   Rss3Weight w;
   w.shape = shape;
   w.stream = stream_;
   // input draws s_o (owner: own, o-1: next) and s_{o+1} (owner: next, o+1:
   // own); party o-1 keeps its received own, the others their next.
-  w.kept_is_own = party_->id_ == (owner + 2) % 3;
+  w.kept_is_own = id == (owner + 2) % 3;
   w.block = w.kept_is_own ? block_next_ : block_prev_;
+  w.kept_block = w.kept_is_own ? block_prev_ : block_next_;
+  // The owner's both components came from keys: with compact weights it keeps neither.
+  const bool keep = !(compact && id == owner);
   const std::size_t total = element_count(shape);
+  auto piece_of = [&](std::size_t first, std::size_t count) -> std::optional<RingTensor> {
+    if (!pieces) return std::nullopt;
+    RingTensor piece = pieces(first, count);
+    if (piece.size() != count)
+      throw Error(ErrorCode::invalid_argument, "rss3 input_weight: a piece of " + std::to_string(piece.size()) +
+                                                   " elements where " + std::to_string(count) + " were asked for");
+    return piece;
+  };
   if (total <= input_piece) {
+    std::optional<RingTensor> value = piece_of(0, total);
+    if (value) *value = ring_reshape(*value, shape);
     Share s = co_await input(owner, std::move(value), std::move(shape));
-    w.kept = std::move(w.kept_is_own ? s.own : s.next);
-    if (!party_->options_.compact_weights) w.drawn = std::move(w.kept_is_own ? s.next : s.own);
+    if (keep) w.kept = std::make_shared<const RingTensor>(std::move(w.kept_is_own ? s.own : s.next));
+    if (!compact) w.drawn = std::make_shared<const RingTensor>(std::move(w.kept_is_own ? s.next : s.own));
     co_return w;
   }
-  w.kept = RingTensor::from_shape(shape);
-  if (!party_->options_.compact_weights) w.drawn = RingTensor::from_shape(shape);
-  for (std::size_t first = 0; first < total; first += input_piece) {
+  std::optional<RingTensor> kept, drawn;
+  if (keep) kept = RingTensor::from_shape(shape);
+  if (!compact) drawn = RingTensor::from_shape(shape);
+  // Paced: the others confirm each piece but the last few (an empty
+  // message), and the owner sends piece k once piece k - pieces_in_flight
+  // is confirmed, so that at most that many pieces wait in its outboxes
+  // (an embedding of 136M weights is 2.2 GB of messages). The owner's last
+  // act stays a send, so every party's round clock ends the input where it
+  // would end without pacing (but later by two rounds per window).
+  const std::size_t piece_count = (total + input_piece - 1) / input_piece;
+  const StreamId paced = pieces_stream();
+  for (std::size_t k = 0, first = 0; first < total; ++k, first += input_piece) {
     const std::size_t count = std::min(input_piece, total - first);
-    std::optional<RingTensor> piece;
-    if (value) {
-      piece = RingTensor::from_shape({count});
-      std::copy(value->data() + first, value->data() + first + count, piece->data());
+    if (id == owner && k >= pieces_in_flight) {
+      (void)co_await party_->endpoint_->recv(next_id(), paced, tag_);
+      (void)co_await party_->endpoint_->recv(prev_id(), paced, tag_);
     }
-    const Share s = co_await input(owner, std::move(piece), {count});
-    const RingTensor& kept = w.kept_is_own ? s.own : s.next;
-    std::copy(kept.data(), kept.data() + count, w.kept.data() + first);
-    if (w.drawn) {
-      const RingTensor& drawn = w.kept_is_own ? s.next : s.own;
-      std::copy(drawn.data(), drawn.data() + count, w.drawn->data() + first);
+    const Share s = co_await input(owner, piece_of(first, count), {count});
+    if (id != owner && k + pieces_in_flight < piece_count)
+      party_->endpoint_->send(owner, paced, std::vector<std::byte>{}, tag_);
+    if (kept) {
+      const RingTensor& got = w.kept_is_own ? s.own : s.next;
+      std::copy(got.data(), got.data() + count, kept->data() + first);
+    }
+    if (drawn) {
+      const RingTensor& d = w.kept_is_own ? s.next : s.own;
+      std::copy(d.data(), d.data() + count, drawn->data() + first);
     }
   }
+  if (kept) w.kept = std::make_shared<const RingTensor>(std::move(*kept));
+  if (drawn) w.drawn = std::make_shared<const RingTensor>(std::move(*drawn));
   co_return w;
 }
 
-namespace {
-// Rows [begin, end) of w into `out` (shaped for them): the kept component
-// copied, the other drawn in place (`begin` * row even: an AES block boundary).
-// Rows [begin, end) of a compact weight's drawn component into `drawn`
-// (shaped for them; `begin` * row even: an AES block boundary).
-void draw_rows(const Rss3Weight& w, const Prg& key, std::size_t begin, RingTensor& drawn) {
-  std::uint64_t at = w.block + begin * row_size(w.shape) / 2;
-  key.fill(w.stream, at, std::span<Ring>(drawn.data(), drawn.size()));
+Rss3Weight Rss3::transposed(const Weight& w, bool borrowed) {
+  if (w.shape.size() != 2)
+    throw Error(ErrorCode::invalid_argument, "rss3 transposed: a weight of shape " + shape_string(w.shape) + " is not a matrix");
+  Rss3Weight t = w;
+  t.shape = {w.shape[1], w.shape[0]};
+  t.transposed = !w.transposed;
+  t.borrowed = borrowed;
+  return t;
 }
 
-void fill_rows(const Rss3Weight& w, const Prg& key, std::size_t begin, std::size_t end, Rss3Share& out) {
-  const std::size_t row = row_size(w.shape);
-  RingTensor& kept = w.kept_is_own ? out.own : out.next;
-  RingTensor& drawn = w.kept_is_own ? out.next : out.own;
-  std::copy(w.kept.data() + begin * row, w.kept.data() + end * row, kept.data());
-  if (w.drawn) {
-    std::copy(w.drawn->data() + begin * row, w.drawn->data() + end * row, drawn.data());
+namespace {
+// Rows [begin, end) of the stored matrix's component into `out` (shaped
+// for them), from memory or drawn (`begin` * row even: an AES block boundary).
+void component_rows(const std::shared_ptr<const RingTensor>& held, const Prg& key, StreamId stream,
+                    std::uint64_t block, std::size_t row, std::size_t begin, RingTensor& out) {
+  if (held) {
+    std::copy(held->data() + begin * row, held->data() + begin * row + out.size(), out.data());
     return;
   }
-  draw_rows(w, key, begin, drawn);
+  std::uint64_t at = block + begin * row / 2;
+  key.fill(stream, at, std::span<Ring>(out.data(), out.size()));
+}
+
+// Rows [begin, end) of the stored matrix's component (any `begin`).
+RingTensor component_range(const std::shared_ptr<const RingTensor>& held, const Prg& key, StreamId stream,
+                           std::uint64_t block, const Shape& stored, std::size_t begin, std::size_t end) {
+  const std::size_t row = row_size(stored);
+  const Shape shape = rows_shape(stored, end - begin);
+  if (held || begin * row % 2 == 0) {
+    RingTensor out = RingTensor::from_shape(shape);
+    component_rows(held, key, stream, block, row, begin, out);
+    return out;
+  }
+  return draw_range(key, stream, block, begin * row, shape);
 }
 
 void check_rows(const Rss3Weight& w, std::size_t begin, std::size_t end) {
@@ -117,62 +184,119 @@ void check_rows(const Rss3Weight& w, std::size_t begin, std::size_t end) {
                                                  std::to_string(end) + ") of a weight of shape " + shape_string(w.shape));
 }
 
-Shape rows_shape(const Rss3Weight& w, std::size_t rows) {
-  Shape shape = w.shape;
-  shape[0] = rows;
-  return shape;
+// z (m, rows; row stride ldz) += a0 b0^T + a0 b1^T + a1 b0^T for a0, a1 (m,
+// k) and b0, b1 (rows, k) read in place: a weight stored transposed, for a
+// few rows of a (a decode step's LM head), as dot products along the stored
+// rows. More rows of a transpose the block and use the matmul kernel.
+constexpr std::size_t dot_rows_max = 8;
+void dot_rows(Ring* z, std::size_t ldz, const RingTensor& a0, const RingTensor& a1, const RingMatrixView& b0,
+              const RingMatrixView& b1) {
+  const std::size_t m = a0.shape()[0], k = a0.shape()[1];
+  for (std::size_t i = 0; i < m; ++i) {
+    const Ring *x = a0.data() + i * k, *y = a1.data() + i * k;
+    for (std::size_t j = 0; j < b0.rows; ++j) {
+      const Ring *p = b0.data + j * b0.stride, *q = b1.data + j * b1.stride;
+      Ring sum = 0;
+      for (std::size_t t = 0; t < k; ++t) sum += x[t] * (p[t] + q[t]) + y[t] * p[t];
+      z[i * ldz + j] += sum;
+    }
+  }
+}
+
+// A (rows, cols) block written transposed into `out` (cols, rows).
+void transpose_into(const Ring* in, std::size_t rows, std::size_t cols, RingTensor& out) {
+  if (out.dimension() != 2 || out.shape()[0] != cols || out.shape()[1] != rows) out = RingTensor::from_shape({cols, rows});
+  Ring* o = out.data();
+  constexpr std::size_t tile = 8;
+  for (std::size_t r0 = 0; r0 < rows; r0 += tile)
+    for (std::size_t c0 = 0; c0 < cols; c0 += tile)
+      for (std::size_t r = r0; r < std::min(rows, r0 + tile); ++r)
+        for (std::size_t c = c0; c < std::min(cols, c0 + tile); ++c) o[c * rows + r] = in[r * cols + c];
 }
 }  // namespace
 
 Rss3Share Rss3::expand_rows(const Weight& w, std::size_t begin, std::size_t end) const {
   check_rows(w, begin, end);
-  const std::size_t row = row_size(w.shape);
-  const Shape shape = rows_shape(w, end - begin);
-  const Prg& key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
-  Share out{RingTensor::from_shape(shape), RingTensor::from_shape(shape)};
-  if (begin * row % 2 == 0 || w.drawn) {
-    fill_rows(w, key, begin, end, out);
-    return out;
+  if (w.transposed) {  // rows of the read matrix are columns of the stored one: expand it all
+    Share all = expand(w);
+    return {ring_reshape(ring_slice_last(ring_reshape(all.own, {all.own.size()}), begin * w.shape[1], end * w.shape[1]),
+                         rows_shape(w.shape, end - begin)),
+            ring_reshape(ring_slice_last(ring_reshape(all.next, {all.next.size()}), begin * w.shape[1], end * w.shape[1]),
+                         rows_shape(w.shape, end - begin))};
   }
-  RingTensor& kept = w.kept_is_own ? out.own : out.next;
-  std::copy(w.kept.data() + begin * row, w.kept.data() + end * row, kept.data());
-  (w.kept_is_own ? out.next : out.own) = draw_range(key, w.stream, w.block, begin * row, shape);
-  return out;
+  const Prg& drawn_key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
+  const Prg& kept_key = w.kept_is_own ? party_->prg_prev_ : party_->prg_next_;
+  RingTensor kept = component_range(w.kept, kept_key, w.stream, w.kept_block, w.shape, begin, end);
+  RingTensor drawn = component_range(w.drawn, drawn_key, w.stream, w.block, w.shape, begin, end);
+  if (w.kept_is_own) return {std::move(kept), std::move(drawn)};
+  return {std::move(drawn), std::move(kept)};
 }
 
 Rss3Share Rss3::expand(const Weight& w) const {
+  if (w.transposed) {
+    Rss3Weight stored = w;
+    stored.shape = w.stored_shape();
+    stored.transposed = false;
+    Share s = expand(stored);
+    return {transpose(s.own), transpose(s.next)};
+  }
   if (!w.shape.empty()) return expand_rows(w, 0, w.shape[0]);
-  const Prg& key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
-  RingTensor drawn = w.drawn ? *w.drawn : draw_range(key, w.stream, w.block, 0, w.shape);
-  if (w.kept_is_own) return {w.kept, std::move(drawn)};
-  return {std::move(drawn), w.kept};
+  const Prg& drawn_key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
+  const Prg& kept_key = w.kept_is_own ? party_->prg_prev_ : party_->prg_next_;
+  RingTensor drawn = w.drawn ? *w.drawn : draw_range(drawn_key, w.stream, w.block, 0, w.shape);
+  RingTensor kept = w.kept ? *w.kept : draw_range(kept_key, w.stream, w.kept_block, 0, w.shape);
+  if (w.kept_is_own) return {std::move(kept), std::move(drawn)};
+  return {std::move(drawn), std::move(kept)};
 }
 
 RingTensor Rss3::local_matmul_weight(const Share& a, const Weight& w) const {
   if (w.shape.size() != 2 || a.own.dimension() != 2 || a.own.shape()[1] != w.shape[0])
     throw Error(ErrorCode::invalid_argument, "rss3 matmul with a weight: needs (m,k) x (k,n), got " +
                                                  shape_string(shape_of(a.own)) + " x " + shape_string(w.shape));
-  const std::size_t k = w.shape[0], step = block_rows(w.shape[1]);
-  RingTensor z = ring_zeros({a.own.shape()[0], w.shape[1]});
+  const Shape stored = w.stored_shape();
+  const std::size_t rows = stored[0], row = stored[1], step = block_rows(row), m = a.own.shape()[0];
+  RingTensor z = ring_zeros({m, w.shape[1]});
   ComputePool* pool = party_->options_.pool;
-  if (w.drawn) {  // the full share: one product, nothing drawn
-    ring_matmul_rss3_accumulate(z, a.own, a.next, w.kept_is_own ? w.kept : *w.drawn, w.kept_is_own ? *w.drawn : w.kept,
+  if (w.kept && w.drawn && !w.transposed) {  // the full share: one product, nothing drawn
+    ring_matmul_rss3_accumulate(z, a.own, a.next, w.kept_is_own ? *w.kept : *w.drawn, w.kept_is_own ? *w.drawn : *w.kept,
                                 pool);
     return z;
   }
-  const Prg& key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
-  // A block of rows of the kept component, and the matching columns of a,
-  // are read in place. Only the drawn component needs a buffer: one block's
-  // for all blocks (but a shorter last one), as fresh megabyte allocations
-  // per block cost page faults.
-  RingTensor drawn;
-  for (std::size_t begin = 0; begin < k; begin += step) {
-    const std::size_t end = std::min(k, begin + step);
-    if (drawn.dimension() != 2 || drawn.shape()[0] != end - begin) drawn = RingTensor::from_shape(rows_shape(w, end - begin));
-    draw_rows(w, key, begin, drawn);
-    const RingMatrixView kept = ring_matrix_rows(w.kept, begin, end), fresh = ring_matrix(drawn);
-    ring_matmul_rss3_accumulate(z, ring_matrix_columns(a.own, begin, end), ring_matrix_columns(a.next, begin, end),
-                                w.kept_is_own ? kept : fresh, w.kept_is_own ? fresh : kept, pool);
+  const Prg& drawn_key = w.kept_is_own ? party_->prg_next_ : party_->prg_prev_;
+  const Prg& kept_key = w.kept_is_own ? party_->prg_prev_ : party_->prg_next_;
+  // A block of rows of a held component, and the matching columns of a, are
+  // read in place; a drawn component needs a buffer: one block's for all
+  // blocks (but a shorter last one), as fresh megabyte allocations per
+  // block cost page faults. A transposed weight's block gives columns of
+  // the product: its components are transposed into buffers first.
+  RingTensor kept_buffer, drawn_buffer, own_t, next_t, part;
+  auto block_of = [&](const std::shared_ptr<const RingTensor>& held, const Prg& key, std::uint64_t block,
+                      RingTensor& buffer, std::size_t begin, std::size_t end) -> RingMatrixView {
+    if (held) return ring_matrix_rows(*held, begin, end);
+    if (buffer.dimension() != 2 || buffer.shape()[0] != end - begin) buffer = RingTensor::from_shape(rows_shape(stored, end - begin));
+    component_rows(nullptr, key, w.stream, block, row, begin, buffer);
+    return ring_matrix(buffer);
+  };
+  for (std::size_t begin = 0; begin < rows; begin += step) {
+    const std::size_t end = std::min(rows, begin + step);
+    const RingMatrixView kept = block_of(w.kept, kept_key, w.kept_block, kept_buffer, begin, end);
+    const RingMatrixView drawn = block_of(w.drawn, drawn_key, w.block, drawn_buffer, begin, end);
+    const RingMatrixView own = w.kept_is_own ? kept : drawn, next = w.kept_is_own ? drawn : kept;
+    if (!w.transposed) {
+      ring_matmul_rss3_accumulate(z, ring_matrix_columns(a.own, begin, end), ring_matrix_columns(a.next, begin, end), own,
+                                  next, pool);
+      continue;
+    }
+    if (m <= dot_rows_max) {
+      dot_rows(z.data() + begin, w.shape[1], a.own, a.next, own, next);
+      continue;
+    }
+    transpose_into(own.data, end - begin, row, own_t);
+    transpose_into(next.data, end - begin, row, next_t);
+    part = ring_zeros({m, end - begin});
+    ring_matmul_rss3_accumulate(part, a.own, a.next, own_t, next_t, pool);
+    for (std::size_t i = 0; i < m; ++i)
+      std::copy(part.data() + i * (end - begin), part.data() + (i + 1) * (end - begin), z.data() + i * w.shape[1] + begin);
   }
   return z;
 }

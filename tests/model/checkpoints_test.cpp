@@ -17,6 +17,7 @@ import mpcache;
 
 #include "../support/run_task.hpp"
 #include "../support/real_tensors.hpp"
+#include "../support/pinned_costs.hpp"
 
 using namespace mpcache;
 namespace fs = std::filesystem;
@@ -138,9 +139,9 @@ RefRun ref_run(const std::string& fixture, const Expected& e) {
   return out;
 }
 
-// Private generation over rss3 (client 0, model owner 1): the client's tokens.
-std::vector<std::uint32_t> private_tokens(const fs::path& dir, const std::vector<std::uint32_t>& prompt,
-                                          std::size_t count) {
+// Private generation over rss3 (client 0, model owner 1): every party's result.
+std::vector<GenerationResult> private_run(const fs::path& dir, const std::vector<std::uint32_t>& prompt,
+                                          std::size_t count, bool compact_weights) {
   Scheduler scheduler;
   InProcessNetwork network(scheduler, 3);
   auto results = run_parties(scheduler, network, [&](PartyId id) -> Task<GenerationResult> {
@@ -148,13 +149,19 @@ std::vector<std::uint32_t> private_tokens(const fs::path& dir, const std::vector
     job.model_dir = dir;
     job.policy = "full";
     job.new_tokens = count;
-    job.rss3 = {.exact_truncation = true, .insecure_seed = 5};
+    job.rss3 = {.exact_truncation = true, .insecure_seed = 5, .compact_weights = compact_weights};
     if (id == 0) job.prompt = prompt;
     co_return co_await generate_party(network.endpoint(id), std::move(job));
   });
   CHECK(results[1].tokens.empty());
   CHECK(results[2].tokens.empty());
-  return results[0].tokens;
+  return results;
+}
+
+// The client's tokens.
+std::vector<std::uint32_t> private_tokens(const fs::path& dir, const std::vector<std::uint32_t>& prompt,
+                                          std::size_t count) {
+  return private_run(dir, prompt, count, false)[0].tokens;
 }
 
 // A source over `inner` that also holds lm_head.weight = embedding + delta.
@@ -306,6 +313,36 @@ TEST_SUITE("checkpoints") {
       CAPTURE(fixture);
       const Expected e = expected_of(fixture);
       CHECK(private_tokens(fixtures / fixture, e.prompt, e.tokens.size()) == ref_run(fixture, e).tokens);
+    }
+  }
+
+  TEST_CASE("compact weights through generate: the float64 greedy tokens, 8 bytes per weight at two parties, none "
+            "at the owner") {
+    for (const std::string fixture : {"llama3-gqa-sharded", "qwen2-bias", "gpt2-bare"}) {
+      CAPTURE(fixture);
+      const Expected e = expected_of(fixture);
+      const ModelConfig c = config_of(fixture);
+      const auto results = private_run(fixtures / fixture, e.prompt, e.tokens.size(), true);
+      CHECK(results[0].tokens == ref_run(fixture, e).tokens);
+      // Beyond the checkpoint's weights, LLaMA keeps the ranking queries'
+      // projection (diag(input norm) wq, LayerWeights::wq_ranking), GPT-2 its
+      // head beside the centred embedding (load_gpt2); a tied LLaMA head is
+      // the embedding read transposed.
+      const std::size_t extra = c.architecture == Architecture::gpt2
+                                    ? c.vocab_size * c.hidden_size
+                                    : c.num_layers * c.hidden_size * c.num_heads * c.head_dim;
+      std::vector<std::uint64_t> bytes;
+      for (std::size_t i = 0; i < 3; ++i) {
+        CHECK(results[i].weights == c.weight_count());
+        CHECK(results[i].weight_bytes == (i == 1 ? 0 : 8 * (c.weight_count() + extra)));
+        bytes.push_back(results[i].weight_bytes);
+      }
+      MESSAGE(fixture << ": " << double(bytes[0]) / double(c.weight_count()) << " bytes per weight at parties 0 and 2");
+      const std::map<std::string, std::string> pins{
+          {"llama3-gqa-sharded", "model.checkpoints.compact_weight_bytes.llama3-gqa-sharded"},
+          {"qwen2-bias", "model.checkpoints.compact_weight_bytes.qwen2-bias"},
+          {"gpt2-bare", "model.checkpoints.compact_weight_bytes.gpt2-bare"}};
+      testing::check_pinned(pins.at(fixture), bytes);
     }
   }
 

@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""Preset real-models: checkpoints in published shapes over three processes.
+
+Runs `mpcache generate` (the local launcher: three party processes on
+loopback) on each model folder given, with --compact-weights, a 64-token
+prompt (--tokenizer none: 64 bytes) and --tokens N --ignore-eos, and writes
+one JSON row per model to stdout: time to first token (prefill), per
+decoded token latency, bytes of the busiest party and rounds, and per party
+its peak RSS, the bytes of weights it holds and bytes per weight (of the
+checkpoint's weight count), with the date and the commit.
+
+The folders come from tools/model/make_real_shapes.py (random weights in
+Qwen2-0.5B's and TinyLlama-1.1B's shapes) or make_gpt2_124m.py. Each party
+process runs under an address-space limit (--limit-gb, inherited from the
+launcher), so that a run that outgrows it fails instead of pressing the
+machine into the OOM killer.
+
+Usage:
+  /usr/bin/python3 tools/model/make_real_shapes.py --shape qwen2-0.5b --out /tmp/qwen2-05b
+  /usr/bin/python3 bench/real_models.py --mpcache build/release/tools/mpcache \\
+      --model qwen2-0.5b=/tmp/qwen2-05b [--model NAME=DIR ...] [--tokens 4] > bench/results/real-models.jsonl
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+PROMPT = "It is a truth universally acknowledged, that a single man in pos"  # 64 tokens with --tokenizer none
+
+
+def commit():
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def run_model(mpcache, name, folder, tokens, limit_gb, extra, label, commit_id):
+    with tempfile.TemporaryDirectory() as tmp:
+        prompt = os.path.join(tmp, "prompt.txt")
+        with open(prompt, "w") as f:
+            f.write(PROMPT)
+        out = os.path.join(tmp, "run.jsonl")
+        cmd = ["prlimit", "--as=%d" % int(limit_gb * 1e9), mpcache, "generate", "--model", folder,
+               "--tokenizer", "none", "--prompt-file", prompt, "--tokens", str(tokens), "--ignore-eos",
+               "--compact-weights", "--json", out] + extra
+        sys.stderr.write(" ".join(cmd) + "\n")
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        sys.stderr.write(done.stdout[-3000:])
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr[-3000:])
+            raise SystemExit("%s: mpcache generate exited %d" % (name, done.returncode))
+        lines = [json.loads(l) for l in open(out) if l.strip()]
+    summary = next(l for l in lines if l.get("row") == "summary")
+    parties = sorted((l for l in lines if l.get("row") == "party"), key=lambda p: p["party"])
+    row = {"preset": "real-models", "model": name, "date": datetime.date.today().isoformat(), "commit": commit_id or commit(),
+           "parties": "3 processes", "compact_weights": True, "prompt_tokens": summary["prompt_length"],
+           "decode_steps": summary["decode_steps"], "ttft_s": summary["prefill_latency_s"],
+           "prefill_bytes_max_party": summary["prefill_bytes_max_party"], "prefill_rounds": summary["prefill_rounds"],
+           "token_s": summary["decode_latency_s_mean"], "token_bytes_max_party": summary["decode_bytes_max_party_mean"],
+           "token_rounds": summary["decode_rounds_mean"]}
+    if label:
+        row["build"] = label
+    weights = weights_of(folder)
+    row["weights"] = weights
+    for p in parties:
+        i = p["party"]
+        row["peak_rss_bytes_party%d" % i] = p["peak_rss_kb"] * 1024
+        row["peak_rss_per_weight_party%d" % i] = round(p["peak_rss_kb"] * 1024 / weights, 3)
+        if "weight_bytes" in p:  # builds before it do not report it
+            row["weight_bytes_party%d" % i] = p["weight_bytes"]
+            row["bytes_per_weight_party%d" % i] = round(p["weight_bytes"] / weights, 3)
+    return row
+
+
+def weights_of(folder):
+    """Elements of the checkpoint's tensors (model.safetensors' header)."""
+    with open(os.path.join(folder, "model.safetensors"), "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    count = 0
+    for name, t in header.items():
+        if name == "__metadata__" or name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        size = 1
+        for d in t["shape"]:
+            size *= d
+        count += size
+    return count
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mpcache", default="build/release/tools/mpcache")
+    ap.add_argument("--model", action="append", required=True, help="NAME=DIR")
+    ap.add_argument("--tokens", type=int, default=4)
+    ap.add_argument("--limit-gb", type=float, default=8.0, help="address-space limit per party process")
+    ap.add_argument("--label", default="release", help="a name for the binary, kept in each row (a baseline's)")
+    ap.add_argument("--commit", default="", help="the binary's commit, where it is not this checkout's HEAD")
+    ap.add_argument("extra", nargs="*", help="more flags for mpcache generate (after --)")
+    a = ap.parse_args()
+    assert len(PROMPT.encode()) == 64
+    for spec in a.model:
+        name, folder = spec.split("=", 1)
+        row = run_model(a.mpcache, name, folder, a.tokens, a.limit_gb, a.extra, a.label, a.commit)
+        print(json.dumps(row, sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()
