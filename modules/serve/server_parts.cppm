@@ -239,6 +239,8 @@ class Sessions {
   // A speculative step's tokens (n, 1), the accepted drafts and the
   // correction, to the client (this server's part of them).
   void send_verified(Sequence& seq, const Rss3Share& tokens);
+  // One token sent: the step report, a test's stop point, the count.
+  void count_chosen(Sequence& seq);
   // Whether the last chosen token is a stop token, still secret (1, 1): the
   // sum of its one-hot entries at the stop ids.
   static Rss3Share stop_test(const Sequence& seq);

@@ -166,6 +166,10 @@ Task<void> Sessions::generate_tokens(std::uint64_t session, std::shared_ptr<Requ
 
 void Sessions::send_token(Sequence& seq) {
   seq.request->link->reply(Reply{ReplyKind::token, client_shares::open_part(ops::one_hot_index<Rss3>(seq.row))});
+  count_chosen(seq);
+}
+
+void Sessions::count_chosen(Sequence& seq) {
   if (s_.options.on_step) {
     const OfflineCosts offline = batcher_.offline_costs();
     s_.options.on_step({s_.id(), seq.session, seq.chosen, s_.mesh.rounds() - offline.rounds,
@@ -182,16 +186,7 @@ void Sessions::send_verified(Sequence& seq, const Rss3Share& tokens) {
   const auto part = client_shares::open_part(tokens);
   w.out.insert(w.out.end(), part.begin(), part.end());
   seq.request->link->reply(Reply{ReplyKind::verified, std::move(w.out)});
-  for (std::size_t i = 0; i < Rss3::shape(tokens).at(0); ++i) {
-    if (s_.options.on_step) {
-      const OfflineCosts offline = batcher_.offline_costs();
-      s_.options.on_step({s_.id(), seq.session, seq.chosen, s_.mesh.rounds() - offline.rounds,
-                          s_.mesh.costs().payload_bytes_sent() - offline.bytes, offline,
-                          s_.party->dcf_stats().inline_elements});
-    }
-    stop_here_at(seq.session, static_cast<std::int64_t>(seq.chosen));
-    ++seq.chosen;
-  }
+  for (std::size_t i = 0; i < Rss3::shape(tokens).at(0); ++i) count_chosen(seq);
 }
 
 void Sessions::stop_here_at(std::uint64_t session, std::int64_t step) {

@@ -20,14 +20,14 @@ sessions run across the wrap of the 16-bit session scopes (65,534).
 """
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import fail, in_process_tokens, loopback_cluster, read, run, test_args, wait_for, wait_for_log  # noqa: E402
+from serve_test import (fail, in_process_tokens, loopback_cluster, read, run, terminate, test_args,  # noqa: E402
+                        wait_for, wait_for_log, wait_stopped)
 
 PROMPTS = [
     "Emma Woodhouse, handsome, clever, and rich",
@@ -132,15 +132,8 @@ def main():
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-        for s in servers:
-            if s.poll() is None:
-                s.send_signal(signal.SIGTERM)
-    for i, s in enumerate(servers):
-        try:
-            s.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            s.kill()
-            fail("server %d did not stop within 60 s of SIGTERM" % i, logs)
+        terminate(servers)
+    wait_stopped(servers, logs, status_zero=False)
 
     # The bound: what a server held once the model was shared (code,
     # libraries, its weight shares), plus the running sessions' KV caches

@@ -108,6 +108,25 @@ def test_args(extra=lambda ap: None):
     return a
 
 
+def terminate(servers):
+    """SIGTERM to every server still running (from a `finally:`)."""
+    for s in servers:
+        if s.poll() is None:
+            s.send_signal(signal.SIGTERM)
+
+
+def wait_stopped(servers, logs, status_zero=True):
+    """Each server stops within 60 s (killed and failed otherwise), with status 0 unless not asked."""
+    for i, s in enumerate(servers):
+        try:
+            status = s.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            s.kill()
+            fail("server %d did not stop within 60 s of SIGTERM" % i, logs)
+        if status_zero and status != 0:
+            fail("server %d stopped with status %d" % (i, status), logs)
+
+
 def in_process_tokens(exe, model, work, prompts, tokens, extra=()):
     """prompt -> the tokens `mpcache generate --in-process` chooses: what a client of the service must get."""
     expected = {}
@@ -273,17 +292,8 @@ def main():
         wait_for_log(logs[0], "is not among the 2 allowed client keys", 30, logs)
         print("a stranger's key: refused at the handshake, logged")
     finally:
-        for s in servers:
-            if s.poll() is None:
-                s.send_signal(signal.SIGTERM)
-    for i, s in enumerate(servers):
-        try:
-            status = s.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            s.kill()
-            fail("server %d did not stop within 60 s of SIGTERM" % i, logs)
-        if status != 0:
-            fail("server %d stopped with status %d" % (i, status), logs)
+        terminate(servers)
+    wait_stopped(servers, logs)
     for l in logs:
         if "stopped: 8 sessions done, 3 failed" not in open(l).read():
             fail("a server did not report its 8 sessions done and 3 failed", logs)

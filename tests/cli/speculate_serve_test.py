@@ -15,12 +15,12 @@ with a public model folder (`model:DIR`, here the model itself): again
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import fail, in_process_tokens, loopback_cluster, read, run, test_args, wait_for  # noqa: E402
+from serve_test import (fail, in_process_tokens, loopback_cluster, read, run, terminate, test_args,  # noqa: E402
+                        wait_for, wait_stopped)
 
 PROMPTS = [
     "Emma Woodhouse, handsome, clever, and rich, with a comfortable home",
@@ -98,17 +98,9 @@ def main():
                  % (r.returncode, got, expected_tova, r.stderr), logs)
         print("tova, drafting with model:DIR: tokens equal generate --in-process --policy tova")
     finally:
-        for s in servers:
-            if s.poll() is None:
-                s.send_signal(signal.SIGTERM)
-    for i, s in enumerate(servers):
-        try:
-            status = s.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            s.kill()
-            fail("server %d did not stop within 60 s of SIGTERM" % i, logs)
-        if status != 0:
-            fail("server %d stopped with status %d" % (i, status), logs)
+        terminate(servers)
+    wait_stopped(servers, logs)
+    for i in range(3):
         report = json.load(open(reports[i]))
         if report.get("speculative_steps", 0) == 0 or report.get("mixed_steps", 0) == 0:
             fail("server %d ran no step with speculating and plain sessions together: %s" % (i, report), logs)
