@@ -63,9 +63,36 @@ void add_held_out_run_options(CLI::App& app, std::string& preset, HeldOutRun& ru
   app.add_option("--tokens", run.tokens, tokens_help)->check(CLI::Range(min_tokens, std::size_t{1} << 20));
 }
 
+namespace {
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && s.size() <= 3 && std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+// "coarse25" -> 25 for prefix "coarse": 1-3 digits.
+std::optional<int> percent_suffix(const std::string& part, const std::string& prefix) {
+  if (!part.starts_with(prefix) || !all_digits(std::string_view(part).substr(prefix.size()))) return std::nullopt;
+  return std::stoi(part.substr(prefix.size()));
+}
+
+// "share3of1": layer 3 takes layer 1's pick.
+std::optional<std::pair<std::size_t, std::size_t>> share_pair(const std::string& part) {
+  if (!part.starts_with("share")) return std::nullopt;
+  const auto of = part.find("of", 5);
+  if (of == std::string::npos) return std::nullopt;
+  const std::string layer = part.substr(5, of - 5), owner = part.substr(of + 2);
+  if (!all_digits(layer) || !all_digits(owner)) return std::nullopt;
+  return std::pair<std::size_t, std::size_t>{std::stoul(layer), std::stoul(owner)};
+}
+
+}  // namespace
+
 std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
   if (name != "mpcache" && !name.starts_with("mpcache-")) return std::nullopt;
   if (name == "mpcache") return kv::MpCacheOptions{};  // our defaults
+  const auto& named = kv::policy_names();
+  if (name != "mpcache-paper" && std::find(named.begin(), named.end(), name) != named.end())
+    return std::nullopt;  // a named MPCache policy (mpcache-shared-step, ...): kv::make_policy builds it
   kv::MpCacheOptions o = kv::MpCacheOptions::paper();
   std::stringstream parts(name.substr(7));
   std::string part;
@@ -79,12 +106,14 @@ std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name) {
     else if (part == "rmax") o.alpha = 1.0;
     else if (part == "hier") o.flat_up_to = 0;
     else if (part == "ahead") o.rank_ahead = true;
-    else if (part.starts_with("coarse") && part.size() > 6 && part.size() <= 8 &&
-             std::all_of(part.begin() + 6, part.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
-             std::stoi(part.substr(6)) > 0)
-      o.coarse_ratio = std::stoi(part.substr(6)) / 100.0;  // coarseP: keep P% of the coarse clusters
+    else if (part == "rerank") o.share_rerank = true;
+    else if (auto pair = share_pair(part)) o.share_pairs.push_back(*pair);
+    else if (auto widen = percent_suffix(part, "widen"); widen && *widen >= 100) o.share_widen = *widen / 100.0;
+    else if (auto coarse = percent_suffix(part, "coarse"); coarse && *coarse > 0)
+      o.coarse_ratio = *coarse / 100.0;  // coarseP: keep P% of the coarse clusters
     else throw Error(ErrorCode::invalid_argument, "fidelity: unknown MPCache variant '" + part + "' in '" + name +
-                                                      "' (paper, bound, noshare, noevict, flat, rmax, hier, ahead, coarseP)");
+                                                      "' (paper, bound, noshare, noevict, flat, rmax, hier, ahead, coarseP, "
+                                                      "shareLofO, widenP, rerank)");
   }
   return o;
 }

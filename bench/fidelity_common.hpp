@@ -52,8 +52,15 @@ void add_model_and_text_options(CLI::App& app, std::string& preset, std::string&
 // switching one part off or over:
 // -bound (sign-split bound similarity), -noshare (no layer index sharing),
 // -noevict (no static eviction), -flat (no coarse level), -rmax (alpha 1),
-// -hier (the coarse level at every size, as the paper).
-// nullopt if `name` is not an MPCache name; an unknown suffix is an error.
+// -hier (the coarse level at every size, as the paper), -ahead (ranking
+// ahead), -coarseP (keep P% of the coarse clusters); layer sharing:
+// -shareLofO (layer L takes layer O's pick; several allowed, replacing the
+// odd-layer rule), -widenP (the owner ranks P% of k, the sharing layer
+// attends them all), -rerank (the sharing layer ranks its own query among
+// the owner's).
+// nullopt if `name` is not an MPCache name, or is a named MPCache policy
+// other than mpcache-paper (kv::make_policy builds those); an unknown
+// suffix is an error.
 std::optional<kv::MpCacheOptions> mpcache_variant(const std::string& name);
 
 // Throws for a name make_policy would not know, without building anything.

@@ -13,6 +13,10 @@
 //   recall       ArkVale's |selected ∩ true top-n| / n per step, layer, head,
 //                n = tokens selected, true top-n by full attention
 //   mass         share of full attention mass on the selected tokens
+//   pick_overlap (MPCache arms without layer sharing) |picks of layer a ∩
+//                picks of layer b| / k per layer pair a < b ("pick_overlap_l0_2"),
+//                k = fine clusters picked per step, per KV head and step: which
+//                layers could share a pick (MpCacheOptions::share_pairs)
 //   commonality  (policy "full") |top-k of layer l ∩ top-k of layer l+1| / k,
 //                k = budget tokens, per adjacent pair ("commonality_l0_1") and mean
 //   estimator_recall
@@ -27,6 +31,7 @@
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -72,7 +77,50 @@ struct Arm {  // one (policy, budget)
   std::size_t passkey_hits = 0, passkey_trials = 0;
   double recall = 0, mass = 0;
   std::size_t recall_n = 0;
+  // MPCache without sharing: the step's picked fine clusters per
+  // [layer * 64 + KV head], and the overlap sums per layer pair.
+  std::size_t cluster = 0, picks = 0;  // 0: not measured
+  std::vector<std::vector<std::size_t>> picked{};
+  std::map<std::pair<std::size_t, std::size_t>, double> overlap{};
+  std::size_t overlap_n = 0;
 };
+
+// An MPCache arm without layer sharing measures the overlap of its layers' picks.
+void plan_pick_overlap(Arm& arm) {
+  const auto o = mpcache_variant(arm.policy);
+  if (!o || o->share_layers || !o->share_pairs.empty()) return;
+  arm.cluster = o->cluster;
+  arm.picks = (arm.tokens - 2 * o->cluster) / o->cluster;
+  arm.picked.assign(64 * 64, {});
+}
+
+// The picked fine clusters of a selection's positions: after the first
+// cluster's, the next picks * cluster positions (the tail comes last).
+void note_picks(Arm& arm, std::size_t layer, std::size_t head, std::vector<std::size_t> positions) {
+  std::sort(positions.begin(), positions.end());
+  auto& out = arm.picked.at(layer * 64 + head);
+  out.clear();
+  if (positions.size() < (arm.picks + 1) * arm.cluster) return;
+  for (std::size_t i = arm.cluster; i < (arm.picks + 1) * arm.cluster; i += arm.cluster)
+    out.push_back(positions[i] / arm.cluster);
+}
+
+void add_pick_overlap(Arm& arm, std::size_t layers, std::size_t heads) {
+  if (arm.picks == 0) return;
+  for (std::size_t a = 0; a < layers; ++a)
+    for (std::size_t b = a + 1; b < layers; ++b) {
+      double acc = 0;
+      for (std::size_t h = 0; h < heads; ++h) {
+        const auto& x = arm.picked[a * 64 + h];
+        const auto& y = arm.picked[b * 64 + h];
+        std::size_t hit = 0;
+        for (auto c : y) hit += std::count(x.begin(), x.end(), c);
+        acc += double(hit) / double(arm.picks);
+      }
+      arm.overlap[{a, b}] += acc / double(heads);
+    }
+  ++arm.overlap_n;
+}
 
 struct Commonality {  // full cache: per adjacent layer pair, per budget
   std::vector<std::vector<double>> sum;  // [budget][pair]
@@ -130,6 +178,7 @@ void install_probe(Decoder<P>& decoder, P& p, Arm& arm,
     for (auto x : top) hit += chosen.count(x);
     double mass = 0;
     for (auto x : chosen) mass += w.at(x);
+    if (arm.picks) note_picks(arm, layer, head, sel);
     arm.recall += double(hit) / double(sel.size());
     arm.mass += mass;
     ++arm.recall_n;
@@ -154,6 +203,7 @@ class Study {
         const std::size_t tokens = kv::budget_tokens(b, context);
         if (make_policy<P>(name, tokens)) arms.push_back({name, b, tokens});
       }
+    for (auto& a : arms) plan_pick_overlap(a);
     std::vector<std::size_t> ks;
     for (double b : s_.budgets) ks.push_back(kv::budget_tokens(b, context));
     Commonality common;
@@ -183,6 +233,9 @@ class Study {
            a.passkey_trials ? double(a.passkey_hits) / double(a.passkey_trials) : NAN, a.passkey_trials);
       emit(a.policy, a.budget, context, "recall", a.recall_n ? a.recall / double(a.recall_n) : NAN, a.recall_n);
       emit(a.policy, a.budget, context, "mass", a.recall_n ? a.mass / double(a.recall_n) : NAN, a.recall_n);
+      for (const auto& [pair, sum] : a.overlap)
+        emit(a.policy, a.budget, context, "pick_overlap_l" + std::to_string(pair.first) + "_" + std::to_string(pair.second),
+             sum / double(a.overlap_n), a.overlap_n);
     }
     for (std::size_t b = 0; b < ks.size(); ++b) {
       double mean = 0;
@@ -242,6 +295,7 @@ class Study {
       if (arm.policy != "arkvale-recall")
         install_probe(decoder, p, arm, full ? &topk : nullptr, &ks, full ? &estimators : nullptr);
       auto after_step = [&] {
+        add_pick_overlap(arm, layers, weights_.config.num_kv_heads);
         if (!full) return;
         for (std::size_t b = 0; b < ks.size(); ++b)
           for (std::size_t l = 0; l + 1 < layers; ++l) {

@@ -62,6 +62,7 @@ import mpcache;
 #include "dcf_store.hpp"
 #include "protocol_mode_flags.hpp"
 #include "paper_plan.hpp"
+#include "fidelity_common.hpp"
 
 namespace mpcache::bench {
 namespace {
@@ -434,6 +435,9 @@ std::vector<json> measure(const Run& r) {
       } else if (r.arm.policy == "mpcache") {
         kv::MpCache<P> policy(budget, r.arm.options);
         co_await party(r, p, id, policy, mark, start, prefilled, starts, ends, between_steps, kv);
+      } else if (const auto variant = mpcache_variant(r.arm.policy)) {  // an ablation name, as the fidelity preset's
+        kv::MpCache<P> policy(budget, *variant);
+        co_await party(r, p, id, policy, mark, start, prefilled, starts, ends, between_steps, kv);
       } else {
         auto policy = kv::make_policy<P>(r.arm.policy, budget);
         co_await party(r, p, id, policy, mark, start, prefilled, starts, ends, between_steps, kv);
@@ -502,10 +506,19 @@ int paper_main(int argc, char** argv) {
   app.add_option("--vocab", s.vocab, "override the vocabulary size (smoke runs)")->check(CLI::Range(16, 1 << 20));
   app.add_option("--steps", s.steps, "decode steps per run; the first is reported apart")->check(CLI::Range(1, 64));
   app.add_option("--policies", s.policies,
-                 "only the arms of these policies (the presets' are full, longcache and mpcache; any other policy "
-                 "runs at the preset's smallest budget)")
+                 "only the arms of these policies (the presets' are full, longcache and mpcache; any other policy, "
+                 "or an MPCache ablation name as the fidelity preset's, runs at the preset's smallest budget)")
       ->delimiter(',')
-      ->check(CLI::IsMember(kv::policy_names()));
+      ->check(CLI::Validator(
+          [](std::string& name) -> std::string {
+            try {
+              check_policy_name(name);
+              return "";
+            } catch (const Error& e) {
+              return e.what();
+            }
+          },
+          "POLICY"));
   app.add_option("--evict-up-to", s.evict_up_to,
                  "prepared caches: MPCache runs static eviction up to this length; above it, its state is "
                  "prepared (eviction is quadratic in the length and not part of a decode step)");

@@ -10,7 +10,10 @@
 //    their children; the first cluster and the newest tokens (the tail) are
 //    always attended;
 //  * layer index sharing: from layer 2 on, each odd layer reuses the previous
-//    layer's eviction and selection indices (no selection of its own).
+//    layer's eviction and selection indices (no selection of its own); or
+//    chosen pairs, a widened pick for the sharing layer, and a sharing layer
+//    that ranks its own query among the owner's picks (share_pairs,
+//    share_widen, share_rerank: the ablation in docs/policies.md).
 // Under MPC every index stays secret; sizes follow from the public budget.
 // This partition holds the options and the MpCache class (its state and
 // the declarations of its members); they are defined by job in
@@ -64,6 +67,21 @@ struct MpCacheOptions {
   double coarse_ratio = 0.25;
   double alpha = 0.6;           // linear similarity only
   bool share_layers = false;
+  // Layer index sharing by pairs {layer, owner} (owner < layer; an owner
+  // shares with no one, a layer takes at most one owner's pick): when not
+  // empty, it replaces share_layers' odd-layer rule, so that pairs can
+  // follow the measured overlap of the layers' picks. A pair beyond the
+  // model's layers shares nothing (a named policy runs on any model).
+  std::vector<std::pair<std::size_t, std::size_t>> share_pairs;
+  // Where a layer shares its pick, the owner ranks ceil(share_widen * k)
+  // clusters (k the picked clusters of the budget): it attends its best k,
+  // the sharing layer all of them (or, with share_rerank, its own best k
+  // among them). 1: the owner's k, as the paper.
+  double share_widen = 1.0;
+  // The sharing layer ranks its own query against its own summaries, but
+  // only among the owner's ceil(share_widen * k) clusters: a top-k of those
+  // candidates instead of its own selection over every cluster.
+  bool share_rerank = false;
   bool hierarchical = true;
   // The coarse level saves comparisons (bytes) but adds a top-k and two
   // matmuls to the critical path; with at most this many fine candidates,
@@ -104,17 +122,56 @@ struct MpCacheOptions {
     o.step_shares_pick = true;
     return o;
   }
+  // Our defaults with one layer sharing: layer 2 takes layer 1's pick. The
+  // pair is the one whose picks overlap most on our Austen model (0.66 of
+  // the picked clusters at 1,024 tokens, 10%; the fidelity preset's
+  // pick_overlap rows); its last layer, the one that retrieves a passkey,
+  // keeps its own (docs/policies.md, Layer index sharing). Other models
+  // need pairs of their own.
+  static MpCacheOptions shared_layers() {
+    MpCacheOptions o;
+    o.share_pairs = {{2, 1}};
+    return o;
+  }
+  // Does `layer` take another layer's pick, and whose?
+  std::optional<std::size_t> owner_of(std::size_t layer) const {
+    if (!share_pairs.empty()) {
+      for (const auto& [sharer, owner] : share_pairs)
+        if (sharer == layer) return owner;
+      return std::nullopt;
+    }
+    if (share_layers && layer >= 2 && layer % 2 == 1) return layer - 1;
+    return std::nullopt;
+  }
+  // Does some layer take `layer`'s pick?
+  bool is_owner(std::size_t layer) const {
+    if (!share_pairs.empty())
+      return std::any_of(share_pairs.begin(), share_pairs.end(), [&](const auto& pr) { return pr.second == layer; });
+    return share_layers && layer >= 2 && layer % 2 == 0;
+  }
 };
 
 template <Protocol P>
 class MpCache {
  public:
   using Share = typename P::Share;
-  explicit MpCache(std::size_t budget, MpCacheOptions o = {}) : budget_(budget), o_(o) {
+  explicit MpCache(std::size_t budget, MpCacheOptions o = {}) : budget_(budget), o_(std::move(o)) {
     if (budget_ < minimum_budget(o_))
       throw budget_below_minimum("MPCache", budget_, minimum_budget(o_),
                                  "is below three clusters of " + std::to_string(o_.cluster) +
                                      " (the first, the newest and one selected)");
+    if (!(o_.share_widen >= 1.0))
+      throw Error(ErrorCode::invalid_argument, "MPCache: share_widen must be at least 1");
+    for (const auto& [sharer, owner] : o_.share_pairs) {
+      if (owner >= sharer)
+        throw Error(ErrorCode::invalid_argument, "MPCache: layer " + std::to_string(sharer) + " cannot share the pick of layer " +
+                                                     std::to_string(owner) + ", which comes after it");
+      if (o_.owner_of(owner))
+        throw Error(ErrorCode::invalid_argument, "MPCache: layer " + std::to_string(owner) +
+                                                     " shares a pick and cannot lend one");
+      if (std::count_if(o_.share_pairs.begin(), o_.share_pairs.end(), [s = sharer](const auto& pr) { return pr.first == s; }) > 1)
+        throw Error(ErrorCode::invalid_argument, "MPCache: layer " + std::to_string(sharer) + " shares two layers' picks");
+    }
   }
   static std::size_t minimum_budget(const MpCacheOptions& options = {}) { return 3 * options.cluster; }
   std::string name() const { return "mpcache"; }
@@ -122,6 +179,13 @@ class MpCache {
 
   // Fine clusters picked per step (besides the first cluster and the tail).
   std::size_t picked_clusters() const { return (budget_ - 2 * o_.cluster) / o_.cluster; }
+  // Fine clusters a layer ranks: more than it attends where it lends its
+  // pick and share_widen > 1.
+  std::size_t ranked_clusters(std::size_t layer) const {
+    const std::size_t k = picked_clusters();
+    if (!o_.is_owner(layer)) return k;
+    return std::max(k, static_cast<std::size_t>(std::ceil(o_.share_widen * double(k) - 1e-9)));
+  }
 
   void reset(std::size_t layers, std::size_t heads) {
     state_.assign(layers, std::vector<State>(heads));
@@ -129,7 +193,11 @@ class MpCache {
       for (auto& s : l) s.list.size = o_.cluster;
   }
 
-  bool shares_previous(std::size_t layer) const { return o_.share_layers && layer >= 2 && layer % 2 == 1; }
+  // A sharing layer takes its owner's pick (share_layers: the layer before;
+  // share_pairs: its pair's). With share_rerank it still scores its own
+  // clusters, among the owner's.
+  bool shares(std::size_t layer) const { return o_.owner_of(layer).has_value(); }
+  bool ranks_own(std::size_t layer) const { return !shares(layer) || o_.share_rerank; }
 
   // Look-once static eviction, all KV heads at once: one batched top-k over
   // every head's accumulated attention, then (instead of a second sort into
@@ -142,7 +210,7 @@ class MpCache {
   // Only static eviction reads the prompt's attention weights (a sharing
   // layer reuses its owner's choice).
   bool reads_prefill_attention(std::size_t layer, std::size_t t) const {
-    return kept_tokens(t) < t && !shares_previous(layer);
+    return kept_tokens(t) < t && !shares(layer);
   }
 
   // Tokens static eviction keeps of a prompt of t.
@@ -176,16 +244,16 @@ class MpCache {
 
   // Early ranking (kv::EarlyRanking): every similarity here is positively
   // homogeneous in the query, so the scaled queries rank clusters as q does.
-  // A sharing layer has nothing to rank.
+  // A sharing layer has nothing to rank (unless it reranks the owner's).
   // Not when ranking ahead: the first step after the prompt then ranks for
   // itself after the norm, so that its streams are those of every later
   // step (a refill of truncation pairs plans a step from the last one's).
-  bool ranks_early(std::size_t layer) const { return !shares_previous(layer) && !o_.rank_ahead; }
+  bool ranks_early(std::size_t layer) const { return ranks_own(layer) && !o_.rank_ahead; }
 
   // Rank ahead (MpCacheOptions::rank_ahead): the decoder calls rank() with
   // this step's queries and the next position, concurrently with the rest
   // of the layer; the next step's select() takes that pick.
-  bool ranks_ahead(std::size_t layer) const { return o_.rank_ahead && !shares_previous(layer); }
+  bool ranks_ahead(std::size_t layer) const { return o_.rank_ahead && ranks_own(layer); }
 
   // Every KV head's pick for view.position, concurrently, before the current
   // token is in the lists: over the clusters whose tokens are all there.
@@ -209,7 +277,7 @@ class MpCache {
     for (const auto& layer : state_)
       for (const auto& st : layer) {
         add(st.list.keys), add(st.list.values), add(st.list.positions), add(st.list.max_keys), add(st.list.min_keys);
-        add(st.compaction), add(st.fine), add(st.coarse), add(st.hot), add(st.last_ids);
+        add(st.compaction), add(st.fine), add(st.coarse), add(st.hot), add(st.last_ids), add(st.lent_ids);
         if (st.ranked) add(st.ranked->hot), add(st.ranked->ids);
       }
     return bytes;
@@ -228,6 +296,8 @@ class MpCache {
     std::size_t clusters = 0;
     std::optional<Share> hot;  // (k, clusters)
     std::optional<Share> ids;  // (k)
+    std::size_t id = 0;          // which choice (choose() counts them)
+    std::size_t owner_pick = 0;  // a reranking layer: the id of the owner's choice it ranked among
   };
 
   struct State {
@@ -239,10 +309,13 @@ class MpCache {
     std::optional<Share> coarse;      // (F/2, d or 2d) over pairs of fine clusters
     std::size_t coarse_count = 0;
     std::optional<Share> hot;         // (k, F) one-hot of the fine clusters picked at the last step
+                                      // (an owner: its ranked_clusters rows, best first)
+    std::optional<Share> lent_ids;    // an owner's ids of those rows
     std::optional<Share> last_ids;
     std::optional<Ranked> ranked;     // rank()'s pick, until select() at its position takes it
     std::size_t decided_at = std::size_t(-1);  // position of the last select()
     std::size_t picked_from = 0;      // its F (0: everything fitted, nothing picked)
+    std::size_t hot_id = 0;           // the id of the choice in `hot`
   };
 
   // Defined in the partitions by job, all part of this class: static
@@ -252,7 +325,11 @@ class MpCache {
   Task<Share> compact(P& p, const Share& matrix, const HeadCache<P>& hc);
   // a decode step's selection (mpcache_selection.cppm),
   Task<Selection<P>> select_head(P& p, const StepView<P>& step, std::size_t j);
-  Task<void> choose(P& p, State& st, const Share& queries, std::size_t position, std::size_t f);
+  Task<void> choose(P& p, State& st, const Share& queries, std::size_t position, std::size_t f, std::size_t k);
+  Task<void> rerank(P& p, State& st, const Share* owner_hot, std::size_t owner_pick, const Share& queries,
+                    std::size_t position, std::size_t f);
+  static Share ids_of(P& p, const Share& hot, std::size_t f);
+  Task<Selection<P>> select_shared(P& p, const StepView<P>& step, std::size_t j, std::size_t owner);
   static Task<Share> top_onehot(P& p, const Share& scores, std::size_t k);
   static Share after_first(const P& p, const Share& x);
   Task<Share> pick(P& p, State& st, const Share& query, std::size_t k, std::size_t f);
@@ -265,6 +342,7 @@ class MpCache {
   std::size_t budget_;
   MpCacheOptions o_;
   std::vector<std::vector<State>> state_;
+  std::size_t choices_ = 0;  // ids of choose()'s choices
 };
 
 }  // namespace mpcache::kv

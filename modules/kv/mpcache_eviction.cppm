@@ -19,7 +19,8 @@ Task<void> MpCache<P>::after_prefill(P& p, const PrefillView<P>& view) {
   const std::size_t t = view.tokens, heads = state_[view.layer].size();
   const std::size_t keep = kept_tokens(t);
   const std::size_t window = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(o_.window_ratio * double(t))));
-  const bool shared = shares_previous(view.layer);
+  const std::optional<std::size_t> owner = o_.owner_of(view.layer);
+  const bool shared = owner.has_value();
   auto& layer = state_[view.layer];
   for (const auto& hc : *view.cache)
     if (hc.first != 0)
@@ -31,7 +32,7 @@ Task<void> MpCache<P>::after_prefill(P& p, const PrefillView<P>& view) {
     std::vector<Share> compaction;
     if (shared) {
       for (std::size_t j = 0; j < heads; ++j) {
-        const auto& own = state_[view.layer - 1][j].compaction;
+        const auto& own = state_[*owner][j].compaction;
         if (!own) throw Error(ErrorCode::invalid_argument, "MPCache: a sharing layer before its owner");
         compaction.push_back(*own);
       }
@@ -48,10 +49,12 @@ Task<void> MpCache<P>::after_prefill(P& p, const PrefillView<P>& view) {
     for (std::size_t j = 0; j < heads; ++j) {
       layer[j].list.append(p, ops::slice_last<P>(kept[j], 0, d), ops::slice_last<P>(kept[j], d, 2 * d),
                            ops::reshape<P>(ops::slice_last<P>(kept[j], 2 * d, 2 * d + 1), {keep}));
-      if (!shared && shares_previous(view.layer + 1)) layer[j].compaction = std::move(compaction[j]);
+      if (!shared && o_.is_owner(view.layer)) layer[j].compaction = std::move(compaction[j]);
     }
-    if (shared)  // no later layer needs the owner's matrices
-      for (auto& own : state_[view.layer - 1]) own.compaction.reset();
+    bool later_sharer = false;  // of the same owner
+    for (std::size_t l = view.layer + 1; l < state_.size(); ++l) later_sharer = later_sharer || o_.owner_of(l) == owner;
+    if (shared && !later_sharer)  // no later layer needs the owner's matrices
+      for (auto& own : state_[*owner]) own.compaction.reset();
   }
   co_await after_eviction(p, view.layer, t);
 }
@@ -75,7 +78,7 @@ Task<void> MpCache<P>::start_evicted(P& p, std::size_t layer, std::size_t prompt
 
 
 // The prompt's kept rows are in the lists: summarise its complete clusters
-// (not in a sharing layer: it never scores its own).
+// (not in a sharing layer, unless it reranks: else it never scores its own).
 template <Protocol P>
 Task<void> MpCache<P>::after_eviction(P& p, std::size_t layer_index, std::size_t prompt_tokens) {
   auto& layer = state_[layer_index];
@@ -83,7 +86,7 @@ Task<void> MpCache<P>::after_eviction(P& p, std::size_t layer_index, std::size_t
     st.prompt_tokens = prompt_tokens;
     st.kept_count = st.list.length;
   }
-  if (shares_previous(layer_index)) co_return;
+  if (!ranks_own(layer_index)) co_return;
   std::vector<P> forks;
   forks.reserve(layer.size());
   std::vector<Task<void>> tasks;

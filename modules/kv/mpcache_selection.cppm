@@ -20,8 +20,8 @@ Task<void> MpCache<P>::prefetch(P& p, std::size_t layer, std::size_t position) {
   (void)position;
   std::vector<P> forks;
   std::vector<Task<void>> tasks;
-  const std::size_t owner = layer - 1;
-  const bool summarising = owner < state_.size() && !shares_previous(owner);
+  const std::size_t owner = layer - 1;  // the layer that selected
+  const bool summarising = owner < state_.size() && ranks_own(owner);
   const std::size_t heads = state_.empty() ? 0 : state_[0].size();
   forks.reserve(heads);
   for (std::size_t j = 0; j < heads; ++j) {
@@ -44,11 +44,31 @@ Task<void> MpCache<P>::rank(P& p, const RankView<P>& view) {
   forks.reserve(layer.size());
   std::vector<Task<void>> tasks;
   for (std::size_t j = 0; j < layer.size(); ++j) forks.push_back(p.fork());
-  for (std::size_t j = 0; j < layer.size(); ++j)
-    tasks.push_back(choose(forks[j], layer[j], (*view.scaled_queries)[j], view.position, layer[j].list.full()));
+  const std::optional<std::size_t> owner = o_.owner_of(view.layer);
+  for (std::size_t j = 0; j < layer.size(); ++j) {
+    if (!owner) {
+      tasks.push_back(choose(forks[j], layer[j], (*view.scaled_queries)[j], view.position, layer[j].list.full(),
+                             ranked_clusters(view.layer)));
+      continue;
+    }
+    // A reranking layer: among the owner's choice for view.position, made
+    // ahead (at the step before) or early (in this step, before this layer).
+    const State& own = state_[*owner][j];
+    const Share* hot = nullptr;
+    std::size_t f = 0, id = 0;
+    if (own.ranked && own.ranked->position == view.position) {
+      hot = own.ranked->hot ? &*own.ranked->hot : nullptr;
+      f = own.ranked->clusters, id = own.ranked->id;
+    } else if (own.decided_at == view.position) {
+      hot = own.picked_from > 0 ? &*own.hot : nullptr;
+      f = own.picked_from, id = own.hot_id;
+    } else {
+      throw Error(ErrorCode::invalid_argument, "MPCache: a reranking layer ranks before its owner");
+    }
+    tasks.push_back(rerank(forks[j], layer[j], hot, id, (*view.scaled_queries)[j], view.position, f));
+  }
   co_await when_all(std::move(tasks));
 }
-
 
 // The owning layer's choice for this step: from rank() when the decoder
 // ranked early (before this token was in the list, over the clusters
@@ -65,42 +85,78 @@ Task<Selection<P>> MpCache<P>::select_head(P& p, const StepView<P>& step, std::s
   auto& list = st.list;
   const std::size_t appended = list.length - st.kept_count;
   list.append_rows(p, (*step.cache)[j], st.prompt_tokens + appended, t);
+  if (const auto owner = o_.owner_of(step.layer)) co_return co_await select_shared(p, step, j, *owner);
   std::size_t f = 0;  // clusters [1, f) were candidates; the tail starts at f * s
+  // An early rank saw the clusters complete before this token; a
+  // speculative step's later row ranks before its step's earlier rows
+  // are in the list: where those completed a cluster, rank again here.
+  const std::size_t ranked = ranked_clusters(step.layer);
+  if (o_.step_shares_pick && step.previous_queries && st.ranked) {
+    // step_shares_pick: the step's first row's pick, ranked at the step
+    // before over the clusters complete then (the tail holds the rest).
+  } else if (o_.rank_ahead && step.previous_queries) {  // the pick the row before would have made ahead
+    co_await choose(p, st, (*step.previous_queries)[j], step.position, list.complete(), ranked);
+  } else if (!st.ranked || st.ranked->position != step.position || st.ranked->clusters != list.complete()) {
+    co_await choose(p, st, (*step.queries)[j], step.position, list.complete(), ranked);
+  }
+  Ranked r = std::move(*st.ranked);
+  st.ranked.reset();
+  st.decided_at = step.position;
+  st.hot = std::move(r.hot);
+  st.hot_id = r.id;
+  std::optional<Share> own_rows;  // an owner that ranked more than it attends: its best k
+  if (st.hot) {
+    f = r.clusters;
+    const std::size_t k = picked_clusters(), rows = P::shape(*st.hot).at(0);
+    if (rows > k) {
+      own_rows = ops::rows<P>(*st.hot, 0, k);
+      st.last_ids = ops::slice_last<P>(*r.ids, 0, k);
+    } else {
+      st.last_ids = r.ids;
+    }
+    if (o_.is_owner(step.layer)) st.lent_ids = std::move(r.ids);
+  }
+  st.picked_from = f;
+  if (f == 0) co_return list_rows(list, 0, list.length);  // everything fits the budget
+  Selection<P> one;
+  one.keys.emplace_back(), one.values.emplace_back(), one.positions.emplace_back();
+  one.picks.push_back(list.pick(own_rows ? *own_rows : *st.hot, /*first=*/list.size));
+  co_return one;
+}
+
+// A sharing layer follows its owner's choice for this step: all the rows
+// the owner ranked (its k, or ceil(share_widen * k)), or with share_rerank
+// its own best k among them, ranked ahead (at the step before, among the
+// owner's pick ahead), early, or here.
+template <Protocol P>
+Task<Selection<P>> MpCache<P>::select_shared(P& p, const StepView<P>& step, std::size_t j, std::size_t owner) {
+  State& st = state_[step.layer][j];
+  auto& list = st.list;
+  const State& own = state_[owner][j];
+  if (own.decided_at != step.position)
+    throw Error(ErrorCode::invalid_argument, "MPCache: a sharing layer selects before its owner");
+  const std::size_t f = own.picked_from;
   const Share* hot = nullptr;
-  if (shares_previous(step.layer)) {
-    const State& own = state_[step.layer - 1][j];
-    if (own.decided_at != step.position)
-      throw Error(ErrorCode::invalid_argument, "MPCache: a sharing layer selects before its owner");
-    f = own.picked_from;
-    if (f > 0) {
-      if (list.length < f * list.size)
-        throw Error(ErrorCode::invalid_argument, "MPCache: a sharing layer holds fewer tokens than its owner picked from");
-      hot = &*own.hot;
-      st.last_ids = own.last_ids;
-    }
-  } else {
-    // An early rank saw the clusters complete before this token; a
-    // speculative step's later row ranks before its step's earlier rows
-    // are in the list: where those completed a cluster, rank again here.
-    if (o_.step_shares_pick && step.previous_queries && st.ranked) {
-      // step_shares_pick: the step's first row's pick, ranked at the step
-      // before over the clusters complete then (the tail holds the rest).
-    } else if (o_.rank_ahead && step.previous_queries) {  // the pick the row before would have made ahead
-      co_await choose(p, st, (*step.previous_queries)[j], step.position, list.complete());
-    } else if (!st.ranked || st.ranked->position != step.position || st.ranked->clusters != list.complete()) {
-      co_await choose(p, st, (*step.queries)[j], step.position, list.complete());
-    }
-    Ranked r = std::move(*st.ranked);
-    st.ranked.reset();
-    st.decided_at = step.position;
-    st.hot = std::move(r.hot);
-    if (st.hot) {
-      f = r.clusters;
+  if (f > 0) {
+    if (list.length < f * list.size)
+      throw Error(ErrorCode::invalid_argument, "MPCache: a sharing layer holds fewer tokens than its owner picked from");
+    if (o_.share_rerank) {
+      const bool row_before = o_.rank_ahead && step.previous_queries;  // as the owner's choice
+      if (!st.ranked || st.ranked->position != step.position || st.ranked->owner_pick != own.hot_id)
+        co_await rerank(p, st, &*own.hot, own.hot_id, row_before ? (*step.previous_queries)[j] : (*step.queries)[j],
+                        step.position, f);
+      Ranked r = std::move(*st.ranked);
+      st.ranked.reset();
+      st.hot = std::move(r.hot);
       st.last_ids = std::move(r.ids);
       hot = &*st.hot;
+    } else {
+      hot = &*own.hot;
+      st.last_ids = own.lent_ids ? own.lent_ids : own.last_ids;
     }
-    st.picked_from = f;
   }
+  st.decided_at = step.position;
+  st.picked_from = f;
   if (f == 0) co_return list_rows(list, 0, list.length);  // everything fits the budget
   Selection<P> one;
   one.keys.emplace_back(), one.values.emplace_back(), one.positions.emplace_back();
@@ -108,21 +164,63 @@ Task<Selection<P>> MpCache<P>::select_head(P& p, const StepView<P>& step, std::s
   co_return one;
 }
 
-// Picks k of fine clusters [1, f) for the query group at `position`: the
-// one-hot and ids, kept in st.ranked; no pick when f <= k + 1 (every
-// cluster fits the budget).
+// A reranking layer's pick among the owner's choice (owner_hot, (m, f)
+// one-hot rows; none: everything fitted): its own similarity to every fine
+// cluster, the candidates' picked by one product with the owner's rows
+// (0/1: no truncation), its top-k of those, mapped back to clusters by one
+// more product. With m <= k it takes the owner's rows.
 template <Protocol P>
-Task<void> MpCache<P>::choose(P& p, State& st, const Share& queries, std::size_t position, std::size_t f) {
+Task<void> MpCache<P>::rerank(P& p, State& st, const Share* owner_hot, std::size_t owner_pick, const Share& queries,
+                              std::size_t position, std::size_t f) {
   const std::size_t k = picked_clusters();
-  Ranked r{position, f, std::nullopt, std::nullopt};
+  Ranked r{position, owner_hot ? f : 0, std::nullopt, std::nullopt, ++choices_, owner_pick};
+  if (owner_hot) {
+    const std::size_t m = P::shape(*owner_hot).at(0);
+    if (m <= k) {
+      r.hot = *owner_hot;
+    } else {
+      P ps = p.fork(), pq = p.fork();
+      auto [done, query] = co_await when_all(summarise(ps, st, f), query_row(pq, queries));
+      (void)done;
+      auto every = ops::reshape<P>(co_await similarity(p, query, ops::rows<P>(*st.fine, 0, f)), {f, 1});
+      Share candidates;
+      {
+        auto scope = cost_scope(p, CostTag::similarity);
+        candidates = ops::reshape<P>(co_await p.matmul(*owner_hot, every), {m});
+      }
+      auto top = co_await top_onehot(p, candidates, k);  // (k, m)
+      r.hot = co_await p.matmul(top, *owner_hot);         // (k, f)
+    }
+    r.ids = ids_of(p, *r.hot, f);
+  }
+  st.ranked = std::move(r);
+}
+
+// Ids (k) of one-hot rows (k, f).
+template <Protocol P>
+auto MpCache<P>::ids_of(P& p, const Share& hot, std::size_t f) -> Share {
+  const std::size_t k = P::shape(hot).at(0);
+  RingTensor iota = RingTensor::from_shape({f, 1});
+  for (std::size_t i = 0; i < f; ++i) iota(i, 0) = i;
+  return ops::reshape<P>(p.matmul_public(hot, iota), {k});
+}
+
+// Picks k of fine clusters [1, f) for the query group at `position` (an
+// owner that lends its pick ranks more than it attends: `ranked` rows,
+// best first): the one-hot and ids, kept in st.ranked; no pick when
+// f <= k + 1 (every cluster fits the budget).
+template <Protocol P>
+Task<void> MpCache<P>::choose(P& p, State& st, const Share& queries, std::size_t position, std::size_t f,
+                              std::size_t ranked) {
+  const std::size_t k = picked_clusters();
+  Ranked r{position, f, std::nullopt, std::nullopt, ++choices_, 0};
   if (f > k + 1) {
+    const std::size_t rows = std::min(std::max(k, ranked), f - 1);
     P ps = p.fork(), pq = p.fork();
     auto [done, query] = co_await when_all(summarise(ps, st, f), query_row(pq, queries));
     (void)done;
-    auto hot = co_await pick(p, st, query, k, f);
-    RingTensor iota = RingTensor::from_shape({f, 1});
-    for (std::size_t i = 0; i < f; ++i) iota(i, 0) = i;
-    r.ids = ops::reshape<P>(p.matmul_public(hot, iota), {k});
+    auto hot = co_await pick(p, st, query, rows, f);
+    r.ids = ids_of(p, hot, f);
     r.hot = std::move(hot);
   }
   st.ranked = std::move(r);

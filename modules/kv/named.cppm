@@ -30,6 +30,7 @@ import :any_policy;
   X("mpcache", MpCache<P>, MpCacheOptions{})                        \
   X("mpcache-paper", MpCache<P>, MpCacheOptions::paper())           \
   X("mpcache-shared-step", MpCache<P>, MpCacheOptions::shared_step()) \
+  X("mpcache-shared-layers", MpCache<P>, MpCacheOptions::shared_layers()) \
   X("full", FullCache<P>)                                           \
   X("streaming_llm", StreamingLlm<P>)                               \
   X("h2o", H2O<P>)                                                  \

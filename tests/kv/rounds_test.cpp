@@ -178,4 +178,22 @@ TEST_SUITE("kv rounds") {
       testing::check_pinned("kv.mpcache.sharing_layer_step_rounds", r.step[i][2]);
     }
   }
+
+  TEST_CASE("a layer sharing a chosen pair's pick does no selection; the owner selects like any layer") {
+    Setting s;
+    s.heads = 2;
+    s.layers = 4;
+    s.steps = 3;
+    s.options = small_clusters(kv::Similarity::bound);
+    s.options.keep_ratio = 1.0;  // our defaults' (no static eviction)
+    s.options.share_pairs = {{3, 1}};  // (a widened pick would attend more than the budget this harness checks)
+    const Rounds r = measure(s);
+    CHECK(r.prefill[3] == 0);  // no eviction, no summaries of its own
+    for (std::size_t i = 0; i < s.steps; ++i) {
+      CAPTURE(i);
+      CHECK(r.step[i][3] == 0);             // layer 1's one-hot rows over its own list
+      CHECK(r.step[i][1] == r.step[i][2]);
+      CHECK(r.step[i][2] > 0);
+    }
+  }
 }

@@ -22,7 +22,7 @@ never numbers), then its table. Each row kind has its own table:
     rounds, bytes per party, the modelled LAN time, the measured time;
   * fidelity rows (preset fidelity: "metric"): per policy, budget and
     context, perplexity, passkey accuracy, recall and attention mass;
-    ArkVale's page estimators apart;
+    the layers' pick overlap and ArkVale's page estimators apart;
   * private-fidelity rows (preset private-fidelity): one row per policy run;
   * case rows (mpcache-bench --json: "case"): case, latency, bytes of the
     busiest party, rounds, link;
@@ -361,6 +361,17 @@ def fidelity_section(rows):
         lines += table(["context"] + [m.replace("commonality_", "layers ").replace("commonality", "mean")
                                       for m in metrics],
                        [[fmt_int(c)] + [fmt_fraction(vals.get((c, m))) for m in metrics] for c in ctxs])
+    overlap = [r for r in rows if r["metric"].startswith("pick_overlap")]
+    if overlap:
+        lines += ["", "Overlap of the picked clusters between layers (|picks of a ∩ picks of b| / k, MPCache "
+                  "without sharing):", ""]
+        metrics = first_seen(r["metric"] for r in overlap)
+        arms = first_seen((r["context"], r["policy"], r["budget"]) for r in overlap)
+        vals = {(r["context"], r["policy"], r["budget"], r["metric"]): r["value"] for r in overlap}
+        lines += table(["context", "policy", "budget"] +
+                       [m.replace("pick_overlap_l", "layers ").replace("_", "-") for m in metrics],
+                       [[fmt_int(c), p, fmt_num(b)] + [fmt_fraction(vals.get((c, p, b, m))) for m in metrics]
+                        for c, p, b in arms])
     est = [r for r in rows if r["metric"] == "estimator_recall" and r.get("layer") == -1]
     if est:
         lines += ["", "ArkVale's page estimators: recall of the true top-k pages, mean over layers:", ""]
