@@ -509,16 +509,10 @@ int paper_main(int argc, char** argv) {
                  "only the arms of these policies (the presets' are full, longcache and mpcache; any other policy, "
                  "or an MPCache ablation name as the fidelity preset's, runs at the preset's smallest budget)")
       ->delimiter(',')
-      ->check(CLI::Validator(
-          [](std::string& name) -> std::string {
-            try {
-              check_policy_name(name);
-              return "";
-            } catch (const Error& e) {
-              return e.what();
-            }
-          },
-          "POLICY"));
+      ->check(CLI::Validator([](std::string& name) -> std::string {
+        try { check_policy_name(name); } catch (const Error& e) { return e.what(); }
+        return "";
+      }, "POLICY"));
   app.add_option("--evict-up-to", s.evict_up_to,
                  "prepared caches: MPCache runs static eviction up to this length; above it, its state is "
                  "prepared (eviction is quadratic in the length and not part of a decode step)");

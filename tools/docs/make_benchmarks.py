@@ -363,10 +363,8 @@ def fidelity_section(rows):
                        [[fmt_int(c)] + [fmt_fraction(vals.get((c, m))) for m in metrics] for c in ctxs])
     overlap = [r for r in rows if r["metric"].startswith("pick_overlap")]
     if overlap:
-        lines += ["", "Overlap of the picked clusters between layers (|picks of a ∩ picks of b| / k, MPCache "
-                  "without sharing):", ""]
-        metrics = first_seen(r["metric"] for r in overlap)
-        arms = first_seen((r["context"], r["policy"], r["budget"]) for r in overlap)
+        lines += ["", "Overlap of the picked clusters between layers (|a ∩ b| / k, MPCache without sharing):", ""]
+        metrics, arms = first_seen(r["metric"] for r in overlap), first_seen((r["context"], r["policy"], r["budget"]) for r in overlap)
         vals = {(r["context"], r["policy"], r["budget"], r["metric"]): r["value"] for r in overlap}
         lines += table(["context", "policy", "budget"] +
                        [m.replace("pick_overlap_l", "layers ").replace("_", "-") for m in metrics],
