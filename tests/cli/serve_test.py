@@ -127,6 +127,27 @@ def wait_stopped(servers, logs, status_zero=True):
             fail("server %d stopped with status %d" % (i, status), logs)
 
 
+def start_cluster(exe, config, clients, model, work, tag, extra=(), per_server=lambda i: []):
+    """Three `mpcache serve` processes (logs WORK/TAG<i>.log), once all have
+    shared the model; per_server(i) adds server i's own flags."""
+    logs = [os.path.join(work, "%s%d.log" % (tag, i)) for i in range(3)]
+    servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
+                                 "--model", model] + list(extra) + list(per_server(i)),
+                                stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
+               for i in range(3)]
+    def exited():
+        dead = [i for i, s in enumerate(servers) if s.poll() is not None]
+        return "server(s) %s exited" % dead if dead else None
+    try:
+        wait_for("the servers (%s) to log 'ready: model shared'" % tag,
+                 lambda: all("ready: model shared" in read(l) for l in logs), 300, logs, exited)
+    except SystemExit:
+        for s in servers:
+            s.kill()
+        raise
+    return servers, logs
+
+
 def in_process_tokens(exe, model, work, prompts, tokens, extra=()):
     """prompt -> the tokens `mpcache generate --in-process` chooses: what a client of the service must get."""
     expected = {}
@@ -146,23 +167,7 @@ def main():
     exe = a.mpcache
     clients, strangers, config, ports = loopback_cluster(exe, a.work, ("alice", "bob"), ("eve",))
     def start_servers(tag, extra=()):
-        """Three `mpcache serve` processes, once all have shared the model."""
-        logs = [os.path.join(a.work, "%s%d.log" % (tag, i)) for i in range(3)]
-        servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
-                                     "--model", a.model] + list(extra),
-                                    stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
-                   for i in range(3)]
-        def exited():
-            dead = [i for i, s in enumerate(servers) if s.poll() is not None]
-            return "server(s) %s exited" % dead if dead else None
-        try:
-            wait_for("the servers (%s) to log 'ready: model shared'" % tag,
-                     lambda: all("ready: model shared" in read(l) for l in logs), 300, logs, exited)
-        except SystemExit:
-            for s in servers:
-                s.kill()
-            raise
-        return servers, logs
+        return start_cluster(exe, config, clients, a.model, a.work, tag, extra)
 
     # A client that keeps its session waiting 4 s (its prompt never comes) is dropped.
     # Each server has a compute pool of 2 threads: the tokens must not change.

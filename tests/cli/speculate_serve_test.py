@@ -19,8 +19,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import (fail, in_process_tokens, loopback_cluster, read, run, terminate, test_args,  # noqa: E402
-                        wait_for, wait_stopped)
+from serve_test import (fail, in_process_tokens, loopback_cluster, read, run, start_cluster, terminate,  # noqa: E402
+                        test_args, wait_stopped)
 
 PROMPTS = [
     "Emma Woodhouse, handsome, clever, and rich, with a comfortable home",
@@ -41,20 +41,10 @@ def main():
     public = os.path.join(a.work, "public.txt")
     with open(public, "w") as f:
         f.write(PUBLIC_TEXT)
-    logs = [os.path.join(a.work, "server%d.log" % i) for i in range(3)]
     reports = [os.path.join(a.work, "server%d.json" % i) for i in range(3)]
-    servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
-                                 "--model", a.model, "--client-timeout-ms", "20000", "--report", reports[i]],
-                                stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
-               for i in range(3)]
-
-    def exited():
-        dead = [i for i, s in enumerate(servers) if s.poll() is not None]
-        return "server(s) %s exited" % dead if dead else None
-
+    servers, logs = start_cluster(exe, config, clients, a.model, a.work, "server", ["--client-timeout-ms", "20000"],
+                                  lambda i: ["--report", reports[i]])
     try:
-        wait_for("the servers to log 'ready: model shared'",
-                 lambda: all("ready: model shared" in read(l) for l in logs), 300, logs, exited)
         expected = in_process_tokens(exe, a.model, a.work, PROMPTS, TOKENS)
         speculation = [["--speculate", "4", "--draft", "lookup"], [], ["--speculate", "3", "--draft", "ngram:" + public], []]
         procs = []
