@@ -102,33 +102,49 @@ class Decoder {
     // Qwen2's 151,936) is input and embedded in waves of rows within the
     // memory budget (prefill_bytes_per_one_hot), each dropped once embedded.
     Share h;
-    for (const RowBlock& wave :
-         even_row_blocks(count, c_.vocab_size, options_.prefill_memory_budget, prefill_bytes_per_one_hot)) {
+    for (const RowBlock& wave : one_hot_waves(count)) {
       std::optional<std::vector<std::uint32_t>> part;
       if (tokens) part.emplace(tokens->begin() + wave.begin, tokens->begin() + wave.end);
       const Share one_hot = co_await input_one_hot(p, owner, std::move(part), wave.end - wave.begin);
-      check_one_hot(one_hot);
-      Share rows = co_await embed(p, one_hot, consecutive(wave.begin, wave.end - wave.begin));
-      h = wave.begin == 0 ? std::move(rows) : ops::stack_rows<P>(h, rows);
+      h = co_await embed_wave(p, std::move(h), one_hot, wave);
     }
     co_return co_await prefill_embedded(p, policy, std::move(h), count, std::move(layer_done));
   }
 
   // The same, for tokens given as a secret one-hot matrix (count, vocab) of
-  // 0/1 integers that no party knows: a service client's input.
+  // 0/1 integers that no party knows: a service client's input. `rows_of`
+  // gives its rows [begin, end) a wave at a time, in the waves the prompt
+  // above is input in, so that the whole is never held (155 MB per party
+  // for 64 of Qwen2's tokens).
   template <class Pol>
     requires kv::Policy<Pol, P>
-  Task<Share> prefill_one_hot(P& p, Pol& policy, const Share& one_hot,
+  Task<Share> prefill_one_hot(P& p, Pol& policy, std::size_t count, std::function<Share(RowBlock)> rows_of,
                               std::function<void(std::size_t layer)> layer_done = {}) {
-    check_one_hot(one_hot);
-    const std::size_t count = P::shape(one_hot)[0];
     check_prefill(count);
     start_sequence(policy);
-    auto h = co_await embed(p, one_hot, consecutive(0, count));
+    Share h;
+    for (const RowBlock& wave : one_hot_waves(count)) h = co_await embed_wave(p, std::move(h), rows_of(wave), wave);
     co_return co_await prefill_embedded(p, policy, std::move(h), count, std::move(layer_done));
   }
 
  private:
+  // The waves of rows a prompt's one-hot is input and embedded in.
+  std::vector<RowBlock> one_hot_waves(std::size_t count) const {
+    return even_row_blocks(count, c_.vocab_size, options_.prefill_memory_budget, prefill_bytes_per_one_hot);
+  }
+
+  // The prompt's embedded rows so far, `h`, with the wave's appended.
+  Task<Share> embed_wave(P& p, Share h, const Share& one_hot, RowBlock wave) {
+    check_one_hot(one_hot);
+    if (P::shape(one_hot)[0] != wave.end - wave.begin)
+      throw Error(ErrorCode::invalid_argument, "one-hot rows [" + std::to_string(wave.begin) + ", " +
+                                                   std::to_string(wave.end) + ") came as " +
+                                                   shape_string(P::shape(one_hot)));
+    Share rows = co_await embed(p, one_hot, consecutive(wave.begin, wave.end - wave.begin));
+    if (wave.begin == 0) co_return rows;
+    co_return ops::stack_rows<P>(h, rows);
+  }
+
   // A new sequence: no cache, the policy reset.
   template <class Pol>
   void start_sequence(Pol& policy) {
@@ -489,7 +505,7 @@ namespace mpcache {
   extern template Task<B::Share> Decoder<B>::decode<kv::AnyPolicy<B>>(B&, kv::AnyPolicy<B>&, PartyId,         \
                                                                       std::optional<std::uint32_t>);        \
   extern template Task<B::Share> Decoder<B>::prefill_one_hot<kv::AnyPolicy<B>>(                              \
-      B&, kv::AnyPolicy<B>&, const B::Share&, std::function<void(std::size_t)>);                             \
+      B&, kv::AnyPolicy<B>&, std::size_t, std::function<B::Share(RowBlock)>, std::function<void(std::size_t)>); \
   extern template Task<B::Share> Decoder<B>::decode_one_hot<kv::AnyPolicy<B>>(B&, kv::AnyPolicy<B>&,          \
                                                                               const B::Share&);             \
   extern template Task<B::Share> Decoder<B>::decode_batch<kv::AnyPolicy<B>>(                                 \

@@ -24,6 +24,12 @@ std::array<std::vector<std::byte>, 3> split(const RingTensor& x);
 // Server `server`'s share from the client's part for a secret of `shape`.
 // A part of the wrong size or form throws Error(protocol) naming what.
 Rss3Share assemble(PartyId server, std::span<const std::byte> part, const Shape& shape);
+// The same checks, without assembling: a part fit for the shape, or throws.
+void check_part(PartyId server, std::span<const std::byte> part, const Shape& shape);
+// Rows [begin, end) (along the first axis) of server `server`'s share: a
+// service's prompt is embedded a wave of rows at a time, never held whole.
+Rss3Share assemble_rows(PartyId server, std::span<const std::byte> part, const Shape& shape, std::size_t begin,
+                        std::size_t end);
 // What a server sends the client to open `share`: its two components.
 std::vector<std::byte> open_part(const Rss3Share& share);
 // The client: x from the three servers' parts, checking that every

@@ -23,28 +23,64 @@ RingTensor expand(const PrgKey& seed, const Shape& shape) {
   return Prg(seed).draw(0, block, shape);
 }
 
-// One component from `part` at `at`; advances `at`.
-RingTensor take_component(std::span<const std::byte> part, std::size_t& at, const Shape& shape, PartyId server) {
+// One component of a part: a seed, or its values at `offset` in the part.
+struct Component {
+  bool seeded = false;
+  PrgKey seed{};
+  std::size_t offset = 0;
+};
+
+// Both components' places in `part`, every form and size checked: a part
+// of the wrong size or form throws Error(protocol) naming what.
+std::array<Component, 2> layout(PartyId server, std::span<const std::byte> part, const Shape& shape) {
+  if (server > 2) throw Error(ErrorCode::bad_party, "client share for server " + std::to_string(server) + " (0..2)");
   const auto bad = [&](const std::string& what) {
     return Error(ErrorCode::protocol, "client share for server " + std::to_string(server) + ": " + what);
   };
-  if (at >= part.size()) throw bad("truncated (" + std::to_string(part.size()) + " bytes)");
-  const std::byte form = part[at++];
-  if (form == seed_form) {
-    if (part.size() - at < 16) throw bad("truncated seed");
-    PrgKey seed{};
-    for (std::size_t i = 0; i < 16; ++i) seed[i] = std::to_integer<std::uint8_t>(part[at + i]);
-    at += 16;
-    return expand(seed, shape);
+  std::array<Component, 2> out;
+  std::size_t at = 0;
+  for (Component& c : out) {
+    if (at >= part.size()) throw bad("truncated (" + std::to_string(part.size()) + " bytes)");
+    const std::byte form = part[at++];
+    if (form == seed_form) {
+      if (part.size() - at < 16) throw bad("truncated seed");
+      c.seeded = true;
+      for (std::size_t i = 0; i < 16; ++i) c.seed[i] = std::to_integer<std::uint8_t>(part[at + i]);
+      at += 16;
+      continue;
+    }
+    if (form != values_form) throw bad("unknown component form " + std::to_string(std::to_integer<unsigned>(form)));
+    const std::size_t bytes = element_count(shape) * sizeof(Ring);
+    if (part.size() - at < bytes)
+      throw bad(std::to_string(part.size() - at) + " bytes of values where the shape " + shape_string(shape) +
+                " needs " + std::to_string(bytes));
+    c.offset = at;
+    at += bytes;
   }
-  if (form != values_form) throw bad("unknown component form " + std::to_string(std::to_integer<unsigned>(form)));
-  const std::size_t bytes = element_count(shape) * sizeof(Ring);
-  if (part.size() - at < bytes)
-    throw bad(std::to_string(part.size() - at) + " bytes of values where the shape " + shape_string(shape) +
-              " needs " + std::to_string(bytes));
-  auto t = ring_from_bytes(part.subspan(at, bytes), shape);
-  at += bytes;
-  return t;
+  if (at != part.size()) throw bad(std::to_string(part.size() - at) + " bytes too many");
+  return out;
+}
+
+// Rows [begin, end) of one component of a secret of `shape` (rows along
+// the first axis): a seed's stream drawn from the rows' first element
+// (two elements per AES block), or the values' bytes.
+RingTensor component_rows(const Component& c, std::span<const std::byte> part, const Shape& shape, std::size_t begin,
+                          std::size_t end) {
+  Shape rows_shape = shape;  // a scalar is one row of one element
+  const std::size_t per_row = shape.empty() || shape[0] == 0 ? 1 : element_count(shape) / shape[0];
+  if (!rows_shape.empty()) rows_shape[0] = end - begin;
+  const std::size_t first = begin * per_row, n = (end - begin) * per_row;
+  if (!c.seeded) return ring_from_bytes(part.subspan(c.offset + first * sizeof(Ring), n * sizeof(Ring)), rows_shape);
+  RingTensor out = RingTensor::from_shape(rows_shape);
+  std::uint64_t block = first / 2;
+  if (first % 2 == 0) {
+    Prg(c.seed).fill(0, block, std::span<Ring>(out.data(), n));
+  } else {  // the first element is a block's second half
+    std::vector<Ring> drawn(n + 1);
+    Prg(c.seed).fill(0, block, std::span<Ring>(drawn));
+    std::copy(drawn.begin() + 1, drawn.end(), out.data());
+  }
+  return out;
 }
 
 }  // namespace
@@ -66,15 +102,21 @@ std::array<std::vector<std::byte>, 3> split(const RingTensor& x) {
 }
 
 Rss3Share assemble(PartyId server, std::span<const std::byte> part, const Shape& shape) {
-  if (server > 2) throw Error(ErrorCode::bad_party, "client share for server " + std::to_string(server) + " (0..2)");
-  std::size_t at = 0;
-  Rss3Share share;
-  share.own = take_component(part, at, shape, server);
-  share.next = take_component(part, at, shape, server);
-  if (at != part.size())
-    throw Error(ErrorCode::protocol, "client share for server " + std::to_string(server) + ": " +
-                                         std::to_string(part.size() - at) + " bytes too many");
-  return share;
+  return assemble_rows(server, part, shape, 0, shape.empty() ? 1 : shape[0]);
+}
+
+void check_part(PartyId server, std::span<const std::byte> part, const Shape& shape) {
+  (void)layout(server, part, shape);
+}
+
+Rss3Share assemble_rows(PartyId server, std::span<const std::byte> part, const Shape& shape, std::size_t begin,
+                        std::size_t end) {
+  const auto [own, next] = layout(server, part, shape);
+  const std::size_t rows = shape.empty() ? 1 : shape[0];
+  if (begin > end || end > rows)
+    throw Error(ErrorCode::invalid_argument, "client share rows [" + std::to_string(begin) + ", " +
+                                                 std::to_string(end) + ") of " + shape_string(shape));
+  return Rss3Share{component_rows(own, part, shape, begin, end), component_rows(next, part, shape, begin, end)};
 }
 
 std::vector<std::byte> open_part(const Rss3Share& share) {

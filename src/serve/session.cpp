@@ -106,7 +106,9 @@ Task<void> Sessions::generate_tokens(std::uint64_t session, std::shared_ptr<Requ
     noise = client_shares::assemble(s_.id(), co_await link.endpoint->recv(link.client_peer, noise_stream),
                                     {q.new_tokens, vocab});
   *prompt_came = true;
-  const Rss3Share hot = client_shares::assemble(s_.id(), prompt, {q.prompt_length, vocab});
+  // Checked whole now; assembled a wave of rows at a time by the prefill.
+  const Shape prompt_shape{q.prompt_length, vocab};
+  client_shares::check_part(s_.id(), prompt, prompt_shape);
   auto seq = make_shared<Sequence>();
   seq->noise = std::move(noise);
   seq->session = session;
@@ -130,7 +132,9 @@ Task<void> Sessions::generate_tokens(std::uint64_t session, std::shared_ptr<Requ
   // batching) deal their keys inline and truncate in two rounds.
   StepDriver<Rss3> driver(p);
   driver.before_prefill();
-  auto logits = co_await decoder.prefill_one_hot(p, policy, hot);
+  auto logits = co_await decoder.prefill_one_hot(p, policy, q.prompt_length, [&](RowBlock wave) {
+    return client_shares::assemble_rows(s_.id(), prompt, prompt_shape, wave.begin, wave.end);
+  });
   if (s_.batching()) {  // the first token here, the others in the batched steps
     seq->row = co_await chosen_row(p, logits, *seq);
     driver.after_prefill(q.prompt_length);

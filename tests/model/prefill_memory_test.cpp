@@ -312,4 +312,45 @@ TEST_SUITE("prefill memory") {
     for (std::size_t t = 0; t < prompt_tokens; ++t) CHECK(argmax_row(whole.logits, t) == argmax_row(waves.logits, t));
     CHECK(testing::max_abs_diff(whole.logits, waves.logits) < 1e-2);
   }
+
+  TEST_CASE("a one-hot prompt asked for a wave of rows at a time gives the prefill of its tokens") {
+    // A service's client sends its prompt as a secret one-hot; each server
+    // assembles the rows a wave asks for (client_shares::assemble_rows).
+    const ModelConfig c = ModelConfig::from_json_file(fixture / "config.json");
+    Plain p;
+    auto weights = run(load_llama(p, c, weights_from_file(fixture / "model.safetensors")));
+    const auto prompt = prompt_of(prompt_tokens);
+    RingTensor hot = ring_zeros({prompt.size(), c.vocab_size});
+    for (std::size_t t = 0; t < prompt.size(); ++t) hot(t, prompt[t]) = 1;
+    for (std::size_t budget : {default_prefill_memory_budget, tight_budget}) {
+      CAPTURE(budget);
+      Decoder<Plain> by_ids(weights, DecoderOptions{budget}), by_rows(weights, DecoderOptions{budget});
+      kv::FullCache<Plain> a, b;
+      const RingTensor expected = run(by_ids.prefill(p, a, 0, prompt, prompt.size())).value;
+      std::vector<RowBlock> asked;
+      const RingTensor got = run(by_rows.prefill_one_hot(p, b, prompt.size(), [&](RowBlock wave) {
+                               asked.push_back(wave);
+                               RingTensor rows = RingTensor::from_shape({wave.end - wave.begin, c.vocab_size});
+                               std::copy(hot.data() + wave.begin * c.vocab_size, hot.data() + wave.end * c.vocab_size,
+                                         rows.data());
+                               return PlainShare{rows};
+                             })).value;
+      CHECK(got == expected);
+      // The waves tile the prompt in order, each within the budget.
+      REQUIRE(!asked.empty());
+      CHECK(asked.front().begin == 0);
+      CHECK(asked.back().end == prompt.size());
+      for (std::size_t w = 0; w < asked.size(); ++w) {
+        if (w > 0) CHECK(asked[w].begin == asked[w - 1].end);
+        CHECK((asked[w].end - asked[w].begin) * c.vocab_size * prefill_bytes_per_one_hot <= budget);
+      }
+      CHECK((asked.size() > 1) == (budget == tight_budget));
+    }
+    // Rows of the wrong count are refused by name.
+    Decoder<Plain> decoder(weights, DecoderOptions{tight_budget});
+    kv::FullCache<Plain> policy;
+    CHECK_THROWS_WITH(run(decoder.prefill_one_hot(p, policy, prompt.size(),
+                                                  [&](RowBlock) { return PlainShare{ring_zeros({1, c.vocab_size})}; })),
+                      doctest::Contains("one-hot rows [0, 50) came as (1,256)"));
+  }
 }

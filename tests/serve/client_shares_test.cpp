@@ -19,6 +19,14 @@ std::string error_of(const std::function<void()>& f) {
 bool same(const RingTensor& a, const RingTensor& b) {
   return shape_of(a) == shape_of(b) && std::equal(a.data(), a.data() + a.size(), b.data());
 }
+
+// Rows [begin, end) of a matrix, copied.
+RingTensor ring_rows(const RingTensor& a, std::size_t begin, std::size_t end) {
+  const std::size_t width = shape_of(a)[1];
+  RingTensor out = RingTensor::from_shape({end - begin, width});
+  std::copy(a.data() + begin * width, a.data() + end * width, out.data());
+  return out;
+}
 }  // namespace
 
 TEST_CASE("the servers' shares add up to the client's secret, as rss3 holds it") {
@@ -70,4 +78,31 @@ TEST_CASE("malformed parts are refused naming what is wrong") {
   CHECK(error_of([&] { (void)client_shares::assemble(1, {}, {2, 2}); }) ==
         "protocol error: client share for server 1: truncated (0 bytes)");
   CHECK(error_of([&] { (void)client_shares::assemble(3, parts[0], {2, 2}); }).find("server 3") != std::string::npos);
+}
+
+TEST_CASE("a share's rows, assembled alone, are the rows of the whole share") {
+  // 5 columns: row 1 starts at element 5, the second half of an AES block of
+  // a seed's stream, so the seeded components are drawn from mid-block too.
+  const Shape shape{7, 5};
+  const auto parts = client_shares::split(ring_sample(shape, 23));
+  for (PartyId i = 0; i < 3; ++i) {
+    const Rss3Share whole = client_shares::assemble(i, parts[i], shape);
+    for (const auto& [begin, end] : {std::pair<std::size_t, std::size_t>{0, 7}, {1, 2}, {1, 4}, {2, 7}, {6, 7}}) {
+      CAPTURE(i);
+      CAPTURE(begin);
+      const Rss3Share rows = client_shares::assemble_rows(i, parts[i], shape, begin, end);
+      CHECK(same(rows.own, ring_rows(whole.own, begin, end)));
+      CHECK(same(rows.next, ring_rows(whole.next, begin, end)));
+    }
+  }
+  CHECK(error_of([&] { (void)client_shares::assemble_rows(1, parts[1], shape, 3, 8); }) ==
+        "invalid argument: client share rows [3, 8) of (7,5)");
+  // check_part refuses what assemble refuses, naming the same thing.
+  auto truncated = parts[2];
+  truncated.pop_back();
+  CHECK(error_of([&] { client_shares::check_part(2, truncated, shape); }) ==
+        error_of([&] { (void)client_shares::assemble(2, truncated, shape); }));
+  CHECK(error_of([&] { client_shares::check_part(2, truncated, shape); }) ==
+        "protocol error: client share for server 2: truncated seed");  // values, then seed 0
+  CHECK(error_of([&] { client_shares::check_part(0, parts[0], shape); }).empty());
 }
