@@ -33,18 +33,12 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
-import sys
 import tempfile
+
+from generate_runs import commit, run_generate
 
 LAN = (0.3e-3, 377e6)  # RTT s, bytes/s (the paper's LAN)
 WAN = (40e-3, 37.5e6)  # 40 ms, 300 Mbit/s
-
-
-def commit():
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
 
 
 def modelled(rounds, bytes_, link):
@@ -65,21 +59,14 @@ def run(mpcache, model, prompt, policy, budget, tokens, link, extra):
         prompt_file = os.path.join(tmp, "prompt.txt")
         with open(prompt_file, "wb") as f:
             f.write(prompt)
-        out = os.path.join(tmp, "run.jsonl")
         cmd = [mpcache, "generate", "--prompt-file", prompt_file, "--tokenizer", "none", "--tokens", str(tokens),
-               "--ignore-eos", "--policy", policy, "--link", link, "--json", out] + \
+               "--ignore-eos", "--policy", policy, "--link", link] + \
               (["--model", model] if model else []) + (["--budget", str(budget)] if budget else []) + extra
-        sys.stderr.write(" ".join(cmd) + "\n")
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
-            raise SystemExit("mpcache generate exited %d" % done.returncode)
-        return [json.loads(l) for l in open(out) if l.strip()]
+        return run_generate(cmd, "%s at %d bytes" % (policy, len(prompt)))
 
 
-def row_of(lines, model, arm, policy, budget, length, link, commit_id):
-    summary = next(l for l in lines if l.get("row") == "summary")
-    parties = sorted((l for l in lines if l.get("row") == "party"), key=lambda p: p["party"])
+def row_of(run_rows, model, arm, policy, budget, length, link, commit_id):
+    summary, parties = run_rows
     pre_bytes, pre_rounds = summary["prefill_bytes_max_party"], summary["prefill_rounds"]
     tok_bytes, tok_rounds = summary["decode_bytes_max_party_mean"], summary["decode_rounds_mean"]
     return {"preset": "long-context-ours", "model": os.path.basename(os.path.normpath(model)) if model else "austen-byte",

@@ -93,6 +93,18 @@ std::vector<std::string> serve_args(const ServeJob& o) {
   return args;
 }
 
+namespace {
+
+// serve --local --report R: server i writes R with ".serverI" before its
+// extension (report.json -> report.server1.json), one file per process.
+std::string server_report_path(const std::string& report, int i) {
+  const std::filesystem::path path(report);
+  auto name = path.stem().string() + ".server" + std::to_string(i) + path.extension().string();
+  return (path.parent_path() / name).string();
+}
+
+}  // namespace
+
 int run_local_service(const ServeJob& o, const std::string& self) {
   if (!o.config.empty() || o.id >= 0 || !o.clients.empty())
     throw Error(ErrorCode::invalid_argument,
@@ -115,6 +127,7 @@ int run_local_service(const ServeJob& o, const std::string& self) {
     std::vector<std::string> args{self, "serve", "--config", cluster.config_path(), "--id", std::to_string(i),
                                   "--clients", cluster.file("clients")};
     args.insert(args.end(), extra.begin(), extra.end());
+    if (!o.report.empty()) args.insert(args.end(), {"--report", server_report_path(o.report, i)});
     logs.push_back(cluster.file("server" + std::to_string(i) + ".log"));
     servers.push_back(std::make_unique<BackgroundProcess>(args, logs.back()));
   }

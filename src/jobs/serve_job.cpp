@@ -128,7 +128,9 @@ void add_serve_options(CLI::App& cmd, ServeJob& o, bool* local) {
   cmd.add_option("--test-first-session", o.test_first_session,
                  "tests: server 0 numbers sessions from here (e.g. just below the wrap of the 16-bit session scopes)")
       ->group("");
-  cmd.add_option("--report", o.report, "write one JSON object at exit (set-up cost, sessions, peak RSS)");
+  cmd.add_option("--report", o.report,
+                 "write one JSON object at exit (set-up cost, sessions, peak RSS); --local: one per server, "
+                 "named R.server0.json, R.server1.json, R.server2.json for R.json");
   cmd.add_option("--status-file", o.status,
                  "rewrite this file each second with one JSON object: sessions running and the mesh's open streams "
                  "(receives waiting, streams holding frames, scopes cancelled): for a monitor, or the soak bench");
