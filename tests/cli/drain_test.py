@@ -28,7 +28,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import fail, in_process_tokens, loopback_cluster, read, test_args, wait_for, wait_for_log  # noqa: E402
+from serve_test import (fail, in_process_tokens, loopback_cluster, read, start_cluster, test_args,  # noqa: E402
+                        wait_for_log)
 
 PROMPTS = [
     "Emma Woodhouse, handsome, clever, and rich, with a comf",
@@ -51,15 +52,8 @@ def main():
     expected = in_process_tokens(exe, a.model, a.work, PROMPTS, TOKENS)
 
     def start(tag, extra):
-        logs = [os.path.join(a.work, "%s%d.log" % (tag, i)) for i in range(3)]
-        servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
-                                     "--model", a.model, "--drain-ms", "60000", "--max-sessions", "2"] + extra[i],
-                                    stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
-                   for i in range(3)]
-        exited = lambda: ("server(s) %s exited" % [i for i, s in enumerate(servers) if s.poll() is not None]
-                          if any(s.poll() is not None for s in servers) else None)
-        wait_for("the servers (%s) to share the model" % tag,
-                 lambda: all("ready: model shared" in read(l) for l in logs), 120, logs, exited)
+        servers, logs = start_cluster(exe, config, clients, a.model, a.work, tag,
+                                      ["--drain-ms", "60000", "--max-sessions", "2"], lambda i: extra[i])
         procs = [subprocess.Popen([exe, "client", "--servers", config, "--key", os.path.join(clients, "alice.key"),
                                    "--model", a.model, "--tokenizer", "none", "--prompt", p, "--tokens", str(TOKENS),
                                    "--ids", "--timeout-ms", "20000"],

@@ -26,8 +26,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_test import (fail, in_process_tokens, loopback_cluster, read, run, terminate, test_args,  # noqa: E402
-                        wait_for, wait_for_log, wait_stopped)
+from serve_test import (fail, in_process_tokens, loopback_cluster, run, start_cluster, terminate,  # noqa: E402
+                        test_args, wait_for_log, wait_stopped)
 
 PROMPTS = [
     "Emma Woodhouse, handsome, clever, and rich",
@@ -60,22 +60,14 @@ def main():
 
     expected = in_process_tokens(exe, a.model, a.work, PROMPTS, TOKENS)
 
-    logs = [os.path.join(a.work, "server%d.log" % i) for i in range(3)]
     reports = [os.path.join(a.work, "server%d.json" % i) for i in range(3)]
-    servers = [subprocess.Popen([exe, "serve", "--config", config, "--id", str(i), "--clients", clients,
-                                 "--model", a.model, "--max-sessions", "8", "--max-queued", "16",
-                                 "--max-handshakes-per-host", "64", "--handshake-ms", "20000",
-                                 "--kv-limit-mb", str(KV_LIMIT_MB), "--test-first-session", "65530",
-                                 "--report", reports[i]],
-                                stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"))
-               for i in range(3)]
+    servers, logs = start_cluster(exe, config, clients, a.model, a.work, "server",
+                                  ["--max-sessions", "8", "--max-queued", "16", "--max-handshakes-per-host", "64",
+                                   "--handshake-ms", "20000", "--kv-limit-mb", str(KV_LIMIT_MB),
+                                   "--test-first-session", "65530"], lambda i: ["--report", reports[i]])
     procs = []
     silent = []
     try:
-        exited = lambda: ("server(s) %s exited" % [i for i, s in enumerate(servers) if s.poll() is not None]
-                          if any(s.poll() is not None for s in servers) else None)
-        wait_for("the servers to share the model", lambda: all("ready: model shared" in read(l) for l in logs), 120,
-                 logs, exited)
         ready_rss = [rss_kb(s.pid) for s in servers]
 
         starts = []
