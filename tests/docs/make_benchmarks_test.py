@@ -101,6 +101,12 @@ class MakeBenchmarksTest(unittest.TestCase):
                       " | 1.93 GB |", text)
         self.assertIn("| full cache | 512 | 2,528 / 97.73 MB |", text)
 
+    def test_cost_rows_of_several_layer_counts_name_theirs(self):
+        write_results(self.results, {"b-cost.jsonl": COST + [dict(COST[0], layers=2)]})
+        text = self.generate()
+        self.assertIn("| full cache, 32 layers | 512 | decode |", text)
+        self.assertIn("| full cache, 2 layers | 512 | decode |", text)
+
     def test_fidelity_rows(self):
         text = self.generate()
         self.assertIn("| 1,024 | full | 1 | 3.589 | 1.00 | - | - | 504 | 100 |", text)

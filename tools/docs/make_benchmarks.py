@@ -224,12 +224,12 @@ def is_cost(rows):
     return all("phase" in r and "rounds" in r and "bytes_per_party" in r for r in rows)
 
 
-
 def arm_label(r, rows):
-    """The row's arm, with its comparisons where the file runs several side by side."""
+    """The row's arm, with its comparisons and layers where the file has several side by side."""
     label = r.get("arm", r.get("policy", "?"))
-    if len({x.get("comparisons") for x in rows}) > 1 and r.get("comparisons"):
-        label += " ({})".format(r["comparisons"])
+    for key, form in (("comparisons", " ({})"), ("layers", ", {} layers")):
+        if len({x.get(key) for x in rows}) > 1 and r.get(key):
+            label += form.format(r[key])
     return label
 
 def cost_section(rows):
