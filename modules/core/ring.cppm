@@ -16,6 +16,13 @@ using Ring = std::uint64_t;
 inline constexpr int ring_bits = 64;
 using RingTensor = Tensor<Ring>;
 
+// Bytes per word on the wire when only its low `low_bits` bits matter
+// (ceil(low_bits / 8); whole words from ring_bits up): what the backends'
+// send and recv move (proto's wire.hpp), and what their cost models count.
+constexpr std::size_t bytes_per_word(int low_bits) {
+  return low_bits >= ring_bits ? sizeof(Ring) : static_cast<std::size_t>((low_bits + 7) / 8);
+}
+
 Shape shape_of(const RingTensor& t);
 std::string shape_string(const Shape& shape);
 std::size_t element_count(const Shape& shape);

@@ -110,7 +110,7 @@ struct Add2Costs {
 // in ceil(w/8) bytes each way, and evaluates the dealt keys locally.
 struct Add2DcfCosts : Add2Costs {
   static OpCost msb_bits(int width, std::size_t n, std::size_t) {
-    return both(1, static_cast<std::uint64_t>((width + 7) / 8) * n);
+    return both(1, bytes_per_word(width) * n);
   }
 };
 

@@ -189,9 +189,9 @@ struct Rss3Costs {
     return everyone(2 + levels, (2 * levels + 1) * n);
   }
   static OpCost bit_to_arith(std::size_t n) { return everyone(2, n); }
-  // Needed only mod 2^result_bits: ceil(result_bits / 8) bytes a word.
+  // Needed only mod 2^result_bits: the words' low bytes.
   static OpCost bit_to_arith(std::size_t n, int result_bits) {
-    const std::uint64_t bytes = n * static_cast<std::uint64_t>(result_bits >= ring_bits ? 8 : (result_bits + 7) / 8);
+    const std::uint64_t bytes = n * bytes_per_word(result_bits);
     return {2, {bytes, bytes, bytes}};
   }
   static OpCost bit_dot(std::size_t n, std::size_t k) { return everyone(2, 2 * n + n / k); }

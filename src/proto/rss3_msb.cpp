@@ -232,13 +232,13 @@ Rss3DcfCost rss3_dcf_cost(int width, std::size_t n, std::uint64_t slice_bytes, R
   Rss3DcfCost cost;
   const std::size_t slice = rss3_dcf_slice_elements(width, slice_bytes, output);
   const std::uint64_t header = store == Rss3DcfStoreUse::off ? 0 : 16;
-  const std::uint64_t per_opening = static_cast<std::uint64_t>((width + 7) / 8);
+  const std::uint64_t per_opening = bytes_per_word(width);
   for (int j = 0; j < 3; ++j) {
     const auto [b, e] = chunk(n, j);
     if (b == e) continue;
     const std::size_t k = e - b;
     const std::size_t dealer = static_cast<std::size_t>(j), first = (dealer + 1) % 3, second = (dealer + 2) % 3;
-    const std::uint64_t result_bytes = arith ? static_cast<std::uint64_t>((result_bits + 7) / 8) * k : (k + 7) / 8;
+    const std::uint64_t result_bytes = arith ? bytes_per_word(result_bits) * k : (k + 7) / 8;
     cost.bytes[dealer] += 2 * header;
     cost.bytes[first] += per_opening * k + result_bytes;
     cost.bytes[second] += per_opening * k + result_bytes;

@@ -6,10 +6,7 @@
 
 namespace mpcache::wire {
 
-// Bytes per word on the wire when only the low `low_bits` bits matter.
-inline std::size_t bytes_per_word(int low_bits) {
-  return low_bits >= ring_bits ? sizeof(Ring) : static_cast<std::size_t>((low_bits + 7) / 8);
-}
+// bytes_per_word (core's ring) says how many low bytes of a word are sent.
 
 // The low bytes of every word, little-endian (zero-extended on the way back).
 inline std::vector<std::byte> pack_low(const RingTensor& t, int low_bits) {
