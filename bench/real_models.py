@@ -45,20 +45,15 @@ def run_model(mpcache, name, folder, tokens, limit_gb, extra, label, commit_id, 
                "--tokenizer", "none", "--prompt-file", prompt, "--tokens", str(tokens), "--ignore-eos"] + \
               (["--compact-weights"] if compact else []) + extra
         summary, parties = run_generate(cmd, name)
-    row = {"preset": "real-models", "model": name, "date": datetime.date.today().isoformat(), "commit": commit_id or commit(),
-           "parties": "3 processes", "compact_weights": compact, "prompt_tokens": summary["prompt_length"],
-           "decode_steps": summary["decode_steps"], "ttft_s": summary["prefill_latency_s"],
-           "prefill_bytes_max_party": summary["prefill_bytes_max_party"], "prefill_rounds": summary["prefill_rounds"],
-           "token_s": summary["decode_latency_s_mean"], "token_bytes_max_party": summary["decode_bytes_max_party_mean"],
-           "token_rounds": summary["decode_rounds_mean"]}
-    if label:
-        row["build"] = label
-    weights = weights_of(folder)
-    row["weights"] = weights
+    row = row_of(name, folder, label, commit_id, compact, "3 processes", [p["peak_rss_kb"] for p in parties])
+    weights = row["weights"]
+    row.update({"prompt_tokens": summary["prompt_length"], "decode_steps": summary["decode_steps"],
+                "ttft_s": summary["prefill_latency_s"], "prefill_bytes_max_party": summary["prefill_bytes_max_party"],
+                "prefill_rounds": summary["prefill_rounds"], "token_s": summary["decode_latency_s_mean"],
+                "token_bytes_max_party": summary["decode_bytes_max_party_mean"],
+                "token_rounds": summary["decode_rounds_mean"]})
     for p in parties:
         i = p["party"]
-        row["peak_rss_bytes_party%d" % i] = p["peak_rss_kb"] * 1024
-        row["peak_rss_per_weight_party%d" % i] = round(p["peak_rss_kb"] * 1024 / weights, 3)
         if "weight_bytes" in p:  # builds before it do not report it
             row["weight_bytes_party%d" % i] = p["weight_bytes"]
             row["bytes_per_weight_party%d" % i] = round(p["weight_bytes"] / weights, 3)
@@ -95,17 +90,25 @@ def run_serve(mpcache, name, folder, tokens, limit_gb, label, commit_id, compact
             rest, _ = service.communicate(timeout=120)
             sys.stderr.write(rest[-2000:])
         servers = [json.load(open(os.path.join(tmp, "report.server%d.json" % i))) for i in range(3)]
+    row = row_of(name, folder, label, commit_id, compact, "3 serve processes, 1 client",
+                 [r["peak_rss_kb"] for r in servers])
+    row.update({"job": "serve", "prompt_tokens": len(PROMPT.encode()), "tokens": tokens,
+                "setup_s": max(r["setup_seconds"] for r in servers), "ttft_s": result["seconds_to_first_token"],
+                "token_s": sum(result["token_seconds"]) / max(1, len(result["token_seconds"]))})
+    return row
+
+
+def row_of(name, folder, label, commit_id, compact, parties, peak_rss_kb):
+    """What every row says: the model, the build, and each party's peak RSS
+    (in party order) in bytes and per checkpoint weight."""
     weights = weights_of(folder)
-    row = {"preset": "real-models", "job": "serve", "model": name, "date": datetime.date.today().isoformat(),
-           "commit": commit_id or commit(), "parties": "3 serve processes, 1 client", "compact_weights": compact,
-           "prompt_tokens": len(PROMPT.encode()), "tokens": tokens, "weights": weights,
-           "setup_s": max(r["setup_seconds"] for r in servers), "ttft_s": result["seconds_to_first_token"],
-           "token_s": sum(result["token_seconds"]) / max(1, len(result["token_seconds"]))}
+    row = {"preset": "real-models", "model": name, "date": datetime.date.today().isoformat(),
+           "commit": commit_id or commit(), "parties": parties, "compact_weights": compact, "weights": weights}
     if label:
         row["build"] = label
-    for i, r in enumerate(servers):
-        row["peak_rss_bytes_party%d" % i] = r["peak_rss_kb"] * 1024
-        row["peak_rss_per_weight_party%d" % i] = round(r["peak_rss_kb"] * 1024 / weights, 3)
+    for i, kb in enumerate(peak_rss_kb):
+        row["peak_rss_bytes_party%d" % i] = kb * 1024
+        row["peak_rss_per_weight_party%d" % i] = round(kb * 1024 / weights, 3)
     return row
 
 

@@ -34,6 +34,14 @@ std::string shell_word(const std::string& s) {
   return q + "'";
 }
 
+// serve --local --report R: server i writes R with ".serverI" before its
+// extension (report.json -> report.server1.json), one file per process.
+std::string server_report_path(const std::string& report, int i) {
+  const std::filesystem::path path(report);
+  auto name = path.stem().string() + ".server" + std::to_string(i) + path.extension().string();
+  return (path.parent_path() / name).string();
+}
+
 }  // namespace
 
 void add_client_ports(const std::string& config_path) {
@@ -92,18 +100,6 @@ std::vector<std::string> serve_args(const ServeJob& o) {
   if (o.compact_weights) args.push_back("--compact-weights");
   return args;
 }
-
-namespace {
-
-// serve --local --report R: server i writes R with ".serverI" before its
-// extension (report.json -> report.server1.json), one file per process.
-std::string server_report_path(const std::string& report, int i) {
-  const std::filesystem::path path(report);
-  auto name = path.stem().string() + ".server" + std::to_string(i) + path.extension().string();
-  return (path.parent_path() / name).string();
-}
-
-}  // namespace
 
 int run_local_service(const ServeJob& o, const std::string& self) {
   if (!o.config.empty() || o.id >= 0 || !o.clients.empty())

@@ -72,14 +72,16 @@ RingTensor component_rows(const Component& c, std::span<const std::byte> part, c
   const std::size_t first = begin * per_row, n = (end - begin) * per_row;
   if (!c.seeded) return ring_from_bytes(part.subspan(c.offset + first * sizeof(Ring), n * sizeof(Ring)), rows_shape);
   RingTensor out = RingTensor::from_shape(rows_shape);
+  const Prg prg(c.seed);
   std::uint64_t block = first / 2;
-  if (first % 2 == 0) {
-    Prg(c.seed).fill(0, block, std::span<Ring>(out.data(), n));
-  } else {  // the first element is a block's second half
-    std::vector<Ring> drawn(n + 1);
-    Prg(c.seed).fill(0, block, std::span<Ring>(drawn));
-    std::copy(drawn.begin() + 1, drawn.end(), out.data());
+  std::span<Ring> rest(out.data(), n);
+  if (first % 2 == 1 && n > 0) {  // the first element is a block's second half: that block alone
+    std::array<Ring, 2> pair{};
+    prg.fill(0, block, pair);
+    rest[0] = pair[1];
+    rest = rest.subspan(1);
   }
+  prg.fill(0, block, rest);
   return out;
 }
 
