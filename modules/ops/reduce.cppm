@@ -12,6 +12,11 @@
 // values: |x| < 2^(width-2) (fixed point, as ring integers).
 // Ties keep the lower index, so every backend returns the same index.
 //
+// A level of pairs may instead select by the difference d = x_a - x_b:
+// x_a - [x_a < x_b] d, one term per output, by bit_dot (B2A fused, 2
+// rounds) or by the sign's arithmetic 0/1 and a product (3 rounds, fewer
+// bytes: a prefill's many rows take it).
+//
 // Where the backend's comparisons yield arithmetic 0/1 in as few rounds
 // as bits (ArithmeticSignCosts: rss3 dcf), a level may instead count wins:
 // all pairs' signs as ring values (2 rounds), each candidate's wins minus
@@ -100,12 +105,28 @@ double tournament_difference_pair_words(int width = ring_bits) {
   return msb_bits_words<C>(width) + double(C::bit_dot(2, 1).max_bytes()) / 8;
 }
 
+// The same with the sign made arithmetic first (msb: on rss3's circuit
+// msb_bits then B2A, 2 rounds and a word) and a plain product per output
+// (1 round, a word): a round more than bit_dot, and on rss3 24 bytes a
+// pair less where the index rides along (8 where it does not), which a
+// prefill's waves of scores, where bytes cost more than rounds, take.
+template <CostModel C>
+std::size_t tournament_difference_arith_level_rounds(int width = ring_bits) {
+  return msb_arith_cost<C>(width, 1, 0).rounds + C::mul(1).rounds;
+}
+template <CostModel C>
+double tournament_difference_arith_pair_words(int width = ring_bits) {
+  return msb_arith_words<C>(width) + double(C::mul(2).max_bytes()) / 8;
+}
+
 // One level of a tournament: its group size, and whether it counts wins
-// or (pairs only) selects by the difference.
+// or (pairs only) selects by the difference, by the sign's bits (bit_dot)
+// or by its arithmetic 0/1 (`arithmetic`: B2A, then a product).
 struct TournamentLevel {
   std::size_t m = 2;
   bool by_counts = false;
   bool by_difference = false;
+  bool arithmetic = false;
   bool operator==(const TournamentLevel&) const = default;
 };
 
@@ -122,10 +143,12 @@ std::vector<TournamentLevel> tournament_levels(std::size_t rows, std::size_t n, 
                                                const Link& link = lan_link(), bool counts = ArithmeticSignCosts<C>,
                                                bool differences = true) {
   // A level's rounds and words per group, by group size and way (computed
-  // once): 0 bits, 1 counts (where priced), 2 the difference (pairs).
+  // once): 0 bits, 1 counts (where priced), 2 the difference (pairs), 3 the
+  // difference by an arithmetic sign.
   constexpr double never = std::numeric_limits<double>::infinity();
-  std::vector<std::array<double, 3>> level_rounds(tournament_max_group + 1, {never, never, never}),
-      group_words(tournament_max_group + 1, {never, never, never});
+  constexpr int ways = 4;
+  std::vector<std::array<double, ways>> level_rounds(tournament_max_group + 1, {never, never, never, never}),
+      group_words(tournament_max_group + 1, {never, never, never, never});
   for (std::size_t m = 2; m <= std::min(n, tournament_max_group); ++m) {
     level_rounds[m][0] = double(tournament_level_rounds<C>(m, width));
     group_words[m][0] = tournament_group_words<C>(m, width);
@@ -137,18 +160,20 @@ std::vector<TournamentLevel> tournament_levels(std::size_t rows, std::size_t n, 
   if (n >= 2 && differences) {
     level_rounds[2][2] = double(tournament_difference_level_rounds<C>(width));
     group_words[2][2] = tournament_difference_pair_words<C>(width);
+    level_rounds[2][3] = double(tournament_difference_arith_level_rounds<C>(width));
+    group_words[2][3] = tournament_difference_arith_pair_words<C>(width);
   }
   // best[len] = (cost to reduce len candidates to one, its first level).
   std::vector<std::pair<double, TournamentLevel>> best(n + 1, {0.0, {}});
   for (std::size_t len = 2; len <= n; ++len) {
     best[len].first = std::numeric_limits<double>::infinity();
     for (std::size_t m = 2; m <= std::min(len, tournament_max_group); ++m)
-      for (int way = 0; way < 3; ++way) {
+      for (int way = 0; way < ways; ++way) {
         if (level_rounds[m][way] == never) continue;
         const std::size_t groups = (len + m - 1) / m;
         const double cost = link.seconds(level_rounds[m][way], double(rows * groups) * group_words[m][way] * 8) +
                             best[groups].first;
-        if (cost < best[len].first) best[len] = {cost, {m, way == 1, way == 2}};
+        if (cost < best[len].first) best[len] = {cost, {m, way == 1, way >= 2, way == 3}};
       }
   }
   std::vector<TournamentLevel> plan;
@@ -222,7 +247,8 @@ S take_last(const S& t, const std::vector<std::size_t>& at) {
 template <Protocol P>
 Task<std::pair<typename P::Share, typename P::Share>> pair_level_by_difference(P& p, const typename P::Share& xs,
                                                                               const typename P::Share& is,
-                                                                              bool with_index, int width) {
+                                                                              bool with_index, int width,
+                                                                              bool arithmetic) {
   const std::size_t groups = P::shape(xs).back() / 2;
   std::vector<std::size_t> first(groups), second(groups);
   for (std::size_t q = 0; q < groups; ++q) {
@@ -231,6 +257,17 @@ Task<std::pair<typename P::Share, typename P::Share>> pair_level_by_difference(P
   }
   const auto a = take_last<P>(xs, first);
   const auto d = p.sub(a, take_last<P>(xs, second));  // x_a - x_b
+  if (arithmetic) {
+    const auto b_wins = co_await msb(p, d, width);  // x_a < x_b, as a ring 0/1
+    if (!with_index) {
+      auto v = p.sub(a, co_await p.mul(b_wins, d));
+      co_return std::pair{v, v};
+    }
+    const auto ia = take_last<P>(is, first);
+    const auto di = p.sub(ia, take_last<P>(is, second));
+    const auto picked = co_await p.mul(concat_last<P>(b_wins, b_wins), concat_last<P>(d, di));
+    co_return std::pair{p.sub(a, slice_last<P>(picked, 0, groups)), p.sub(ia, slice_last<P>(picked, groups, 2 * groups))};
+  }
   const auto b_wins = co_await msb_bits(p, d, width);  // x_a < x_b
   if (!with_index) {
     auto v = p.sub(a, co_await bit_times(p, b_wins, d));
@@ -368,7 +405,8 @@ Task<std::pair<typename P::Share, typename P::Share>> group_level(P& p, const ty
   const std::size_t groups = (shape.back() + m - 1) / m;
   const auto xs = pad_to_groups(p, x, m, tournament_floor(width));
   const auto is = with_index ? pad_to_groups(p, idx, m, Ring{0}) : idx;
-  if (level.by_difference && m == 2) co_return co_await detail::pair_level_by_difference(p, xs, is, with_index, width);
+  if (level.by_difference && m == 2)
+    co_return co_await detail::pair_level_by_difference(p, xs, is, with_index, width, level.arithmetic);
   if (level.by_counts) {
     // The winner's 0/1 times values (and indices), summed per group: one product.
     const std::size_t total = x_rows(shape) * groups;
@@ -462,6 +500,36 @@ Task<typename P::Share> max_last(P& p, typename P::Share x, std::size_t arity = 
                                  std::size_t plan_rows = 0) {
   auto r = co_await argmax_last(p, std::move(x), false, arity, width, plan_rows);  // r.index unused
   co_return std::move(r.value);
+}
+
+// An upper bound m of each row's max M, M <= m <= M + 3 2^(drop - f)
+// (..., n) -> (..., 1), for a shift that only needs m >= M (softmax): the
+// tournament compares and carries floor(x / 2^drop), which every party
+// takes from its own components (a local floor, as below_coarse: each
+// value is off by e in [0, 2]) and which is exact modulo 2^(64 - drop), so
+// its comparisons need 64 - drop bits, not 64 (at drop 14: 50 bits, 12.3
+// bytes a comparison on rss3's circuit where 64 take 15.6, the same 6
+// rounds). The winner C times 2^drop is a clean sharing again (the wrap's
+// multiples of 2^(64 - drop) vanish), and m = (C + 3) 2^drop.
+// Requires |x| < 2^62 as ring integers (as exact truncation does).
+template <Protocol P>
+Task<typename P::Share> max_upper_last(P& p, const typename P::Share& x, int drop, std::size_t plan_rows = 0) {
+  if constexpr (ExactReals<P>) {
+    co_return co_await max_last(p, x);
+  } else {
+    if (drop < 0 || drop > ring_bits - 8)
+      throw Error(ErrorCode::invalid_argument, "max_upper_last: drop " + std::to_string(drop) +
+                                                   " is outside [0, 56]");
+    auto coarse = P::apply(x, [drop](const RingTensor& r) {
+      RingTensor out = RingTensor::from_shape(shape_of(r));
+      for (std::size_t i = 0; i < r.size(); ++i) out.data()[i] = r.data()[i] >> drop;
+      return out;
+    });
+    auto top = co_await max_last(p, std::move(coarse), 0, ring_bits - drop, plan_rows);
+    const Shape s = P::shape(top);
+    top = p.mul_public(top, ring_filled(s, Ring{1} << drop));
+    co_return p.add_public(top, ring_filled(s, Ring{3} << drop));
+  }
 }
 
 }  // namespace mpcache::ops

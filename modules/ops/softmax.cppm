@@ -1,10 +1,12 @@
-// softmax along the last axis: subtract the row max (group tournament, see
-// reduce.cppm), exp_neg, optional public 0/1 mask (masked entries get
-// weight 0), sum, reciprocal of the sum (in [1, n]), one product. Rows must
-// have at least one unmasked entry.
+// softmax along the last axis: subtract an upper bound of the row max
+// within 3/16 (a group tournament on the scores read to 1/16, see
+// max_upper_last in reduce.cppm), exp_neg, optional public 0/1 mask (masked
+// entries get weight 0), sum, reciprocal of the sum (in [exp(-3/16), n]),
+// one product. Rows must have at least one unmasked entry, and the max of
+// a row must be unmasked (a causal mask's public bias keeps it so).
 //   the reciprocal's highest-bit search covers only sums below 2n
 //   error: <= 4e-3 absolute per entry for n <= 1024 (tested against float64)
-//   cost (rss3): max (a tournament_plan, 43 rounds for 2 rows of 1000) +
+//   cost (rss3): max (max_upper_last: tournament_levels on 50 bits) +
 //     exp (exp.cppm) + reciprocal (reciprocal.cppm, sums below 2^11) + 1;
 //     with rss3 dcf's arithmetic one-hot the product with the numerators
 //     ends with the reciprocal instead (reciprocal_then): no + 1.
@@ -23,8 +25,17 @@ import :compare;
 
 export namespace mpcache::ops {
 
+// The shift of softmax's row max: it reads the scores to 1/16
+// (max_upper_last, as exp's clip reads them), so the largest numerator is at
+// least exp(-3/16). At f = 18 its comparisons take 50 bits: on rss3's
+// circuit the rounds of 64 (6) and 12.3 bytes where 64 take 15.6 (fewer
+// bits take a round less only below 50, by wider groups that cost more
+// bytes than 64 bits do).
+inline int softmax_max_drop(int frac_bits) { return std::max(0, frac_bits - 4); }
+
 namespace detail {
-// exp(x - max(x)), masked: the numerators of softmax.
+// exp(x - m), m an upper bound of max(x) within 3/16, masked: the numerators
+// of softmax.
 // (x by value: dropped once shifted, so a prefill holds one tensor of its
 // scores less through exp.)
 template <Protocol P>
@@ -36,7 +47,9 @@ Task<typename P::Share> softmax_numerators(P& p, typename P::Share x, const std:
     throw Error(ErrorCode::invalid_argument, "softmax mask has shape " +
                                                  shape_string(shape_of(*mask)) + ", scores " +
                                                  shape_string(shape));
-  auto row_max = co_await max_last(p, x, 0, ring_bits, plan_rows);  // (..., 1)
+  // An upper bound of the row max within 3/16 (softmax_max_drop): its
+  // comparisons take 50 bits, not 64.
+  auto row_max = co_await max_upper_last(p, x, softmax_max_drop(p.frac_bits()), plan_rows);  // (..., 1)
   auto shifted = p.sub(std::exchange(x, typename P::Share{}), broadcast_last<P>(row_max, n));
   auto e = co_await exp_neg(p, shifted);
   shifted = typename P::Share{};
@@ -45,8 +58,8 @@ Task<typename P::Share> softmax_numerators(P& p, typename P::Share x, const std:
 }
 
 // m_i / sum of the numerators e (..., n) for what make(q) returns
-// (reciprocal_then): the sum lies in [1, n] up to exp's error (the max's
-// own term is exp(0)), so below 2n.
+// (reciprocal_then): the sum lies in [exp(-3/16), n] up to exp's error
+// (the max's own term is at least exp(-3/16)), so below 2n.
 template <Protocol P, class Make>
 Task<std::vector<typename P::Share>> over_sum(P& p, const typename P::Share& e, Make make) {
   const std::size_t n = P::shape(e).back();

@@ -1,5 +1,6 @@
 // The prefill's softmax: softmax_apply (the weights'
-// normalisation on the outputs), below_coarse (exp's clip on 50 bits), the
+// normalisation on the outputs), max_upper_last (the row max read to 1/16,
+// on 50 bits), below_coarse (exp's clip on 50 bits), the
 // tournament's pairs by the difference, and the bytes of each, pinned on
 // a prefill-sized batch (64 rows of 512 scores, exact truncation).
 #include "prelude.hpp"  // first: same std headers as the modules (see prelude.hpp)
@@ -136,6 +137,34 @@ TEST_CASE("max and argmax by pairs of differences agree with plain, ties to the 
     CHECK_FALSE(level.by_difference);
 }
 
+TEST_CASE("max_upper_last: an upper bound of the row max within 3/16, for values up to 2^40 and ties") {
+  RealTensor x = mpcache::testing::random_real({6, 45}, -30, 30, 977);
+  for (std::size_t j = 0; j < 45; ++j) {
+    x(3, j) = 5.0;                                        // all tied
+    x(4, j) = (j % 2 ? 1.0 : -1.0) * std::ldexp(1.0, 40);  // far apart, both signs
+    x(5, j) = -std::ldexp(1.0, 40) + double(j) / 64;      // close together, far below 0
+  }
+  x(0, 44) = 29.99;
+  x(1, 0) = 29.9999;  // just below the next 1/16
+  x(2, 7) = 30.0;      // on a multiple of 1/16
+  FixedPoint fp;
+  const RingTensor xe = fp.encode(x);
+  auto [secure, clear] = run_both([&]<class P>(P& p) -> Task<RingTensor> {
+    auto a = co_await share_of(p, 0, xe);
+    co_return co_await p.reveal(co_await ops::max_upper_last(p, a, ops::softmax_max_drop(p.frac_bits())));
+  });
+  for (std::size_t i = 0; i < 6; ++i) {
+    Ring row_max = xe(i, 0);
+    for (std::size_t j = 1; j < 45; ++j)
+      if (static_cast<std::int64_t>(xe(i, j)) > static_cast<std::int64_t>(row_max)) row_max = xe(i, j);
+    for (const RingTensor* got : {&secure.results[0], &clear}) {
+      const auto above = static_cast<std::int64_t>(got->data()[i] - row_max);  // m - M, as ring integers
+      CHECK(above >= 0);
+      CHECK(above <= std::int64_t{3} << (fp.frac_bits() - 4));
+    }
+  }
+}
+
 // Exact counts on rss3's circuit with exact truncation, 64 x 512 scores
 // (bytes: the busiest party). Before this suite's changes: max 84.2
 // bytes a score (its plan for 64 rows), exp_neg 118.3, softmax 218.3.
@@ -143,18 +172,28 @@ TEST_CASE("the prefill softmax's costs per score, pinned") {
   const RingTensor x = prefill_scores();
   auto per_score = [](const OpCost& c) { return double(c.max_bytes()) / double(rows * n); };
   // The row max planned on 4,096 rows (a prefill wave's): pairs by the
-  // difference, 40.2 bytes a score (the bits' pairs took 55.8).
+  // difference, 32.3 bytes a score and 66 rounds, some levels by the sign's
+  // arithmetic 0/1 (B2A, then a product); by bit_dot alone 40.2 and 63,
+  // by the bits' pairs 55.8.
   const OpCost max = measure(x, [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
     co_return co_await ops::max_last(p, as_rows(a), 0, ring_bits, 4096);
+  });
+  // softmax's: the scores read to 1/16 (max_upper_last), 50-bit comparisons.
+  const OpCost upper = measure(x, [](Rss3& p, const Rss3Share& a) -> Task<Rss3Share> {
+    co_return co_await ops::max_upper_last(p, as_rows(a), ops::softmax_max_drop(p.frac_bits()), 4096);
   });
   // exp: z^2 from x + 8 (no truncation of x), the low half in the
   // product's dot_trunc, the clip on 50 bits: 85.3 bytes.
   const OpCost exp = measure(x, [](Rss3& p, const Rss3Share& a) { return ops::exp_neg(p, a); });
   const OpCost clip = measure(x, [](Rss3& p, const Rss3Share& a) { return ops::below_coarse(p, a, -14.0, 14); });
   const OpCost full_clip = measure(x, [](Rss3& p, const Rss3Share& a) { return ops::msb(p, a); });
-  MESSAGE("per score: max " << per_score(max) << " bytes, " << max.rounds << " rounds; exp " << per_score(exp)
+  MESSAGE("per score: max " << per_score(max) << " bytes, " << max.rounds << " rounds; upper bound "
+                            << per_score(upper) << ", " << upper.rounds << "; exp " << per_score(exp)
                             << ", " << exp.rounds << "; clip " << per_score(clip) << " against " << per_score(full_clip));
   testing::check_pinned("ops.prefill_softmax.max", std::vector<std::uint64_t>{max.max_bytes(), max.rounds});
+  CHECK(upper.max_bytes() < max.max_bytes());
+  CHECK(upper.rounds <= max.rounds);
+  testing::check_pinned("ops.prefill_softmax.max_upper", std::vector<std::uint64_t>{upper.max_bytes(), upper.rounds});
   testing::check_pinned("ops.prefill_softmax.exp", std::vector<std::uint64_t>{exp.max_bytes(), exp.rounds});
   CHECK(clip.max_bytes() < full_clip.max_bytes());
   testing::check_pinned("ops.prefill_softmax.clip_bytes", clip.max_bytes());

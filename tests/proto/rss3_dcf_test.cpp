@@ -453,23 +453,29 @@ template <CostModel C>
 std::size_t planned_rounds(const std::vector<ops::TournamentLevel>& levels) {
   std::size_t rounds = 0;
   for (const auto& level : levels)
-    rounds += level.by_counts ? ops::tournament_count_level_rounds<C>(level.m) : ops::tournament_level_rounds<C>(level.m);
+    rounds += level.by_counts       ? ops::tournament_count_level_rounds<C>(level.m)
+              : !level.by_difference ? ops::tournament_level_rounds<C>(level.m)
+              : level.arithmetic     ? ops::tournament_difference_arith_level_rounds<C>()
+                                     : ops::tournament_difference_level_rounds<C>();
   return rounds;
 }
 }  // namespace
 
-TEST_CASE("rss3 dcf: the vocabulary argmax of GPT-2 (50,257 logits) plans 20 rounds with a store, 43 without") {
+TEST_CASE("rss3 dcf: the vocabulary argmax of GPT-2 (50,257 logits) plans 24 rounds with a store, 44 without") {
   // With the keys dealt ahead, the plan weighs the online bytes only.
   const auto stored = ops::tournament_levels<Rss3DcfStoreCosts>(1, 50257);
   std::string sizes;
   for (const auto& level : stored) sizes += " " + std::to_string(level.m);
   MESSAGE("dcf with a store: " << stored.size() << " levels, " << planned_rounds<Rss3DcfStoreCosts>(stored)
                                << " rounds, groups of" << sizes);
-  // 4 levels of 5 (groups of 4, 8, 25, 63): the pairs' signs reshare 1 byte
-  // each, not 8, so wider groups pay on the LAN (5 levels before).
+  // 3 levels of pairs by the difference's arithmetic sign (3 rounds each:
+  // the sign, a product), then 3 that count wins (5 each; groups of 6, 17,
+  // 62): the pairs' signs reshare 1 byte each, not 8, so wider groups pay
+  // on the LAN. (Counting alone took 4 levels, 20 rounds, more bytes.)
   testing::check_pinned("proto.rss3_dcf.tournament_store_rounds", planned_rounds<Rss3DcfStoreCosts>(stored));
-  CHECK(stored == std::vector<ops::TournamentLevel>{{4, true}, {8, true}, {25, true}, {63, true}});
-  for (const auto& level : stored) CHECK(level.by_counts);
+  const ops::TournamentLevel pair{2, false, true, true};
+  CHECK(stored == std::vector<ops::TournamentLevel>{pair, pair, pair, {6, true}, {17, true}, {62, true}});
+  for (const auto& level : stored) CHECK((level.by_counts || level.arithmetic));
   // Inline, the keys are online bytes too (about 3 KB a comparison): the
   // LAN plan takes small groups and more rounds.
   const auto inline_keys = ops::tournament_levels<Rss3DcfCosts>(1, 50257);
@@ -496,11 +502,10 @@ TEST_CASE("rss3 dcf: the vocabulary argmax of GPT-2 (50,257 logits) plans 20 rou
         ops::tournament_plan<Rss3Costs>(1, 50257).size());
 }
 
-// The measured rounds of a token choice with a filled store: the plan's, 5
-// a counting level. A vocabulary of 4,096 plans several counting levels as
+// The measured rounds of a token choice with a filled store: the plan's. A vocabulary of 4,096 plans several counting levels as
 // GPT-2's 50,257 does (4 levels, 20 rounds, planned above) at a fraction of
 // its comparisons, so it runs in the dev preset.
-TEST_CASE("rss3 dcf+store: a vocabulary argmax over 4,096 logits takes its planned rounds, 5 a counting level") {
+TEST_CASE("rss3 dcf+store: a vocabulary argmax over 4,096 logits takes its planned rounds") {
   constexpr std::size_t vocab = 4096;
   const auto plan = ops::tournament_levels<Rss3DcfStoreCosts>(1, vocab);
   std::string sizes;
@@ -508,10 +513,10 @@ TEST_CASE("rss3 dcf+store: a vocabulary argmax over 4,096 logits takes its plann
   MESSAGE("dcf with a store, " << vocab << " logits: " << plan.size() << " levels, "
                                << planned_rounds<Rss3DcfStoreCosts>(plan) << " rounds, groups of" << sizes);
   REQUIRE(plan.size() >= 2);
-  for (const auto& level : plan) CHECK(level.by_counts);
-  CHECK(planned_rounds<Rss3DcfStoreCosts>(plan) == 5 * plan.size());
-  // The model's plan (printed above): groups of 5, 13 and 64, 15 rounds.
-  CHECK(plan == std::vector<ops::TournamentLevel>{{5, true}, {13, true}, {64, true}});
+  // The model's plan (printed above): pairs by the difference's arithmetic
+  // sign (3 rounds), then groups of 32 and 64 counting wins (5 each), 13
+  // rounds (counting alone: groups of 5, 13 and 64, 15 rounds).
+  CHECK(plan == std::vector<ops::TournamentLevel>{{2, false, true, true}, {32, true}, {64, true}});
   testing::check_pinned("proto.rss3_dcf.argmax_store_rounds", planned_rounds<Rss3DcfStoreCosts>(plan));
   RingTensor logits = random_ring({1, vocab}, 77);
   for (std::size_t i = 0; i < vocab; ++i) logits(0, i) = static_cast<Ring>(static_cast<std::int64_t>(logits(0, i)) >> 40);

@@ -272,10 +272,11 @@ TEST_CASE("dcf+offline: the batched steps draw their keys from a store refilled 
   }
 
   // One session alone, 10 tokens (9 decode steps). The first decode step has
-  // no estimate and deals inline; step 3 needs kinds of keys no earlier
-  // step used (the policy's work differs between steps), and deals those
+  // no estimate and deals inline; steps 3 and 4 need kinds of keys no
+  // earlier step used (the policy's work differs between steps, and the
+  // softmax's tournament plan with the cache's length), and deal those
   // inline; every later step finds all its keys in the store, which is
-  // topped up in lumps of three steps, not before every step.
+  // topped up ahead, not before every step.
   const std::size_t tokens = 10;
   const Alone first_only = alone(2, stored), with_store = alone(tokens, stored), inline_keys = alone(tokens, dcf);
   CHECK(with_store.tokens == inline_keys.tokens);
@@ -298,7 +299,7 @@ TEST_CASE("dcf+offline: the batched steps draw their keys from a store refilled 
     CHECK(dealt[1] - dealt[0] == first_only.stats[id].comparisons_inline);  // the first decode step: all inline
     CHECK(dealt[1] > 0);
     CHECK(dealt[2] == dealt[1]);  // step 2: all from the store
-    for (std::size_t step = 4; step < tokens; ++step) CHECK(dealt[step] == dealt[3]);
+    for (std::size_t step = 5; step < tokens; ++step) CHECK(dealt[step] == dealt[4]);
     CHECK(s.comparisons_inline == dealt.back());
   }
   // Online, a step from the store moves offsets, not keys: all three
