@@ -180,6 +180,10 @@ int run_server(const ServeJob& o) {
   so.kv_bytes_limit = std::uint64_t(o.kv_limit_mb) << 20;
   so.max_new_tokens = o.max_new_tokens;
   so.drain_within = std::chrono::milliseconds(o.drain_ms);
+  // A client proves its key to each server within --handshake-ms, so its
+  // request may reach server 0 that much after another server: wait for
+  // it at least that long before refusing it as unmatched.
+  so.match_within = std::max(so.match_within, std::chrono::milliseconds(o.handshake_ms));
   so.unused_weights = o.allow_unused_weights ? UnusedTensors::allow : UnusedTensors::reject;
   const ProtocolMode mode = o.mode.mode();
   if (mode.backend != ProtocolBackend::rss3)

@@ -39,6 +39,9 @@ CLIENTS = 64
 TOKENS = 6
 KV_LIMIT_MB = 16
 REFUSAL_WITHIN_S = 10.0
+# Under AddressSanitizer the servers run 2-3x slower while 64 clients'
+# handshakes share the two cores: the same property, a wider bound.
+SANITIZED_REFUSAL_WITHIN_S = 30.0
 
 
 def rss_kb(pid):
@@ -52,7 +55,8 @@ def rss_kb(pid):
 def main():
     a = test_args(extra=lambda ap: ap.add_argument(
         "--sanitized", action="store_true",
-        help="AddressSanitizer build: its shadow memory dominates RSS, so the bound is reported, not held"))
+        help="AddressSanitizer build: its shadow memory dominates RSS, so the bound is reported, not held; "
+             "a 'busy' refusal may take SANITIZED_REFUSAL_WITHIN_S"))
     exe = a.mpcache
     t0 = time.monotonic()
     clients, _, config, ports = loopback_cluster(exe, a.work, ("alice",))
@@ -98,8 +102,9 @@ def main():
                  logs)
         refusals.sort()
         p99 = refusals[min(len(refusals) - 1, int(0.99 * len(refusals)))]
-        if refusals[-1] > REFUSAL_WITHIN_S:
-            fail("a 'busy' refusal took %.1f s (bound %.0f s)" % (refusals[-1], REFUSAL_WITHIN_S), logs)
+        refusal_within = SANITIZED_REFUSAL_WITHIN_S if a.sanitized else REFUSAL_WITHIN_S
+        if refusals[-1] > refusal_within:
+            fail("a 'busy' refusal took %.1f s (bound %.0f s)" % (refusals[-1], refusal_within), logs)
         if not any(s < 65534 for s in sessions) or not any(s >= 65534 for s in sessions):
             fail("the sessions done (%s) do not run across the scope wrap at 65534" % sorted(sessions), logs)
         print("%d clients at once: %d got generate's tokens (sessions %d..%d, across the scope wrap), %d refused "
