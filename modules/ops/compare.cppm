@@ -229,6 +229,22 @@ Task<typename P::Share> less_than(P& p, const typename P::Share& a, const typena
   co_return co_await msb(p, difference, width, result_bits);
 }
 
+// floor(x / 2^drop) less e, e in [0, 2], exact modulo 2^(64 - drop): each
+// party shifts its own components right (a local floor, no message; three
+// additive components at most, as rss3's). below_coarse and
+// max_upper_last (reduce.cppm) compare such values on 64 - drop bits.
+template <Protocol P>
+typename P::Share coarse_components(const typename P::Share& x, int drop, const char* who) {
+  if (drop < 0 || drop > ring_bits - 8)
+    throw Error(ErrorCode::invalid_argument, std::string(who) + ": drop " + std::to_string(drop) +
+                                                 " is outside [0, 56]");
+  return P::apply(x, [drop](const RingTensor& r) {
+    RingTensor out = RingTensor::from_shape(shape_of(r));
+    for (std::size_t i = 0; i < r.size(); ++i) out.data()[i] = r.data()[i] >> drop;
+    return out;
+  });
+}
+
 // [x < c] for a public real c, at a resolution of 2^(drop - f): each party
 // shifts its components of x right by `drop` bits (a local floor, no
 // message), which leaves floor(x / 2^drop) - e with e in [0, 2] (three
@@ -244,21 +260,15 @@ Task<typename P::Share> below_coarse(P& p, const typename P::Share& x, double c,
   if constexpr (ExactReals<P>) {
     co_return co_await msb(p, add_constant(p, x, -c));
   } else {
-    if (drop < 0 || drop > ring_bits - 8)
-      throw Error(ErrorCode::invalid_argument, "below_coarse: drop " + std::to_string(drop) + " is outside [0, 56]");
+    auto coarse = coarse_components<P>(x, drop, "below_coarse");
     const int f = p.frac_bits();
     // t = floor(c 2^(f - drop)): x < c implies floor(x / 2^drop) <= t - 1 when
     // c 2^(f - drop) is whole; else floor(x / 2^drop) <= t, so compare with t + 1.
     const double scaled = std::ldexp(c, f - drop);
     const auto t = static_cast<std::int64_t>(std::floor(scaled)) + (std::floor(scaled) == scaled ? 0 : 1);
     const Ring minus_t = Ring{0} - static_cast<Ring>(t);
-    // The public -t goes in with the shift (add_public adds it to the
-    // right component), one tensor per component.
-    const auto shifted = p.add_public(P::apply(x, [drop](const RingTensor& r) {
-      RingTensor out = RingTensor::from_shape(shape_of(r));
-      for (std::size_t i = 0; i < r.size(); ++i) out.data()[i] = r.data()[i] >> drop;
-      return out;
-    }), ring_filled(P::shape(x), minus_t));
+    // (add_public adds the public -t to the right component.)
+    const auto shifted = p.add_public(std::move(coarse), ring_filled(P::shape(x), minus_t));
     co_return co_await msb(p, shifted, ring_bits - drop);
   }
 }

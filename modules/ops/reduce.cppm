@@ -257,14 +257,14 @@ Task<std::pair<typename P::Share, typename P::Share>> pair_level_by_difference(P
   }
   const auto a = take_last<P>(xs, first);
   const auto d = p.sub(a, take_last<P>(xs, second));  // x_a - x_b
+  const auto ia = with_index ? take_last<P>(is, first) : typename P::Share{};
+  const auto di = with_index ? p.sub(ia, take_last<P>(is, second)) : typename P::Share{};
   if (arithmetic) {
     const auto b_wins = co_await msb(p, d, width);  // x_a < x_b, as a ring 0/1
     if (!with_index) {
       auto v = p.sub(a, co_await p.mul(b_wins, d));
       co_return std::pair{v, v};
     }
-    const auto ia = take_last<P>(is, first);
-    const auto di = p.sub(ia, take_last<P>(is, second));
     const auto picked = co_await p.mul(concat_last<P>(b_wins, b_wins), concat_last<P>(d, di));
     co_return std::pair{p.sub(a, slice_last<P>(picked, 0, groups)), p.sub(ia, slice_last<P>(picked, groups, 2 * groups))};
   }
@@ -273,8 +273,6 @@ Task<std::pair<typename P::Share, typename P::Share>> pair_level_by_difference(P
     auto v = p.sub(a, co_await bit_times(p, b_wins, d));
     co_return std::pair{v, v};
   }
-  const auto ia = take_last<P>(is, first);
-  const auto di = p.sub(ia, take_last<P>(is, second));
   // Both products in one bit_dot: the bits twice, over [d, di].
   const Shape shape = P::shape(d);
   const std::size_t total = x_rows(shape) * groups;
@@ -504,9 +502,8 @@ Task<typename P::Share> max_last(P& p, typename P::Share x, std::size_t arity = 
 
 // An upper bound m of each row's max M, M <= m <= M + 3 2^(drop - f)
 // (..., n) -> (..., 1), for a shift that only needs m >= M (softmax): the
-// tournament compares and carries floor(x / 2^drop), which every party
-// takes from its own components (a local floor, as below_coarse: each
-// value is off by e in [0, 2]) and which is exact modulo 2^(64 - drop), so
+// tournament compares and carries floor(x / 2^drop) (coarse_components,
+// compare.cppm: each value off by e in [0, 2], exact modulo 2^(64 - drop)), so
 // its comparisons need 64 - drop bits, not 64 (at drop 14: 50 bits, 12.3
 // bytes a comparison on rss3's circuit where 64 take 15.6, the same 6
 // rounds). The winner C times 2^drop is a clean sharing again (the wrap's
@@ -517,15 +514,7 @@ Task<typename P::Share> max_upper_last(P& p, const typename P::Share& x, int dro
   if constexpr (ExactReals<P>) {
     co_return co_await max_last(p, x);
   } else {
-    if (drop < 0 || drop > ring_bits - 8)
-      throw Error(ErrorCode::invalid_argument, "max_upper_last: drop " + std::to_string(drop) +
-                                                   " is outside [0, 56]");
-    auto coarse = P::apply(x, [drop](const RingTensor& r) {
-      RingTensor out = RingTensor::from_shape(shape_of(r));
-      for (std::size_t i = 0; i < r.size(); ++i) out.data()[i] = r.data()[i] >> drop;
-      return out;
-    });
-    auto top = co_await max_last(p, std::move(coarse), 0, ring_bits - drop, plan_rows);
+    auto top = co_await max_last(p, coarse_components<P>(x, drop, "max_upper_last"), 0, ring_bits - drop, plan_rows);
     const Shape s = P::shape(top);
     top = p.mul_public(top, ring_filled(s, Ring{1} << drop));
     co_return p.add_public(top, ring_filled(s, Ring{3} << drop));

@@ -502,9 +502,10 @@ TEST_CASE("rss3 dcf: the vocabulary argmax of GPT-2 (50,257 logits) plans 24 rou
         ops::tournament_plan<Rss3Costs>(1, 50257).size());
 }
 
-// The measured rounds of a token choice with a filled store: the plan's. A vocabulary of 4,096 plans several counting levels as
-// GPT-2's 50,257 does (4 levels, 20 rounds, planned above) at a fraction of
-// its comparisons, so it runs in the dev preset.
+// The measured rounds of a token choice with a filled store: the plan's. A
+// vocabulary of 4,096 plans counting levels after pairs by the difference
+// as GPT-2's 50,257 does (planned above) at a fraction of its comparisons,
+// so it runs in the dev preset.
 TEST_CASE("rss3 dcf+store: a vocabulary argmax over 4,096 logits takes its planned rounds") {
   constexpr std::size_t vocab = 4096;
   const auto plan = ops::tournament_levels<Rss3DcfStoreCosts>(1, vocab);
